@@ -1,0 +1,245 @@
+//! A cgroup v2 directory and the typed reads/writes memqos needs from it.
+
+use crate::parse::{self, Limit, MemoryEvents, ParseError, Pressure};
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cgroup was removed (rmdir) between listing and access: a normal outcome for
+    /// short-lived tenants, so it has its own kind.
+    #[error("cgroup {cgroup} vanished while reading {file}")]
+    Vanished { cgroup: PathBuf, file: &'static str },
+    #[error("cgroup {cgroup}: {op} {file}: {source}")]
+    Io { cgroup: PathBuf, file: String, op: &'static str, source: io::Error },
+    #[error("cgroup {cgroup}: {file}: {source}")]
+    Parse { cgroup: PathBuf, file: String, source: ParseError },
+}
+
+impl Error {
+    pub fn is_vanished(&self) -> bool {
+        matches!(self, Error::Vanished { .. })
+    }
+}
+
+/// A cgroup directory in a cgroup v2 hierarchy. The hierarchy root is whatever the caller
+/// passes; nothing here assumes /sys/fs/cgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Cgroup {
+    path: PathBuf,
+}
+
+impl Cgroup {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Cgroup { path: path.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn child(&self, name: &str) -> Cgroup {
+        Cgroup::new(self.path.join(name))
+    }
+
+    /// Creates the directory (the kernel populates it); an existing one is fine.
+    pub fn create(&self) -> Result<()> {
+        match std::fs::create_dir(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Err(source) => Err(self.io_err("mkdir", "", source)),
+        }
+    }
+
+    /// rmdir; the cgroup must have no tasks and no children.
+    pub fn remove(&self) -> Result<()> {
+        std::fs::remove_dir(&self.path).map_err(|e| self.map_err("rmdir", "", e))
+    }
+
+    pub fn exists(&self) -> bool {
+        self.path.join("cgroup.procs").exists()
+    }
+
+    pub fn read_string(&self, file: &'static str) -> Result<String> {
+        std::fs::read_to_string(self.path.join(file)).map_err(|e| self.map_err("read", file, e))
+    }
+
+    /// Writes `value` in one write(2), as the kernel expects.
+    pub fn write_string(&self, file: &'static str, value: &str) -> Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.path.join(file))
+            .map_err(|e| self.map_err("open", file, e))?;
+        f.write_all(value.as_bytes()).map_err(|e| self.map_err("write", file, e))
+    }
+
+    fn parsed<T>(&self, file: &'static str, f: impl FnOnce(&str) -> std::result::Result<T, ParseError>) -> Result<T> {
+        let text = self.read_string(file)?;
+        f(&text).map_err(|source| Error::Parse { cgroup: self.path.clone(), file: file.into(), source })
+    }
+
+    pub fn memory_current(&self) -> Result<u64> {
+        self.parsed("memory.current", parse::parse_u64)
+    }
+
+    pub fn memory_peak(&self) -> Result<u64> {
+        self.parsed("memory.peak", parse::parse_u64)
+    }
+
+    /// Reads one of memory.{high,max,low,min,swap.max}.
+    pub fn limit(&self, file: &'static str) -> Result<Limit> {
+        self.parsed(file, parse::parse_limit)
+    }
+
+    pub fn set_limit(&self, file: &'static str, value: Limit) -> Result<()> {
+        self.write_string(file, &value.to_string())
+    }
+
+    pub fn memory_events(&self) -> Result<MemoryEvents> {
+        self.parsed("memory.events", MemoryEvents::parse)
+    }
+
+    pub fn memory_pressure(&self) -> Result<Pressure> {
+        self.parsed("memory.pressure", Pressure::parse)
+    }
+
+    /// memory.stat as (key, value) pairs in kernel order.
+    pub fn memory_stat(&self) -> Result<Vec<(String, u64)>> {
+        self.parsed("memory.stat", |t| {
+            parse::parse_flat_keyed(t).map(|kv| kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+        })
+    }
+
+    pub fn controllers(&self) -> Result<Vec<String>> {
+        self.parsed("cgroup.controllers", |t| Ok(parse::parse_controllers(t).into_iter().map(String::from).collect()))
+    }
+
+    pub fn subtree_control(&self) -> Result<Vec<String>> {
+        self.parsed("cgroup.subtree_control", |t| {
+            Ok(parse::parse_controllers(t).into_iter().map(String::from).collect())
+        })
+    }
+
+    /// Enables controllers for children, e.g. `["memory"]` writes "+memory".
+    pub fn enable_controllers(&self, names: &[&str]) -> Result<()> {
+        let text: Vec<String> = names.iter().map(|n| format!("+{n}")).collect();
+        self.write_string("cgroup.subtree_control", &text.join(" "))
+    }
+
+    pub fn procs(&self) -> Result<Vec<u32>> {
+        self.parsed("cgroup.procs", parse::parse_pids)
+    }
+
+    /// Moves a process into this cgroup.
+    pub fn add_proc(&self, pid: u32) -> Result<()> {
+        self.write_string("cgroup.procs", &pid.to_string())
+    }
+
+    /// cgroup.freeze: 1 freezes every task below, 0 thaws.
+    pub fn set_frozen(&self, frozen: bool) -> Result<()> {
+        self.write_string("cgroup.freeze", if frozen { "1" } else { "0" })
+    }
+
+    pub fn is_frozen(&self) -> Result<bool> {
+        self.parsed("cgroup.freeze", |t| parse::parse_u64(t).map(|v| v != 0))
+    }
+
+    /// Direct child cgroups (directories), sorted by name.
+    pub fn children(&self) -> Result<Vec<Cgroup>> {
+        let rd = std::fs::read_dir(&self.path).map_err(|e| self.map_err("readdir", "", e))?;
+        let mut out = Vec::new();
+        for entry in rd {
+            let entry = entry.map_err(|e| self.map_err("readdir", "", e))?;
+            if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                out.push(Cgroup::new(entry.path()));
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// All descendants in pre-order (parents before children), excluding self.
+    pub fn descendants(&self) -> Result<Vec<Cgroup>> {
+        let mut out = Vec::new();
+        let mut stack = self.children()?;
+        stack.reverse();
+        while let Some(cg) = stack.pop() {
+            match cg.children() {
+                Ok(mut kids) => {
+                    kids.reverse();
+                    stack.extend(kids);
+                    out.push(cg);
+                }
+                Err(e) if e.is_vanished() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    fn io_err(&self, op: &'static str, file: &str, source: io::Error) -> Error {
+        Error::Io { cgroup: self.path.clone(), file: file.into(), op, source }
+    }
+
+    /// The one place that decides what "vanished" means: ENOENT on a cgroup that no longer
+    /// exists, or ENODEV, which the kernel returns for files of a cgroup being removed.
+    fn map_err(&self, op: &'static str, file: &'static str, e: io::Error) -> Error {
+        let gone = match e.raw_os_error() {
+            Some(libc::ENODEV) => true,
+            Some(libc::ENOENT) => !self.path.exists(),
+            _ => false,
+        };
+        if gone {
+            Error::Vanished { cgroup: self.path.clone(), file }
+        } else {
+            self.io_err(op, file, e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_tree() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("memqos-cgroupfs-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/x")).unwrap();
+        std::fs::create_dir_all(dir.join("b")).unwrap();
+        for d in ["", "a", "a/x", "b"] {
+            std::fs::write(dir.join(d).join("cgroup.procs"), "").unwrap();
+        }
+        std::fs::write(dir.join("a/memory.high"), "max\n").unwrap();
+        std::fs::write(dir.join("a/memory.current"), "4096\n").unwrap();
+        std::fs::write(dir.join("a/memory.events"), "low 0\nhigh 3\nmax 0\noom 0\noom_kill 0\n").unwrap();
+        std::fs::write(dir.join("b/memory.current"), "junk\n").unwrap();
+        dir
+    }
+
+    #[test]
+    fn typed_reads_writes_and_errors_name_the_file() {
+        let root = fake_tree();
+        let a = Cgroup::new(root.join("a"));
+        assert_eq!(a.limit("memory.high").unwrap(), Limit::Max);
+        a.set_limit("memory.high", Limit::Bytes(1 << 20)).unwrap();
+        assert_eq!(a.limit("memory.high").unwrap(), Limit::Bytes(1 << 20));
+        assert_eq!(a.memory_current().unwrap(), 4096);
+        assert_eq!(a.memory_events().unwrap().high, 3);
+
+        let err = Cgroup::new(root.join("b")).memory_current().unwrap_err().to_string();
+        assert!(err.contains("/b") && err.contains("memory.current") && err.contains("junk"), "{err}");
+
+        let gone = Cgroup::new(root.join("gone")).memory_current().unwrap_err();
+        assert!(gone.is_vanished(), "{gone}");
+        // A missing file in an existing cgroup is not "vanished": it is a kernel feature gap.
+        let missing = a.memory_pressure().unwrap_err();
+        assert!(!missing.is_vanished() && missing.to_string().contains("memory.pressure"), "{missing}");
+
+        let names: Vec<_> = Cgroup::new(&root).descendants().unwrap().iter().map(|c| c.path().strip_prefix(&root).unwrap().to_owned()).collect();
+        assert_eq!(names, vec![PathBuf::from("a"), PathBuf::from("a/x"), PathBuf::from("b")]);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}

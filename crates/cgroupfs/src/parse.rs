@@ -1,0 +1,274 @@
+//! Pure parsers for the text formats of cgroup v2 memory files.
+//!
+//! Formats (Documentation/admin-guide/cgroup-v2.rst, "Interface Files"):
+//! - single value, or the word `max`: memory.{high,max,low,min,swap.max}
+//! - flat keyed `key value` lines: memory.stat, memory.events
+//! - nested keyed `key sub=value ...` lines: memory.pressure
+//!
+//! Unknown keys are kept (flat keyed) or ignored (typed views); missing keys are `None`/0,
+//! because the set of keys changes across kernel versions.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A memory limit as written in memory.high/max/low/min: a byte count or `max` (no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Limit {
+    Bytes(u64),
+    Max,
+}
+
+impl Limit {
+    /// Bytes, with `max` as `u64::MAX`: convenient for comparisons and arithmetic bounds.
+    pub fn as_bytes_saturating(self) -> u64 {
+        match self {
+            Limit::Bytes(b) => b,
+            Limit::Max => u64::MAX,
+        }
+    }
+
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            Limit::Bytes(b) => Some(b),
+            Limit::Max => None,
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    /// The exact text the kernel accepts when written back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::Bytes(b) => write!(f, "{b}"),
+            Limit::Max => f.write_str("max"),
+        }
+    }
+}
+
+/// Why a text could not be parsed; the caller adds the cgroup and file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("line {line}: expected {expected}, found {found:?}")]
+    Unexpected { line: usize, expected: &'static str, found: String },
+    #[error("empty file, expected {expected}")]
+    Empty { expected: &'static str },
+}
+
+/// Parses a single number, e.g. memory.current.
+pub fn parse_u64(text: &str) -> Result<u64, ParseError> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(ParseError::Empty { expected: "a number" });
+    }
+    t.parse().map_err(|_| ParseError::Unexpected { line: 1, expected: "a number", found: t.into() })
+}
+
+/// Parses memory.{high,max,low,min}: a byte count or `max`.
+pub fn parse_limit(text: &str) -> Result<Limit, ParseError> {
+    let t = text.trim();
+    match t {
+        "" => Err(ParseError::Empty { expected: "a byte count or \"max\"" }),
+        "max" => Ok(Limit::Max),
+        _ => t.parse().map(Limit::Bytes).map_err(|_| ParseError::Unexpected {
+            line: 1,
+            expected: "a byte count or \"max\"",
+            found: t.into(),
+        }),
+    }
+}
+
+/// Parses a flat keyed file (`key value` per line) in file order.
+pub fn parse_flat_keyed(text: &str) -> Result<Vec<(&str, u64)>, ParseError> {
+    let mut out = Vec::with_capacity(64);
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut it = line.split_ascii_whitespace();
+        let (Some(key), Some(val), None) = (it.next(), it.next(), it.next()) else {
+            return Err(ParseError::Unexpected { line: i + 1, expected: "\"key value\"", found: line.into() });
+        };
+        let val = val.parse().map_err(|_| ParseError::Unexpected {
+            line: i + 1,
+            expected: "an unsigned number after the key",
+            found: line.into(),
+        })?;
+        out.push((key, val));
+    }
+    Ok(out)
+}
+
+/// memory.events (or memory.events.local): how often each boundary was hit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryEvents {
+    pub low: u64,
+    pub high: u64,
+    pub max: u64,
+    pub oom: u64,
+    pub oom_kill: u64,
+    pub oom_group_kill: u64,
+}
+
+impl MemoryEvents {
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        let mut ev = MemoryEvents::default();
+        for (k, v) in parse_flat_keyed(text)? {
+            match k {
+                "low" => ev.low = v,
+                "high" => ev.high = v,
+                "max" => ev.max = v,
+                "oom" => ev.oom = v,
+                "oom_kill" => ev.oom_kill = v,
+                "oom_group_kill" => ev.oom_group_kill = v,
+                _ => {}
+            }
+        }
+        Ok(ev)
+    }
+
+    /// Counter increase since `earlier`; a counter that went backwards (cgroup recreated
+    /// under the same path) counts from zero.
+    pub fn delta_since(&self, earlier: &MemoryEvents) -> MemoryEvents {
+        let d = |now: u64, then: u64| if now >= then { now - then } else { now };
+        MemoryEvents {
+            low: d(self.low, earlier.low),
+            high: d(self.high, earlier.high),
+            max: d(self.max, earlier.max),
+            oom: d(self.oom, earlier.oom),
+            oom_kill: d(self.oom_kill, earlier.oom_kill),
+            oom_group_kill: d(self.oom_group_kill, earlier.oom_group_kill),
+        }
+    }
+}
+
+/// One line of a PSI file: share of wall time stalled over 10/60/300 s, and total stall in µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PressureLine {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    pub total_us: u64,
+}
+
+/// memory.pressure / /proc/pressure/memory. `full` is absent on some old kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pressure {
+    pub some: PressureLine,
+    pub full: Option<PressureLine>,
+}
+
+impl Pressure {
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
+        let mut some = None;
+        let mut full = None;
+        for (i, line) in text.lines().enumerate() {
+            let mut fields = line.split_ascii_whitespace();
+            let slot = match fields.next() {
+                Some("some") => &mut some,
+                Some("full") => &mut full,
+                Some(_) | None => continue,
+            };
+            let mut pl = PressureLine::default();
+            for kv in fields {
+                let bad = || ParseError::Unexpected { line: i + 1, expected: "key=value", found: kv.into() };
+                let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+                match k {
+                    "avg10" => pl.avg10 = v.parse().map_err(|_| bad())?,
+                    "avg60" => pl.avg60 = v.parse().map_err(|_| bad())?,
+                    "avg300" => pl.avg300 = v.parse().map_err(|_| bad())?,
+                    "total" => pl.total_us = v.parse().map_err(|_| bad())?,
+                    _ => {}
+                }
+            }
+            *slot = Some(pl);
+        }
+        let some = some.ok_or(ParseError::Empty { expected: "a \"some\" line" })?;
+        Ok(Pressure { some, full })
+    }
+}
+
+/// Parses a space-separated controller list (cgroup.controllers, cgroup.subtree_control).
+pub fn parse_controllers(text: &str) -> Vec<&str> {
+    text.split_ascii_whitespace().collect()
+}
+
+/// Parses cgroup.procs: one pid per line.
+pub fn parse_pids(text: &str) -> Result<Vec<u32>, ParseError> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            l.trim().parse().map_err(|_| ParseError::Unexpected { line: i + 1, expected: "a pid", found: l.into() })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits() {
+        assert_eq!(parse_limit("max\n").unwrap(), Limit::Max);
+        assert_eq!(parse_limit("67108864\n").unwrap(), Limit::Bytes(64 << 20));
+        assert_eq!(Limit::Bytes(5).to_string(), "5");
+        assert_eq!(Limit::Max.to_string(), "max");
+        assert!(matches!(parse_limit(""), Err(ParseError::Empty { .. })));
+        assert!(matches!(parse_limit("-1"), Err(ParseError::Unexpected { .. })));
+        assert!(Limit::Bytes(u64::MAX - 1) < Limit::Max);
+    }
+
+    #[test]
+    fn flat_keyed_keeps_order_and_rejects_garbage() {
+        let kv = parse_flat_keyed("anon 4096\nfile 0\n\nkernel 12\n").unwrap();
+        assert_eq!(kv, vec![("anon", 4096), ("file", 0), ("kernel", 12)]);
+        let err = parse_flat_keyed("anon 1\nfile x\n").unwrap_err();
+        assert_eq!(err, ParseError::Unexpected {
+            line: 2,
+            expected: "an unsigned number after the key",
+            found: "file x".into()
+        });
+        assert!(parse_flat_keyed("anon 1 2\n").is_err());
+    }
+
+    #[test]
+    fn memory_events_6_12_and_unknown_keys() {
+        // 6.12 layout; a future key must not break parsing.
+        let ev = MemoryEvents::parse("low 0\nhigh 1459\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\nsock_throttled 9\n").unwrap();
+        assert_eq!(ev, MemoryEvents { low: 0, high: 1459, max: 3, oom: 1, oom_kill: 1, oom_group_kill: 0 });
+        // Older kernels lack oom_group_kill.
+        let old = MemoryEvents::parse("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n").unwrap();
+        assert_eq!(old.oom_group_kill, 0);
+    }
+
+    #[test]
+    fn events_delta_handles_reset() {
+        let a = MemoryEvents { high: 10, oom_kill: 1, ..Default::default() };
+        let b = MemoryEvents { high: 15, oom_kill: 0, ..Default::default() };
+        let d = b.delta_since(&a);
+        assert_eq!(d.high, 5);
+        assert_eq!(d.oom_kill, 0);
+    }
+
+    #[test]
+    fn pressure_some_and_full() {
+        let p = Pressure::parse(
+            "some avg10=1.50 avg60=0.20 avg300=0.00 total=123456\nfull avg10=0.75 avg60=0.10 avg300=0.00 total=6543\n",
+        )
+        .unwrap();
+        assert_eq!(p.some.avg10, 1.5);
+        assert_eq!(p.some.total_us, 123456);
+        assert_eq!(p.full.unwrap().total_us, 6543);
+        let only_some = Pressure::parse("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").unwrap();
+        assert!(only_some.full.is_none());
+        assert!(Pressure::parse("").is_err());
+        assert!(Pressure::parse("some avg10=x\n").is_err());
+    }
+
+    #[test]
+    fn pids_and_controllers() {
+        assert_eq!(parse_pids("1\n22\n").unwrap(), vec![1, 22]);
+        assert!(parse_pids("1\nabc\n").is_err());
+        assert_eq!(parse_controllers("cpu io memory pids\n"), vec!["cpu", "io", "memory", "pids"]);
+    }
+}
