@@ -19,6 +19,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub mod builder;
+
 /// Where the running kernel publishes its own BTF (`CONFIG_DEBUG_INFO_BTF=y`).
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
@@ -184,8 +186,15 @@ pub enum FormatError {
     UnsupportedVersion { version: u8 },
     #[error("header length {hdr_len} is shorter than {HEADER_LEN} or past the end of the file")]
     BadHeaderLength { hdr_len: u32 },
-    #[error("{section} section of {len} bytes at {start} runs past the end of the {file_len}-byte file")]
-    SectionOutOfBounds { section: &'static str, start: u64, len: u64, file_len: u64 },
+    #[error(
+        "{section} section of {len} bytes at {start} runs past the end of the {file_len}-byte file"
+    )]
+    SectionOutOfBounds {
+        section: &'static str,
+        start: u64,
+        len: u64,
+        file_len: u64,
+    },
     #[error("string section must start and end with a NUL byte")]
     StringsNotTerminated,
     #[error("string section is not valid UTF-8")]
@@ -195,9 +204,15 @@ pub enum FormatError {
     #[error("type {id} has unknown kind {kind} (newer BTF than this reader?)")]
     UnknownKind { id: u32, kind: u8 },
     #[error("type {id} names string offset {name_off}, outside the {str_len}-byte string section")]
-    NameOutOfBounds { id: u32, name_off: u32, str_len: u32 },
+    NameOutOfBounds {
+        id: u32,
+        name_off: u32,
+        str_len: u32,
+    },
     #[error("type {id} names string offset {name_off}, which splits a UTF-8 character")]
     NameNotCharBoundary { id: u32, name_off: u32 },
+    #[error("file is {len} bytes; this reader handles BTF up to 4 GiB")]
+    TooLarge { len: u64 },
     #[error("type section holds more than {max} types")]
     TooManyTypes { max: u32 },
 }
@@ -335,8 +350,15 @@ impl<'a> TypeRef<'a> {
                 .map(|i| {
                     let at = self.trailer + i * 8;
                     let raw = self.btf.u32_at(at + 4);
-                    let value = if signed { i128::from(raw as i32) } else { i128::from(raw) };
-                    Enumerator { name: self.btf.str_at(self.btf.u32_at(at)), value }
+                    let value = if signed {
+                        i128::from(raw as i32)
+                    } else {
+                        i128::from(raw)
+                    };
+                    Enumerator {
+                        name: self.btf.str_at(self.btf.u32_at(at)),
+                        value,
+                    }
                 })
                 .collect(),
             Kind::Enum64 => (0..self.vlen as usize)
@@ -345,8 +367,15 @@ impl<'a> TypeRef<'a> {
                     let lo = u64::from(self.btf.u32_at(at + 4));
                     let hi = u64::from(self.btf.u32_at(at + 8));
                     let raw = (hi << 32) | lo;
-                    let value = if signed { i128::from(raw as i64) } else { i128::from(raw) };
-                    Enumerator { name: self.btf.str_at(self.btf.u32_at(at)), value }
+                    let value = if signed {
+                        i128::from(raw as i64)
+                    } else {
+                        i128::from(raw)
+                    };
+                    Enumerator {
+                        name: self.btf.str_at(self.btf.u32_at(at)),
+                        value,
+                    }
                 })
                 .collect(),
             _ => Vec::new(),
@@ -368,8 +397,10 @@ impl Btf {
     /// Reads and parses a base (non-split) BTF file.
     pub fn load(path: impl AsRef<Path>) -> Result<Btf, BtfError> {
         let path = path.as_ref();
-        let data = std::fs::read(path)
-            .map_err(|source| BtfError::Io { file: path.to_path_buf(), source })?;
+        let data = std::fs::read(path).map_err(|source| BtfError::Io {
+            file: path.to_path_buf(),
+            source,
+        })?;
         Btf::parse(data, path)
     }
 
@@ -387,7 +418,11 @@ impl Btf {
                 by_name: layout.by_name,
                 decl_tags: layout.decl_tags,
             }),
-            Err((offset, problem)) => Err(BtfError::Format { file, offset, problem }),
+            Err((offset, problem)) => Err(BtfError::Format {
+                file,
+                offset,
+                problem,
+            }),
         }
     }
 
@@ -423,7 +458,9 @@ impl Btf {
         let key = name.as_bytes();
         let lo = self.by_name.partition_point(|e| self.entry_name(e) < key);
         let hi = lo + self.by_name[lo..].partition_point(|e| self.entry_name(e) == key);
-        self.by_name[lo..hi].iter().filter_map(move |e| self.type_by_id(TypeId(e.id)))
+        self.by_name[lo..hi]
+            .iter()
+            .filter_map(move |e| self.type_by_id(TypeId(e.id)))
     }
 
     /// The first type called `name` of kind `kind`.
@@ -433,7 +470,8 @@ impl Btf {
 
     /// The first STRUCT or UNION called `name` (forward declarations do not count).
     pub fn find_composite(&self, name: &str) -> Option<TypeRef<'_>> {
-        self.types_named(name).find(|t| matches!(t.kind, Kind::Struct | Kind::Union))
+        self.types_named(name)
+            .find(|t| matches!(t.kind, Kind::Struct | Kind::Union))
     }
 
     /// Whether a STRUCT or UNION called `name` exists.
@@ -467,7 +505,10 @@ impl Btf {
         }
         for m in t.members() {
             if m.name == member {
-                return Some(Member { bit_offset: base_bits + m.bit_offset, ..m });
+                return Some(Member {
+                    bit_offset: base_bits + m.bit_offset,
+                    ..m
+                });
             }
             if m.name.is_empty() {
                 let inner = self.skip_modifiers(m.type_id)?;
@@ -511,7 +552,8 @@ impl Btf {
 
     /// The first ENUM or ENUM64 called `name`.
     pub fn find_enum(&self, name: &str) -> Option<TypeRef<'_>> {
-        self.types_named(name).find(|t| matches!(t.kind, Kind::Enum | Kind::Enum64))
+        self.types_named(name)
+            .find(|t| matches!(t.kind, Kind::Enum | Kind::Enum64))
     }
 
     /// Whether an ENUM or ENUM64 called `name` exists.
@@ -599,6 +641,10 @@ type ParseResult<T> = Result<T, (u64, FormatError)>;
 impl Parser {
     fn run(data: &[u8]) -> ParseResult<Parser> {
         let file_len = data.len() as u64;
+        // Type records are indexed by u32 offsets; real BTF is a few MB.
+        if file_len > u64::from(u32::MAX) {
+            return Err((0, FormatError::TooLarge { len: file_len }));
+        }
         if data.len() < HEADER_LEN {
             return Err((0, FormatError::TooShort { len: file_len }));
         }
@@ -606,7 +652,14 @@ impl Parser {
         let big_endian = match [data[0], data[1]] {
             m if u16::from_le_bytes(m) == BTF_MAGIC => false,
             m if u16::from_be_bytes(m) == BTF_MAGIC => true,
-            m => return Err((0, FormatError::BadMagic { found: u16::from_le_bytes(m) })),
+            m => {
+                return Err((
+                    0,
+                    FormatError::BadMagic {
+                        found: u16::from_le_bytes(m),
+                    },
+                ))
+            }
         };
         if data[2] != 1 {
             return Err((2, FormatError::UnsupportedVersion { version: data[2] }));
@@ -623,7 +676,12 @@ impl Parser {
             if start + len > file_len {
                 return Err((
                     field_at as u64,
-                    FormatError::SectionOutOfBounds { section: name, start, len, file_len },
+                    FormatError::SectionOutOfBounds {
+                        section: name,
+                        start,
+                        len,
+                        file_len,
+                    },
                 ));
             }
             Ok((start as usize, len as usize))
@@ -636,7 +694,10 @@ impl Parser {
             return Err((str_start as u64, FormatError::StringsNotTerminated));
         }
         let strs = std::str::from_utf8(strs).map_err(|e| {
-            ((str_start + e.valid_up_to()) as u64, FormatError::StringsNotUtf8)
+            (
+                (str_start + e.valid_up_to()) as u64,
+                FormatError::StringsNotUtf8,
+            )
         })?;
 
         // vmlinux averages ~40 bytes per record; reserve to avoid regrowth.
@@ -665,15 +726,26 @@ impl Parser {
                 if off >= str_len {
                     return Err((
                         at as u64,
-                        FormatError::NameOutOfBounds { id, name_off, str_len: str_len as u32 },
+                        FormatError::NameOutOfBounds {
+                            id,
+                            name_off,
+                            str_len: str_len as u32,
+                        },
                     ));
                 }
                 if !strs.is_char_boundary(off) {
                     return Err((at as u64, FormatError::NameNotCharBoundary { id, name_off }));
                 }
                 // The section ends in NUL, so a terminator always exists.
-                let name_len = strs.as_bytes()[off..].iter().position(|&b| b == 0).unwrap_or(0);
-                by_name.push(NameEntry { name_off, name_len: name_len as u32, id });
+                let name_len = strs.as_bytes()[off..]
+                    .iter()
+                    .position(|&b| b == 0)
+                    .unwrap_or(0);
+                by_name.push(NameEntry {
+                    name_off,
+                    name_len: name_len as u32,
+                    id,
+                });
             }
             if kind == Kind::DeclTag {
                 decl_tags.push(id);
@@ -688,165 +760,29 @@ impl Parser {
         };
         by_name.sort_unstable_by(|a, b| name_of(a).cmp(name_of(b)).then(a.id.cmp(&b.id)));
 
-        Ok(Parser { big_endian, str_start, str_len, records, by_name, decl_tags })
-    }
-}
-
-#[cfg(test)]
-pub(crate) mod testutil {
-    //! A tiny BTF writer for building synthetic blobs in tests.
-
-    use super::Kind;
-
-    pub struct Builder {
-        types: Vec<u8>,
-        strs: Vec<u8>,
-        next_id: u32,
-        pub big_endian: bool,
-    }
-
-    impl Default for Builder {
-        fn default() -> Self {
-            Builder { types: Vec::new(), strs: vec![0], next_id: 1, big_endian: false }
-        }
-    }
-
-    impl Builder {
-        pub fn new() -> Self {
-            Self::default()
-        }
-
-        fn put(&mut self, v: u32) {
-            let b = if self.big_endian { v.to_be_bytes() } else { v.to_le_bytes() };
-            self.types.extend_from_slice(&b);
-        }
-
-        pub fn str(&mut self, s: &str) -> u32 {
-            if s.is_empty() {
-                return 0;
-            }
-            let off = self.strs.len() as u32;
-            self.strs.extend_from_slice(s.as_bytes());
-            self.strs.push(0);
-            off
-        }
-
-        /// Writes the common record and returns its id.
-        pub fn record(&mut self, name: &str, kind: Kind, vlen: u32, kflag: bool, st: u32) -> u32 {
-            let name_off = self.str(name);
-            self.put(name_off);
-            self.put(vlen | (kind as u32) << 24 | u32::from(kflag) << 31);
-            self.put(st);
-            let id = self.next_id;
-            self.next_id += 1;
-            id
-        }
-
-        pub fn int(&mut self, name: &str, size: u32) -> u32 {
-            let id = self.record(name, Kind::Int, 0, false, size);
-            self.put(size * 8);
-            id
-        }
-
-        pub fn ptr(&mut self, to: u32) -> u32 {
-            self.record("", Kind::Ptr, 0, false, to)
-        }
-
-        pub fn typedef(&mut self, name: &str, to: u32) -> u32 {
-            self.record(name, Kind::Typedef, 0, false, to)
-        }
-
-        /// members: (name, type, bit offset)
-        pub fn composite(&mut self, kind: Kind, name: &str, size: u32, m: &[(&str, u32, u32)]) -> u32 {
-            let id = self.record(name, kind, m.len() as u32, false, size);
-            for &(n, t, off) in m {
-                let n = self.str(n);
-                self.put(n);
-                self.put(t);
-                self.put(off);
-            }
-            id
-        }
-
-        pub fn enum32(&mut self, name: &str, signed: bool, vals: &[(&str, i64)]) -> u32 {
-            let id = self.record(name, Kind::Enum, vals.len() as u32, signed, 4);
-            for &(n, v) in vals {
-                let n = self.str(n);
-                self.put(n);
-                self.put(v as u32);
-            }
-            id
-        }
-
-        pub fn enum64(&mut self, name: &str, signed: bool, vals: &[(&str, u64)]) -> u32 {
-            let id = self.record(name, Kind::Enum64, vals.len() as u32, signed, 8);
-            for &(n, v) in vals {
-                let n = self.str(n);
-                self.put(n);
-                self.put(v as u32);
-                self.put((v >> 32) as u32);
-            }
-            id
-        }
-
-        pub fn func_proto(&mut self, ret: u32, params: &[(&str, u32)]) -> u32 {
-            let id = self.record("", Kind::FuncProto, params.len() as u32, false, ret);
-            for &(n, t) in params {
-                let n = self.str(n);
-                self.put(n);
-                self.put(t);
-            }
-            id
-        }
-
-        pub fn func(&mut self, name: &str, proto: u32) -> u32 {
-            // vlen holds linkage; 1 = global.
-            self.record(name, Kind::Func, 1, false, proto)
-        }
-
-        pub fn decl_tag(&mut self, name: &str, target: u32, component: i32) -> u32 {
-            let id = self.record(name, Kind::DeclTag, 0, false, target);
-            self.put(component as u32);
-            id
-        }
-
-        /// Appends raw bytes to the type section (for malformed-input tests).
-        pub fn raw(&mut self, bytes: &[u8]) {
-            self.types.extend_from_slice(bytes);
-        }
-
-        pub fn build(&self) -> Vec<u8> {
-            let mut out = Vec::new();
-            let p16 = |out: &mut Vec<u8>, v: u16| {
-                out.extend_from_slice(&if self.big_endian { v.to_be_bytes() } else { v.to_le_bytes() })
-            };
-            let p32 = |out: &mut Vec<u8>, v: u32| {
-                out.extend_from_slice(&if self.big_endian { v.to_be_bytes() } else { v.to_le_bytes() })
-            };
-            p16(&mut out, super::BTF_MAGIC);
-            out.push(1); // version
-            out.push(0); // flags
-            p32(&mut out, 24);
-            p32(&mut out, 0);
-            p32(&mut out, self.types.len() as u32);
-            p32(&mut out, self.types.len() as u32);
-            p32(&mut out, self.strs.len() as u32);
-            out.extend_from_slice(&self.types);
-            out.extend_from_slice(&self.strs);
-            out
-        }
+        Ok(Parser {
+            big_endian,
+            str_start,
+            str_len,
+            records,
+            by_name,
+            decl_tags,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::testutil::Builder;
+    use super::builder::Builder;
     use super::*;
 
     /// A blob with the shapes memqos probes for.
     fn sample(big_endian: bool) -> Vec<u8> {
-        let mut b = Builder::new();
-        b.big_endian = big_endian;
+        let mut b = if big_endian {
+            Builder::new().big_endian()
+        } else {
+            Builder::new()
+        };
         let int = b.int("int", 4);
         let long = b.int("long unsigned int", 8);
         let inner = b.composite(Kind::Struct, "", 8, &[("nested", long, 0)]);
@@ -859,7 +795,11 @@ mod tests {
         b.ptr(task);
         b.composite(Kind::Union, "u", 8, &[("a", int, 0), ("b", long, 0)]);
         b.record("fwd_only", Kind::Fwd, 0, false, 0);
-        b.enum32("vm_event_item", false, &[("PGPGIN", 0), ("PGFAULT", 7), ("PGSCAN_DIRECT", 40)]);
+        b.enum32(
+            "vm_event_item",
+            false,
+            &[("PGPGIN", 0), ("PGFAULT", 7), ("PGSCAN_DIRECT", 40)],
+        );
         b.enum32("signed_e", true, &[("NEG", -2)]);
         b.enum64("big_e", false, &[("HUGE", u64::MAX)]);
         b.enum64("big_s", true, &[("MINUS", (-5i64) as u64)]);
@@ -882,7 +822,10 @@ mod tests {
             assert_eq!(btf.type_count(), 16);
             assert!(btf.has_struct("task_struct"));
             assert!(btf.has_struct("u"), "unions count as composites");
-            assert!(!btf.has_struct("fwd_only"), "a forward declaration is not a definition");
+            assert!(
+                !btf.has_struct("fwd_only"),
+                "a forward declaration is not a definition"
+            );
             assert!(btf.find(Kind::Fwd, "fwd_only").is_some());
             assert!(!btf.has_struct("nope"));
 
@@ -891,7 +834,10 @@ mod tests {
             assert_eq!(names, ["pid", "", "flags"]);
             assert_eq!(m[2].bit_offset, 128);
             let nested = btf.find_member("task_struct", "nested").unwrap();
-            assert_eq!(nested.bit_offset, 64, "offset accumulates through anonymous members");
+            assert_eq!(
+                nested.bit_offset, 64,
+                "offset accumulates through anonymous members"
+            );
             assert!(btf.find_member("task_struct", "missing").is_none());
 
             assert!(btf.has_func("bpf_mem_cgroup_usage"));
@@ -920,9 +866,9 @@ mod tests {
         let int = b.int("int", 4);
         b.record("bits", Kind::Struct, 1, true, 4);
         let n = b.str("flag");
-        b.raw(&n.to_le_bytes());
-        b.raw(&int.to_le_bytes());
-        b.raw(&((3u32 << 24) | 5).to_le_bytes());
+        b.put(n);
+        b.put(int);
+        b.put((3 << 24) | 5);
         let btf = parse(b.build()).unwrap();
         let m = &btf.struct_members("bits").unwrap()[0];
         assert_eq!((m.name, m.bit_offset, m.bitfield_size), ("flag", 5, 3));
@@ -942,6 +888,16 @@ mod tests {
     }
 
     #[test]
+    fn longer_header_is_skipped() {
+        // A future header with 8 more bytes: sections stay relative to hdr_len.
+        let mut bytes = sample(false);
+        bytes[4..8].copy_from_slice(&32u32.to_le_bytes());
+        bytes.splice(24..24, [0u8; 8]);
+        let btf = parse(bytes).unwrap();
+        assert_eq!(btf.enum_value("vm_event_item", "PGFAULT"), Some(7));
+    }
+
+    #[test]
     fn empty_type_section_parses() {
         let btf = parse(Builder::new().build()).unwrap();
         assert_eq!(btf.type_count(), 0);
@@ -951,7 +907,11 @@ mod tests {
 
     fn problem(bytes: Vec<u8>) -> (u64, FormatError) {
         match parse(bytes) {
-            Err(BtfError::Format { file, offset, problem }) => {
+            Err(BtfError::Format {
+                file,
+                offset,
+                problem,
+            }) => {
                 assert_eq!(file, Path::new("test.btf"));
                 (offset, problem)
             }
@@ -969,17 +929,29 @@ mod tests {
 
         let mut bad = sample(false);
         bad[2] = 2;
-        assert_eq!(problem(bad), (2, FormatError::UnsupportedVersion { version: 2 }));
+        assert_eq!(
+            problem(bad),
+            (2, FormatError::UnsupportedVersion { version: 2 })
+        );
 
         let mut bad = sample(false);
         bad[4..8].copy_from_slice(&8u32.to_le_bytes());
-        assert_eq!(problem(bad), (4, FormatError::BadHeaderLength { hdr_len: 8 }));
+        assert_eq!(
+            problem(bad),
+            (4, FormatError::BadHeaderLength { hdr_len: 8 })
+        );
 
         let mut bad = sample(false);
         bad[20..24].copy_from_slice(&1_000_000u32.to_le_bytes());
         assert!(matches!(
             problem(bad),
-            (16, FormatError::SectionOutOfBounds { section: "string", .. })
+            (
+                16,
+                FormatError::SectionOutOfBounds {
+                    section: "string",
+                    ..
+                }
+            )
         ));
 
         let mut bad = sample(false);
@@ -998,12 +970,18 @@ mod tests {
         let mut bytes = b.build();
         let second = 24 + 16;
         bytes[second + 7] = 31; // high byte of info (little endian)
-        assert_eq!(problem(bytes), (second as u64, FormatError::UnknownKind { id: 2, kind: 31 }));
+        assert_eq!(
+            problem(bytes),
+            (second as u64, FormatError::UnknownKind { id: 2, kind: 31 })
+        );
 
         // A struct that claims more members than the section holds.
         let mut b = Builder::new();
         b.record("s", Kind::Struct, 5, false, 4);
-        assert_eq!(problem(b.build()), (24, FormatError::TruncatedType { id: 1 }));
+        assert_eq!(
+            problem(b.build()),
+            (24, FormatError::TruncatedType { id: 1 })
+        );
 
         // A name offset past the string section.
         let mut b = Builder::new();
@@ -1012,21 +990,33 @@ mod tests {
         bytes[24..28].copy_from_slice(&999u32.to_le_bytes());
         assert!(matches!(
             problem(bytes),
-            (24, FormatError::NameOutOfBounds { id: 1, name_off: 999, .. })
+            (
+                24,
+                FormatError::NameOutOfBounds {
+                    id: 1,
+                    name_off: 999,
+                    ..
+                }
+            )
         ));
 
         // Trailing bytes shorter than a record.
         let mut b = Builder::new();
         b.int("int", 4);
         b.raw(&[0; 5]);
-        assert_eq!(problem(b.build()), (24 + 16, FormatError::TruncatedType { id: 2 }));
+        assert_eq!(
+            problem(b.build()),
+            (24 + 16, FormatError::TruncatedType { id: 2 })
+        );
     }
 
     #[test]
     fn io_errors_name_the_file() {
         let err = Btf::load("/nonexistent/memqos/vmlinux").unwrap_err();
         assert!(matches!(err, BtfError::Io { .. }));
-        assert!(err.to_string().starts_with("/nonexistent/memqos/vmlinux: cannot read BTF"));
+        assert!(err
+            .to_string()
+            .starts_with("/nonexistent/memqos/vmlinux: cannot read BTF"));
     }
 
     #[test]
@@ -1037,12 +1027,19 @@ mod tests {
             return;
         }
         let btf = Btf::load(path).unwrap();
-        assert!(btf.type_count() > 10_000, "vmlinux has tens of thousands of types");
+        assert!(
+            btf.type_count() > 10_000,
+            "vmlinux has tens of thousands of types"
+        );
         assert!(btf.has_struct("task_struct"));
         assert!(btf.find_member("task_struct", "pid").is_some());
         assert!(btf.has_enum("vm_event_item"));
         assert!(btf.enum_value("vm_event_item", "PGFAULT").is_some());
-        assert_eq!(btf.enum_value("vm_event_item", "PGPGIN"), Some(0), "first vm event");
+        assert_eq!(
+            btf.enum_value("vm_event_item", "PGPGIN"),
+            Some(0),
+            "first vm event"
+        );
         assert!(btf.has_func("schedule"));
         assert!(btf.has_typedef("u32"));
         if btf.has_enum("memcg_memory_event") {

@@ -134,8 +134,8 @@ pub struct KernelFeatures {
     /// cgroup id. memqos counts reclaim and fault events per cgroup with them (e.g. PGSCAN_*
     /// as a pressure signal) instead of polling `memory.stat`.
     /// Present on 6.18 and 7.x, absent on 6.12.
-    /// Can be wrong: BTF says the event was compiled in, not that tracefs exposes it or that
-    /// the hot path calls it for every update (the kernel batches some stat updates).
+    /// Can be wrong: BTF says the events were compiled in. A classic `tracepoint/` attach
+    /// also needs tracefs mounted (libbpf reads the event id there); `tp_btf`/`raw_tp` do not.
     pub memcg_tracepoints: TracepointSet,
 
     /// The memcg BPF kfuncs (merged in 7.0): read a memcg's usage, page state, vm events and
@@ -157,9 +157,9 @@ pub struct KernelFeatures {
     /// BPF cgroup iterator (`iter/cgroup`, since 6.1; `struct bpf_iter__cgroup`): walks a
     /// cgroup subtree in one read, which memqos uses to sample many cgroups at once and which
     /// the memcg kfuncs need as their caller.
-    /// Can be wrong: the struct can exist while `CONFIG_CGROUPS`-dependent registration
-    /// failed, and the sleepable variant (`iter.s/cgroup`) the flush kfunc needs has no BTF
-    /// trace of its own.
+    /// Can be wrong: the struct says the iterator was built, not that this process may attach
+    /// it (CAP_BPF + CAP_PERFMON or root), and the sleepable variant (`iter.s/cgroup`) that
+    /// the flush kfunc needs leaves no separate trace in BTF.
     pub cgroup_iter: bool,
 
     /// Candidate hooks for pressure signals when the memcg tracepoints are missing: fentry
@@ -172,19 +172,51 @@ pub struct KernelFeatures {
     pub pressure_hooks: PressureHooks,
 }
 
-const MEMCG_TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("memcg:mod_memcg_state", "btf_trace_mod_memcg_state", "trace_event_raw_memcg_rstat_stats"),
-    (
+/// Where a tracepoint shows up in BTF (see [`Tracepoint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TracepointSpec {
+    /// `system:event`.
+    pub name: &'static str,
+    /// `btf_trace_<event>`.
+    pub btf_typedef: &'static str,
+    /// `trace_event_raw_<class>`.
+    pub event_struct: &'static str,
+}
+
+const fn tp(
+    name: &'static str,
+    btf_typedef: &'static str,
+    event_struct: &'static str,
+) -> TracepointSpec {
+    TracepointSpec {
+        name,
+        btf_typedef,
+        event_struct,
+    }
+}
+
+/// The `memcg:*` tracepoints (include/trace/events/memcg.h).
+pub const MEMCG_TRACEPOINTS: &[TracepointSpec] = &[
+    tp(
+        "memcg:mod_memcg_state",
+        "btf_trace_mod_memcg_state",
+        "trace_event_raw_memcg_rstat_stats",
+    ),
+    tp(
         "memcg:mod_memcg_lruvec_state",
         "btf_trace_mod_memcg_lruvec_state",
         "trace_event_raw_memcg_rstat_stats",
     ),
-    (
+    tp(
         "memcg:count_memcg_events",
         "btf_trace_count_memcg_events",
         "trace_event_raw_memcg_rstat_events",
     ),
-    ("memcg:memcg_flush_stats", "btf_trace_memcg_flush_stats", "trace_event_raw_memcg_flush_stats"),
+    tp(
+        "memcg:memcg_flush_stats",
+        "btf_trace_memcg_flush_stats",
+        "trace_event_raw_memcg_flush_stats",
+    ),
 ];
 
 /// The memcg kfuncs memqos's BPF stat backend calls.
@@ -198,10 +230,13 @@ pub const MEMCG_KFUNCS: &[&str] = &[
     "bpf_mem_cgroup_flush_stats",
 ];
 
-const MEMCG_BPF_OPS: &str = "memcg_bpf_ops";
-const MEMCG_BPF_OPS_MEMBERS: &[&str] = &["get_high_delay_ms", "below_low", "below_min"];
+/// The RFC struct_ops type and the callbacks memqos would implement.
+pub const MEMCG_BPF_OPS: &str = "memcg_bpf_ops";
+pub const MEMCG_BPF_OPS_VALUE: &str = "bpf_struct_ops_memcg_bpf_ops";
+pub const MEMCG_BPF_OPS_MEMBERS: &[&str] = &["get_high_delay_ms", "below_low", "below_min"];
 
-const PRESSURE_FENTRY: &[&str] = &[
+/// fentry candidates for pressure signals on kernels without the memcg tracepoints.
+pub const PRESSURE_FENTRY: &[&str] = &[
     "try_to_free_mem_cgroup_pages",
     "mem_cgroup_handle_over_high",
     "__mem_cgroup_handle_over_high",
@@ -211,32 +246,34 @@ const PRESSURE_FENTRY: &[&str] = &[
     "balance_dirty_pages",
 ];
 
-const PRESSURE_TRACEPOINTS: &[(&str, &str, &str)] = &[
-    (
+/// Reclaim and writeback tracepoints. The vmscan memcg events are `DEFINE_EVENT`s of the
+/// direct-reclaim classes, so there is no `trace_event_raw_mm_vmscan_memcg_reclaim_begin`.
+pub const PRESSURE_TRACEPOINTS: &[TracepointSpec] = &[
+    tp(
         "vmscan:mm_vmscan_memcg_reclaim_begin",
         "btf_trace_mm_vmscan_memcg_reclaim_begin",
         "trace_event_raw_mm_vmscan_direct_reclaim_begin_template",
     ),
-    (
+    tp(
         "vmscan:mm_vmscan_memcg_reclaim_end",
         "btf_trace_mm_vmscan_memcg_reclaim_end",
         "trace_event_raw_mm_vmscan_direct_reclaim_end_template",
     ),
-    (
+    tp(
         "writeback:balance_dirty_pages",
         "btf_trace_balance_dirty_pages",
         "trace_event_raw_balance_dirty_pages",
     ),
 ];
 
-fn tracepoints(btf: &Btf, table: &[(&'static str, &'static str, &'static str)]) -> Vec<Tracepoint> {
+fn tracepoints(btf: &Btf, table: &[TracepointSpec]) -> Vec<Tracepoint> {
     table
         .iter()
-        .map(|&(name, typedef, event_struct)| Tracepoint {
-            name,
-            btf_trace_typedef: btf.has_typedef(typedef),
-            event_struct,
-            event_struct_present: btf.has_struct(event_struct),
+        .map(|spec| Tracepoint {
+            name: spec.name,
+            btf_trace_typedef: btf.has_typedef(spec.btf_typedef),
+            event_struct: spec.event_struct,
+            event_struct_present: btf.has_struct(spec.event_struct),
         })
         .collect()
 }
@@ -247,7 +284,10 @@ impl KernelFeatures {
         let memcg_tracepoints = {
             let tps = tracepoints(btf, MEMCG_TRACEPOINTS);
             let found = tps.iter().filter(|t| t.present()).count();
-            TracepointSet { availability: Availability::of(found, tps.len()), tracepoints: tps }
+            TracepointSet {
+                availability: Availability::of(found, tps.len()),
+                tracepoints: tps,
+            }
         };
 
         let memcg_kfuncs = {
@@ -264,7 +304,10 @@ impl KernelFeatures {
                 })
                 .collect();
             let found = kfuncs.iter().filter(|k| k.present).count();
-            KfuncSet { availability: Availability::of(found, kfuncs.len()), kfuncs }
+            KfuncSet {
+                availability: Availability::of(found, kfuncs.len()),
+                kfuncs,
+            }
         };
 
         let memcg_bpf_ops = {
@@ -276,7 +319,7 @@ impl KernelFeatures {
                     present: struct_present && btf.find_member(MEMCG_BPF_OPS, name).is_some(),
                 })
                 .collect();
-            let value_type_present = btf.has_struct("bpf_struct_ops_memcg_bpf_ops");
+            let value_type_present = btf.has_struct(MEMCG_BPF_OPS_VALUE);
             let complete = members.iter().all(|m| m.present) && value_type_present;
             StructOps {
                 availability: match (struct_present, complete) {
@@ -294,7 +337,10 @@ impl KernelFeatures {
         let pressure_hooks = PressureHooks {
             fentry: PRESSURE_FENTRY
                 .iter()
-                .map(|&name| Symbol { name, present: btf.has_func(name) })
+                .map(|&name| Symbol {
+                    name,
+                    present: btf.has_func(name),
+                })
                 .collect(),
             tracepoints: tracepoints(btf, PRESSURE_TRACEPOINTS),
         };
@@ -316,7 +362,12 @@ impl KernelFeatures {
             out,
             "memcg tracepoints: {}{}",
             tp.availability.as_str(),
-            missing_list(tp.tracepoints.iter().filter(|t| !t.present()).map(|t| t.name))
+            missing_list(
+                tp.tracepoints
+                    .iter()
+                    .filter(|t| !t.present())
+                    .map(|t| t.name)
+            )
         );
         let kf = &self.memcg_kfuncs;
         let _ = writeln!(
@@ -327,8 +378,12 @@ impl KernelFeatures {
             kf.kfuncs.len(),
             missing_list(kf.kfuncs.iter().filter(|k| !k.present).map(|k| k.name))
         );
-        let untagged: Vec<_> =
-            kf.kfuncs.iter().filter(|k| k.tagged == Some(false)).map(|k| k.name).collect();
+        let untagged: Vec<_> = kf
+            .kfuncs
+            .iter()
+            .filter(|k| k.tagged == Some(false))
+            .map(|k| k.name)
+            .collect();
         if !untagged.is_empty() {
             let _ = writeln!(
                 out,
@@ -337,30 +392,52 @@ impl KernelFeatures {
             );
         }
         let ops = &self.memcg_bpf_ops;
-        let _ = write!(out, "{} struct_ops: {}", ops.struct_name, ops.availability.as_str());
+        let _ = write!(
+            out,
+            "{} struct_ops: {}",
+            ops.struct_name,
+            ops.availability.as_str()
+        );
         if ops.struct_present {
             let _ = write!(
                 out,
                 "{}{}",
                 missing_list(ops.members.iter().filter(|m| !m.present).map(|m| m.name)),
-                if ops.value_type_present { "" } else { " (no bpf_struct_ops_memcg_bpf_ops)" }
+                if ops.value_type_present {
+                    ""
+                } else {
+                    " (no bpf_struct_ops_memcg_bpf_ops)"
+                }
             );
         }
         out.push('\n');
         let _ = writeln!(
             out,
             "cgroup iterator: {}",
-            if self.cgroup_iter { "present" } else { "absent" }
+            if self.cgroup_iter {
+                "present"
+            } else {
+                "absent"
+            }
         );
         let hooks = &self.pressure_hooks;
         let present: Vec<_> = hooks.present_fentry().collect();
-        let absent: Vec<_> = hooks.fentry.iter().filter(|s| !s.present).map(|s| s.name).collect();
+        let absent: Vec<_> = hooks
+            .fentry
+            .iter()
+            .filter(|s| !s.present)
+            .map(|s| s.name)
+            .collect();
         let _ = writeln!(
             out,
             "fentry pressure hooks: {} of {} in BTF: {}{}",
             present.len(),
             hooks.fentry.len(),
-            if present.is_empty() { "none".to_string() } else { present.join(", ") },
+            if present.is_empty() {
+                "none".to_string()
+            } else {
+                present.join(", ")
+            },
             missing_list(absent.into_iter())
         );
         for t in &hooks.tracepoints {
@@ -387,7 +464,7 @@ fn missing_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::btf::testutil::Builder;
+    use crate::btf::builder::Builder;
     use crate::btf::Kind;
 
     /// A 6.12-like kernel: no memcg tracepoints or kfuncs, some fentry targets.
@@ -399,7 +476,12 @@ mod tests {
         b.func("__mem_cgroup_handle_over_high", proto);
         b.func("balance_dirty_pages", proto);
         b.composite(Kind::Struct, "bpf_iter__cgroup", 16, &[("meta", int, 0)]);
-        b.composite(Kind::Struct, "trace_event_raw_balance_dirty_pages", 8, &[("x", int, 0)]);
+        b.composite(
+            Kind::Struct,
+            "trace_event_raw_balance_dirty_pages",
+            8,
+            &[("x", int, 0)],
+        );
         b.typedef("btf_trace_mm_vmscan_memcg_reclaim_begin", proto);
         Btf::parse(b.build(), "old.btf").unwrap()
     }
@@ -413,8 +495,8 @@ mod tests {
             let f = b.func(name, proto);
             b.decl_tag("bpf_kfunc", f, -1);
         }
-        for (_, typedef, _) in MEMCG_TRACEPOINTS {
-            b.typedef(typedef, proto);
+        for spec in MEMCG_TRACEPOINTS {
+            b.typedef(spec.btf_typedef, proto);
         }
         let fp = b.ptr(proto);
         let ops = b.composite(
@@ -428,7 +510,12 @@ mod tests {
                 ("get_high_delay_ms", fp, 256),
             ],
         );
-        b.composite(Kind::Struct, "bpf_struct_ops_memcg_bpf_ops", 48, &[("data", ops, 64)]);
+        b.composite(
+            Kind::Struct,
+            "bpf_struct_ops_memcg_bpf_ops",
+            48,
+            &[("data", ops, 64)],
+        );
         Btf::parse(b.build(), "rfc.btf").unwrap()
     }
 
@@ -442,14 +529,26 @@ mod tests {
         let hooks: Vec<_> = f.pressure_hooks.present_fentry().collect();
         assert_eq!(
             hooks,
-            ["try_to_free_mem_cgroup_pages", "__mem_cgroup_handle_over_high", "balance_dirty_pages"]
+            [
+                "try_to_free_mem_cgroup_pages",
+                "__mem_cgroup_handle_over_high",
+                "balance_dirty_pages"
+            ]
         );
-        let tps: Vec<_> = f.pressure_hooks.tracepoints.iter().map(|t| t.present()).collect();
+        let tps: Vec<_> = f
+            .pressure_hooks
+            .tracepoints
+            .iter()
+            .map(|t| t.present())
+            .collect();
         assert_eq!(tps, [true, false, true]);
         let s = f.summary();
         assert!(s.contains("memcg kfuncs: absent (0/7)"), "{s}");
         assert!(s.contains("memcg_bpf_ops struct_ops: absent\n"), "{s}");
-        assert!(s.contains("missing: mem_cgroup_handle_over_high, calculate_high_delay"), "{s}");
+        assert!(
+            s.contains("missing: mem_cgroup_handle_over_high, calculate_high_delay"),
+            "{s}"
+        );
     }
 
     #[test]
@@ -469,14 +568,21 @@ mod tests {
     fn partial_kfuncs_name_the_missing_one() {
         let f = KernelFeatures::probe(&rfc_kernel(Some("bpf_mem_cgroup_memory_events")));
         assert_eq!(f.memcg_kfuncs.availability, Availability::Partial);
-        assert!(f.summary().contains("(6/7) (missing: bpf_mem_cgroup_memory_events)"));
+        assert!(f
+            .summary()
+            .contains("(6/7) (missing: bpf_mem_cgroup_memory_events)"));
     }
 
     #[test]
     fn struct_ops_of_another_shape_is_partial() {
         let mut b = Builder::new();
         let int = b.int("int", 4);
-        b.composite(Kind::Struct, "memcg_bpf_ops", 8, &[("memcg_nr_pages_over_high", int, 0)]);
+        b.composite(
+            Kind::Struct,
+            "memcg_bpf_ops",
+            8,
+            &[("memcg_nr_pages_over_high", int, 0)],
+        );
         let f = KernelFeatures::probe(&Btf::parse(b.build(), "v1.btf").unwrap());
         assert_eq!(f.memcg_bpf_ops.availability, Availability::Partial);
         assert!(f.summary().contains(
@@ -490,17 +596,26 @@ mod tests {
         let v = serde_json::to_value(&f).unwrap();
         assert_eq!(v["memcg_kfuncs"]["availability"], "absent");
         assert_eq!(v["cgroup_iter"], true);
-        assert_eq!(v["pressure_hooks"]["fentry"][0]["name"], "try_to_free_mem_cgroup_pages");
+        assert_eq!(
+            v["pressure_hooks"]["fentry"][0]["name"],
+            "try_to_free_mem_cgroup_pages"
+        );
     }
 
     #[test]
     fn host_probe_prints_summary() {
         let Ok(btf) = Btf::load_vmlinux() else {
-            eprintln!("SKIP host_probe_prints_summary: {} unreadable", crate::btf::VMLINUX_BTF);
+            eprintln!(
+                "SKIP host_probe_prints_summary: {} unreadable",
+                crate::btf::VMLINUX_BTF
+            );
             return;
         };
         let f = KernelFeatures::probe(&btf);
         eprintln!("{}", f.summary());
-        assert!(f.cgroup_iter, "every kernel memqos supports (>= 6.1) has the cgroup iterator");
+        assert!(
+            f.cgroup_iter,
+            "every kernel memqos supports (>= 6.1) has the cgroup iterator"
+        );
     }
 }
