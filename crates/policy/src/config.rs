@@ -1,0 +1,222 @@
+//! The memqos config file (TOML): managed subtree, signal sources, tiers, policy numbers.
+//!
+//! Parsing is a pure function of the text (`Config::from_str(text, file_name)`); the daemon
+//! reads the file. Every error names `file:line:col` and the field (see [`ConfigError`]).
+//! `memqos.example.toml` next to this crate's Cargo.toml shows every field with its default,
+//! and a test parses it.
+
+mod error;
+mod raw;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use globset::GlobSet;
+use serde::{Deserialize, Serialize};
+
+pub use error::ConfigError;
+
+/// A parsed, validated config.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `cgroup_root` (required, absolute): the managed subtree. Its memory.max/high bound
+    /// everyone below it; tier patterns match paths relative to it.
+    pub cgroup_root: PathBuf,
+    /// `state_dir` (default `/var/lib/memqos`, absolute): where the daemon journals original
+    /// knob values so they can be restored after a crash. Unused by the engine.
+    pub state_dir: PathBuf,
+    /// `[signals]`: which pressure sources to use.
+    pub signals: Signals,
+    /// `[[tier]]`, in priority order (first = highest). At least one.
+    pub tiers: Tiers,
+    /// `[policy]`: thresholds, step sizes and timers.
+    pub policy: Policy,
+}
+
+impl Config {
+    /// Parses and validates `text`; `file_name` only appears in error messages.
+    #[allow(clippy::should_implement_trait)] // two arguments: the file name is for errors.
+    pub fn from_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
+        raw::parse(text, file_name)
+    }
+}
+
+/// `[signals]`: each pressure source can be switched off; the engine then ignores its inputs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Signals {
+    /// `psi` (default true): memory.pressure averages, stall totals and PSI trigger wakeups.
+    pub psi: bool,
+    /// `events` (default true): memory.events deltas (`low` of protected cgroups, `max`/`oom`
+    /// of the parent).
+    pub events: bool,
+    /// `bpf` (default false): threshold events from the BPF source (future).
+    pub bpf: bool,
+    /// `sampling_interval_ms` (default 500, 10..=60000): how often the daemon observes and
+    /// calls `Engine::tick`. The engine itself only uses the `now_ms` it is given.
+    pub sampling_interval_ms: u64,
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Signals { psi: true, events: true, bpf: false, sampling_interval_ms: 500 }
+    }
+}
+
+/// What `protect` does for a tier's cgroups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protect {
+    /// No protection knob is written; the tier's pressure does not throttle anyone.
+    None,
+    /// memory.low follows the working set (best-effort protection: reclaim skips the cgroup
+    /// while it is below low unless nothing else is reclaimable).
+    Low,
+    /// memory.min follows the working set (hard protection: never reclaimed below min; an
+    /// overcommitted min makes the kernel OOM-kill elsewhere, so prefer `low`).
+    Min,
+}
+
+/// One `[[tier]]`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tier {
+    /// `name` (required, unique).
+    pub name: String,
+    /// `match` (required, non-empty): globs on the cgroup path relative to `cgroup_root`.
+    /// `*` and `?` do not cross `/`; `**` does (`"**"` matches everything at any depth).
+    pub patterns: Vec<String>,
+    /// `protect` (default `"none"`): `none | low | min`. A tier with `low`/`min` is
+    /// *protected*: its working set is protected and its pressure throttles lower tiers.
+    pub protect: Protect,
+    /// `throttle` (default false): memory.high may be lowered while a higher protected tier is
+    /// under pressure or the parent is near its limit.
+    pub throttle: bool,
+    /// `freeze` (default false, needs `throttle`): opt-in escalation, freeze a cgroup of this
+    /// tier while a higher protected cgroup keeps stalling despite throttling.
+    pub freeze: bool,
+    /// `kill` (default false, needs `throttle`): last-resort escalation via cgroup.kill.
+    /// Never happens unless set.
+    pub kill: bool,
+}
+
+impl Tier {
+    /// True when `protect` is `low` or `min`.
+    pub fn is_protected(&self) -> bool {
+        self.protect != Protect::None
+    }
+}
+
+/// Position of a tier in the config; smaller is higher priority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TierIndex(pub usize);
+
+impl fmt::Display for TierIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tier[{}]", self.0)
+    }
+}
+
+/// The tiers in priority order, with their compiled globs.
+#[derive(Clone, Debug)]
+pub struct Tiers {
+    tiers: Vec<Tier>,
+    matchers: Vec<GlobSet>,
+}
+
+impl Tiers {
+    /// The first tier (in priority order) with a pattern matching `relative_path`.
+    /// A leading `/` is ignored, so `"/prod/a"` and `"prod/a"` classify alike.
+    pub fn classify(&self, relative_path: &str) -> Option<TierIndex> {
+        let p = relative_path.trim_start_matches('/');
+        self.matchers.iter().position(|m| m.is_match(p)).map(TierIndex)
+    }
+
+    /// The tier at `index`, if it exists.
+    pub fn get(&self, index: TierIndex) -> Option<&Tier> {
+        self.tiers.get(index.0)
+    }
+
+    /// The index of the tier called `name`.
+    pub fn by_name(&self, name: &str) -> Option<TierIndex> {
+        self.tiers.iter().position(|t| t.name == name).map(TierIndex)
+    }
+
+    /// Number of tiers (at least one).
+    pub fn len(&self) -> usize {
+        self.tiers.len()
+    }
+
+    /// Always false for a validated config; here for clippy's `len_without_is_empty`.
+    pub fn is_empty(&self) -> bool {
+        self.tiers.is_empty()
+    }
+
+    /// Tiers with their indexes, highest priority first.
+    pub fn iter(&self) -> impl Iterator<Item = (TierIndex, &Tier)> {
+        self.tiers.iter().enumerate().map(|(i, t)| (TierIndex(i), t))
+    }
+}
+
+/// `[policy]`: all numbers the engine uses. Ranges are checked when parsing.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Policy {
+    /// `pressure_psi_some_avg10` (default 5.0, 0<x<=100): a protected cgroup whose
+    /// memory.pressure `some avg10` is at or above this (and that stalled at all since the last
+    /// tick, so the tail of a stale 10 s average is ignored) is under pressure.
+    pub pressure_psi_some_avg10: f64,
+    /// `pressure_stall_pct` (default 10.0, 0<x<=100): the same from the `some total` delta, in
+    /// percent of wall time since the previous tick; reacts faster than avg10.
+    pub pressure_stall_pct: f64,
+    /// `hold_ms` (default 5000): how long pressure must be gone before releasing throttles.
+    /// Any new pressure restarts it.
+    pub hold_ms: u64,
+    /// `headroom_guard` (default "64M"): when the parent's limit (min of its memory.max and
+    /// memory.high) is finite and its usage is above `limit - headroom_guard`, throttleable
+    /// tiers are cut, lowest first, so their total fits below that line. 0 disables the guard.
+    /// Make it larger than what the subtree can allocate in `min_write_interval_ms`.
+    pub headroom_guard: u64,
+    /// `min_high` (default "32M", >= 4K): memory.high is never lowered below this.
+    pub min_high: u64,
+    /// `step_ratio` (default 0.1, 0<x<1): each throttle step lowers a cgroup's memory.high by
+    /// this fraction of its usage. 10% over memory.high already costs a task ~0.6 s of sleep
+    /// per return to user mode (see `engine::throttle`).
+    pub step_ratio: f64,
+    /// `release_ratio` (default 0.5, 0<x<=10): each release step raises memory.high by this
+    /// fraction (geometric), never leaving it below current usage.
+    pub release_ratio: f64,
+    /// `min_write_interval_ms` (default 1000): no knob of a cgroup is written more often.
+    pub min_write_interval_ms: u64,
+    /// `freeze_after_ms` (default 10000, >0): a protected cgroup stalling continuously this
+    /// long despite throttling makes the engine freeze one cgroup of a `freeze = true` tier,
+    /// and one more each further period.
+    pub freeze_after_ms: u64,
+    /// `kill_after_ms` (default 30000, >0): the same for `kill = true` tiers and cgroup.kill.
+    pub kill_after_ms: u64,
+    /// `ws_window_ms` (default 60000, >0): working set = peak usage over this sliding window.
+    pub ws_window_ms: u64,
+    /// `ws_margin` (default 1.1, 1<=x<=4): protection = working set times this.
+    pub ws_margin: f64,
+    /// `ws_granularity` (default "16M", >= 4K): protection is rounded up to a multiple of this,
+    /// so it moves in steps instead of on every page.
+    pub ws_granularity: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            pressure_psi_some_avg10: 5.0,
+            pressure_stall_pct: 10.0,
+            hold_ms: 5_000,
+            headroom_guard: 64 << 20,
+            min_high: 32 << 20,
+            step_ratio: 0.1,
+            release_ratio: 0.5,
+            min_write_interval_ms: 1_000,
+            freeze_after_ms: 10_000,
+            kill_after_ms: 30_000,
+            ws_window_ms: 60_000,
+            ws_margin: 1.1,
+            ws_granularity: 16 << 20,
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! What the engine asks the daemon to write, and why.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::size::{human, Limit};
+
+/// One knob write for one cgroup. The daemon applies a tick's decisions in order (thaws come
+/// first, kills last) and logs each as a JSON line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Path relative to `cgroup_root`.
+    pub cgroup: String,
+    /// Which knob, and the value to write.
+    pub action: Action,
+    /// Why.
+    pub reason: Reason,
+}
+
+impl Decision {
+    /// The knob this decision writes.
+    pub fn knob(&self) -> Knob {
+        self.action.knob()
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{} = {}: {}", self.cgroup, self.action.file(), self.action.value(), self.reason)
+    }
+}
+
+/// A knob and its new value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Write memory.high.
+    High(Limit),
+    /// Write memory.low.
+    Low(Limit),
+    /// Write memory.min.
+    Min(Limit),
+    /// Write cgroup.freeze (true = freeze).
+    Freeze(bool),
+    /// Write `1` to cgroup.kill (kernel 5.14+). Irreversible; only for `kill = true` tiers.
+    Kill,
+}
+
+impl Action {
+    /// The knob, without the value.
+    pub fn knob(&self) -> Knob {
+        match self {
+            Action::High(_) => Knob::High,
+            Action::Low(_) => Knob::Low,
+            Action::Min(_) => Knob::Min,
+            Action::Freeze(_) => Knob::Freeze,
+            Action::Kill => Knob::Kill,
+        }
+    }
+
+    /// The cgroup file to write, relative to the cgroup's directory.
+    pub fn file(&self) -> &'static str {
+        self.knob().file()
+    }
+
+    /// The exact text to write into [`Action::file`].
+    pub fn value(&self) -> String {
+        match self {
+            Action::High(l) | Action::Low(l) | Action::Min(l) => l.to_string(),
+            Action::Freeze(b) => u8::from(*b).to_string(),
+            Action::Kill => "1".to_string(),
+        }
+    }
+}
+
+/// The knobs memqos writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Knob {
+    /// memory.high
+    High,
+    /// memory.low
+    Low,
+    /// memory.min
+    Min,
+    /// cgroup.freeze
+    Freeze,
+    /// cgroup.kill
+    Kill,
+}
+
+impl Knob {
+    /// The cgroup file name.
+    pub fn file(self) -> &'static str {
+        match self {
+            Knob::High => "memory.high",
+            Knob::Low => "memory.low",
+            Knob::Min => "memory.min",
+            Knob::Freeze => "cgroup.freeze",
+            Knob::Kill => "cgroup.kill",
+        }
+    }
+}
+
+/// What made a protected cgroup count as under pressure.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Trigger {
+    /// memory.pressure `some avg10` at or above the threshold.
+    PsiSomeAvg10 {
+        /// Percent.
+        value: f64,
+    },
+    /// Stall time since the previous tick, in percent of wall time, at or above the threshold.
+    StallRate {
+        /// Percent.
+        pct: f64,
+    },
+    /// A PSI trigger fired.
+    PsiTrigger,
+    /// The BPF source reported a threshold crossing.
+    Bpf {
+        /// The value it reported.
+        value: u64,
+    },
+    /// memory.events `low` grew: reclaimed although under its protection.
+    LowEvents {
+        /// Increment since the previous sample.
+        count: u64,
+    },
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Trigger::PsiSomeAvg10 { value } => write!(f, "psi some avg10 {value:.2}%"),
+            Trigger::StallRate { pct } => write!(f, "stalled {pct:.1}% of the last interval"),
+            Trigger::PsiTrigger => f.write_str("psi trigger fired"),
+            Trigger::Bpf { value } => write!(f, "bpf threshold crossed ({value})"),
+            Trigger::LowEvents { count } => write!(f, "{count} memory.events low (reclaimed under protection)"),
+        }
+    }
+}
+
+/// Why a decision was made. Serialized with a `kind` tag for the daemon's JSON log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reason {
+    /// A protected cgroup is under pressure; lower tiers give up memory.high.
+    ProtectedPressure {
+        /// The pressured cgroup (highest priority one if several).
+        by: String,
+        /// What showed the pressure.
+        trigger: Trigger,
+    },
+    /// The parent is within `headroom_guard` of its limit; lower tiers are cut to fit.
+    HeadroomGuard {
+        /// Parent memory.current.
+        parent_usage_bytes: u64,
+        /// Parent limit (min of memory.max and memory.high).
+        limit_bytes: u64,
+        /// `limit - usage`, 0 if over.
+        headroom_bytes: u64,
+        /// The configured guard.
+        guard_bytes: u64,
+    },
+    /// The parent's memory.events show `max`/`oom` hits since the previous sample.
+    ParentLimitEvents {
+        /// `max` increment.
+        max: u64,
+        /// `oom` increment.
+        oom: u64,
+    },
+    /// Pressure has been gone long enough; memory.high goes back up one step.
+    Release {
+        /// Time since the last pressure.
+        calm_for_ms: u64,
+    },
+    /// Protection follows the working set.
+    WorkingSet {
+        /// Peak usage (or working set) over the window.
+        peak_bytes: u64,
+        /// The window.
+        window_ms: u64,
+    },
+    /// Escalation (freeze, kill): a protected cgroup keeps stalling despite throttling.
+    Stalled {
+        /// The stalling cgroup.
+        by: String,
+        /// How long it has stalled without a calm tick.
+        stalled_for_ms: u64,
+    },
+    /// Thaw: the stall that caused the freeze is over.
+    Relieved {
+        /// The cgroup whose stall caused the freeze.
+        by: String,
+    },
+    /// Thaw: the stalling cgroup that caused the freeze is gone.
+    CauseGone {
+        /// The cgroup that disappeared.
+        by: String,
+    },
+    /// `Engine::restore_all`: back to the original value.
+    Restore,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::ProtectedPressure { by, trigger } => write!(f, "pressure in {by}: {trigger}"),
+            Reason::HeadroomGuard { parent_usage_bytes, limit_bytes, headroom_bytes, guard_bytes } => write!(
+                f,
+                "parent at {} of {}: headroom {} below guard {}",
+                human(*parent_usage_bytes),
+                human(*limit_bytes),
+                human(*headroom_bytes),
+                human(*guard_bytes)
+            ),
+            Reason::ParentLimitEvents { max, oom } => write!(f, "parent hit its limit ({max} max, {oom} oom events)"),
+            Reason::Release { calm_for_ms } => write!(f, "no pressure for {calm_for_ms} ms, releasing"),
+            Reason::WorkingSet { peak_bytes, window_ms } => {
+                write!(f, "working set peak {} over {} s", human(*peak_bytes), window_ms / 1000)
+            }
+            Reason::Stalled { by, stalled_for_ms } => {
+                write!(f, "{by} stalled for {stalled_for_ms} ms despite throttling")
+            }
+            Reason::Relieved { by } => write!(f, "{by} no longer stalls"),
+            Reason::CauseGone { by } => write!(f, "{by} is gone"),
+            Reason::Restore => f.write_str("restoring the original value"),
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! The engine: one `tick` per observation, knob decisions out, no I/O and no clock.
+//!
+//! Per tick, in this order:
+//! 1. forget cgroups that vanished (or changed tier), start tracking new ones;
+//! 2. detect pressure: protected cgroups (PSI, stall rate, triggers, BPF, `low` events) and
+//!    the parent (headroom guard, `max`/`oom` events);
+//! 3. thaw what we froze if its stall is over;
+//! 4. under pressure, cut memory.high of lower tiers (`throttle::cut`); otherwise, once calm
+//!    for `hold_ms` and nothing is frozen, release one step (`throttle::release`);
+//! 5. escalate (opt-in freeze/kill) if a protected cgroup keeps stalling;
+//! 6. move protection (memory.low/min) with the working set;
+//! 7. drop writes that change nothing or come sooner than `min_write_interval_ms` after the
+//!    previous write of the same knob, and order the rest: thaws, highs, low/min, freezes,
+//!    kills.
+
+mod escalate;
+mod pressure;
+mod protect;
+mod state;
+mod throttle;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::config::{Config, Tier};
+use crate::decision::{Action, Decision, Reason};
+use crate::obs::{CgroupObs, Observation, ParentObs};
+use crate::size::{Limit, PAGE};
+use escalate::Ladder;
+use state::CgState;
+
+/// The policy engine. Create one per config; feed it every observation in time order.
+#[derive(Debug)]
+pub struct Engine {
+    cfg: Config,
+    cgroups: BTreeMap<String, CgState>,
+    first_ms: Option<u64>,
+    last_tick_ms: Option<u64>,
+    last_pressure_ms: Option<u64>,
+    /// Start of the current uninterrupted stall of protected cgroups.
+    stall_since_ms: Option<u64>,
+    ladder: Ladder,
+}
+
+/// A summary for the daemon's stats output.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Status {
+    /// Cgroups being tracked.
+    pub tracked: usize,
+    /// Time of the last tick that saw any pressure.
+    pub last_pressure_ms: Option<u64>,
+    /// Start of the current uninterrupted protected stall.
+    pub stalled_since_ms: Option<u64>,
+    /// Cgroups whose memory.high is below their original.
+    pub throttled: Vec<String>,
+    /// Cgroups frozen by us.
+    pub frozen: Vec<String>,
+}
+
+impl Engine {
+    /// An engine with no history. After a daemon restart, pass the journaled originals in
+    /// `CgroupObs::original`: cgroups left throttled are then released after `hold_ms`.
+    pub fn new(cfg: Config) -> Engine {
+        Engine {
+            cfg,
+            cgroups: BTreeMap::new(),
+            first_ms: None,
+            last_tick_ms: None,
+            last_pressure_ms: None,
+            stall_since_ms: None,
+            ladder: Ladder::default(),
+        }
+    }
+
+    /// The config this engine runs.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Takes one observation, returns the writes to make now, in order.
+    pub fn tick(&mut self, obs: &Observation) -> Vec<Decision> {
+        // A clock that steps back is treated as no time passing.
+        let now = self.last_tick_ms.map_or(obs.now_ms, |t| obs.now_ms.max(t));
+        let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
+        let first = *self.first_ms.get_or_insert(now);
+        self.last_tick_ms = Some(now);
+
+        let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
+        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs };
+        let p = pressure::detect(&ctx, elapsed);
+        if p.any() {
+            self.last_pressure_ms = Some(now);
+        }
+        self.stall_since_ms = p.top().map(|_| self.stall_since_ms.unwrap_or(now));
+
+        let any_frozen = self.cgroups.values().any(|s| s.frozen_by.is_some());
+        let mut plan = Plan::default();
+        escalate::thaw(&ctx, &p, &self.cgroups, &mut plan);
+        if p.any() {
+            throttle::cut(&ctx, &p, &mut plan);
+        } else {
+            let calm_for = now - self.last_pressure_ms.unwrap_or(first);
+            // Thaw strictly before release: a frozen cgroup is thawed on a tick of its own.
+            if calm_for >= self.cfg.policy.hold_ms && !any_frozen {
+                throttle::release(&ctx, calm_for, &mut plan);
+            }
+        }
+        if let (Some(top), Some(since)) = (p.top(), self.stall_since_ms) {
+            escalate::escalate(&ctx, top, since, &self.ladder, &self.cgroups, &mut plan);
+        }
+        protect::plan(&ctx, &self.cgroups, &mut plan);
+
+        let decisions = commit(plan, &ctx, &mut self.cgroups);
+        for d in &decisions {
+            match d.action {
+                Action::Freeze(true) => self.ladder.last_freeze_ms = Some(now),
+                Action::Kill => self.ladder.last_kill_ms = Some(now),
+                _ => {}
+            }
+        }
+        decisions
+    }
+
+    /// The writes that put every knob memqos manages (memory.high/low/min, cgroup.freeze) back
+    /// to its original value, thaws first, ignoring rate limits: for shutdown. Based on the
+    /// last observation plus the writes decided since. Kills cannot be undone.
+    pub fn restore_all(&self) -> Vec<Decision> {
+        let mut thaws = Vec::new();
+        let mut rest = Vec::new();
+        for (id, s) in &self.cgroups {
+            let (o, c) = (&s.original, &s.current);
+            let push = |list: &mut Vec<Decision>, action| {
+                list.push(Decision { cgroup: id.clone(), action, reason: Reason::Restore })
+            };
+            if c.frozen != o.frozen {
+                push(&mut thaws, Action::Freeze(o.frozen));
+            }
+            if c.high != o.high {
+                push(&mut rest, Action::High(o.high));
+            }
+            if c.low != o.low {
+                push(&mut rest, Action::Low(o.low));
+            }
+            if c.min != o.min {
+                push(&mut rest, Action::Min(o.min));
+            }
+        }
+        thaws.extend(rest);
+        thaws
+    }
+
+    /// A summary of the engine's state.
+    pub fn status(&self) -> Status {
+        let ids = |f: &dyn Fn(&CgState) -> bool| {
+            self.cgroups.iter().filter(|(_, s)| f(s)).map(|(id, _)| id.clone()).collect()
+        };
+        Status {
+            tracked: self.cgroups.len(),
+            last_pressure_ms: self.last_pressure_ms,
+            stalled_since_ms: self.stall_since_ms,
+            throttled: ids(&|s| s.current.high < s.original.high),
+            frozen: ids(&|s| s.frozen_by.is_some()),
+        }
+    }
+}
+
+/// Brings per-cgroup state in line with `obs` and returns the usable cgroups, sorted by id:
+/// unknown tiers and duplicate ids are skipped, state of vanished cgroups is dropped.
+fn sync<'a>(
+    states: &mut BTreeMap<String, CgState>,
+    cfg: &Config,
+    obs: &'a Observation,
+    now: u64,
+) -> Vec<&'a CgroupObs> {
+    let mut seen: BTreeMap<&str, &CgroupObs> = BTreeMap::new();
+    for c in &obs.cgroups {
+        if cfg.tiers.get(c.tier).is_some() {
+            seen.entry(c.id.as_str()).or_insert(c);
+        }
+    }
+    states.retain(|id, s| seen.get(id.as_str()).is_some_and(|c| c.tier == s.tier));
+    for c in seen.values() {
+        let s = states
+            .entry(c.id.clone())
+            .or_insert_with(|| CgState::new(c.tier, cfg.policy.ws_window_ms, c.original, c.current));
+        s.original = c.original;
+        s.current = c.current;
+        s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));
+    }
+    seen.into_values().collect()
+}
+
+/// What the sub-policies see in one tick.
+pub(crate) struct Ctx<'a> {
+    pub cfg: &'a Config,
+    pub now: u64,
+    pub parent: &'a ParentObs,
+    /// Valid cgroups, sorted by id.
+    pub cgs: Vec<&'a CgroupObs>,
+}
+
+impl<'a> Ctx<'a> {
+    /// The tier of a cgroup from `cgs` (checked in `sync`).
+    pub fn tier(&self, c: &CgroupObs) -> &'a Tier {
+        self.cfg.tiers.get(c.tier).expect("tier checked in sync")
+    }
+
+    pub fn get(&self, id: &str) -> Option<&'a CgroupObs> {
+        self.cgs.binary_search_by(|c| c.id.as_str().cmp(id)).ok().map(|i| self.cgs[i])
+    }
+
+    /// `min_high`, rounded up to a page.
+    pub fn floor(&self) -> u64 {
+        self.cfg.policy.min_high.div_ceil(PAGE) * PAGE
+    }
+
+    /// The parent's effective limit: the tighter of memory.max and memory.high.
+    pub fn parent_limit(&self) -> Limit {
+        self.parent.max.min(self.parent.high)
+    }
+}
+
+/// Writes proposed in one tick, before rate limiting.
+#[derive(Default)]
+pub(crate) struct Plan {
+    items: Vec<(String, Action, Reason)>,
+}
+
+impl Plan {
+    pub fn push(&mut self, c: &CgroupObs, action: Action, reason: Reason) {
+        self.items.push((c.id.clone(), action, reason));
+    }
+
+    /// Proposes lowering memory.high. Cuts never raise: values not below the current high are
+    /// ignored; when several mechanisms propose, the lowest wins.
+    pub fn lower_high(&mut self, c: &CgroupObs, bytes: u64, reason: Reason) {
+        let new = Limit::Bytes(bytes);
+        if new >= c.current.high {
+            return;
+        }
+        let existing = self.items.iter_mut().find(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)));
+        match existing {
+            Some((_, Action::High(old), r)) if new < *old => {
+                *old = new;
+                *r = reason;
+            }
+            Some(_) => {}
+            None => self.push(c, Action::High(new), reason),
+        }
+    }
+
+    pub fn raise_high(&mut self, c: &CgroupObs, to: Limit, reason: Reason) {
+        self.push(c, Action::High(to), reason);
+    }
+}
+
+/// Turns the plan into decisions: drops no-ops and rate-limited writes, records the rest.
+fn commit(plan: Plan, ctx: &Ctx, states: &mut BTreeMap<String, CgState>) -> Vec<Decision> {
+    let rank = |a: &Action| match a {
+        Action::Freeze(false) => 0,
+        Action::High(_) => 1,
+        Action::Low(_) | Action::Min(_) => 2,
+        Action::Freeze(true) => 3,
+        Action::Kill => 4,
+    };
+    let mut items = plan.items;
+    items.sort_by(|a, b| (rank(&a.1), &a.0).cmp(&(rank(&b.1), &b.0)));
+    let interval = ctx.cfg.policy.min_write_interval_ms;
+    let mut out = Vec::new();
+    for (id, action, reason) in items {
+        let (Some(c), Some(s)) = (ctx.get(&id), states.get_mut(&id)) else { continue };
+        let unchanged = match action {
+            Action::High(l) => c.current.high == l,
+            Action::Low(l) => c.current.low == l,
+            Action::Min(l) => c.current.min == l,
+            Action::Freeze(b) => c.current.frozen == b,
+            Action::Kill => false,
+        };
+        if unchanged {
+            if action == Action::Freeze(false) {
+                s.frozen_by = None; // someone else thawed it already
+            }
+            continue;
+        }
+        if !s.may_write(action.knob(), ctx.now, interval) {
+            continue;
+        }
+        s.wrote(action, ctx.now);
+        match (&action, &reason) {
+            (Action::Freeze(true), Reason::Stalled { by, .. }) => s.frozen_by = Some(by.clone()),
+            (Action::Freeze(false), _) => s.frozen_by = None,
+            _ => {}
+        }
+        out.push(Decision { cgroup: id, action, reason });
+    }
+    out
+}

@@ -1,0 +1,130 @@
+//! Who is under pressure this tick: protected cgroups, and the parent as a whole.
+
+use super::Ctx;
+use crate::config::TierIndex;
+use crate::decision::{Reason, Trigger};
+use crate::obs::{CgroupObs, MemEvents, SignalEvent};
+use crate::size::Limit;
+
+/// A protected cgroup under pressure.
+pub(crate) struct Pressured<'a> {
+    pub cg: &'a CgroupObs,
+    pub trigger: Trigger,
+}
+
+/// The parent is within `headroom_guard` of its limit.
+pub(crate) struct Guard {
+    pub usage: u64,
+    pub limit: u64,
+    pub guard: u64,
+}
+
+impl Guard {
+    /// How far the subtree is above the guard line: what the lower tiers must give up.
+    pub fn excess(&self) -> u64 {
+        self.usage.saturating_sub(self.limit.saturating_sub(self.guard))
+    }
+
+    pub fn reason(&self) -> Reason {
+        Reason::HeadroomGuard {
+            parent_usage_bytes: self.usage,
+            limit_bytes: self.limit,
+            headroom_bytes: self.limit.saturating_sub(self.usage),
+            guard_bytes: self.guard,
+        }
+    }
+}
+
+pub(crate) struct Pressure<'a> {
+    /// Highest priority first (tier, then id).
+    pub protected: Vec<Pressured<'a>>,
+    pub guard: Option<Guard>,
+    /// Parent memory.events with `max` or `oom` hits.
+    pub parent_events: Option<MemEvents>,
+}
+
+impl Pressure<'_> {
+    /// Any pressure at all: holds off release and restarts the hold timer.
+    pub fn any(&self) -> bool {
+        !self.protected.is_empty() || self.guard.is_some() || self.parent_events.is_some()
+    }
+
+    /// The highest-priority pressured protected cgroup.
+    pub fn top(&self) -> Option<&Pressured<'_>> {
+        self.protected.first()
+    }
+
+    /// Only tiers strictly below this one may be throttled; `None` (parent-level pressure
+    /// only) means every throttle tier. The pressured tier and those above it are never cut.
+    pub fn victims_below(&self) -> Option<TierIndex> {
+        self.top().map(|p| p.cg.tier)
+    }
+}
+
+pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a> {
+    let mut protected: Vec<Pressured<'a>> = ctx
+        .cgs
+        .iter()
+        .filter(|c| ctx.tier(c).is_protected())
+        .filter_map(|&c| trigger(ctx, c, elapsed_ms).map(|trigger| Pressured { cg: c, trigger }))
+        .collect();
+    protected.sort_by(|a, b| (a.cg.tier, &a.cg.id).cmp(&(b.cg.tier, &b.cg.id)));
+
+    let guard = match (ctx.parent_limit(), ctx.cfg.policy.headroom_guard) {
+        (Limit::Bytes(limit), guard) if guard > 0 => {
+            let g = Guard { usage: ctx.parent.usage_bytes, limit, guard };
+            (g.excess() > 0).then_some(g)
+        }
+        _ => None,
+    };
+    let ev = ctx.parent.events_delta;
+    let parent_events = (ctx.cfg.signals.events && (ev.max > 0 || ev.oom > 0)).then_some(ev);
+    Pressure { protected, guard, parent_events }
+}
+
+/// Why `c` (a protected cgroup) counts as under pressure, if it does.
+fn trigger(ctx: &Ctx, c: &CgroupObs, elapsed_ms: Option<u64>) -> Option<Trigger> {
+    let (signals, policy) = (&ctx.cfg.signals, &ctx.cfg.policy);
+    if self_limited(c, policy.headroom_guard) {
+        return None;
+    }
+    if signals.psi {
+        // avg10 is a 10 s average: after we relieve the pressure it stays high for seconds.
+        // Requiring some stall since the previous tick keeps us from cutting on its tail.
+        if c.psi.some_avg10 >= policy.pressure_psi_some_avg10 && c.psi.some_total_delta_us > 0 {
+            return Some(Trigger::PsiSomeAvg10 { value: c.psi.some_avg10 });
+        }
+        if let Some(e) = elapsed_ms {
+            let pct = c.psi.some_total_delta_us as f64 / (e as f64 * 10.0);
+            if pct >= policy.pressure_stall_pct {
+                return Some(Trigger::StallRate { pct });
+            }
+        }
+        if c.signals.contains(&SignalEvent::PsiTrigger) {
+            return Some(Trigger::PsiTrigger);
+        }
+    }
+    if signals.bpf {
+        let bpf = c.signals.iter().find_map(|s| match s {
+            SignalEvent::BpfThreshold { value } => Some(*value),
+            _ => None,
+        });
+        if let Some(value) = bpf {
+            return Some(Trigger::Bpf { value });
+        }
+    }
+    if signals.events && c.events_delta.low > 0 {
+        return Some(Trigger::LowEvents { count: c.events_delta.low });
+    }
+    None
+}
+
+/// A cgroup within `guard` bytes of its own memory.high/max stalls on its own limit;
+/// throttling its siblings cannot help it (this includes a protected middle tier that we
+/// throttled on behalf of a higher one), so its pressure is not acted on.
+fn self_limited(c: &CgroupObs, guard: u64) -> bool {
+    match c.current.high.min(c.current.max) {
+        Limit::Bytes(own) => c.usage_bytes.saturating_add(guard) >= own,
+        Limit::Max => false,
+    }
+}

@@ -1,0 +1,106 @@
+//! Per-cgroup memory of the engine: write times, working-set window, freeze cause.
+
+use std::collections::VecDeque;
+
+use crate::config::TierIndex;
+use crate::decision::{Action, Knob};
+use crate::obs::Knobs;
+
+/// What the engine remembers about a cgroup between ticks. Dropped when the cgroup vanishes
+/// or changes tier, so a cgroup that comes back starts fresh.
+#[derive(Debug)]
+pub(crate) struct CgState {
+    pub tier: TierIndex,
+    pub ws: WindowMax,
+    /// Last write time per knob, indexed by `Knob as usize`.
+    last_write: [Option<u64>; 5],
+    /// Set while a freeze we wrote is in force: the stalling cgroup that caused it.
+    pub frozen_by: Option<String>,
+    /// Originals and the values we believe are in force (observed, then our own writes), so
+    /// `restore_all` knows what to put back without another observation.
+    pub original: Knobs,
+    pub current: Knobs,
+}
+
+impl CgState {
+    pub fn new(tier: TierIndex, window_ms: u64, original: Knobs, current: Knobs) -> CgState {
+        CgState { tier, ws: WindowMax::new(window_ms), last_write: [None; 5], frozen_by: None, original, current }
+    }
+
+    /// True unless this knob was written less than `interval_ms` ago.
+    pub fn may_write(&self, knob: Knob, now: u64, interval_ms: u64) -> bool {
+        self.last_write[knob as usize].is_none_or(|t| now.saturating_sub(t) >= interval_ms)
+    }
+
+    /// Records a write and its value.
+    pub fn wrote(&mut self, action: Action, now: u64) {
+        self.last_write[action.knob() as usize] = Some(now);
+        match action {
+            Action::High(l) => self.current.high = l,
+            Action::Low(l) => self.current.low = l,
+            Action::Min(l) => self.current.min = l,
+            Action::Freeze(b) => self.current.frozen = b,
+            Action::Kill => {}
+        }
+    }
+}
+
+/// Maximum of the samples of the last `window_ms`, in O(1) amortized per sample
+/// (monotonic deque: values only ever decrease from front to back).
+#[derive(Debug)]
+pub(crate) struct WindowMax {
+    window_ms: u64,
+    samples: VecDeque<(u64, u64)>,
+}
+
+impl WindowMax {
+    pub fn new(window_ms: u64) -> WindowMax {
+        WindowMax { window_ms, samples: VecDeque::new() }
+    }
+
+    pub fn push(&mut self, now: u64, value: u64) {
+        while self.samples.back().is_some_and(|&(_, v)| v <= value) {
+            self.samples.pop_back();
+        }
+        self.samples.push_back((now, value));
+        while self.samples.front().is_some_and(|&(t, _)| now.saturating_sub(t) >= self.window_ms) {
+            self.samples.pop_front();
+        }
+    }
+
+    /// The peak of the window; 0 before the first sample.
+    pub fn max(&self) -> u64 {
+        self.samples.front().map_or(0, |&(_, v)| v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_max_slides() {
+        let mut w = WindowMax::new(1000);
+        w.push(0, 5);
+        w.push(400, 3);
+        assert_eq!(w.max(), 5);
+        w.push(999, 1);
+        assert_eq!(w.max(), 5);
+        w.push(1000, 2); // the 5 from t=0 is now 1000 ms old: out
+        assert_eq!(w.max(), 3);
+        w.push(1500, 0);
+        assert_eq!(w.max(), 2);
+        w.push(1501, 9);
+        assert_eq!(w.max(), 9);
+    }
+
+    #[test]
+    fn rate_limit_per_knob() {
+        let mut s = CgState::new(TierIndex(0), 1000, Knobs::default(), Knobs::default());
+        assert!(s.may_write(Knob::High, 0, 1000));
+        s.wrote(Action::High(crate::Limit::Bytes(1)), 100);
+        assert!(!s.may_write(Knob::High, 1099, 1000));
+        assert!(s.may_write(Knob::High, 1100, 1000));
+        assert!(s.may_write(Knob::Low, 100, 1000));
+    }
+}

@@ -1,0 +1,186 @@
+//! Lowering and raising memory.high of throttle tiers.
+//!
+//! Kernel semantics this relies on (mm/memcontrol.c):
+//! - memory.high never fails a charge. A task that pushes its cgroup over high is sent into
+//!   `mem_cgroup_handle_over_high()` on return to user mode: it reclaims from the cgroup and,
+//!   if that does not bring usage under high, sleeps. The sleep (`calculate_high_delay`) grows
+//!   with the square of the relative overage, `(usage - high) / high`: about 6 ms at 1 %
+//!   (below 10 ms the kernel does not sleep at all), 0.16 s at 5 %, 0.64 s at 10 %, and it is
+//!   capped at 2 s per return to user mode from about 18 %. Hence `step_ratio = 0.1`: one
+//!   step already slows an allocating task hard, without being a cliff.
+//! - With no swap, anonymous memory cannot be reclaimed: a high far below usage frees
+//!   nothing, it only makes the tasks sleep. Setting high at or a little below usage thus
+//!   stops a low-priority cgroup's *growth* instead of OOM-killing it, which is the outcome
+//!   the memcg_bpf_ops RFC gets from its `get_high_delay_ms` hook. With swap or page cache,
+//!   the same write does reclaim (and the writer of memory.high does part of that reclaim
+//!   synchronously, so the daemon's write can take a while).
+//! - Lowering further than ~18 % below usage adds no sleep for anon-only workloads; it only
+//!   matters for reclaimable memory, so `min_high` bounds how deep we go.
+
+use super::pressure::{Guard, Pressure};
+use super::{Ctx, Plan};
+use crate::config::TierIndex;
+use crate::decision::Reason;
+use crate::obs::CgroupObs;
+use crate::size::{page_down, Limit};
+
+/// Throttle tiers strictly below `below` (all of them for `None`), lowest priority first,
+/// each with its cgroups (in id order).
+fn victim_tiers<'a>(ctx: &Ctx<'a>, below: Option<TierIndex>) -> Vec<Vec<&'a CgroupObs>> {
+    let mut tiers: Vec<(TierIndex, Vec<&'a CgroupObs>)> = Vec::new();
+    for (index, tier) in ctx.cfg.tiers.iter() {
+        if tier.throttle && below.is_none_or(|b| index > b) {
+            let cgs = ctx.cgs.iter().copied().filter(|c| c.tier == index).collect();
+            tiers.push((index, cgs));
+        }
+    }
+    tiers.into_iter().rev().map(|(_, cgs)| cgs).collect()
+}
+
+/// What a cut starts from: the current high, or usage when that is lower (lowering a high
+/// the cgroup does not reach would not throttle anything).
+fn base(c: &CgroupObs) -> u64 {
+    c.current.high.bytes().map_or(c.usage_bytes, |h| h.min(c.usage_bytes))
+}
+
+/// Under pressure: the headroom guard's target and/or one proportional step.
+pub(crate) fn cut(ctx: &Ctx, p: &Pressure, plan: &mut Plan) {
+    let tiers = victim_tiers(ctx, p.victims_below());
+    if let Some(g) = &p.guard {
+        guard_cut(ctx, g, &tiers, plan);
+    }
+    let reason = match (p.top(), &p.parent_events) {
+        (Some(top), _) => Reason::ProtectedPressure { by: top.cg.id.clone(), trigger: top.trigger },
+        (None, Some(ev)) => Reason::ParentLimitEvents { max: ev.max, oom: ev.oom },
+        (None, None) => return, // the guard alone computes an exact target, no extra step
+    };
+    step(ctx, &tiers, reason, plan);
+}
+
+/// One step on the lowest tier that still has room above the floor: each of its cgroups
+/// gives up `step_ratio` of its usage (so in proportion to what it holds), down to
+/// `min_high`. Higher tiers are only touched once every cgroup below is at its floor.
+/// Rate-limited cgroups are proposed anyway and dropped at commit: the step then waits
+/// rather than moving on to a higher tier.
+fn step(ctx: &Ctx, tiers: &[Vec<&CgroupObs>], reason: Reason, plan: &mut Plan) {
+    let floor = ctx.floor();
+    let Some(tier) = tiers.iter().find(|cgs| cgs.iter().any(|c| base(c) > floor)) else {
+        return;
+    };
+    for c in tier.iter().filter(|c| base(c) > floor) {
+        let cut = (c.usage_bytes as f64 * ctx.cfg.policy.step_ratio).round() as u64;
+        let high = page_down(base(c).saturating_sub(cut)).max(floor);
+        plan.lower_high(c, high, reason.clone());
+    }
+}
+
+/// Sets the highs so that the throttle tiers' usage fits under `limit - guard`: the excess is
+/// taken from the lowest tier first, within a tier in proportion to usage, never below the
+/// floor. Targets are computed from usage, not from the current high, so an unchanged
+/// situation yields the same targets (no ratcheting while anon memory cannot shrink).
+fn guard_cut(ctx: &Ctx, g: &Guard, tiers: &[Vec<&CgroupObs>], plan: &mut Plan) {
+    let floor = ctx.floor();
+    let mut excess = g.excess();
+    for tier in tiers {
+        if excess == 0 {
+            break;
+        }
+        let usage: Vec<u64> = tier.iter().map(|c| c.usage_bytes).collect();
+        let room: Vec<u64> = usage.iter().map(|u| u.saturating_sub(floor)).collect();
+        let take = excess.min(room.iter().sum());
+        for (c, cut) in tier.iter().zip(water_fill(take, &usage, &room)) {
+            if cut > 0 {
+                let high = page_down(c.usage_bytes - cut).max(floor);
+                plan.lower_high(c, high, g.reason());
+            }
+        }
+        excess -= take;
+    }
+}
+
+/// Splits `total` in proportion to `weight`, no share above its `cap`; what a capped share
+/// cannot take is split again among the others. Needs `total <= sum(cap)`.
+pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
+    let mut out = vec![0u64; weight.len()];
+    let mut open: Vec<usize> = (0..weight.len()).filter(|&i| cap[i] > 0).collect();
+    let mut left = total;
+    while left > 0 && !open.is_empty() {
+        let sum: u128 = open.iter().map(|&i| u128::from(weight[i].max(1))).sum();
+        let share = |i: usize| (u128::from(left) * u128::from(weight[i].max(1)) / sum) as u64;
+        let full: Vec<usize> = open.iter().copied().filter(|&i| share(i) >= cap[i] - out[i]).collect();
+        if full.is_empty() {
+            let shares: Vec<u64> = open.iter().map(|&i| share(i)).collect();
+            for (&i, s) in open.iter().zip(&shares) {
+                out[i] += s;
+            }
+            left -= shares.iter().sum::<u64>();
+            // Integer division leaves a few bytes; the first open share has room for them
+            // (its share was below its cap), so every round makes progress.
+            let first = open[0];
+            let extra = left.min(cap[first] - out[first]);
+            out[first] += extra;
+            left -= extra;
+            open.retain(|&i| out[i] < cap[i]);
+        } else {
+            for i in full {
+                left -= cap[i] - out[i];
+                out[i] = cap[i];
+            }
+            open.retain(|&i| out[i] < cap[i]);
+        }
+    }
+    out
+}
+
+/// Calm for `hold_ms`: raise memory.high of the highest-priority throttled tier one step.
+///
+/// A step multiplies the high by `1 + release_ratio` but never leaves it below usage (a high
+/// far below usage only makes tasks sleep). A cgroup goes back to its original value when the
+/// step reaches it, or when it clearly no longer presses on its limit (usage at most half the
+/// stepped value). With a finite parent limit, steps stop at what fits under the guard line
+/// (shared among the cgroups released together), so a release does not walk straight back
+/// into the guard.
+pub(crate) fn release(ctx: &Ctx, calm_for_ms: u64, plan: &mut Plan) {
+    let throttled: Vec<&CgroupObs> = ctx.cgs.iter().copied().filter(|c| c.current.high < c.original.high).collect();
+    let Some(top) = throttled.iter().map(|c| c.tier).min() else { return };
+    let now_released: Vec<&CgroupObs> = throttled.into_iter().filter(|c| c.tier == top).collect();
+    let room = match ctx.parent_limit() {
+        Limit::Bytes(limit) => {
+            let line = limit.saturating_sub(ctx.cfg.policy.headroom_guard);
+            line.saturating_sub(ctx.parent.usage_bytes) / now_released.len() as u64
+        }
+        Limit::Max => u64::MAX,
+    };
+    let grow = 1.0 + ctx.cfg.policy.release_ratio;
+    for c in now_released {
+        let Limit::Bytes(cur) = c.current.high else { continue };
+        let usage = c.usage_bytes;
+        let stepped = ((cur as f64 * grow) as u64).max(usage);
+        let cap = usage.saturating_add(room);
+        let target = if usage.saturating_mul(2) <= stepped && stepped <= cap {
+            c.original.high
+        } else {
+            Limit::Bytes(page_down(stepped)).min(c.original.high).min(Limit::Bytes(page_down(cap)))
+        };
+        if target > c.current.high {
+            plan.raise_high(c, target, Reason::Release { calm_for_ms });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::water_fill;
+
+    #[test]
+    fn water_fill_is_proportional_and_capped() {
+        assert_eq!(water_fill(60, &[400, 200], &[1000, 1000]), vec![40, 20]);
+        // The small one can give only 5; the rest comes from the big one.
+        assert_eq!(water_fill(100, &[400, 100], &[1000, 5]), vec![95, 5]);
+        assert_eq!(water_fill(0, &[1, 2], &[5, 5]), vec![0, 0]);
+        assert_eq!(water_fill(10, &[1, 1, 1], &[5, 5, 5]), vec![4, 3, 3]);
+        let out = water_fill(15, &[3, 0, 9], &[5, 5, 5]);
+        assert_eq!(out.iter().sum::<u64>(), 15);
+        assert!(out.iter().all(|&x| x <= 5));
+    }
+}

@@ -1,0 +1,152 @@
+//! What the daemon observed: the engine's only input besides the config.
+//!
+//! All types are plain data (serde both ways) so the daemon can journal observations and a
+//! test or a bug report can replay them through `Engine::tick`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::TierIndex;
+use crate::size::Limit;
+
+/// One sample of the managed subtree at `now_ms` (any monotonic clock, in milliseconds).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// Monotonic time of the sample. The engine never reads a clock; going backwards is
+    /// treated as no time passing.
+    pub now_ms: u64,
+    /// The cgroup at `cgroup_root`.
+    pub parent: ParentObs,
+    /// The managed cgroups. They must not nest (pass leaves, or the root's direct children):
+    /// a parent and its child would both be counted. Order does not matter; if an id appears
+    /// twice the first wins. Cgroups missing here are treated as gone.
+    pub cgroups: Vec<CgroupObs>,
+}
+
+/// The managed subtree's root (`cgroup_root`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ParentObs {
+    /// memory.current.
+    pub usage_bytes: u64,
+    /// memory.max.
+    pub max: Limit,
+    /// memory.high (the guard uses the tighter of the two).
+    pub high: Limit,
+    /// memory.events increments since the previous sample (`max`/`oom` mean the whole subtree
+    /// hit its limit).
+    pub events_delta: MemEvents,
+}
+
+impl Default for ParentObs {
+    fn default() -> Self {
+        ParentObs { usage_bytes: 0, max: Limit::Max, high: Limit::Max, events_delta: MemEvents::default() }
+    }
+}
+
+/// One managed cgroup.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CgroupObs {
+    /// Path relative to `cgroup_root`, e.g. `"batch/job-7"`; the key for all engine state.
+    pub id: String,
+    /// From `Tiers::classify(id)`; cgroups matching no tier should not be passed. A cgroup
+    /// whose tier changes is treated as a new cgroup. An out-of-range index is ignored.
+    pub tier: TierIndex,
+    /// memory.current.
+    pub usage_bytes: u64,
+    /// Optional better working-set estimate (e.g. anon + active_file from memory.stat);
+    /// protection follows this instead of `usage_bytes` when given.
+    pub working_set_bytes: Option<u64>,
+    /// Knob values before memqos first wrote to this cgroup (the daemon's journal, or the
+    /// current values the first time it is seen). Release and restore go back to these.
+    pub original: Knobs,
+    /// Knob values as read now (what memqos, or anyone, last wrote).
+    pub current: Knobs,
+    /// memory.events increments since the previous sample.
+    pub events_delta: MemEvents,
+    /// memory.pressure.
+    pub psi: Psi,
+    /// Wakeups that arrived since the previous sample.
+    pub signals: Vec<SignalEvent>,
+}
+
+impl CgroupObs {
+    /// A cgroup with kernel-default knobs and no pressure; handy for tests and replays.
+    pub fn new(id: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
+        CgroupObs {
+            id: id.into(),
+            tier,
+            usage_bytes,
+            working_set_bytes: None,
+            original: Knobs::default(),
+            current: Knobs::default(),
+            events_delta: MemEvents::default(),
+            psi: Psi::default(),
+            signals: Vec::new(),
+        }
+    }
+}
+
+/// The knobs memqos reads or writes in one cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knobs {
+    /// memory.high (written by memqos on throttle tiers).
+    pub high: Limit,
+    /// memory.max (read only: bounds protection; pressure at one's own max is not ours to fix).
+    pub max: Limit,
+    /// memory.low (written by memqos on `protect = "low"` tiers).
+    pub low: Limit,
+    /// memory.min (written by memqos on `protect = "min"` tiers).
+    pub min: Limit,
+    /// cgroup.freeze (written by memqos only on `freeze = true` tiers).
+    pub frozen: bool,
+}
+
+impl Default for Knobs {
+    /// The kernel's defaults for a new cgroup.
+    fn default() -> Self {
+        Knobs { high: Limit::Max, max: Limit::Max, low: Limit::Bytes(0), min: Limit::Bytes(0), frozen: false }
+    }
+}
+
+/// memory.events counters (as increments since the previous sample).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemEvents {
+    /// Reclaimed despite being under memory.low: protection is overcommitted.
+    pub low: u64,
+    /// Went over memory.high (throttled by the kernel).
+    pub high: u64,
+    /// Hit memory.max (direct reclaim at the limit).
+    pub max: u64,
+    /// The OOM killer was invoked.
+    pub oom: u64,
+    /// Processes were OOM-killed.
+    pub oom_kill: u64,
+}
+
+/// memory.pressure, the `some` line plus `full avg10`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Psi {
+    /// `some avg10`, percent.
+    pub some_avg10: f64,
+    /// `full avg10`, percent (logged only; `some` is what decides).
+    pub full_avg10: f64,
+    /// Increase of `some total` (microseconds stalled) since the previous sample; 0 for a
+    /// cgroup seen for the first time.
+    pub some_total_delta_us: u64,
+}
+
+/// An asynchronous wakeup for one cgroup, delivered with the next observation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SignalEvent {
+    /// A PSI trigger registered on memory.pressure fired (counts as pressure when
+    /// `signals.psi` is on).
+    PsiTrigger,
+    /// The BPF source saw this cgroup cross its threshold, e.g. a PGSCAN/PGFAULT rate
+    /// (counts as pressure when `signals.bpf` is on).
+    BpfThreshold {
+        /// The measured value, for the log.
+        value: u64,
+    },
+    /// memory.events changed (inotify). Only a wakeup: `events_delta` carries the counts.
+    EventsChanged,
+}
