@@ -135,32 +135,33 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 /// Calm for `hold_ms`: raise memory.high of the highest-priority throttled tier one step.
 ///
 /// A step multiplies the high by `1 + release_ratio` but never leaves it below usage (a high
-/// far below usage only makes tasks sleep). A cgroup goes back to its original value when the
-/// step reaches it, or when it clearly no longer presses on its limit (usage at most half the
-/// stepped value). With a finite parent limit, steps stop at what fits under the guard line
-/// (shared among the cgroups released together), so a release does not walk straight back
-/// into the guard.
+/// far below usage only makes tasks sleep). With a finite parent limit a step also stays
+/// within the room left under the guard line (shared among the cgroups released together):
+/// releasing must not itself walk the subtree back into the guard while the protected tier
+/// still holds its memory. A cgroup goes back to its original value when the step reaches it,
+/// or as soon as it clearly no longer presses on its limit (usage at most half the uncapped
+/// step): from then on it is an ordinary cgroup that the guard watches like any other.
 pub(crate) fn release(ctx: &Ctx, calm_for_ms: u64, plan: &mut Plan) {
     let throttled: Vec<&CgroupObs> = ctx.cgs.iter().copied().filter(|c| c.current.high < c.original.high).collect();
     let Some(top) = throttled.iter().map(|c| c.tier).min() else { return };
-    let now_released: Vec<&CgroupObs> = throttled.into_iter().filter(|c| c.tier == top).collect();
+    let released: Vec<&CgroupObs> = throttled.into_iter().filter(|c| c.tier == top).collect();
     let room = match ctx.parent_limit() {
         Limit::Bytes(limit) => {
             let line = limit.saturating_sub(ctx.cfg.policy.headroom_guard);
-            line.saturating_sub(ctx.parent.usage_bytes) / now_released.len() as u64
+            line.saturating_sub(ctx.parent.usage_bytes) / released.len() as u64
         }
         Limit::Max => u64::MAX,
     };
     let grow = 1.0 + ctx.cfg.policy.release_ratio;
-    for c in now_released {
+    for c in released {
         let Limit::Bytes(cur) = c.current.high else { continue };
         let usage = c.usage_bytes;
         let stepped = ((cur as f64 * grow) as u64).max(usage);
-        let cap = usage.saturating_add(room);
-        let target = if usage.saturating_mul(2) <= stepped && stepped <= cap {
+        let target = if usage.saturating_mul(2) <= stepped {
             c.original.high
         } else {
-            Limit::Bytes(page_down(stepped)).min(c.original.high).min(Limit::Bytes(page_down(cap)))
+            let cap = page_down(usage.saturating_add(room));
+            Limit::Bytes(page_down(stepped).min(cap)).min(c.original.high)
         };
         if target > c.current.high {
             plan.raise_high(c, target, Reason::Release { calm_for_ms });
