@@ -27,7 +27,14 @@ impl Decision {
 
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{} = {}: {}", self.cgroup, self.action.file(), self.action.value(), self.reason)
+        write!(
+            f,
+            "{}/{} = {}: {}",
+            self.cgroup,
+            self.action.file(),
+            self.action.value(),
+            self.reason
+        )
     }
 }
 
@@ -138,7 +145,9 @@ impl fmt::Display for Trigger {
             Trigger::StallRate { pct } => write!(f, "stalled {pct:.1}% of the last interval"),
             Trigger::PsiTrigger => f.write_str("psi trigger fired"),
             Trigger::Bpf { value } => write!(f, "bpf threshold crossed ({value})"),
-            Trigger::LowEvents { count } => write!(f, "{count} memory.events low (reclaimed under protection)"),
+            Trigger::LowEvents { count } => {
+                write!(f, "{count} memory.events low (reclaimed under protection)")
+            }
         }
     }
 }
@@ -209,7 +218,12 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::ProtectedPressure { by, trigger } => write!(f, "pressure in {by}: {trigger}"),
-            Reason::HeadroomGuard { parent_usage_bytes, limit_bytes, headroom_bytes, guard_bytes } => write!(
+            Reason::HeadroomGuard {
+                parent_usage_bytes,
+                limit_bytes,
+                headroom_bytes,
+                guard_bytes,
+            } => write!(
                 f,
                 "parent at {} of {}: headroom {} below guard {}",
                 human(*parent_usage_bytes),
@@ -217,10 +231,22 @@ impl fmt::Display for Reason {
                 human(*headroom_bytes),
                 human(*guard_bytes)
             ),
-            Reason::ParentLimitEvents { max, oom } => write!(f, "parent hit its limit ({max} max, {oom} oom events)"),
-            Reason::Release { calm_for_ms } => write!(f, "no pressure for {calm_for_ms} ms, releasing"),
-            Reason::WorkingSet { peak_bytes, window_ms } => {
-                write!(f, "working set peak {} over {} s", human(*peak_bytes), window_ms / 1000)
+            Reason::ParentLimitEvents { max, oom } => {
+                write!(f, "parent hit its limit ({max} max, {oom} oom events)")
+            }
+            Reason::Release { calm_for_ms } => {
+                write!(f, "no pressure for {calm_for_ms} ms, releasing")
+            }
+            Reason::WorkingSet {
+                peak_bytes,
+                window_ms,
+            } => {
+                write!(
+                    f,
+                    "working set peak {} over {} s",
+                    human(*peak_bytes),
+                    window_ms / 1000
+                )
             }
             Reason::Stalled { by, stalled_for_ms } => {
                 write!(f, "{by} stalled for {stalled_for_ms} ms despite throttling")

@@ -87,7 +87,12 @@ impl Engine {
         self.last_tick_ms = Some(now);
 
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
-        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs };
+        let ctx = Ctx {
+            cfg: &self.cfg,
+            now,
+            parent: &obs.parent,
+            cgs,
+        };
         let p = pressure::detect(&ctx, elapsed);
         if p.any() {
             self.last_pressure_ms = Some(now);
@@ -131,7 +136,11 @@ impl Engine {
         for (id, s) in &self.cgroups {
             let (o, c) = (&s.original, &s.current);
             let push = |list: &mut Vec<Decision>, action| {
-                list.push(Decision { cgroup: id.clone(), action, reason: Reason::Restore })
+                list.push(Decision {
+                    cgroup: id.clone(),
+                    action,
+                    reason: Reason::Restore,
+                })
             };
             if c.frozen != o.frozen {
                 push(&mut thaws, Action::Freeze(o.frozen));
@@ -153,7 +162,11 @@ impl Engine {
     /// A summary of the engine's state.
     pub fn status(&self) -> Status {
         let ids = |f: &dyn Fn(&CgState) -> bool| {
-            self.cgroups.iter().filter(|(_, s)| f(s)).map(|(id, _)| id.clone()).collect()
+            self.cgroups
+                .iter()
+                .filter(|(_, s)| f(s))
+                .map(|(id, _)| id.clone())
+                .collect()
         };
         Status {
             tracked: self.cgroups.len(),
@@ -181,9 +194,9 @@ fn sync<'a>(
     }
     states.retain(|id, s| seen.get(id.as_str()).is_some_and(|c| c.tier == s.tier));
     for c in seen.values() {
-        let s = states
-            .entry(c.id.clone())
-            .or_insert_with(|| CgState::new(c.tier, cfg.policy.ws_window_ms, c.original, c.current));
+        let s = states.entry(c.id.clone()).or_insert_with(|| {
+            CgState::new(c.tier, cfg.policy.ws_window_ms, c.original, c.current)
+        });
         s.original = c.original;
         s.current = c.current;
         s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));
@@ -207,7 +220,10 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn get(&self, id: &str) -> Option<&'a CgroupObs> {
-        self.cgs.binary_search_by(|c| c.id.as_str().cmp(id)).ok().map(|i| self.cgs[i])
+        self.cgs
+            .binary_search_by(|c| c.id.as_str().cmp(id))
+            .ok()
+            .map(|i| self.cgs[i])
     }
 
     /// `min_high`, rounded up to a page.
@@ -239,7 +255,10 @@ impl Plan {
         if new >= c.current.high {
             return;
         }
-        let existing = self.items.iter_mut().find(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)));
+        let existing = self
+            .items
+            .iter_mut()
+            .find(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)));
         match existing {
             Some((_, Action::High(old), r)) if new < *old => {
                 *old = new;
@@ -269,7 +288,9 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut BTreeMap<String, CgState>) -> Vec<
     let interval = ctx.cfg.policy.min_write_interval_ms;
     let mut out = Vec::new();
     for (id, action, reason) in items {
-        let (Some(c), Some(s)) = (ctx.get(&id), states.get_mut(&id)) else { continue };
+        let (Some(c), Some(s)) = (ctx.get(&id), states.get_mut(&id)) else {
+            continue;
+        };
         let unchanged = match action {
             Action::High(l) => c.current.high == l,
             Action::Low(l) => c.current.low == l,
@@ -292,7 +313,11 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut BTreeMap<String, CgState>) -> Vec<
             (Action::Freeze(false), _) => s.frozen_by = None,
             _ => {}
         }
-        out.push(Decision { cgroup: id, action, reason });
+        out.push(Decision {
+            cgroup: id,
+            action,
+            reason,
+        });
     }
     out
 }

@@ -50,14 +50,20 @@ impl Source<'_> {
 
     /// A toml/serde error: it has a span but no field path, so the path is recovered from the
     /// text around the span (best effort: the table header and key that enclose it).
-    pub fn from_toml(&self, e: &toml::de::Error) -> ConfigError {
+    pub fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
         let span = e.span();
         ConfigError {
             file: self.file.to_string(),
             position: span.clone().map(|s| line_col(self.text, s.start)),
             field: span.and_then(|s| key_path_at(self.text, s.start)),
             // toml's messages may span lines ("invalid array\nexpected `]`"): keep one line.
-            message: e.message().trim().lines().map(str::trim).collect::<Vec<_>>().join("; "),
+            message: e
+                .message()
+                .trim()
+                .lines()
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join("; "),
         }
     }
 }
@@ -106,7 +112,10 @@ pub(crate) fn key_path_at(text: &str, offset: usize) -> Option<String> {
             key = None;
         } else if let Some((k, _)) = t.split_once('=') {
             let k = k.trim();
-            if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            if !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
                 key = Some(k.to_string());
             }
         }
@@ -134,8 +143,17 @@ mod tests {
     fn key_paths() {
         let t = "root = 1\n[[tier]]\nname = \"a\"\n[[tier]]\nmatch = [\n  \"x\",\n]\n[policy]\nhold_ms = 3\n";
         assert_eq!(key_path_at(t, 2).as_deref(), Some("root"));
-        assert_eq!(key_path_at(t, t.find("\"a\"").unwrap()).as_deref(), Some("tier[0].name"));
-        assert_eq!(key_path_at(t, t.find("\"x\"").unwrap()).as_deref(), Some("tier[1].match"));
-        assert_eq!(key_path_at(t, t.find('3').unwrap()).as_deref(), Some("policy.hold_ms"));
+        assert_eq!(
+            key_path_at(t, t.find("\"a\"").unwrap()).as_deref(),
+            Some("tier[0].name")
+        );
+        assert_eq!(
+            key_path_at(t, t.find("\"x\"").unwrap()).as_deref(),
+            Some("tier[1].match")
+        );
+        assert_eq!(
+            key_path_at(t, t.find('3').unwrap()).as_deref(),
+            Some("policy.hold_ms")
+        );
     }
 }

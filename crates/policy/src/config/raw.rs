@@ -65,10 +65,16 @@ struct RawPolicy {
 
 pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
     let src = Source { text, file };
-    let raw: RawConfig = toml::from_str(text).map_err(|e| src.from_toml(&e))?;
+    let raw: RawConfig = toml::from_str(text).map_err(|e| src.toml_error(&e))?;
     let cgroup_root = match raw.cgroup_root {
         Some(p) => absolute(&src, p, "cgroup_root")?,
-        None => return Err(src.at(None, "cgroup_root", "missing (the managed subtree, e.g. \"/sys/fs/cgroup/agents\")".into())),
+        None => {
+            return Err(src.at(
+                None,
+                "cgroup_root",
+                "missing (the managed subtree, e.g. \"/sys/fs/cgroup/agents\")".into(),
+            ))
+        }
     };
     let state_dir = match raw.state_dir {
         Some(p) => absolute(&src, p, "state_dir")?,
@@ -87,7 +93,11 @@ fn absolute(src: &Source, p: Spanned<String>, field: &str) -> Result<PathBuf, Co
     if p.get_ref().starts_with('/') {
         return Ok(PathBuf::from(p.into_inner()));
     }
-    Err(src.at(Some(p.span()), field, format!("must be an absolute path, got {:?}", p.get_ref())))
+    Err(src.at(
+        Some(p.span()),
+        field,
+        format!("must be an absolute path, got {:?}", p.get_ref()),
+    ))
 }
 
 fn signals(src: &Source, r: RawSignals) -> Result<Signals, ConfigError> {
@@ -96,7 +106,13 @@ fn signals(src: &Source, r: RawSignals) -> Result<Signals, ConfigError> {
         psi: r.psi.unwrap_or(d.psi),
         events: r.events.unwrap_or(d.events),
         bpf: r.bpf.unwrap_or(d.bpf),
-        sampling_interval_ms: int(src, r.sampling_interval_ms, "signals.sampling_interval_ms", d.sampling_interval_ms, 10..=60_000)?,
+        sampling_interval_ms: int(
+            src,
+            r.sampling_interval_ms,
+            "signals.sampling_interval_ms",
+            d.sampling_interval_ms,
+            10..=60_000,
+        )?,
     })
 }
 
@@ -112,41 +128,72 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
     let mut tiers: Vec<Tier> = Vec::new();
     let mut matchers = Vec::new();
     for (i, t) in raw.into_iter().enumerate() {
-        let at = |span: Range<usize>, field: &str, msg: String| src.at(Some(span), &format!("tier[{i}].{field}"), msg);
+        let at = |span: Range<usize>, field: &str, msg: String| {
+            src.at(Some(span), &format!("tier[{i}].{field}"), msg)
+        };
         let name = t.name.get_ref().trim();
         if name.is_empty() {
             return Err(at(t.name.span(), "name", "must not be empty".into()));
         }
         if let Some(j) = tiers.iter().position(|o| o.name == name) {
-            return Err(at(t.name.span(), "name", format!("duplicate tier name {name:?} (also tier[{j}])")));
+            return Err(at(
+                t.name.span(),
+                "name",
+                format!("duplicate tier name {name:?} (also tier[{j}])"),
+            ));
         }
         if t.patterns.get_ref().is_empty() {
-            return Err(at(t.patterns.span(), "match", "needs at least one glob".into()));
+            return Err(at(
+                t.patterns.span(),
+                "match",
+                "needs at least one glob".into(),
+            ));
         }
         let mut set = GlobSetBuilder::new();
         for g in t.patterns.get_ref() {
             let pat = g.get_ref();
             if pat.starts_with('/') {
-                return Err(at(g.span(), "match", format!("glob {pat:?} must be relative to cgroup_root (drop the leading '/')")));
+                return Err(at(
+                    g.span(),
+                    "match",
+                    format!("glob {pat:?} must be relative to cgroup_root (drop the leading '/')"),
+                ));
             }
             let glob = GlobBuilder::new(pat)
                 .literal_separator(true)
                 .build()
-                .map_err(|e| at(g.span(), "match", format!("invalid glob {pat:?}: {}", e.kind())))?;
+                .map_err(|e| {
+                    at(
+                        g.span(),
+                        "match",
+                        format!("invalid glob {pat:?}: {}", e.kind()),
+                    )
+                })?;
             set.add(glob);
         }
-        let set = set.build().map_err(|e| at(t.patterns.span(), "match", e.to_string()))?;
+        let set = set
+            .build()
+            .map_err(|e| at(t.patterns.span(), "match", e.to_string()))?;
         let throttle = t.throttle.unwrap_or(false);
         for (flag, field) in [(&t.freeze, "freeze"), (&t.kill, "kill")] {
             if let Some(f) = flag {
                 if *f.get_ref() && !throttle {
-                    return Err(at(f.span(), field, "needs throttle = true (it escalates throttling)".into()));
+                    return Err(at(
+                        f.span(),
+                        field,
+                        "needs throttle = true (it escalates throttling)".into(),
+                    ));
                 }
             }
         }
         tiers.push(Tier {
             name: name.to_string(),
-            patterns: t.patterns.into_inner().into_iter().map(Spanned::into_inner).collect(),
+            patterns: t
+                .patterns
+                .into_inner()
+                .into_iter()
+                .map(Spanned::into_inner)
+                .collect(),
             protect: t.protect.unwrap_or(Protect::None),
             throttle,
             freeze: t.freeze.is_some_and(|f| *f.get_ref()),
@@ -161,41 +208,137 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
     let d = Policy::default();
     let f = |name: &str| format!("policy.{name}");
     Ok(Policy {
-        pressure_psi_some_avg10: ratio(src, r.pressure_psi_some_avg10, &f("pressure_psi_some_avg10"), d.pressure_psi_some_avg10, (0.0, 100.0), true)?,
-        pressure_stall_pct: ratio(src, r.pressure_stall_pct, &f("pressure_stall_pct"), d.pressure_stall_pct, (0.0, 100.0), true)?,
+        pressure_psi_some_avg10: ratio(
+            src,
+            r.pressure_psi_some_avg10,
+            &f("pressure_psi_some_avg10"),
+            d.pressure_psi_some_avg10,
+            (0.0, 100.0),
+            true,
+        )?,
+        pressure_stall_pct: ratio(
+            src,
+            r.pressure_stall_pct,
+            &f("pressure_stall_pct"),
+            d.pressure_stall_pct,
+            (0.0, 100.0),
+            true,
+        )?,
         hold_ms: int(src, r.hold_ms, &f("hold_ms"), d.hold_ms, 0..=3_600_000)?,
-        headroom_guard: size(src, r.headroom_guard, &f("headroom_guard"), d.headroom_guard, 0)?,
+        headroom_guard: size(
+            src,
+            r.headroom_guard,
+            &f("headroom_guard"),
+            d.headroom_guard,
+            0,
+        )?,
         min_high: size(src, r.min_high, &f("min_high"), d.min_high, 4096)?,
-        step_ratio: ratio(src, r.step_ratio, &f("step_ratio"), d.step_ratio, (0.0, 1.0), false)?,
-        release_ratio: ratio(src, r.release_ratio, &f("release_ratio"), d.release_ratio, (0.0, 10.0), true)?,
-        min_write_interval_ms: int(src, r.min_write_interval_ms, &f("min_write_interval_ms"), d.min_write_interval_ms, 0..=3_600_000)?,
-        freeze_after_ms: int(src, r.freeze_after_ms, &f("freeze_after_ms"), d.freeze_after_ms, 1..=86_400_000)?,
-        kill_after_ms: int(src, r.kill_after_ms, &f("kill_after_ms"), d.kill_after_ms, 1..=86_400_000)?,
-        ws_window_ms: int(src, r.ws_window_ms, &f("ws_window_ms"), d.ws_window_ms, 1..=86_400_000)?,
+        step_ratio: ratio(
+            src,
+            r.step_ratio,
+            &f("step_ratio"),
+            d.step_ratio,
+            (0.0, 1.0),
+            false,
+        )?,
+        release_ratio: ratio(
+            src,
+            r.release_ratio,
+            &f("release_ratio"),
+            d.release_ratio,
+            (0.0, 10.0),
+            true,
+        )?,
+        min_write_interval_ms: int(
+            src,
+            r.min_write_interval_ms,
+            &f("min_write_interval_ms"),
+            d.min_write_interval_ms,
+            0..=3_600_000,
+        )?,
+        freeze_after_ms: int(
+            src,
+            r.freeze_after_ms,
+            &f("freeze_after_ms"),
+            d.freeze_after_ms,
+            1..=86_400_000,
+        )?,
+        kill_after_ms: int(
+            src,
+            r.kill_after_ms,
+            &f("kill_after_ms"),
+            d.kill_after_ms,
+            1..=86_400_000,
+        )?,
+        ws_window_ms: int(
+            src,
+            r.ws_window_ms,
+            &f("ws_window_ms"),
+            d.ws_window_ms,
+            1..=86_400_000,
+        )?,
         ws_margin: margin(src, r.ws_margin, &f("ws_margin"), d.ws_margin)?,
-        ws_granularity: size(src, r.ws_granularity, &f("ws_granularity"), d.ws_granularity, 4096)?,
+        ws_granularity: size(
+            src,
+            r.ws_granularity,
+            &f("ws_granularity"),
+            d.ws_granularity,
+            4096,
+        )?,
     })
 }
 
-fn int(src: &Source, v: Option<Spanned<u64>>, field: &str, default: u64, range: std::ops::RangeInclusive<u64>) -> Result<u64, ConfigError> {
+fn int(
+    src: &Source,
+    v: Option<Spanned<u64>>,
+    field: &str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, ConfigError> {
     let Some(v) = v else { return Ok(default) };
     if range.contains(v.get_ref()) {
         return Ok(*v.get_ref());
     }
-    Err(src.at(Some(v.span()), field, format!("{} is out of range {}..={}", v.get_ref(), range.start(), range.end())))
+    Err(src.at(
+        Some(v.span()),
+        field,
+        format!(
+            "{} is out of range {}..={}",
+            v.get_ref(),
+            range.start(),
+            range.end()
+        ),
+    ))
 }
 
-fn size(src: &Source, v: Option<Spanned<ByteSize>>, field: &str, default: u64, min: u64) -> Result<u64, ConfigError> {
+fn size(
+    src: &Source,
+    v: Option<Spanned<ByteSize>>,
+    field: &str,
+    default: u64,
+    min: u64,
+) -> Result<u64, ConfigError> {
     let Some(v) = v else { return Ok(default) };
     let b = v.get_ref().0;
     if b >= min {
         return Ok(b);
     }
-    Err(src.at(Some(v.span()), field, format!("{b} bytes is too small (at least {min})")))
+    Err(src.at(
+        Some(v.span()),
+        field,
+        format!("{b} bytes is too small (at least {min})"),
+    ))
 }
 
 /// A float in `(lo, hi)` or `(lo, hi]` when `hi_inclusive`.
-fn ratio(src: &Source, v: Option<Spanned<f64>>, field: &str, default: f64, (lo, hi): (f64, f64), hi_inclusive: bool) -> Result<f64, ConfigError> {
+fn ratio(
+    src: &Source,
+    v: Option<Spanned<f64>>,
+    field: &str,
+    default: f64,
+    (lo, hi): (f64, f64),
+    hi_inclusive: bool,
+) -> Result<f64, ConfigError> {
     let Some(v) = v else { return Ok(default) };
     let x = *v.get_ref();
     let ok = x > lo && (x < hi || (hi_inclusive && x == hi));
@@ -203,10 +346,19 @@ fn ratio(src: &Source, v: Option<Spanned<f64>>, field: &str, default: f64, (lo, 
         return Ok(x);
     }
     let close = if hi_inclusive { ']' } else { ')' };
-    Err(src.at(Some(v.span()), field, format!("{x} is out of range ({lo}, {hi}{close}")))
+    Err(src.at(
+        Some(v.span()),
+        field,
+        format!("{x} is out of range ({lo}, {hi}{close}"),
+    ))
 }
 
-fn margin(src: &Source, v: Option<Spanned<f64>>, field: &str, default: f64) -> Result<f64, ConfigError> {
+fn margin(
+    src: &Source,
+    v: Option<Spanned<f64>>,
+    field: &str,
+    default: f64,
+) -> Result<f64, ConfigError> {
     let Some(v) = v else { return Ok(default) };
     let x = *v.get_ref();
     if (1.0..=4.0).contains(&x) {

@@ -15,7 +15,9 @@ use crate::obs::CgroupObs;
 /// Thaw what we froze once its stall is over, or when the stalling cgroup is gone.
 pub(crate) fn thaw(ctx: &Ctx, p: &Pressure, states: &BTreeMap<String, CgState>, plan: &mut Plan) {
     for &c in &ctx.cgs {
-        let Some(by) = &states[&c.id].frozen_by else { continue };
+        let Some(by) = &states[&c.id].frozen_by else {
+            continue;
+        };
         let reason = if ctx.get(by).is_none() {
             Reason::CauseGone { by: by.clone() }
         } else if p.protected.is_empty() {
@@ -47,7 +49,10 @@ pub(crate) fn escalate(
 ) {
     let policy = &ctx.cfg.policy;
     let stalled_for_ms = ctx.now.saturating_sub(since_ms);
-    let reason = Reason::Stalled { by: top.cg.id.clone(), stalled_for_ms };
+    let reason = Reason::Stalled {
+        by: top.cg.id.clone(),
+        stalled_for_ms,
+    };
     let due = |after: u64, last: Option<u64>| {
         stalled_for_ms >= after && last.is_none_or(|t| ctx.now.saturating_sub(t) >= after)
     };
@@ -64,7 +69,9 @@ pub(crate) fn escalate(
         v
     };
     if due(policy.freeze_after_ms, ladder.last_freeze_ms) {
-        let pick = victims(|t| t.freeze, Knob::Freeze).into_iter().find(|c| !c.current.frozen);
+        let pick = victims(|t| t.freeze, Knob::Freeze)
+            .into_iter()
+            .find(|c| !c.current.frozen);
         if let Some(c) = pick {
             plan.push(c, Action::Freeze(true), reason.clone());
         }
@@ -72,7 +79,9 @@ pub(crate) fn escalate(
     if due(policy.kill_after_ms, ladder.last_kill_ms) {
         // A cgroup already at the floor has little left to free.
         let floor = ctx.floor();
-        let pick = victims(|t| t.kill, Knob::Kill).into_iter().find(|c| c.usage_bytes > floor);
+        let pick = victims(|t| t.kill, Knob::Kill)
+            .into_iter()
+            .find(|c| c.usage_bytes > floor);
         if let Some(c) = pick {
             plan.push(c, Action::Kill, reason);
         }

@@ -18,7 +18,11 @@ use crate::decision::{Action, Reason};
 use crate::obs::CgroupObs;
 use crate::size::Limit;
 
-pub(crate) fn plan(ctx: &Ctx, states: &std::collections::BTreeMap<String, CgState>, plan: &mut Plan) {
+pub(crate) fn plan(
+    ctx: &Ctx,
+    states: &std::collections::BTreeMap<String, CgState>,
+    plan: &mut Plan,
+) {
     for &c in &ctx.cgs {
         let protect = ctx.tier(c).protect;
         if protect == Protect::None {
@@ -32,7 +36,14 @@ pub(crate) fn plan(ctx: &Ctx, states: &std::collections::BTreeMap<String, CgStat
         };
         if target != current {
             let window_ms = ctx.cfg.policy.ws_window_ms;
-            plan.push(c, action, Reason::WorkingSet { peak_bytes: peak, window_ms });
+            plan.push(
+                c,
+                action,
+                Reason::WorkingSet {
+                    peak_bytes: peak,
+                    window_ms,
+                },
+            );
         }
     }
 }
@@ -45,7 +56,9 @@ pub(crate) fn plan(ctx: &Ctx, states: &std::collections::BTreeMap<String, CgStat
 fn target(ctx: &Ctx, c: &CgroupObs, peak: u64, protect: Protect) -> Limit {
     let p = &ctx.cfg.policy;
     let want = (peak as f64 * p.ws_margin).ceil() as u64;
-    let rounded = want.div_ceil(p.ws_granularity).saturating_mul(p.ws_granularity);
+    let rounded = want
+        .div_ceil(p.ws_granularity)
+        .saturating_mul(p.ws_granularity);
     let bound = ctx.parent_limit().min(c.current.max).min(c.current.high);
     let original = match protect {
         Protect::Low => c.original.low,

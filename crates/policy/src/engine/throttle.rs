@@ -30,7 +30,12 @@ fn victim_tiers<'a>(ctx: &Ctx<'a>, below: Option<TierIndex>) -> Vec<Vec<&'a Cgro
     let mut tiers: Vec<(TierIndex, Vec<&'a CgroupObs>)> = Vec::new();
     for (index, tier) in ctx.cfg.tiers.iter() {
         if tier.throttle && below.is_none_or(|b| index > b) {
-            let cgs = ctx.cgs.iter().copied().filter(|c| c.tier == index).collect();
+            let cgs = ctx
+                .cgs
+                .iter()
+                .copied()
+                .filter(|c| c.tier == index)
+                .collect();
             tiers.push((index, cgs));
         }
     }
@@ -40,7 +45,10 @@ fn victim_tiers<'a>(ctx: &Ctx<'a>, below: Option<TierIndex>) -> Vec<Vec<&'a Cgro
 /// What a cut starts from: the current high, or usage when that is lower (lowering a high
 /// the cgroup does not reach would not throttle anything).
 fn base(c: &CgroupObs) -> u64 {
-    c.current.high.bytes().map_or(c.usage_bytes, |h| h.min(c.usage_bytes))
+    c.current
+        .high
+        .bytes()
+        .map_or(c.usage_bytes, |h| h.min(c.usage_bytes))
 }
 
 /// Under pressure: the headroom guard's target and/or one proportional step.
@@ -50,8 +58,14 @@ pub(crate) fn cut(ctx: &Ctx, p: &Pressure, plan: &mut Plan) {
         guard_cut(ctx, g, &tiers, plan);
     }
     let reason = match (p.top(), &p.parent_events) {
-        (Some(top), _) => Reason::ProtectedPressure { by: top.cg.id.clone(), trigger: top.trigger },
-        (None, Some(ev)) => Reason::ParentLimitEvents { max: ev.max, oom: ev.oom },
+        (Some(top), _) => Reason::ProtectedPressure {
+            by: top.cg.id.clone(),
+            trigger: top.trigger,
+        },
+        (None, Some(ev)) => Reason::ParentLimitEvents {
+            max: ev.max,
+            oom: ev.oom,
+        },
         (None, None) => return, // the guard alone computes an exact target, no extra step
     };
     step(ctx, &tiers, reason, plan);
@@ -107,7 +121,11 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
     while left > 0 && !open.is_empty() {
         let sum: u128 = open.iter().map(|&i| u128::from(weight[i].max(1))).sum();
         let share = |i: usize| (u128::from(left) * u128::from(weight[i].max(1)) / sum) as u64;
-        let full: Vec<usize> = open.iter().copied().filter(|&i| share(i) >= cap[i] - out[i]).collect();
+        let full: Vec<usize> = open
+            .iter()
+            .copied()
+            .filter(|&i| share(i) >= cap[i] - out[i])
+            .collect();
         if full.is_empty() {
             let shares: Vec<u64> = open.iter().map(|&i| share(i)).collect();
             for (&i, s) in open.iter().zip(&shares) {
@@ -142,8 +160,15 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 /// or as soon as it clearly no longer presses on its limit (usage at most half the uncapped
 /// step): from then on it is an ordinary cgroup that the guard watches like any other.
 pub(crate) fn release(ctx: &Ctx, calm_for_ms: u64, plan: &mut Plan) {
-    let throttled: Vec<&CgroupObs> = ctx.cgs.iter().copied().filter(|c| c.current.high < c.original.high).collect();
-    let Some(top) = throttled.iter().map(|c| c.tier).min() else { return };
+    let throttled: Vec<&CgroupObs> = ctx
+        .cgs
+        .iter()
+        .copied()
+        .filter(|c| c.current.high < c.original.high)
+        .collect();
+    let Some(top) = throttled.iter().map(|c| c.tier).min() else {
+        return;
+    };
     let released: Vec<&CgroupObs> = throttled.into_iter().filter(|c| c.tier == top).collect();
     let room = match ctx.parent_limit() {
         Limit::Bytes(limit) => {
@@ -154,7 +179,9 @@ pub(crate) fn release(ctx: &Ctx, calm_for_ms: u64, plan: &mut Plan) {
     };
     let grow = 1.0 + ctx.cfg.policy.release_ratio;
     for c in released {
-        let Limit::Bytes(cur) = c.current.high else { continue };
+        let Limit::Bytes(cur) = c.current.high else {
+            continue;
+        };
         let usage = c.usage_bytes;
         let stepped = ((cur as f64 * grow) as u64).max(usage);
         let target = if usage.saturating_mul(2) <= stepped {

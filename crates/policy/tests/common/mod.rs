@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use memqos_policy::{
-    Action, CgroupObs, Config, Decision, Engine, Knob, Limit, Observation, ParentObs, Reason, TierIndex,
+    Action, CgroupObs, Config, Decision, Engine, Knob, Limit, Observation, ParentObs, Reason,
+    TierIndex,
 };
 
 pub const MB: u64 = 1 << 20;
@@ -62,7 +63,10 @@ impl Sim {
     }
 
     pub fn tier(&self, id: &str) -> TierIndex {
-        self.cfg.tiers.classify(id).unwrap_or_else(|| panic!("{id} matches no tier"))
+        self.cfg
+            .tiers
+            .classify(id)
+            .unwrap_or_else(|| panic!("{id} matches no tier"))
     }
 
     /// Adds a cgroup with kernel-default knobs.
@@ -76,7 +80,9 @@ impl Sim {
     }
 
     pub fn cg(&mut self, id: &str) -> &mut CgroupObs {
-        self.cgs.get_mut(id).unwrap_or_else(|| panic!("no cgroup {id}"))
+        self.cgs
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("no cgroup {id}"))
     }
 
     pub fn high(&self, id: &str) -> Limit {
@@ -96,7 +102,11 @@ impl Sim {
         if self.parent_is_sum {
             self.parent.usage_bytes = self.cgs.values().map(|c| c.usage_bytes).sum();
         }
-        let obs = Observation { now_ms: self.now, parent: self.parent.clone(), cgroups: self.cgs.values().cloned().collect() };
+        let obs = Observation {
+            now_ms: self.now,
+            parent: self.parent.clone(),
+            cgroups: self.cgs.values().cloned().collect(),
+        };
         let decisions = self.engine.tick(&obs);
         self.check(&decisions);
         for d in &decisions {
@@ -108,7 +118,8 @@ impl Sim {
                 Action::Freeze(b) => c.current.frozen = b,
                 Action::Kill => c.usage_bytes = 0,
             }
-            self.last_write.insert((d.cgroup.clone(), d.knob()), self.now);
+            self.last_write
+                .insert((d.cgroup.clone(), d.knob()), self.now);
             self.log.push((self.now, d.clone()));
         }
         for c in self.cgs.values_mut() {
@@ -134,11 +145,17 @@ impl Sim {
         let p = &self.cfg.policy;
         let mut seen_other = false;
         for d in decisions {
-            let c = self.cgs.get(&d.cgroup).unwrap_or_else(|| panic!("decision for unknown cgroup: {d}"));
+            let c = self
+                .cgs
+                .get(&d.cgroup)
+                .unwrap_or_else(|| panic!("decision for unknown cgroup: {d}"));
             let tier = self.cfg.tiers.get(c.tier).unwrap();
             let at = format!("t={} {d}", self.now);
             if let Some(&t) = self.last_write.get(&(d.cgroup.clone(), d.knob())) {
-                assert!(self.now - t >= p.min_write_interval_ms, "rate limit broken: {at} (previous write at {t})");
+                assert!(
+                    self.now - t >= p.min_write_interval_ms,
+                    "rate limit broken: {at} (previous write at {t})"
+                );
             }
             match d.action {
                 Action::High(l) => {
@@ -146,11 +163,20 @@ impl Sim {
                     let lowering = l < c.current.high;
                     if lowering {
                         assert!(tier.throttle, "throttled a non-throttle tier: {at}");
-                        assert!(l >= Limit::Bytes(p.min_high).min(c.original.high), "below the floor: {at}");
-                        assert!(!matches!(d.reason, Reason::Release { .. } | Reason::Restore), "{at}");
+                        assert!(
+                            l >= Limit::Bytes(p.min_high).min(c.original.high),
+                            "below the floor: {at}"
+                        );
+                        assert!(
+                            !matches!(d.reason, Reason::Release { .. } | Reason::Restore),
+                            "{at}"
+                        );
                     } else {
                         assert!(l <= c.original.high, "raised above the original: {at}");
-                        assert!(matches!(d.reason, Reason::Release { .. }), "raise without release: {at}");
+                        assert!(
+                            matches!(d.reason, Reason::Release { .. }),
+                            "raise without release: {at}"
+                        );
                     }
                 }
                 Action::Low(l) => {
@@ -161,8 +187,12 @@ impl Sim {
                     assert_eq!(tier.protect, memqos_policy::Protect::Min, "{at}");
                     assert_ne!(l, c.current.min, "no-op write: {at}");
                 }
-                Action::Freeze(true) => assert!(tier.freeze, "froze a tier without freeze = true: {at}"),
-                Action::Freeze(false) => assert!(!seen_other, "thaw after another write in one tick: {at}"),
+                Action::Freeze(true) => {
+                    assert!(tier.freeze, "froze a tier without freeze = true: {at}")
+                }
+                Action::Freeze(false) => {
+                    assert!(!seen_other, "thaw after another write in one tick: {at}")
+                }
                 Action::Kill => assert!(tier.kill, "killed in a tier without kill = true: {at}"),
             }
             if d.action != Action::Freeze(false) {
@@ -173,12 +203,19 @@ impl Sim {
 
     /// Decisions of one kind of knob for one cgroup: (time, action).
     pub fn writes(&self, id: &str, knob: Knob) -> Vec<(u64, Action)> {
-        self.log.iter().filter(|(_, d)| d.cgroup == id && d.knob() == knob).map(|(t, d)| (*t, d.action)).collect()
+        self.log
+            .iter()
+            .filter(|(_, d)| d.cgroup == id && d.knob() == knob)
+            .map(|(t, d)| (*t, d.action))
+            .collect()
     }
 
     /// When memory.high of `id` was written.
     pub fn high_times(&self, id: &str) -> Vec<u64> {
-        self.writes(id, Knob::High).into_iter().map(|(t, _)| t).collect()
+        self.writes(id, Knob::High)
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect()
     }
 
     /// The memory.high values written to `id`, in MiB (Max as u64::MAX).
@@ -208,7 +245,13 @@ pub struct Workload {
 
 impl Workload {
     pub fn new(id: &str, trace: Vec<u64>) -> Workload {
-        Workload { id: id.to_string(), trace, pos: 0, stalled_ticks: 0, finished_at: None }
+        Workload {
+            id: id.to_string(),
+            trace,
+            pos: 0,
+            stalled_ticks: 0,
+            finished_at: None,
+        }
     }
 
     pub fn done(&self) -> bool {
@@ -245,7 +288,9 @@ impl Workload {
 /// `from` to `to` (MiB) in `steps` equal steps, in bytes, excluding `from`.
 pub fn ramp(from: u64, to: u64, steps: u64) -> Vec<u64> {
     let (from, to, steps) = (from as i64, to as i64, steps as i64);
-    (1..=steps).map(|i| (from + (to - from) * i / steps) as u64 * MB).collect()
+    (1..=steps)
+        .map(|i| (from + (to - from) * i / steps) as u64 * MB)
+        .collect()
 }
 
 pub fn hold(mb: u64, ticks: usize) -> Vec<u64> {

@@ -1,0 +1,113 @@
+//! Config parsing: defaults, the example file, and errors that point at file:line:col + field.
+
+use memqos_policy::{Config, Policy, Protect, Signals, TierIndex};
+
+const ROOT: &str = "cgroup_root = \"/sys/fs/cgroup/agents\"\n";
+
+fn err(text: &str) -> String {
+    match Config::from_str(text, "memqos.toml") {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn example_file_parses_and_matches_the_defaults() {
+    let cfg = Config::from_str(
+        include_str!("../memqos.example.toml"),
+        "memqos.example.toml",
+    )
+    .unwrap();
+    assert_eq!(cfg.cgroup_root.to_str(), Some("/sys/fs/cgroup/agents"));
+    assert_eq!(cfg.state_dir.to_str(), Some("/var/lib/memqos"));
+    assert_eq!(cfg.signals, Signals::default());
+    assert_eq!(cfg.policy, Policy::default());
+    assert_eq!(cfg.tiers.len(), 2);
+}
+
+#[test]
+fn minimal_config_gets_documented_defaults() {
+    let cfg = Config::from_str(
+        &format!("{ROOT}[[tier]]\nname = \"all\"\nmatch = [\"**\"]\n"),
+        "m.toml",
+    )
+    .unwrap();
+    assert_eq!(cfg.state_dir.to_str(), Some("/var/lib/memqos"));
+    let p = &cfg.policy;
+    assert_eq!(
+        (p.headroom_guard, p.min_high, p.hold_ms),
+        (64 << 20, 32 << 20, 5000)
+    );
+    let (_, t) = cfg.tiers.iter().next().unwrap();
+    assert_eq!(
+        (t.protect, t.throttle, t.freeze, t.kill),
+        (Protect::None, false, false, false)
+    );
+    assert!(cfg.signals.psi && cfg.signals.events && !cfg.signals.bpf);
+}
+
+#[test]
+fn sizes_and_numbers() {
+    let text = format!(
+        "{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"*\"]\n[policy]\nheadroom_guard = \"1G\"\nmin_high = 8388608\nws_granularity = \"4M\"\nstep_ratio = 0.25\n"
+    );
+    let p = Config::from_str(&text, "m.toml").unwrap().policy;
+    assert_eq!(
+        (p.headroom_guard, p.min_high, p.ws_granularity),
+        (1 << 30, 8 << 20, 4 << 20)
+    );
+    assert_eq!(p.step_ratio, 0.25);
+}
+
+#[test]
+fn classify_first_match_wins() {
+    let text = format!(
+        "{ROOT}[[tier]]\nname = \"critical\"\nmatch = [\"high*\", \"prod/*\"]\n[[tier]]\nname = \"batch\"\nmatch = [\"*\"]\n[[tier]]\nname = \"deep\"\nmatch = [\"**\"]\n"
+    );
+    let cfg = Config::from_str(&text, "m.toml").unwrap();
+    let t = &cfg.tiers;
+    assert_eq!(t.classify("high-a"), Some(TierIndex(0)));
+    assert_eq!(t.classify("/prod/web"), Some(TierIndex(0)));
+    assert_eq!(t.classify("prod"), Some(TierIndex(1)));
+    assert_eq!(t.classify("batch/x"), Some(TierIndex(2))); // `*` stays within one component
+    assert_eq!(t.classify("prod/web/worker"), Some(TierIndex(2)));
+    assert_eq!(t.by_name("batch"), Some(TierIndex(1)));
+}
+
+#[test]
+fn errors_name_file_line_column_and_field() {
+    let tier = "[[tier]]\nname = \"a\"\nmatch = [\"x\"]\n";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("{ROOT}{tier}[[tier]]\nname = \"b\"\nmatch = [\n  \"ok\",\n  \"[\",\n]\n"),
+            "memqos.toml:9:3: tier[1].match: invalid glob \"[\": unclosed character class; missing ']'",
+        ),
+        (
+            format!("{ROOT}{tier}bogus = 1\n"),
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`",
+        ),
+        (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
+        (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
+        (format!("{ROOT}{tier}protect = \"lo\"\n"), "memqos.toml:5:11: tier[0].protect: unknown variant `lo`, expected one of `none`, `low`, `min`"),
+        (format!("{ROOT}{tier}[policy]\nheadroom_guard = \"64X\"\n"), "memqos.toml:6:18: policy.headroom_guard: invalid byte size \"64X\": unknown suffix \"X\""),
+        (format!("{ROOT}{tier}[policy]\nhold_ms = -5\n"), "memqos.toml:6:11: policy.hold_ms: invalid value: integer `-5`, expected u64"),
+        (format!("{ROOT}{tier}[policy]\nstep_ratio = 1.5\n"), "memqos.toml:6:14: policy.step_ratio: 1.5 is out of range (0, 1)"),
+        (format!("{ROOT}{tier}[policy]\nws_margin = 0.5\n"), "memqos.toml:6:13: policy.ws_margin: 0.5 is out of range [1, 4]"),
+        (format!("{ROOT}{tier}[policy]\nmin_high = \"1K\"\n"), "memqos.toml:6:12: policy.min_high: 1024 bytes is too small (at least 4096)"),
+        (format!("{ROOT}{tier}[policy]\nfreeze_after_ms = 0\n"), "memqos.toml:6:19: policy.freeze_after_ms: 0 is out of range 1..=86400000"),
+        (format!("{ROOT}[signals]\nsampling_interval_ms = 1\n{tier}"), "memqos.toml:3:24: signals.sampling_interval_ms: 1 is out of range 10..=60000"),
+        (format!("{ROOT}{tier}[[tier]]\nname = \"a\"\nmatch = [\"y\"]\n"), "memqos.toml:6:8: tier[1].name: duplicate tier name \"a\" (also tier[0])"),
+        (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = []\n"), "memqos.toml:4:9: tier[0].match: needs at least one glob"),
+        (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"/abs\"]\n"), "memqos.toml:4:10: tier[0].match: glob \"/abs\" must be relative to cgroup_root (drop the leading '/')"),
+        (format!("{ROOT}{tier}freeze = true\n"), "memqos.toml:5:10: tier[0].freeze: needs throttle = true (it escalates throttling)"),
+        (format!("{ROOT}{tier}kill = true\n"), "memqos.toml:5:8: tier[0].kill: needs throttle = true (it escalates throttling)"),
+        (ROOT.to_string(), "memqos.toml: tier: at least one [[tier]] is required"),
+        (tier.to_string(), "memqos.toml: cgroup_root: missing (the managed subtree, e.g. \"/sys/fs/cgroup/agents\")"),
+        (format!("cgroup_root = \"relative\"\n{tier}"), "memqos.toml:1:15: cgroup_root: must be an absolute path, got \"relative\""),
+        (format!("{ROOT}{tier}[polcy]\n"), "memqos.toml:5:2: polcy: unknown field `polcy`, expected one of `cgroup_root`, `state_dir`, `signals`, `tier`, `policy`"),
+        (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"\n"), "memqos.toml:5:1: tier[0].match: invalid array; expected `]`"),
+    ];
+    for (text, want) in cases {
+        assert_eq!(err(&text), want, "config:\n{text}");
+    }
+}
