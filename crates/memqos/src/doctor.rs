@@ -444,6 +444,8 @@ fn judge(r: &mut DoctorReport) {
                  for a v2-only boot), once nothing here relies on v1 memory cgroups; {guest}"
             )),
         });
+    } else if f.iter().any(|x| x.topic == "mounts") {
+        // Mounts unknown: already a blocker; "no cgroup2 mount" would be a guess.
     } else if r.cgroup2_mounts.is_empty() {
         f.push(Finding {
             severity: Severity::Blocker,
@@ -1291,6 +1293,26 @@ mod tests {
             .iter()
             .any(|f| f.topic == "PSI" && f.severity == Severity::Degraded));
         assert!(render_text(&r).contains("cgroup v2   not mounted"));
+    }
+
+    #[test]
+    fn unreadable_mountinfo_is_one_blocker() {
+        let t = v2_ready();
+        t.remove("proc/self/mountinfo");
+        let r = collect(&t.paths());
+        assert_eq!(r.verdict, Verdict::CannotRun);
+        let blockers: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Blocker)
+            .map(|f| f.topic)
+            .collect();
+        assert_eq!(blockers, ["mounts"]);
+        assert!(
+            r.read_errors[0].contains("mountinfo"),
+            "{:?}",
+            r.read_errors
+        );
     }
 
     #[test]
