@@ -1,0 +1,57 @@
+//! memqos: priority memory QoS for cgroup v2 hosts.
+
+mod doctor;
+mod vm_cmd;
+mod workload;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "memqos", version, about = "Priority memory QoS for cgroup v2 hosts", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Check whether memqos can run on this machine and which kernel interfaces it will use.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Boot real Debian kernels in QEMU guests and run commands inside them.
+    #[command(subcommand)]
+    Vm(vm_cmd::VmCmd),
+    /// Small deterministic memory workloads (used by tests and the demo).
+    #[command(subcommand, hide = true)]
+    Workload(workload::WorkloadCmd),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Doctor { json } => run_doctor(json),
+        Cmd::Vm(cmd) => vm_cmd::run(cmd),
+        Cmd::Workload(cmd) => workload::run(cmd),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("memqos: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_doctor(json: bool) -> anyhow::Result<u8> {
+    let report = doctor::collect(&doctor::SystemPaths::default());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", doctor::render_text(&report));
+    }
+    Ok(doctor::exit_code(&report) as u8)
+}

@@ -1,0 +1,97 @@
+//! `memqos vm`: the real-kernel harness from the command line.
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use memqos_vmtest::{kernels, Guest, Series};
+use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum VmCmd {
+    /// Resolve (and download if needed) the newest kernel of each series; print them.
+    Kernels {
+        /// "6.12", "7", a list "6.12,7", or "all".
+        #[arg(long, default_value = "all")]
+        kernel: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Boot a guest and run one command inside it (host root shared read-only).
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Kernel series: "6.12", "7", a list "6.12,7", or "all" (runs one guest per series).
+    #[arg(long, default_value = "7")]
+    kernel: String,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 2048)]
+    memory: u64,
+    /// Attach a swap disk of this many MiB (swap is off by default).
+    #[arg(long)]
+    swap: Option<u64>,
+    /// Enable zswap (useful with --swap).
+    #[arg(long)]
+    zswap: bool,
+    /// Attach an ext4 scratch disk of this many MiB, mounted at /run/scratch.
+    #[arg(long)]
+    scratch: Option<u64>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Print the whole console (init messages included), not just the command's output.
+    #[arg(long)]
+    verbose: bool,
+    /// The command to run inside the guest.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+pub fn run(cmd: VmCmd) -> Result<u8> {
+    match cmd {
+        VmCmd::Kernels { kernel, json } => {
+            let mut rows = Vec::new();
+            for series in Series::parse_list(&kernel)? {
+                let k = kernels::ensure(series)?;
+                rows.push(serde_json::json!({
+                    "series": series.to_string(), "release": k.release(),
+                    "vmlinuz": k.vmlinuz, "modules": k.modules_dir,
+                }));
+                if !json {
+                    println!("{series:>5}  {}  {}", k.release(), k.vmlinuz.display());
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            }
+            Ok(0)
+        }
+        VmCmd::Run(args) => run_command(args),
+    }
+}
+
+fn run_command(args: RunArgs) -> Result<u8> {
+    let mut worst = 0;
+    for series in Series::parse_list(&args.kernel)? {
+        let kernel = kernels::ensure(series)?;
+        let mut guest = Guest::new(kernel.clone())
+            .memory_mb(args.memory)
+            .zswap(args.zswap)
+            .timeout(Duration::from_secs(args.timeout))
+            .stream_console(true);
+        if let Some(mb) = args.swap {
+            guest = guest.swap_mb(mb);
+        }
+        if let Some(mb) = args.scratch {
+            guest = guest.scratch_mb(mb, None);
+        }
+        let _ = args.verbose;
+        let run = guest.run(&args.command)?;
+        eprintln!(
+            "memqos vm: kernel {} ({:?}): exit {}, boot {:.1} s, total {:.1} s, results in {}",
+            kernel.release(), run.accel, run.exit_code, run.boot_secs, run.wall_secs, run.results_dir.display()
+        );
+        worst = worst.max(run.exit_code.clamp(0, 255) as u8);
+    }
+    Ok(worst)
+}

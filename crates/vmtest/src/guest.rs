@@ -1,0 +1,365 @@
+//! Booting one QEMU guest that runs one command.
+
+use crate::cache::{cache_dir, FileLock};
+use crate::kernels::Kernel;
+use anyhow::{Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Errors a caller may want to tell apart; everything else is an `anyhow` chain.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    #[error("qemu-system-x86_64 not found: install the Debian package qemu-system-x86 (scripts/install-deps.sh does)")]
+    QemuMissing,
+    #[error("guest on kernel {kernel} timed out after {secs} s running {command:?}; last console lines:\n{tail}")]
+    Timeout { kernel: String, secs: u64, command: String, tail: String },
+    #[error("guest on kernel {kernel} ended without reporting an exit status (kernel panic or init failure); last console lines:\n{tail}")]
+    NoExitStatus { kernel: String, tail: String },
+}
+
+/// How QEMU executes guest code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accel {
+    /// Software emulation: slow (user code 5-20x slower) but works everywhere.
+    Tcg,
+    Kvm,
+}
+
+/// An extra virtio-blk disk, backed by a sparse file in the run directory.
+#[derive(Clone, Debug)]
+pub struct Disk {
+    pub size_mb: u64,
+    pub purpose: DiskPurpose,
+    /// QEMU `throttling.bps-write`, e.g. 262144 for the dirty-page reproducer's 256 KB/s disk.
+    pub write_bps: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskPurpose {
+    Swap,
+    /// ext4, mounted at /run/scratch in the guest.
+    Scratch,
+}
+
+/// A guest configuration; `run` boots it once.
+#[derive(Clone, Debug)]
+pub struct Guest {
+    pub kernel: Kernel,
+    pub memory_mb: u64,
+    pub cpus: u32,
+    pub disks: Vec<Disk>,
+    pub zswap: bool,
+    pub timeout: Duration,
+    pub env: Vec<(String, String)>,
+    /// Echo the guest console to stderr as it arrives.
+    pub stream_console: bool,
+    /// Working directory for the job (must exist on the host; the host root is shared).
+    pub cwd: PathBuf,
+}
+
+/// What one guest run produced.
+#[derive(Debug)]
+pub struct GuestRun {
+    pub exit_code: i32,
+    /// The job's stdout+stderr and the init's messages, from the serial console.
+    pub console: String,
+    /// Writable directory shared with the guest (same path inside and outside).
+    pub results_dir: PathBuf,
+    /// Host wall time from QEMU start to the job starting inside the guest.
+    pub boot_secs: f64,
+    pub wall_secs: f64,
+    pub accel: Accel,
+}
+
+impl GuestRun {
+    pub fn success(&self) -> bool {
+        self.exit_code == 0
+    }
+
+    /// The guest kernel's log (dmesg), saved by init after the job.
+    pub fn dmesg(&self) -> String {
+        std::fs::read_to_string(self.results_dir.join("dmesg")).unwrap_or_default()
+    }
+}
+
+impl Guest {
+    pub fn new(kernel: Kernel) -> Guest {
+        Guest {
+            kernel,
+            memory_mb: 2048,
+            cpus: 2,
+            disks: Vec::new(),
+            zswap: false,
+            timeout: Duration::from_secs(600),
+            env: Vec::new(),
+            stream_console: false,
+            cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
+        }
+    }
+
+    pub fn memory_mb(mut self, mb: u64) -> Self {
+        self.memory_mb = mb;
+        self
+    }
+
+    pub fn swap_mb(mut self, mb: u64) -> Self {
+        self.disks.push(Disk { size_mb: mb, purpose: DiskPurpose::Swap, write_bps: None });
+        self
+    }
+
+    pub fn scratch_mb(mut self, mb: u64, write_bps: Option<u64>) -> Self {
+        self.disks.push(Disk { size_mb: mb, purpose: DiskPurpose::Scratch, write_bps });
+        self
+    }
+
+    pub fn zswap(mut self, on: bool) -> Self {
+        self.zswap = on;
+        self
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn stream_console(mut self, on: bool) -> Self {
+        self.stream_console = on;
+        self
+    }
+
+    /// Boots the guest, runs `argv` as root inside it (cgroup2 at /sys/fs/cgroup with the
+    /// memory controller enabled for children), and returns when the guest powers off.
+    pub fn run(&self, argv: &[String]) -> Result<GuestRun> {
+        let qemu = which("qemu-system-x86_64").ok_or(VmError::QemuMissing)?;
+        let initrd = crate::initramfs::ensure(&self.kernel)?;
+        let results_dir = new_run_dir()?;
+        self.write_job(&results_dir, argv)?;
+        let accel = detect_accel(&qemu, &self.kernel, &initrd);
+        // One guest at a time by default: 2 host cores, and timing results must not be
+        // distorted by a second emulator.
+        let _slot = FileLock::acquire("vm.lock").context("waiting for the guest slot")?;
+        let mut cmd = self.qemu_command(&qemu, &initrd, &results_dir, accel)?;
+        let started = Instant::now();
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn()
+            .with_context(|| format!("starting {}", qemu.display()))?;
+        let (tx, rx) = mpsc::channel::<String>();
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let tx2 = tx.clone();
+        std::thread::spawn(move || forward_lines(stdout, tx));
+        std::thread::spawn(move || forward_lines(stderr, tx2));
+
+        let mut console = String::new();
+        let mut boot_secs = None;
+        let mut log = std::fs::File::create(results_dir.join("console.log"))?;
+        let deadline = started + self.timeout;
+        let timed_out = loop {
+            let now = Instant::now();
+            if now >= deadline {
+                break true;
+            }
+            match rx.recv_timeout((deadline - now).min(Duration::from_millis(200))) {
+                Ok(line) => {
+                    if boot_secs.is_none() && line.contains("memqos-init: job starting") {
+                        boot_secs = Some(started.elapsed().as_secs_f64());
+                    }
+                    if self.stream_console {
+                        eprintln!("[{}] {line}", self.kernel.series);
+                    }
+                    let _ = writeln!(log, "{line}");
+                    console.push_str(&line);
+                    console.push('\n');
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if child.try_wait()?.is_some() {
+                        // Drain what is left, then stop.
+                        while let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+                            let _ = writeln!(log, "{line}");
+                            console.push_str(&line);
+                            console.push('\n');
+                        }
+                        break false;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break false,
+            }
+        };
+        if timed_out {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(VmError::Timeout {
+                kernel: self.kernel.release(),
+                secs: self.timeout.as_secs(),
+                command: argv.join(" "),
+                tail: tail(&console, 30),
+            }
+            .into());
+        }
+        child.wait()?;
+        for i in 0..self.disks.len() {
+            let _ = std::fs::remove_file(results_dir.join(format!("disk{i}.img")));
+        }
+        let wall_secs = started.elapsed().as_secs_f64();
+        let status = std::fs::read_to_string(results_dir.join("exit-status")).ok();
+        let exit_code = match status.and_then(|s| s.trim().parse().ok()) {
+            Some(code) => code,
+            None => {
+                return Err(VmError::NoExitStatus { kernel: self.kernel.release(), tail: tail(&console, 40) }.into())
+            }
+        };
+        Ok(GuestRun { exit_code, console, results_dir, boot_secs: boot_secs.unwrap_or(wall_secs), wall_secs, accel })
+    }
+
+    fn write_job(&self, results_dir: &Path, argv: &[String]) -> Result<()> {
+        let mut job = String::from("#!/bin/sh\n");
+        // The calling binary's directory comes first so `memqos ...` works inside the guest.
+        let exe_dir = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_string_lossy().into_owned()));
+        let std_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+        let path = exe_dir.map(|d| format!("{d}:{std_path}")).unwrap_or_else(|| std_path.into());
+        job += &format!("export PATH={} HOME=/tmp LANG=C.UTF-8\n", sh_quote(&path));
+        job += &format!("export MEMQOS_IN_GUEST=1 MEMQOS_RESULTS={}\n", sh_quote(&results_dir.to_string_lossy()));
+        job += &format!("export MEMQOS_GUEST_KERNEL={}\n", sh_quote(&self.kernel.release()));
+        for (k, v) in &self.env {
+            job += &format!("export {k}={}\n", sh_quote(v));
+        }
+        job += &format!("cd {} || exit 125\n", sh_quote(&self.cwd.to_string_lossy()));
+        job += "exec";
+        for a in argv {
+            job += " ";
+            job += &sh_quote(a);
+        }
+        job += "\n";
+        std::fs::write(results_dir.join("job.sh"), job)?;
+        Ok(())
+    }
+
+    fn qemu_command(&self, qemu: &Path, initrd: &Path, results: &Path, accel: Accel) -> Result<Command> {
+        let mut append = format!(
+            "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off memqos.results={}",
+            results.display()
+        );
+        let mut cmd = Command::new(qemu);
+        cmd.args(["-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio"]);
+        match accel {
+            Accel::Kvm => cmd.args(["-accel", "kvm", "-cpu", "host"]),
+            Accel::Tcg => cmd.args(["-accel", "tcg,thread=multi", "-cpu", "max"]),
+        };
+        cmd.args(["-smp", &self.cpus.to_string(), "-m", &format!("{}M", self.memory_mb)]);
+        cmd.arg("-kernel").arg(&self.kernel.vmlinuz).arg("-initrd").arg(initrd);
+        cmd.arg("-virtfs").arg("local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap");
+        cmd.arg("-virtfs").arg(format!("local,path={},mount_tag=results,security_model=none,multidevs=remap", results.display()));
+        for (i, disk) in self.disks.iter().enumerate() {
+            let file = results.join(format!("disk{i}.img"));
+            std::fs::File::create(&file)?.set_len(disk.size_mb << 20)?;
+            let mut drive = format!("file={},format=raw,if=virtio,cache=none,aio=threads", file.display());
+            if let Some(bps) = disk.write_bps {
+                drive += &format!(",throttling.bps-write={bps}");
+            }
+            cmd.arg("-drive").arg(drive);
+            let dev = format!("/dev/vd{}", (b'a' + i as u8) as char);
+            match disk.purpose {
+                DiskPurpose::Swap => append += &format!(" memqos.swap={dev}"),
+                DiskPurpose::Scratch => append += &format!(" memqos.scratch={dev}"),
+            }
+        }
+        if self.zswap {
+            append += " memqos.zswap=1";
+        }
+        cmd.arg("-append").arg(append);
+        Ok(cmd)
+    }
+}
+
+fn forward_lines(r: impl std::io::Read, tx: mpsc::Sender<String>) {
+    for line in BufReader::new(r).lines() {
+        let Ok(line) = line else { break };
+        // Serial output carries \r; keep lines clean for logs and assertions.
+        if tx.send(line.trim_end_matches('\r').to_owned()).is_err() {
+            break;
+        }
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(prog)).find(|p| p.is_file())
+}
+
+static RUN_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh results directory under the cache (never /tmp: the guest mounts its own tmpfs
+/// there, which would hide the shared directory).
+fn new_run_dir() -> Result<PathBuf> {
+    let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+    let dir = cache_dir().join("runs").join(format!("{stamp}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// KVM only if it actually boots a guest: on these machines /dev/kvm is a paravirtual nested
+/// hypervisor on which a stock kernel dies at boot. `MEMQOS_VM_ACCEL=tcg|kvm` overrides; the
+/// probe's verdict is cached per host boot.
+fn detect_accel(qemu: &Path, kernel: &Kernel, initrd: &Path) -> Accel {
+    match std::env::var("MEMQOS_VM_ACCEL").as_deref() {
+        Ok("tcg") => return Accel::Tcg,
+        Ok("kvm") => return Accel::Kvm,
+        _ => {}
+    }
+    if std::fs::File::options().read(true).write(true).open("/dev/kvm").is_err() {
+        return Accel::Tcg;
+    }
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let verdict_file = cache_dir().join("kvm-probe");
+    if let Ok(text) = std::fs::read_to_string(&verdict_file) {
+        if let Some((id, verdict)) = text.split_once(' ') {
+            if id == boot_id.trim() {
+                return if verdict.trim() == "kvm" { Accel::Kvm } else { Accel::Tcg };
+            }
+        }
+    }
+    let probe = Guest { stream_console: false, timeout: Duration::from_secs(60), ..Guest::new(kernel.clone()) };
+    let works = (|| -> Result<bool> {
+        let dir = new_run_dir()?;
+        probe.write_job(&dir, &["true".to_string()])?;
+        let mut cmd = probe.qemu_command(qemu, initrd, &dir, Accel::Kvm)?;
+        let out = cmd.stdout(Stdio::null()).stderr(Stdio::null()).stdin(Stdio::null()).spawn()?;
+        let ok = wait_with_timeout(out, Duration::from_secs(20)) && dir.join("exit-status").exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(ok)
+    })()
+    .unwrap_or(false);
+    let _ = std::fs::write(&verdict_file, format!("{} {}\n", boot_id.trim(), if works { "kvm" } else { "tcg" }));
+    if works { Accel::Kvm } else { Accel::Tcg }
+}
+
+fn wait_with_timeout(mut child: std::process::Child, t: Duration) -> bool {
+    let end = Instant::now() + t;
+    while Instant::now() < end {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status.success();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}

@@ -1,0 +1,55 @@
+#!/bin/busybox sh
+# memqos guest init (PID 1 in the initramfs). Mounts the host root read-only over 9p,
+# prepares cgroup2 with the memory controller, runs one job chrooted into the host root,
+# records its exit status in the shared results directory and powers off.
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+
+say() { echo "memqos-init: $*" > /dev/ttyS0; }
+param() { for w in $(cat /proc/cmdline); do case "$w" in "memqos.$1="*) echo "${w#*=}";; esac; done; }
+
+while read -r m; do
+    insmod "/modules/$m.ko" 2>/dev/null || say "insmod $m failed"
+done < /modules.order
+
+RESULTS=$(param results)
+R=/mnt
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose host $R || { say "cannot mount host root over 9p"; poweroff -f; }
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 results "$R$RESULTS" || { say "cannot mount results dir $RESULTS"; poweroff -f; }
+mount -t proc proc $R/proc
+mount -t sysfs sys $R/sys
+mount -t devtmpfs dev $R/dev
+mkdir -p $R/dev/pts $R/dev/shm 2>/dev/null
+mount -t devpts devpts $R/dev/pts 2>/dev/null
+mount -t tmpfs tmp $R/tmp
+mount -t tmpfs run $R/run
+mount -t tmpfs shm $R/dev/shm 2>/dev/null
+mount -t cgroup2 cgroup2 $R/sys/fs/cgroup || say "cannot mount cgroup2"
+mount -t bpf bpf $R/sys/fs/bpf 2>/dev/null
+mount -t tracefs tracefs $R/sys/kernel/tracing 2>/dev/null
+mount -t debugfs debugfs $R/sys/kernel/debug 2>/dev/null
+echo "+memory +cpu +io +pids" > $R/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null ||
+    echo "+memory" > $R/sys/fs/cgroup/cgroup.subtree_control || say "cannot enable the memory controller"
+
+SWAP=$(param swap)
+if [ -n "$SWAP" ]; then
+    chroot $R /sbin/mkswap "$SWAP" >/dev/null && swapon "$SWAP" || say "swap on $SWAP failed"
+fi
+[ "$(param zswap)" = 1 ] && { echo 1 > /sys/module/zswap/parameters/enabled || say "zswap unavailable"; }
+
+SCRATCH=$(param scratch)
+if [ -n "$SCRATCH" ]; then
+    mkdir -p $R/run/scratch
+    chroot $R /sbin/mkfs.ext4 -q -F "$SCRATCH" && mount -t ext4 "$SCRATCH" $R/run/scratch || say "scratch disk $SCRATCH failed"
+fi
+
+say "job starting at uptime $(cut -d' ' -f1 /proc/uptime)"
+chroot $R /bin/sh "$RESULTS/job.sh" > /dev/ttyS0 2>&1 < /dev/null
+echo $? > "$R$RESULTS/exit-status"
+say "job finished at uptime $(cut -d' ' -f1 /proc/uptime)"
+dmesg > "$R$RESULTS/dmesg" 2>/dev/null
+sync
+umount "$R$RESULTS" 2>/dev/null
+poweroff -f

@@ -1,0 +1,62 @@
+//! Running `cargo test` tests inside guests (see [`crate::guest_test!`]).
+
+use crate::guest::Guest;
+use crate::kernels::{self, Series};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// True inside a memqos guest (set by the guest's job script).
+pub fn in_guest() -> bool {
+    std::env::var_os("MEMQOS_IN_GUEST").is_some()
+}
+
+/// The writable results directory shared with the host (inside a guest).
+pub fn results_dir() -> Option<PathBuf> {
+    std::env::var_os("MEMQOS_RESULTS").map(PathBuf::from)
+}
+
+/// Kernel series under test: `MEMQOS_TEST_KERNELS` ("6.12,7" by default, or "all").
+pub fn test_series() -> Vec<Series> {
+    let spec = std::env::var("MEMQOS_TEST_KERNELS").unwrap_or_else(|_| "6.12,7".into());
+    Series::parse_list(&spec).unwrap_or_else(|e| panic!("MEMQOS_TEST_KERNELS={spec:?}: {e:#}"))
+}
+
+/// Re-runs the current test binary inside a guest for each series under test, filtered to
+/// exactly `test_path`, and panics with the guest's console if any run fails. A missing
+/// kernel or qemu is a failure, not a skip: CI must not pass without having booted a kernel.
+pub fn run_test_in_guests(test_path: &str, configure: impl Fn(Guest) -> Guest) {
+    let exe = std::env::current_exe().expect("current test binary");
+    let mut failures = Vec::new();
+    for series in test_series() {
+        let kernel = kernels::ensure(series).unwrap_or_else(|e| panic!("kernel {series}: {e:#}"));
+        let guest = configure(Guest::new(kernel.clone()).timeout(Duration::from_secs(900)));
+        let argv = vec![
+            exe.to_string_lossy().into_owned(),
+            "--exact".into(),
+            test_path.into(),
+            "--nocapture".into(),
+            "--test-threads=1".into(),
+        ];
+        match guest.run(&argv) {
+            Ok(run) => {
+                eprintln!(
+                    "guest {} ({:?}): {test_path} exit {} (boot {:.1} s, total {:.1} s)",
+                    kernel.release(), run.accel, run.exit_code, run.boot_secs, run.wall_secs
+                );
+                let ran = run.console.contains("1 passed") || run.console.contains("1 failed");
+                if !run.success() || !ran {
+                    failures.push(format!(
+                        "--- kernel {} exit {} (results in {}) ---\n{}",
+                        kernel.release(), run.exit_code, run.results_dir.display(), run.console
+                    ));
+                } else if std::env::var_os("MEMQOS_KEEP_RUNS").is_none() {
+                    let _ = std::fs::remove_dir_all(&run.results_dir);
+                }
+            }
+            Err(e) => failures.push(format!("--- kernel {}: {e:#}", kernel.release())),
+        }
+    }
+    if !failures.is_empty() {
+        panic!("{test_path} failed in {} guest(s):\n{}", failures.len(), failures.join("\n"));
+    }
+}
