@@ -192,8 +192,8 @@ pub struct Policy {
     /// `min_high` (default "32M", >= 4K): memory.high is never lowered below this.
     pub min_high: u64,
     /// `step_ratio` (default 0.1, 0<x<1): each throttle step lowers a cgroup's memory.high by
-    /// this fraction of its usage. 10% over memory.high already costs a task ~0.6 s of sleep
-    /// per return to user mode (see `engine::throttle`).
+    /// this fraction of its usage. High at 90 % of usage already costs an allocating task
+    /// ~0.8 s of sleep per return to user mode (see `engine::throttle`).
     pub step_ratio: f64,
     /// `release_ratio` (default 0.5, 0<x<=10): each release step raises memory.high by this
     /// fraction (geometric), never leaving it below current usage.

@@ -9,6 +9,41 @@
 //! Nothing here does I/O or reads a clock: the daemon observes ([`Observation`]), calls
 //! [`Engine::tick`] and writes the returned [`Decision`]s. Config parsing is a pure function
 //! of the text ([`Config::from_str`]).
+//!
+//! ```
+//! use memqos_policy::{Action, CgroupObs, Config, Engine, Limit, Observation, ParentObs};
+//!
+//! let text = r#"
+//!     cgroup_root = "/sys/fs/cgroup/agents"
+//!     [[tier]]
+//!     name = "critical"
+//!     match = ["prod/*"]
+//!     protect = "low"
+//!     [[tier]]
+//!     name = "batch"
+//!     match = ["**"]
+//!     throttle = true
+//! "#;
+//! let cfg = Config::from_str(text, "memqos.toml").unwrap();
+//! let mut cgroups = Vec::new();
+//! for (id, usage) in [("prod/db", 500 << 20), ("jobs/etl", 400 << 20)] {
+//!     let tier = cfg.tiers.classify(id).expect("every cgroup matches some tier");
+//!     cgroups.push(CgroupObs::new(id, tier, usage));
+//! }
+//! cgroups[0].psi.some_avg10 = 20.0; // prod/db stalls on memory
+//! cgroups[0].psi.some_total_delta_us = 100_000;
+//!
+//! let mut engine = Engine::new(cfg);
+//! let obs = Observation { now_ms: 0, parent: ParentObs::default(), cgroups };
+//! let decisions = engine.tick(&obs);
+//! // jobs/etl gives up 10 % of its usage; prod/db's memory.low follows its working set.
+//! assert_eq!(decisions[0].cgroup, "jobs/etl");
+//! assert_eq!(decisions[0].action, Action::High(Limit::Bytes(360 << 20)));
+//! assert_eq!(decisions[0].action.file(), "memory.high");
+//! assert_eq!(decisions[1].action, Action::Low(Limit::Bytes(560 << 20)));
+//! // The daemon writes decisions[i].action.value() into decisions[i].action.file() and
+//! // logs serde_json::to_string(&decisions[i]); on shutdown it applies engine.restore_all().
+//! ```
 
 pub mod config;
 pub mod decision;

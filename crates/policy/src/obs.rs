@@ -140,8 +140,8 @@ pub struct Psi {
     pub some_avg10: f64,
     /// `full avg10`, percent (logged only; `some` is what decides).
     pub full_avg10: f64,
-    /// Increase of `some total` (microseconds stalled) since the previous sample; 0 for a
-    /// cgroup seen for the first time.
+    /// Increase of `some total` (microseconds stalled) since the previous observation (the
+    /// engine divides it by the time between ticks); 0 for a cgroup seen for the first time.
     pub some_total_delta_us: u64,
 }
 

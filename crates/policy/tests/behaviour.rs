@@ -530,6 +530,22 @@ fn restore_all_thaws_first_then_puts_originals_back() {
 }
 
 #[test]
+fn knobs_memqos_does_not_manage_are_left_alone() {
+    let mut sim = contention();
+    // The journal says critical/db had high = max, but it is 1G now: the admin's change.
+    sim.cg("critical/db").current.high = Limit::Bytes(1024 * MB);
+    sim.run(10_000, |_| {});
+    assert!(sim.writes("critical/db", Knob::High).is_empty());
+    let restore: Vec<_> = sim
+        .engine
+        .restore_all()
+        .into_iter()
+        .map(|d| d.action)
+        .collect();
+    assert_eq!(restore, vec![Action::Low(Limit::Bytes(0))]); // only what memqos wrote
+}
+
+#[test]
 fn restart_with_journaled_originals_releases_after_hold() {
     let mut sim = contention();
     // A previous daemon left batch/a throttled; the journal says it was max.

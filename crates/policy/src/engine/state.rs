@@ -39,6 +39,11 @@ impl CgState {
         self.last_write[knob as usize].is_none_or(|t| now.saturating_sub(t) >= interval_ms)
     }
 
+    /// True once this engine has written `knob` of this cgroup.
+    pub fn ever_wrote(&self, knob: Knob) -> bool {
+        self.last_write[knob as usize].is_some()
+    }
+
     /// Records a write and its value.
     pub fn wrote(&mut self, action: Action, now: u64) {
         self.last_write[action.knob() as usize] = Some(now);

@@ -4,23 +4,30 @@
 //! - memory.high never fails a charge. A task that pushes its cgroup over high is sent into
 //!   `mem_cgroup_handle_over_high()` on return to user mode: it reclaims from the cgroup and,
 //!   if that does not bring usage under high, sleeps. The sleep (`calculate_high_delay`) grows
-//!   with the square of the relative overage, `(usage - high) / high`: about 6 ms at 1 %
-//!   (below 10 ms the kernel does not sleep at all), 0.16 s at 5 %, 0.64 s at 10 %, and it is
-//!   capped at 2 s per return to user mode from about 18 %. Hence `step_ratio = 0.1`: one
-//!   step already slows an allocating task hard, without being a cliff.
+//!   with the square of the overage `(usage - high) / high`: for a nominal 64-page charge
+//!   batch about 6 ms at 1 % (under 10 ms the kernel does not sleep at all), 0.16 s at 5 %,
+//!   0.64 s at 10 %, capped at 2 s per return to user mode from about 18 %. Hence
+//!   `step_ratio = 0.1`: one step (high = 90 % of usage, 11 % over) already costs ~0.8 s per
+//!   return to user mode to a task that keeps allocating, without being a cliff.
 //! - With no swap, anonymous memory cannot be reclaimed: a high far below usage frees
 //!   nothing, it only makes the tasks sleep. Setting high at or a little below usage thus
 //!   stops a low-priority cgroup's *growth* instead of OOM-killing it, which is the outcome
 //!   the memcg_bpf_ops RFC gets from its `get_high_delay_ms` hook. With swap or page cache,
 //!   the same write does reclaim (and the writer of memory.high does part of that reclaim
 //!   synchronously, so the daemon's write can take a while).
-//! - Lowering further than ~18 % below usage adds no sleep for anon-only workloads; it only
-//!   matters for reclaimable memory, so `min_high` bounds how deep we go.
+//! - Lowering high further than ~15 % below usage adds no sleep for anon-only workloads (the
+//!   2 s cap); it only matters for reclaimable memory, so `min_high` bounds how deep we go.
+//!   It also means throttling alone cannot make room for a protected cgroup that keeps
+//!   growing when the rest is unreclaimable: `headroom_guard` must cover that growth, or a
+//!   tier must opt into `kill`.
+
+use std::collections::BTreeMap;
 
 use super::pressure::{Guard, Pressure};
+use super::state::CgState;
 use super::{Ctx, Plan};
 use crate::config::TierIndex;
-use crate::decision::Reason;
+use crate::decision::{Knob, Reason};
 use crate::obs::CgroupObs;
 use crate::size::{page_down, Limit};
 
@@ -159,12 +166,19 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 /// still holds its memory. A cgroup goes back to its original value when the step reaches it,
 /// or as soon as it clearly no longer presses on its limit (usage at most half the uncapped
 /// step): from then on it is an ordinary cgroup that the guard watches like any other.
-pub(crate) fn release(ctx: &Ctx, calm_for_ms: u64, plan: &mut Plan) {
+pub(crate) fn release(
+    ctx: &Ctx,
+    calm_for_ms: u64,
+    states: &BTreeMap<String, CgState>,
+    plan: &mut Plan,
+) {
+    // Only what memqos may have lowered: a tighter high on another tier is someone else's.
+    let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.id].ever_wrote(Knob::High);
     let throttled: Vec<&CgroupObs> = ctx
         .cgs
         .iter()
         .copied()
-        .filter(|c| c.current.high < c.original.high)
+        .filter(|c| c.current.high < c.original.high && ours(c))
         .collect();
     let Some(top) = throttled.iter().map(|c| c.tier).min() else {
         return;
