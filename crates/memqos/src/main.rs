@@ -1,5 +1,6 @@
 //! memqos: priority memory QoS for cgroup v2 hosts.
 
+mod demo;
 mod doctor;
 mod vm_cmd;
 mod workload;
@@ -16,6 +17,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Boot real kernels in QEMU and show memqos at work inside them.
+    Demo {
+        /// Kernel series: "6.12", "7", "6.12,7" or "all".
+        #[arg(long, default_value = "all")]
+        kernel: String,
+        #[arg(long, hide = true)]
+        in_guest: bool,
+    },
     /// Check whether memqos can run on this machine and which kernel interfaces it will use.
     Doctor {
         /// Print the report as JSON.
@@ -33,6 +42,7 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Cmd::Demo { kernel, in_guest } => demo::run(&kernel, in_guest),
         Cmd::Doctor { json } => run_doctor(json),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what memqos needs on Debian 12, idempotently: only missing packages are installed,
+# and a second run does nothing but check. The machine's apt sources are not changed.
+set -euo pipefail
+
+PACKAGES=(
+    qemu-system-x86   # guests: real Debian kernels under QEMU (TCG)
+    busybox-static    # the guest initramfs's shell and tools
+    xz-utils zstd     # decompressing kernel modules for the initramfs
+    e2fsprogs         # mkfs.ext4 for guest scratch disks
+    clang llvm        # compiling BPF programs (CO-RE)
+    libelf-dev zlib1g-dev pkg-config make   # building libbpf (libbpf-sys)
+    bpftool           # inspecting BPF programs and BTF
+    fio stress-ng     # real workloads for experiments
+    debian-archive-keyring
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    echo "install-deps: installing ${missing[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+command -v cargo >/dev/null || { echo "install-deps: cargo not found: install Rust (rustup) first" >&2; exit 1; }

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# All tests: unit tests, then integration tests that boot real kernels (6.12 and 7.x) in
+# QEMU guests. Set MEMQOS_TEST_KERNELS=7 (or 6.12) to test one series only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+start=$(date +%s)
+cargo build --workspace --all-targets
+cargo test --workspace --no-fail-fast -- --test-threads=2
+echo "test.sh: all tests passed in $(( $(date +%s) - start )) s"
