@@ -66,11 +66,13 @@ impl Cgroup {
         std::fs::read_to_string(self.path.join(file)).map_err(|e| self.map_err("read", file, e))
     }
 
-    /// Writes `value` in one write(2), as the kernel expects.
+    /// Writes `value` in one write(2), as the kernel expects. O_TRUNC is ignored by cgroupfs
+    /// (as with a shell's `echo >`) and keeps fake trees in tests correct.
     pub fn write_string(&self, file: &'static str, value: &str) -> Result<()> {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
             .write(true)
+            .truncate(true)
             .open(self.path.join(file))
             .map_err(|e| self.map_err("open", file, e))?;
         f.write_all(value.as_bytes()).map_err(|e| self.map_err("write", file, e))

@@ -1,5 +1,6 @@
 //! memqos: priority memory QoS for cgroup v2 hosts.
 
+mod daemon_cmd;
 mod demo;
 mod doctor;
 mod vm_cmd;
@@ -25,6 +26,12 @@ enum Cmd {
         #[arg(long, hide = true)]
         in_guest: bool,
     },
+    /// Run the priority controller on a cgroup subtree (see --config).
+    Daemon(daemon_cmd::DaemonArgs),
+    /// Put back every knob a (crashed) daemon changed, from its journal.
+    Restore(daemon_cmd::RestoreArgs),
+    /// What the running daemon manages: tiers, knobs vs originals, pressure, last decisions.
+    Status(daemon_cmd::StatusArgs),
     /// Check whether memqos can run on this machine and which kernel interfaces it will use.
     Doctor {
         /// Print the report as JSON.
@@ -44,6 +51,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Demo { kernel, in_guest } => demo::run(&kernel, in_guest),
         Cmd::Doctor { json } => run_doctor(json),
+        Cmd::Daemon(a) => daemon_cmd::daemon(a),
+        Cmd::Restore(a) => daemon_cmd::restore(a),
+        Cmd::Status(a) => daemon_cmd::status(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),
     };

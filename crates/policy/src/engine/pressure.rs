@@ -74,7 +74,7 @@ pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a>
     let guard = match (ctx.parent_limit(), ctx.cfg.policy.headroom_guard) {
         (Limit::Bytes(limit), guard) if guard > 0 => {
             let g = Guard {
-                usage: ctx.parent.usage_bytes,
+                usage: ctx.parent.usage_bytes.saturating_add(protected_regrowth(ctx)),
                 limit,
                 guard,
             };
@@ -89,6 +89,22 @@ pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a>
         guard,
         parent_events,
     }
+}
+
+/// Room protected cgroups are entitled to grow back into: their protection (memory.low/min,
+/// which follows their recent working-set peak) minus what they use now. The guard counts it
+/// as used, so lower tiers are stopped while a protected cgroup is between bursts, not when
+/// its next burst is already running into the limit: with no swap, the anonymous memory a
+/// lower tier has grabbed cannot be taken back, and the burst would end in an OOM kill.
+fn protected_regrowth(ctx: &Ctx) -> u64 {
+    ctx.cgs
+        .iter()
+        .filter(|c| ctx.tier(c).is_protected())
+        .map(|c| {
+            let reserved = c.current.low.max(c.current.min).bytes().unwrap_or(0);
+            reserved.saturating_sub(c.usage_bytes)
+        })
+        .sum()
 }
 
 /// Why `c` (a protected cgroup) counts as under pressure, if it does.

@@ -1,0 +1,163 @@
+//! Wakeups between periodic samples: PSI triggers on protected cgroups' memory.pressure and
+//! inotify on memory.events. Both are kernel-side notifications, so the daemon sleeps in
+//! poll(2) until something happens or the sampling interval (the floor) expires.
+
+use memqos_policy::SignalEvent;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+/// A PSI trigger: wake when tasks of the cgroup stalled on memory for 50 ms within a 500 ms
+/// window (500 ms is the shortest window the kernel accepts). Tight enough to react within a
+/// window, loose enough to ignore a single direct-reclaim hiccup.
+const PSI_TRIGGER: &str = "some 50000 500000";
+
+pub struct Signals {
+    psi_enabled: bool,
+    events_enabled: bool,
+    psi: HashMap<String, OwnedFd>,
+    inotify: Option<OwnedFd>,
+    watches: HashMap<i32, String>,
+    watched: HashMap<String, i32>,
+    /// Why a source could not be set up, reported once.
+    pub degraded: Vec<String>,
+}
+
+impl Signals {
+    pub fn new(psi: bool, events: bool) -> Signals {
+        let mut s = Signals {
+            psi_enabled: psi,
+            events_enabled: events,
+            psi: HashMap::new(),
+            inotify: None,
+            watches: HashMap::new(),
+            watched: HashMap::new(),
+            degraded: Vec::new(),
+        };
+        if events {
+            // SAFETY: plain syscall; the fd is owned below.
+            let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+            if fd >= 0 {
+                s.inotify = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+            } else {
+                s.degraded.push(format!("memory.events notifications off: inotify_init1: {}", std::io::Error::last_os_error()));
+            }
+        }
+        s
+    }
+
+    /// Keeps triggers and watches in line with the managed set: `protected` get a PSI
+    /// trigger, `all` get an inotify watch on memory.events. Gone cgroups are dropped.
+    pub fn sync(&mut self, root: &Path, protected: &[String], all: &[String]) {
+        if self.psi_enabled {
+            self.psi.retain(|id, _| protected.contains(id));
+            for id in protected {
+                if self.psi.contains_key(id) {
+                    continue;
+                }
+                match psi_trigger(&root.join(id).join("memory.pressure")) {
+                    Ok(fd) => {
+                        self.psi.insert(id.clone(), fd);
+                    }
+                    Err(e) => self.note(format!("PSI trigger on {id}/memory.pressure: {e}")),
+                }
+            }
+        }
+        if let (true, Some(ino)) = (self.events_enabled, &self.inotify) {
+            let stale: Vec<String> = self.watched.keys().filter(|id| !all.contains(id)).cloned().collect();
+            for id in stale {
+                if let Some(wd) = self.watched.remove(&id) {
+                    // The kernel drops watches of removed cgroups itself; ignore errors.
+                    unsafe { libc::inotify_rm_watch(ino.as_raw_fd(), wd) };
+                    self.watches.remove(&wd);
+                }
+            }
+            for id in all {
+                if self.watched.contains_key(id) {
+                    continue;
+                }
+                let Ok(path) = CString::new(root.join(id).join("memory.events").to_string_lossy().as_bytes()) else { continue };
+                let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) };
+                if wd >= 0 {
+                    self.watches.insert(wd, id.clone());
+                    self.watched.insert(id.clone(), wd);
+                }
+            }
+        }
+    }
+
+    fn note(&mut self, msg: String) {
+        if !self.degraded.contains(&msg) {
+            self.degraded.push(msg);
+        }
+    }
+
+    /// Sleeps until a signal fires or `timeout` passes; returns the events per cgroup.
+    /// EINTR (a shutdown signal) returns early with no events.
+    pub fn wait(&mut self, timeout: Duration) -> Vec<(String, SignalEvent)> {
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut ids: Vec<Option<&String>> = Vec::new();
+        for (id, fd) in &self.psi {
+            fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLPRI, revents: 0 });
+            ids.push(Some(id));
+        }
+        if let Some(ino) = &self.inotify {
+            fds.push(libc::pollfd { fd: ino.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            ids.push(None);
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: fds is a valid array of pollfd for the duration of the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let mut out = Vec::new();
+        if n <= 0 {
+            return out;
+        }
+        let mut gone = Vec::new();
+        for (p, id) in fds.iter().zip(ids) {
+            match id {
+                Some(id) if p.revents & libc::POLLERR != 0 => gone.push(id.clone()), // cgroup removed
+                Some(id) if p.revents & libc::POLLPRI != 0 => out.push((id.clone(), SignalEvent::PsiTrigger)),
+                None if p.revents & libc::POLLIN != 0 => out.extend(self.drain_inotify()),
+                _ => {}
+            }
+        }
+        for id in gone {
+            self.psi.remove(&id);
+        }
+        out
+    }
+
+    fn drain_inotify(&self) -> Vec<(String, SignalEvent)> {
+        let Some(ino) = &self.inotify else { return Vec::new() };
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            let mut off = 0usize;
+            while off + std::mem::size_of::<libc::inotify_event>() <= n as usize {
+                // SAFETY: the kernel writes whole inotify_event records; read unaligned.
+                let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
+                if let Some(id) = self.watches.get(&ev.wd) {
+                    let item = (id.clone(), SignalEvent::EventsChanged);
+                    if !out.contains(&item) {
+                        out.push(item);
+                    }
+                }
+                off += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+            }
+        }
+        out
+    }
+}
+
+fn psi_trigger(path: &Path) -> std::io::Result<OwnedFd> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+    f.write_all(PSI_TRIGGER.as_bytes())?;
+    Ok(f.into())
+}
