@@ -247,6 +247,10 @@ impl Guest {
             "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off memqos.results={}",
             results.display()
         );
+        let keep = self.paths_to_keep(argv_exe(results));
+        if !keep.is_empty() {
+            append += &format!(" memqos.keep={}", keep.join(","));
+        }
         let mut cmd = Command::new(qemu);
         cmd.args(["-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio"]);
         match accel {
@@ -276,6 +280,35 @@ impl Guest {
         }
         cmd.arg("-append").arg(append);
         Ok(cmd)
+    }
+}
+
+/// The job script records the command; the executable is its first word after `exec`.
+fn argv_exe(results: &Path) -> Option<PathBuf> {
+    let job = std::fs::read_to_string(results.join("job.sh")).ok()?;
+    let line = job.lines().find(|l| l.starts_with("exec "))?;
+    let first = line.strip_prefix("exec '")?.split('\'').next()?;
+    Some(PathBuf::from(first))
+}
+
+impl Guest {
+    /// Host directories under /tmp or /run (which the guest replaces with its own tmpfs) that
+    /// the job needs: its working directory, the calling binary and the command.
+    fn paths_to_keep(&self, command: Option<PathBuf>) -> Vec<String> {
+        let mut keep: Vec<String> = Vec::new();
+        let exe = std::env::current_exe().ok();
+        for p in [Some(self.cwd.clone()), exe, command].into_iter().flatten() {
+            let mut parts = p.components().skip(1);
+            let (Some(top), Some(sub)) = (parts.next(), parts.next()) else { continue };
+            let top = top.as_os_str().to_string_lossy();
+            if top == "tmp" || top == "run" {
+                let dir = format!("/{top}/{}", sub.as_os_str().to_string_lossy());
+                if Path::new(&dir).is_dir() && !keep.contains(&dir) && !dir.contains(',') && !dir.contains(' ') {
+                    keep.push(dir);
+                }
+            }
+        }
+        keep
     }
 }
 

@@ -23,8 +23,19 @@ mount -t sysfs sys $R/sys
 mount -t devtmpfs dev $R/dev
 mkdir -p $R/dev/pts $R/dev/shm 2>/dev/null
 mount -t devpts devpts $R/dev/pts 2>/dev/null
+# The guest gets its own /tmp and /run; host directories under them that the job needs
+# (a checkout in /tmp, say) are carried over with bind mounts.
+KEEP=$(param keep)
+i=0
+for k in $(echo "$KEEP" | tr , ' '); do
+    mkdir -p /keep/$i && mount --bind "$R$k" /keep/$i && i=$((i+1))
+done
 mount -t tmpfs tmp $R/tmp
 mount -t tmpfs run $R/run
+i=0
+for k in $(echo "$KEEP" | tr , ' '); do
+    mkdir -p "$R$k" && mount --move /keep/$i "$R$k" && i=$((i+1))
+done
 mount -t tmpfs shm $R/dev/shm 2>/dev/null
 mount -t cgroup2 cgroup2 $R/sys/fs/cgroup || say "cannot mount cgroup2"
 mount -t bpf bpf $R/sys/fs/bpf 2>/dev/null
