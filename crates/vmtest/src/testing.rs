@@ -43,6 +43,10 @@ pub fn run_test_in_guests(test_path: &str, configure: impl Fn(Guest) -> Guest) {
                     "guest {} ({:?}): {test_path} exit {} (boot {:.1} s, total {:.1} s)",
                     kernel.release(), run.accel, run.exit_code, run.boot_secs, run.wall_secs
                 );
+                // Measured figures the test chose to report (lines starting "RESULT").
+                for line in run.console.lines().filter(|l| l.contains("RESULT")) {
+                    eprintln!("  [{}] {}", kernel.release(), line.trim_start_matches(|c: char| c != 'R'));
+                }
                 let ran = run.console.contains("1 passed") || run.console.contains("1 failed");
                 if !run.success() || !ran {
                     failures.push(format!(
