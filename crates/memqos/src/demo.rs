@@ -9,9 +9,17 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 
 /// Host side: one guest per kernel series, each running `memqos demo --in-guest`.
-pub fn run(kernel_list: &str, in_guest: bool) -> Result<u8> {
+pub fn run(kernel_list: &str, in_guest: bool, json: bool) -> Result<u8> {
     if in_guest {
-        return guest_demo();
+        if json {
+            // Only the controller scenario, as JSON: what the controller test asserts on.
+            println!("{}", serde_json::to_string(&crate::scenario::run()?)?);
+            return Ok(0);
+        }
+        guest_demo()?;
+        println!("\n== the memqos controller: protected task + two low-tier tasks under a 512 MiB parent ==");
+        crate::scenario::print(&crate::scenario::run()?);
+        return Ok(0);
     }
     let mut worst = 0u8;
     for series in Series::parse_list(kernel_list)? {
@@ -33,7 +41,7 @@ pub fn run(kernel_list: &str, in_guest: bool) -> Result<u8> {
     Ok(worst)
 }
 
-fn guest_demo() -> Result<u8> {
+fn guest_demo() -> Result<()> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")?;
     println!("guest kernel {}", release.trim());
     let root = Cgroup::new("/sys/fs/cgroup");
@@ -63,7 +71,10 @@ fn guest_demo() -> Result<u8> {
     let (status, _) = alloc_and_watch(&hard, 64)?;
     let ev = hard.memory_events()?;
     println!("finished: {status}; memory.events max={} oom={} oom_kill={} -> the kernel OOM-killed it", ev.max, ev.oom, ev.oom_kill);
-    Ok(0)
+    for cg in [cg, free, hard] {
+        let _ = cg.remove();
+    }
+    Ok(())
 }
 
 /// Runs `memqos workload alloc` in `cg`, printing memory.current every 2 s.

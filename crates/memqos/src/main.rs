@@ -3,6 +3,7 @@
 mod daemon_cmd;
 mod demo;
 mod doctor;
+mod scenario;
 mod vm_cmd;
 mod workload;
 
@@ -25,6 +26,9 @@ enum Cmd {
         kernel: String,
         #[arg(long, hide = true)]
         in_guest: bool,
+        /// With --in-guest: run only the controller scenario and print it as JSON.
+        #[arg(long, hide = true)]
+        json: bool,
     },
     /// Run the priority controller on a cgroup subtree (see --config).
     Daemon(daemon_cmd::DaemonArgs),
@@ -49,7 +53,7 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Demo { kernel, in_guest } => demo::run(&kernel, in_guest),
+        Cmd::Demo { kernel, in_guest, json } => demo::run(&kernel, in_guest, json),
         Cmd::Doctor { json } => run_doctor(json),
         Cmd::Daemon(a) => daemon_cmd::daemon(a),
         Cmd::Restore(a) => daemon_cmd::restore(a),

@@ -1,11 +1,8 @@
 //! The priority controller against real kernels (no swap): a protected cgroup and two
-//! low-tier cgroups under a parent memory.max that forces contention.
-//!
-//! The protected workload bursts like an agent running tests (64 -> 256 MiB, three times);
-//! each low-tier workload ramps to 200 MiB. Together they need more than the 512 MiB parent
-//! limit, so without memqos the kernel OOM-kills a task. With memqos the low tier is
-//! throttled through memory.high while the protected cgroup may grow back into its working
-//! set, nobody is killed, and the low tier finishes later.
+//! low-tier cgroups under a parent memory.max that forces contention (the scenario is in
+//! crates/memqos/src/scenario.rs). Without memqos the kernel OOM-kills a task; with memqos
+//! the low tier is throttled through memory.high while the protected cgroup may grow back
+//! into its working set, nobody is killed, and the low tier finishes later.
 
 mod common;
 
@@ -38,12 +35,6 @@ min_write_interval_ms = 500
 hold_ms = 3000
 "#;
 
-struct Outcome {
-    name: &'static str,
-    secs: f64,
-    status: std::process::ExitStatus,
-}
-
 fn setup_parent() -> (Cgroup, [Cgroup; 3]) {
     let parent = make_cgroup("qos");
     enable_memory(&parent);
@@ -66,34 +57,6 @@ fn start(cg: &Cgroup, profile: &str) -> Child {
     spawn_workload(cg, "phases", &["--phases", profile])
 }
 
-/// Runs the given workloads to completion; removes the high cgroup as soon as its task is
-/// done (a finished sandbox goes away, and with it its protection).
-fn run_all(mut tasks: Vec<(&'static str, Cgroup, Child)>) -> Vec<Outcome> {
-    let t0 = Instant::now();
-    let mut out = Vec::new();
-    while !tasks.is_empty() {
-        let mut i = 0;
-        while i < tasks.len() {
-            if let Some(status) = tasks[i].2.try_wait().unwrap() {
-                let (name, cg, _) = tasks.remove(i);
-                if name == "high" {
-                    let _ = cg.remove();
-                }
-                out.push(Outcome { name, secs: t0.elapsed().as_secs_f64(), status });
-            } else {
-                i += 1;
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(600), "workloads still running after 600 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    out
-}
-
-fn find<'a>(o: &'a [Outcome], name: &str) -> &'a Outcome {
-    o.iter().find(|x| x.name == name).unwrap()
-}
-
 fn start_daemon(extra: &[&str]) -> Child {
     std::fs::create_dir_all("/run/memqos-test").unwrap();
     std::fs::write("/run/memqos-test.toml", CONFIG).unwrap();
@@ -114,77 +77,35 @@ fn start_daemon(extra: &[&str]) -> Child {
     child
 }
 
-fn stop(mut daemon: Child) {
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    let st = wait_timeout(&mut daemon, Duration::from_secs(30)).expect("daemon did not stop on SIGTERM");
-    assert!(st.success(), "daemon exit {st:?}");
-}
-
 fn knob(cg: &Cgroup, file: &'static str) -> Limit {
     cg.limit(file).unwrap_or_else(|e| panic!("{e}"))
 }
 
+// The scenario is the demo's (crates/memqos/src/scenario.rs): the test runs it and asserts.
 guest_test!(controller_prevents_oom_and_keeps_protected_task_fast, |g| g.memory_mb(2048), {
-    // 1. The protected task alone: its baseline completion time.
-    let (parent, [high, ..]) = setup_parent();
-    let solo = run_all(vec![("high", high.clone(), start(&high, HIGH_PROFILE))]);
-    let solo_secs = find(&solo, "high").secs;
-    teardown(&parent);
-
-    // 2. Unmanaged contention: the kernel OOM-kills.
-    let (parent, [high, low1, low2]) = setup_parent();
-    let unmanaged = run_all(vec![
-        ("high", high.clone(), start(&high, HIGH_PROFILE)),
-        ("low1", low1.clone(), start(&low1, LOW_PROFILE)),
-        ("low2", low2.clone(), start(&low2, LOW_PROFILE)),
-    ]);
-    let unmanaged_kills = events(&parent).oom_kill;
-    teardown(&parent);
-
-    // 3. Managed: same contention with the daemon running.
-    let (parent, [high, low1, low2]) = setup_parent();
-    let daemon = start_daemon(&[]);
-    let managed = run_all(vec![
-        ("high", high.clone(), start(&high, HIGH_PROFILE)),
-        ("low1", low1.clone(), start(&low1, LOW_PROFILE)),
-        ("low2", low2.clone(), start(&low2, LOW_PROFILE)),
-    ]);
-    let managed_kills = events(&parent).oom_kill;
-    let throttled = (events(&low1).high, events(&low2).high);
-    stop(daemon);
-    let restored = (knob(&low1, "memory.high"), knob(&low2, "memory.high"));
-    teardown(&parent);
-
-    let show = |label: &str, o: &[Outcome]| {
-        for x in o {
-            println!("{label:<10} {:<5} {:>6.1} s  {:?}", x.name, x.secs, x.status);
-        }
+    let out = Command::new(memqos_bin()).args(["demo", "--in-guest", "--json"]).output().unwrap();
+    assert!(out.status.success(), "scenario failed: {}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scenario JSON");
+    let secs = |run: &str, task: &str| {
+        r[run]["tasks"].as_array().unwrap().iter().find(|t| t["name"] == task).unwrap()["secs"].as_f64().unwrap()
     };
-    println!("solo high: {solo_secs:.1} s");
-    show("unmanaged", &unmanaged);
-    println!("unmanaged: parent oom_kill {unmanaged_kills}");
-    show("managed", &managed);
-    println!("managed: parent oom_kill {managed_kills}; low memory.events high {throttled:?}");
-    let writes = std::fs::read_to_string("/run/memqos-test/events.jsonl").unwrap_or_default();
-    println!("daemon writes: {}", writes.lines().filter(|l| l.contains("\"write\"")).count());
-    let ratio = find(&managed, "high").secs / solo_secs;
-    let later = |n| find(&managed, n).secs;
-    // What a low task needs when nothing holds it back: its profile's length.
-    let low_nominal = 14.0;
+    let ratio = secs("managed", "high") / secs("solo", "high");
     println!(
-        "RESULT high managed/solo = {ratio:.3} ({:.1}/{solo_secs:.1} s); low finish {:.1}/{:.1} s vs {low_nominal:.1} s nominal; unmanaged OOM kills {unmanaged_kills}",
-        find(&managed, "high").secs, later("low1"), later("low2")
+        "RESULT unmanaged OOM kills {}; managed OOM kills {}; high managed/solo {ratio:.3} ({:.1}/{:.1} s); low finish {:.1}/{:.1} s (nominal 14 s); daemon writes {}",
+        r["unmanaged"]["oom_kills"], r["managed"]["oom_kills"], secs("managed", "high"), secs("solo", "high"),
+        secs("managed", "low1"), secs("managed", "low2"), r["managed"]["daemon_writes"]
     );
-
-    assert!(unmanaged_kills >= 1, "the scenario must force an OOM kill without memqos");
-    assert_eq!(managed_kills, 0, "memqos must prevent the OOM kill");
-    for o in &managed {
-        assert!(o.status.success(), "{} did not finish under memqos: {:?}", o.name, o.status);
+    assert!(r["unmanaged"]["oom_kills"].as_u64().unwrap() >= 1, "the scenario must force an OOM kill without memqos: {r}");
+    assert_eq!(r["managed"]["oom_kills"].as_u64().unwrap(), 0, "memqos must prevent the OOM kill: {r}");
+    for t in r["managed"]["tasks"].as_array().unwrap() {
+        assert_eq!(t["outcome"], "finished", "every task finishes under memqos: {t}");
+        if t["name"] != "high" {
+            assert!(t["throttled"].as_u64().unwrap() > 0, "the low tier was throttled: {t}");
+            assert!(t["secs"].as_f64().unwrap() > 14.0, "a throttled low task finishes later than its nominal 14 s: {t}");
+        }
     }
-    assert!(throttled.0 > 0 && throttled.1 > 0, "the low tier was never throttled: {throttled:?}");
-    assert!(later("low1") > low_nominal && later("low2") > low_nominal, "the low tier was throttled, so it must finish later than its nominal {low_nominal} s");
     assert!(ratio <= 1.10, "protected task took {ratio:.3}x its solo time (limit 1.10)");
-    assert_eq!(restored, (Limit::Max, Limit::Max), "SIGTERM must restore memory.high");
+    assert_eq!(r["low_high_after_stop"], serde_json::json!(["max", "max"]), "SIGTERM must restore memory.high");
 });
 
 guest_test!(sigkill_mid_throttle_then_restart_restores_every_knob, |g| g.memory_mb(2048), {
