@@ -34,7 +34,10 @@ impl Default for EngineOptions {
 #[derive(Debug)]
 pub enum EngineEvent<'a> {
     /// The baseline is allocated; the replay clock starts now.
-    Baseline { bytes: u64, took: Duration },
+    Baseline {
+        bytes: u64,
+        took: Duration,
+    },
     Step(&'a StepRecord),
 }
 
@@ -52,8 +55,8 @@ pub struct EngineEnd {
 pub enum EngineError {
     #[error("allocating the baseline: {0}")]
     Baseline(MapError),
-    #[error("step {step} (trace sample {sample}): {source}")]
-    Step { step: usize, sample: usize, source: MapError },
+    #[error("step {step} (trace sample {sample}): {error}")]
+    Step { step: usize, sample: usize, error: MapError },
     #[error("step {step} is due {due:?} after the start, beyond what the clock can represent")]
     Unschedulable { step: usize, due: Duration },
     #[error("reporting: {0}")]
@@ -76,16 +79,17 @@ pub fn run(
 
     let start = Instant::now();
     for (i, step) in schedule.steps.iter().enumerate() {
-        let due =
-            start.checked_add(step.t_sched).ok_or(EngineError::Unschedulable { step: i, due: step.t_sched })?;
+        let due = start.checked_add(step.t_sched).ok_or(EngineError::Unschedulable { step: i, due: step.t_sched })?;
         let now = Instant::now();
         if now < due {
             std::thread::sleep(due - now);
         }
         let began = Instant::now();
-        let change = mem
-            .set_target(step.target_bytes)
-            .map_err(|source| EngineError::Step { step: i, sample: step.sample, source })?;
+        let change = mem.set_target(step.target_bytes).map_err(|error| EngineError::Step {
+            step: i,
+            sample: step.sample,
+            error,
+        })?;
         let rss_bytes = if opts.read_rss { read_status_field("VmRSS") } else { None };
         let rec = StepRecord {
             step: i,

@@ -13,7 +13,8 @@
 //! - [`engine`]: the replay loop in the calling process ([`memory`] holds the pages);
 //! - [`worker`]: the same loop in a child process, supervised, so an OOM kill is an outcome
 //!   rather than the end of the experiment;
-//! - [`report`]: records, outcome, percentiles, JSON and text.
+//! - [`report`]: records, outcome, percentiles, JSON and text;
+//! - [`run`]: one supervised replay from trace to report, as `memqos replay` runs it.
 //!
 //! ```no_run
 //! use memqos_replay::{prepare, report::Report, worker, EngineOptions, ScheduleOptions, ToolCallsSource};
@@ -32,6 +33,7 @@
 pub mod engine;
 pub mod memory;
 pub mod report;
+pub mod run;
 pub mod schedule;
 pub mod tool_calls;
 pub mod trace;
@@ -73,18 +75,20 @@ pub enum PrepareError {
     Trace(#[from] trace::TraceError),
     #[error(transparent)]
     ToolCalls(#[from] tool_calls::ToolCallsError),
-    #[error("{0}")]
+    #[error(transparent)]
     Schedule(#[from] schedule::ScheduleError),
 }
 
 /// Loads `trace_path` and its tool calls and builds the schedule.
-pub fn prepare(trace_path: &Path, tool_calls: ToolCallsSource, opts: &ScheduleOptions) -> Result<Prepared, PrepareError> {
+pub fn prepare(
+    trace_path: &Path,
+    tool_calls: ToolCallsSource,
+    opts: &ScheduleOptions,
+) -> Result<Prepared, PrepareError> {
     let trace = trace::load_trace(trace_path)?;
     let tool_calls_path = match tool_calls {
         ToolCallsSource::File(p) => Some(p),
-        ToolCallsSource::Auto => {
-            Some(trace_path.with_file_name("tool_calls.json")).filter(|p| p.is_file())
-        }
+        ToolCallsSource::Auto => Some(trace_path.with_file_name("tool_calls.json")).filter(|p| p.is_file()),
         ToolCallsSource::None => None,
     };
     let calls = tool_calls_path.as_deref().map(tool_calls::load_tool_calls).transpose()?;

@@ -15,11 +15,11 @@ use std::io;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
-#[error("mmap of {bytes} bytes failed (holding {held} bytes): {source}")]
+#[error("mmap of {bytes} bytes failed (holding {held} bytes): {error}")]
 pub struct MapError {
     pub bytes: usize,
     pub held: u64,
-    pub source: io::Error,
+    pub error: io::Error,
 }
 
 /// What one call to [`Memory::set_target`] did.
@@ -48,14 +48,14 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// `chunk_bytes` is rounded up to whole pages (at least one).
+    /// `chunk_bytes` is clamped to [1 page, 1 GiB] and rounded up to whole pages.
     pub fn new(chunk_bytes: usize) -> Memory {
         // SAFETY: sysconf has no memory-safety preconditions.
         let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
             p if p > 0 => p as usize,
             _ => 4096,
         };
-        let chunk = chunk_bytes.max(1).div_ceil(page) * page;
+        let chunk = chunk_bytes.clamp(1, 1 << 30).div_ceil(page) * page;
         Memory { regions: Vec::new(), held: 0, peak: 0, chunk, page, stamp: 0 }
     }
 
@@ -79,7 +79,9 @@ impl Memory {
     /// Grows or shrinks to `target` rounded up to a whole page.
     pub fn set_target(&mut self, target: u64) -> Result<Change, MapError> {
         let page = self.page as u64;
-        let target = target.div_ceil(page) * page;
+        // Every length mapped or unmapped is a whole number of pages; grow()'s stamping relies
+        // on it. (A target beyond the last page multiple below 2^64 cannot be mapped anyway.)
+        let target = target.checked_next_multiple_of(page).unwrap_or(u64::MAX - u64::MAX % page);
         let mut change = Change::default();
         if target > self.held {
             let start = Instant::now();
@@ -113,7 +115,7 @@ impl Memory {
                 )
             };
             if ptr == libc::MAP_FAILED {
-                return Err(MapError { bytes: len, held: self.held, source: io::Error::last_os_error() });
+                return Err(MapError { bytes: len, held: self.held, error: io::Error::last_os_error() });
             }
             let ptr = ptr.cast::<u8>();
             for off in (0..len).step_by(self.page) {
@@ -187,5 +189,7 @@ mod tests {
     fn chunk_is_rounded_to_pages() {
         let m = Memory::new(1000);
         assert_eq!(m.chunk_size(), m.page_size());
+        assert_eq!(Memory::new(0).chunk_size(), m.page_size());
+        assert_eq!(Memory::new(usize::MAX).chunk_size(), 1 << 30);
     }
 }

@@ -282,7 +282,11 @@ impl Report {
             let _ = write!(out, "  cgroup {cg}: ");
             match &s.memory_events_delta {
                 Some(d) => {
-                    let _ = writeln!(out, "memory.events +high {} +max {} +oom {} +oom_kill {}", d.high, d.max, d.oom, d.oom_kill);
+                    let _ = writeln!(
+                        out,
+                        "memory.events +high {} +max {} +oom {} +oom_kill {}",
+                        d.high, d.max, d.oom, d.oom_kill
+                    );
                 }
                 None => out.push_str("memory.events unreadable after the run\n"),
             }
@@ -368,7 +372,10 @@ mod tests {
         // SIGKILL without an oom_kill increase, or without a cgroup to tell: not an OOM kill.
         assert_eq!(decide_outcome(None, Some(kill), false, None, Some(0)), Outcome::Killed { signal: kill });
         assert_eq!(decide_outcome(None, Some(kill), false, None, None), Outcome::Killed { signal: kill });
-        assert_eq!(decide_outcome(None, Some(libc::SIGTERM), false, None, Some(3)), Outcome::Killed { signal: libc::SIGTERM });
+        assert_eq!(
+            decide_outcome(None, Some(libc::SIGTERM), false, None, Some(3)),
+            Outcome::Killed { signal: libc::SIGTERM }
+        );
         assert_eq!(
             decide_outcome(Some(1), None, false, Some("mmap failed"), None),
             Outcome::Failed { exit_code: Some(1), message: "mmap failed".into() }
@@ -380,7 +387,10 @@ mod tests {
     #[test]
     fn outcome_json() {
         assert_eq!(serde_json::to_string(&Outcome::Finished).unwrap(), r#"{"kind":"finished"}"#);
-        assert_eq!(serde_json::to_string(&Outcome::OomKilled { signal: 9 }).unwrap(), r#"{"kind":"oom_killed","signal":9}"#);
+        assert_eq!(
+            serde_json::to_string(&Outcome::OomKilled { signal: 9 }).unwrap(),
+            r#"{"kind":"oom_killed","signal":9}"#
+        );
     }
 
     fn rec(step: usize, grown: u64, latency_us: u64, tool: Option<&str>) -> StepRecord {
@@ -404,7 +414,8 @@ mod tests {
 
     #[test]
     fn summary_uses_growth_steps_only() {
-        let steps = vec![rec(0, 1, 1000, None), rec(1, 0, 0, None), rec(2, 1, 3000, Some("Bash")), rec(3, 1, 2000, None)];
+        let steps =
+            vec![rec(0, 1, 1000, None), rec(1, 0, 0, None), rec(2, 1, 3000, Some("Bash")), rec(3, 1, 2000, None)];
         let run = RunData {
             steps,
             outcome: Outcome::Finished,

@@ -83,7 +83,11 @@ pub enum ScheduleError {
 }
 
 /// Builds the schedule; `tool_calls` is `None` when there is no tool-call file.
-pub fn build(trace: &Trace, tool_calls: Option<&[ToolCall]>, opts: &ScheduleOptions) -> Result<Schedule, ScheduleError> {
+pub fn build(
+    trace: &Trace,
+    tool_calls: Option<&[ToolCall]>,
+    opts: &ScheduleOptions,
+) -> Result<Schedule, ScheduleError> {
     if !(opts.speed.is_finite() && opts.speed > 0.0) {
         return Err(ScheduleError::BadSpeed(opts.speed));
     }
@@ -183,11 +187,11 @@ mod tests {
     fn tool_calls_mark_the_interval_before_a_sample() {
         let t = trace(&[(10.0, 1), (11.0, 1), (12.0, 1), (13.0, 1), (14.0, 1)]);
         let calls = [
-            call("Bash", 9.0, 10.5),      // covers sample 0's instant and part of step 1
-            call("Read", 11.2, 11.3),     // short, inside step 2's interval
-            call("Grep", 11.25, 11.28),   // parallel with Read
-            call("Read", 11.5, 11.6),     // same tool again: named once
-            call("Task", 12.0, 12.0),     // ends exactly at sample 2: belongs to step 2 only
+            call("Bash", 9.0, 10.5),    // covers sample 0's instant and part of step 1
+            call("Read", 11.2, 11.3),   // short, inside step 2's interval
+            call("Grep", 11.25, 11.28), // parallel with Read
+            call("Read", 11.5, 11.6),   // same tool again: named once
+            call("Task", 12.0, 12.0),   // ends exactly at sample 2: belongs to step 2 only
         ];
         let s = build(&t, Some(&calls), &ScheduleOptions::default()).unwrap();
         let tools: Vec<Option<&str>> = s.steps.iter().map(|s| s.tool.as_deref()).collect();

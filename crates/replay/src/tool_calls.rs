@@ -21,8 +21,8 @@ pub struct ToolCall {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ToolCallsError {
-    #[error("{file}: {source}")]
-    Io { file: String, source: std::io::Error },
+    #[error("{file}: {error}")]
+    Io { file: String, error: std::io::Error },
     #[error("{file}: not valid JSON: {message}")]
     Json { file: String, message: String },
     #[error("{file}: {at}: {problem}")]
@@ -31,14 +31,14 @@ pub enum ToolCallsError {
 
 pub fn load_tool_calls(path: &Path) -> Result<Vec<ToolCall>, ToolCallsError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ToolCallsError::Io { file: file.clone(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|error| ToolCallsError::Io { file: file.clone(), error })?;
     parse_tool_calls(&file, &text)
 }
 
 pub fn parse_tool_calls(file: &str, text: &str) -> Result<Vec<ToolCall>, ToolCallsError> {
     let invalid = |at: String, problem: String| ToolCallsError::Invalid { file: file.to_owned(), at, problem };
-    let root: Value =
-        serde_json::from_str(text).map_err(|e| ToolCallsError::Json { file: file.to_owned(), message: e.to_string() })?;
+    let root: Value = serde_json::from_str(text)
+        .map_err(|e| ToolCallsError::Json { file: file.to_owned(), message: e.to_string() })?;
     let Value::Array(items) = root else {
         return Err(invalid("(top level)".into(), "expected an array of tool calls".into()));
     };

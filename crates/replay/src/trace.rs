@@ -55,8 +55,8 @@ impl Trace {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("{file}: {source}")]
-    Io { file: String, source: std::io::Error },
+    #[error("{file}: {error}")]
+    Io { file: String, error: std::io::Error },
     #[error("{file}: not valid JSON: {message}")]
     Json { file: String, message: String },
     /// A JSON value that is not what the format says: `at` is a path like
@@ -78,7 +78,7 @@ impl TraceError {
 /// Reads and parses a `resources.json`; the error message carries `path` as given.
 pub fn load_trace(path: &Path) -> Result<Trace, TraceError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io { file: file.clone(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|error| TraceError::Io { file: file.clone(), error })?;
     let mut trace = parse_trace(&file, &text)?;
     trace.name = trace_name(path);
     trace.path = Some(path.to_owned());
@@ -103,7 +103,10 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Trace, TraceError> {
     let root: Value =
         serde_json::from_str(text).map_err(|e| TraceError::Json { file: file.to_owned(), message: e.to_string() })?;
     let Value::Object(root) = root else {
-        return Err(invalid("(top level)".into(), format!("expected an object with \"samples\", found {}", kind(&root))));
+        return Err(invalid(
+            "(top level)".into(),
+            format!("expected an object with \"samples\", found {}", kind(&root)),
+        ));
     };
     let samples = match root.get("samples") {
         None => return Err(invalid("samples".into(), "missing".into())),
@@ -123,11 +126,11 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Trace, TraceError> {
         };
         let epoch = match obj.get("epoch") {
             None => return Err(invalid(at(".epoch"), "missing".into())),
-            Some(Value::Number(n)) => n.as_f64().filter(|e| e.is_finite() && *e >= 0.0),
+            Some(Value::Number(n)) => match n.as_f64().filter(|e| e.is_finite() && *e >= 0.0) {
+                Some(e) => e,
+                None => return Err(invalid(at(".epoch"), format!("expected non-negative Unix seconds, found {n}"))),
+            },
             Some(other) => return Err(invalid(at(".epoch"), format!("expected Unix seconds, found {}", kind(other)))),
-        };
-        let Some(epoch) = epoch else {
-            return Err(invalid(at(".epoch"), format!("expected non-negative Unix seconds, found {}", obj["epoch"])));
         };
         if let Some(prev) = prev_epoch {
             if epoch < prev {
@@ -146,7 +149,10 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Trace, TraceError> {
             }
         };
         let usage = parse_mem_usage(text).map_err(|e| invalid(at(".mem_usage"), mem_usage_problem(text, &e)))?;
-        all.push((Sample { index: i, epoch, used_bytes: usage.used, limit_bytes: usage.limit }, usage.is_no_container()));
+        all.push((
+            Sample { index: i, epoch, used_bytes: usage.used, limit_bytes: usage.limit },
+            usage.is_no_container(),
+        ));
     }
 
     // Keep the run between the first and last samples that saw a container.
@@ -189,7 +195,9 @@ mod tests {
     use super::*;
 
     fn sample(epoch: &str, mem: &str) -> String {
-        format!(r#"{{"timestamp": "2026-02-06T17:47:11.545465", "epoch": {epoch}, "mem_usage": "{mem}", "mem_percent": "0.01%", "cpu_percent": "1%"}}"#)
+        format!(
+            r#"{{"timestamp": "2026-02-06T17:47:11.545465", "epoch": {epoch}, "mem_usage": "{mem}", "mem_percent": "0.01%", "cpu_percent": "1%"}}"#
+        )
     }
 
     fn doc(samples: &[String]) -> String {
@@ -207,7 +215,11 @@ mod tests {
     fn good_trace() {
         let t = parse_trace(
             "x/resources.json",
-            &doc(&[sample("100.0", "11.96MB / 134.5GB"), sample("101.04", "185.5MB / 134.5GB"), sample("102.1", "1.055GB / 134.5GB")]),
+            &doc(&[
+                sample("100.0", "11.96MB / 134.5GB"),
+                sample("101.04", "185.5MB / 134.5GB"),
+                sample("102.1", "1.055GB / 134.5GB"),
+            ]),
         )
         .unwrap();
         assert_eq!(t.samples.len(), 3);
@@ -224,7 +236,10 @@ mod tests {
         let mut s: Vec<String> = (0..17).map(|i| sample(&format!("{}", 100 + i), "1MB / 2GB")).collect();
         s.push(sample("200", "12.3XB / 134.5GB"));
         let e = parse_trace("resources.json", &doc(&s)).unwrap_err();
-        assert_eq!(e.to_string(), r#"resources.json: samples[17].mem_usage: cannot parse "12.3XB / 134.5GB": unknown unit "XB""#);
+        assert_eq!(
+            e.to_string(),
+            r#"resources.json: samples[17].mem_usage: cannot parse "12.3XB / 134.5GB": unknown unit "XB""#
+        );
         assert_eq!(e.at(), Some("samples[17].mem_usage"));
     }
 
@@ -232,7 +247,12 @@ mod tests {
     fn trailing_and_leading_no_container_samples_are_dropped() {
         let t = parse_trace(
             "r.json",
-            &doc(&[sample("99", "0B / 0B"), sample("100", "1MB / 2GB"), sample("101", "2MB / 2GB"), sample("102", "0B / 0B")]),
+            &doc(&[
+                sample("99", "0B / 0B"),
+                sample("100", "1MB / 2GB"),
+                sample("101", "2MB / 2GB"),
+                sample("102", "0B / 0B"),
+            ]),
         )
         .unwrap();
         assert_eq!(t.samples.iter().map(|s| s.index).collect::<Vec<_>>(), [1, 2]);
@@ -249,12 +269,24 @@ mod tests {
             (doc(&[]), "samples", "empty"),
             (r#"{"samples": [3]}"#.into(), "samples[0]", "expected an object, found a number"),
             (r#"{"samples": [{"mem_usage": "1MB / 2GB"}]}"#.into(), "samples[0].epoch", "missing"),
-            (r#"{"samples": [{"epoch": "100", "mem_usage": "1MB / 2GB"}]}"#.into(), "samples[0].epoch", "found a string"),
+            (
+                r#"{"samples": [{"epoch": "100", "mem_usage": "1MB / 2GB"}]}"#.into(),
+                "samples[0].epoch",
+                "found a string",
+            ),
             (r#"{"samples": [{"epoch": -1, "mem_usage": "1MB / 2GB"}]}"#.into(), "samples[0].epoch", "non-negative"),
             (r#"{"samples": [{"epoch": 100}]}"#.into(), "samples[0].mem_usage", "missing"),
             (r#"{"samples": [{"epoch": 100, "mem_usage": 5}]}"#.into(), "samples[0].mem_usage", "found a number"),
-            (doc(&[ok("100"), ok("101"), ok("100.5")]), "samples[2].epoch", "goes backwards: 100.5 comes after 101 (samples[1])"),
-            (doc(&[ok("100"), sample("101", "185.5MB")]), "samples[1].mem_usage", r#"cannot parse "185.5MB": expected "<used> / <limit>""#),
+            (
+                doc(&[ok("100"), ok("101"), ok("100.5")]),
+                "samples[2].epoch",
+                "goes backwards: 100.5 comes after 101 (samples[1])",
+            ),
+            (
+                doc(&[ok("100"), sample("101", "185.5MB")]),
+                "samples[1].mem_usage",
+                r#"cannot parse "185.5MB": expected "<used> / <limit>""#,
+            ),
             (doc(&[sample("100", "abc / 2GB")]), "samples[0].mem_usage", r#"expected a number, found "abc""#),
             (doc(&[sample("100", "1MB / 2")]), "samples[0].mem_usage", r#"missing unit after "2""#),
             (doc(&[ok("100"), sample("101", "0B / 0B"), ok("102")]), "samples[1].mem_usage", "between readings"),
@@ -278,6 +310,20 @@ mod tests {
     #[test]
     fn equal_epochs_are_monotonic() {
         assert!(parse_trace("r", &doc(&[sample("100", "1MB / 2GB"), sample("100", "2MB / 2GB")])).is_ok());
+    }
+
+    #[test]
+    fn mangled_input_never_panics() {
+        let text =
+            doc(&[sample("100.5", "11.96MB / 134.5GB"), sample("101.5", "1.055GB / 0B"), sample("102", "0B / 0B")]);
+        for i in 0..text.len() {
+            let _ = parse_trace("r", &text[..i]);
+            for c in ["", "0", ".", "-", "\"", "µ", "}", "/", "e9", " "] {
+                let mangled = format!("{}{c}{}", &text[..i], &text[i + 1..]);
+                let _ = parse_trace("r", &mangled);
+                let _ = crate::tool_calls::parse_utc(&mangled[i.saturating_sub(20)..i + c.len()]);
+            }
+        }
     }
 
     #[test]

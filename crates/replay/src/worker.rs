@@ -124,16 +124,23 @@ pub enum Event<'a> {
 pub enum SuperviseError {
     /// The cgroup's memory.events could not be read before the start: wrong path, not a
     /// cgroup v2 memory cgroup, or no permission. Nothing was started.
-    #[error("{0}")]
-    Cgroup(#[from] memqos_cgroupfs::Error),
-    #[error("starting the worker {program}: {source}")]
-    Spawn { program: String, source: io::Error },
-    #[error("{what}: {source}")]
-    Io { what: &'static str, source: io::Error },
+    // Not a `#[source]`: the message already includes it, and `{:#}` would repeat it.
+    #[error("{0} (--cgroup must be a cgroup v2 directory whose parent enables the memory controller)")]
+    Cgroup(memqos_cgroupfs::Error),
+    #[error("starting the worker {program}: {error}")]
+    Spawn { program: String, error: io::Error },
+    #[error("{what}: {error}")]
+    Io { what: &'static str, error: io::Error },
+}
+
+impl From<memqos_cgroupfs::Error> for SuperviseError {
+    fn from(e: memqos_cgroupfs::Error) -> Self {
+        SuperviseError::Cgroup(e)
+    }
 }
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> SuperviseError {
-    move |source| SuperviseError::Io { what, source }
+    move |error| SuperviseError::Io { what, error }
 }
 
 /// Starts `worker` (a command whose process calls [`worker_main`]), feeds it `cfg`, collects
@@ -154,7 +161,8 @@ pub fn supervise(
         Some(cg) => Some(cg.memory_events()?),
         None => None,
     };
-    let config = serde_json::to_vec(cfg).map_err(|e| SuperviseError::Io { what: "encoding the config", source: e.into() })?;
+    let config =
+        serde_json::to_vec(cfg).map_err(|e| SuperviseError::Io { what: "encoding the config", error: e.into() })?;
 
     let (rd, wr) = pipe().map_err(io_err("creating the record pipe"))?;
     let wr_fd = wr.as_raw_fd();
@@ -186,9 +194,10 @@ pub fn supervise(
     }
 
     let started = Instant::now();
-    let mut child = worker
-        .spawn()
-        .map_err(|source| SuperviseError::Spawn { program: worker.get_program().to_string_lossy().into_owned(), source })?;
+    let mut child = worker.spawn().map_err(|error| SuperviseError::Spawn {
+        program: worker.get_program().to_string_lossy().into_owned(),
+        error,
+    })?;
     drop(wr); // EOF on rd once the worker is gone
     observe(Event::Spawned { pid: child.id() });
     if let Some(mut stdin) = child.stdin.take() {
@@ -316,11 +325,7 @@ impl Collected {
 
 /// Replays in this process (no worker, no cgroup): for tests and for callers that
 /// measure on an unconstrained host. An OOM kill takes the caller down with it.
-pub fn run_in_process(
-    schedule: &Schedule,
-    opts: &EngineOptions,
-    mut observe: impl FnMut(&StepRecord),
-) -> RunData {
+pub fn run_in_process(schedule: &Schedule, opts: &EngineOptions, mut observe: impl FnMut(&StepRecord)) -> RunData {
     let mut steps = Vec::with_capacity(schedule.steps.len());
     let mut baseline_alloc = None;
     let result = engine::run(schedule, opts, |ev| {
