@@ -3,6 +3,7 @@
 mod daemon_cmd;
 mod demo;
 mod doctor;
+mod replay_cmd;
 mod scenario;
 mod vm_cmd;
 mod workload;
@@ -36,6 +37,8 @@ enum Cmd {
     Restore(daemon_cmd::RestoreArgs),
     /// What the running daemon manages: tiers, knobs vs originals, pressure, last decisions.
     Status(daemon_cmd::StatusArgs),
+    /// Replay an agent's memory trace (resources.json) as a workload, optionally in a cgroup.
+    Replay(replay_cmd::ReplayArgs),
     /// Check whether memqos can run on this machine and which kernel interfaces it will use.
     Doctor {
         /// Print the report as JSON.
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Cmd::Doctor { json } => run_doctor(json),
         Cmd::Daemon(a) => daemon_cmd::daemon(a),
         Cmd::Restore(a) => daemon_cmd::restore(a),
+        Cmd::Replay(args) => replay_cmd::run(args),
         Cmd::Status(a) => daemon_cmd::status(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),

@@ -24,6 +24,10 @@ pub fn write_trace(dir: &Path, name: &str, points: &[(f64, f64)]) -> PathBuf {
 }
 
 /// The real traces, unless MEMQOS_TRACES points elsewhere.
+/// `$MEMQOS_TRACES`, else `shared/traces/agent-haiku` beside the checkout (where CI puts it).
 pub fn traces_dir() -> PathBuf {
-    std::env::var_os("MEMQOS_TRACES").map_or_else(|| PathBuf::from("/work/shared/traces/agent-haiku"), PathBuf::from)
+    std::env::var_os("MEMQOS_TRACES").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/agent-haiku"),
+        PathBuf::from,
+    )
 }
