@@ -39,9 +39,6 @@ pub struct RunArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
-    /// Print the whole console (init messages included), not just the command's output.
-    #[arg(long)]
-    verbose: bool,
     /// The command to run inside the guest.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -85,7 +82,6 @@ fn run_command(args: RunArgs) -> Result<u8> {
         if let Some(mb) = args.scratch {
             guest = guest.scratch_mb(mb, None);
         }
-        let _ = args.verbose;
         let run = guest.run(&args.command)?;
         eprintln!(
             "memqos vm: kernel {} ({:?}): exit {}, boot {:.1} s, total {:.1} s, results in {}",
