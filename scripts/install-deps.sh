@@ -12,6 +12,7 @@ PACKAGES=(
     libelf-dev zlib1g-dev pkg-config make   # building libbpf (libbpf-sys)
     bpftool           # inspecting BPF programs and BTF
     fio stress-ng     # real workloads for experiments
+    python3-matplotlib   # PNG plots of experiment and benchmark results (scripts/plots)
     debian-archive-keyring
 )
 
