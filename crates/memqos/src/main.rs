@@ -3,6 +3,7 @@
 mod daemon_cmd;
 mod demo;
 mod doctor;
+mod experiment_cmd;
 mod replay_cmd;
 mod scenario;
 mod vm_cmd;
@@ -39,6 +40,8 @@ enum Cmd {
     Status(daemon_cmd::StatusArgs),
     /// Replay an agent's memory trace (resources.json) as a workload, optionally in a cgroup.
     Replay(replay_cmd::ReplayArgs),
+    /// Run the isolation experiments (scenarios in experiments/) in real-kernel guests.
+    Experiment(experiment_cmd::ExperimentArgs),
     /// Check whether memqos can run on this machine and which kernel interfaces it will use.
     Doctor {
         /// Print the report as JSON.
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Cmd::Doctor { json } => run_doctor(json),
         Cmd::Daemon(a) => daemon_cmd::daemon(a),
         Cmd::Restore(a) => daemon_cmd::restore(a),
+        Cmd::Experiment(args) => experiment_cmd::run(args),
         Cmd::Replay(args) => replay_cmd::run(args),
         Cmd::Status(a) => daemon_cmd::status(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),

@@ -1,0 +1,14 @@
+//! memqos-experiment: the isolation experiments of issue 4, reproducible from data files.
+//!
+//! - [`scenario`]: `experiments/*.toml` (traces per tier, parent limit, speed, policies);
+//! - [`runner`]: the in-guest loop (runs × arms, rotated order, one JSON per arm);
+//! - [`stats`]: medians with bootstrap intervals;
+//! - [`summary`]: paired ratios, target verdicts and the markdown report.
+//!
+//! The host side (booting guests per kernel, progress, plots) is `memqos experiment` in the
+//! memqos binary.
+
+pub mod runner;
+pub mod scenario;
+pub mod stats;
+pub mod summary;

@@ -1,0 +1,554 @@
+//! The in-guest side of an experiment: for each run, every arm (each trace alone, then each
+//! policy with all tasks together) in a rotated order, so slow drift of the host (TCG shares
+//! two cores with everything else) spreads over all arms instead of biasing one.
+//!
+//! An arm: fresh parent cgroup with the scenario's memory.max, one child per task, the
+//! policy's knobs (or the daemon), every task started at once as `memqos replay`, memory
+//! sampled every 50 ms, then everything torn down. Each arm's result is written as JSON the
+//! moment it ends, so an interrupted experiment keeps what it measured.
+
+use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant};
+use anyhow::{bail, Context, Result};
+use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
+use memqos_replay::report::{LatencyStats, Report};
+use memqos_replay::Outcome;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const PARENT: &str = "/sys/fs/cgroup/memqos-exp";
+const STATE_DIR: &str = "/run/memqos-exp/state";
+const WORK_DIR: &str = "/run/memqos-exp/work";
+const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+const MIB: u64 = 1 << 20;
+
+/// One arm of one run: what it set up and what every task did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ArmResult {
+    pub scenario: String,
+    pub variant: String,
+    pub kernel: String,
+    /// 1-based run number.
+    pub run: usize,
+    /// `solo:<task>` or a policy name.
+    pub arm: String,
+    /// Position of this arm within its run (the order rotates from run to run).
+    pub order: usize,
+    pub speed: f64,
+    pub baseline_mb: u64,
+    pub parent_max_bytes: u64,
+    /// Unix time the tasks were started (the guest clock, as the daemon's event `ts`).
+    pub started_epoch: f64,
+    pub tasks: Vec<TaskResult>,
+    /// memory.events oom_kill of the parent at the end.
+    pub parent_oom_kills: u64,
+    pub timeline: Timeline,
+    /// Knob writes the daemon made (memqos arm only).
+    pub decisions: Vec<DecisionMark>,
+    /// After the daemon stopped: were all children's memory.high/low/min back to what they were?
+    pub knobs_restored: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskResult {
+    pub name: String,
+    pub tier: Tier,
+    pub trace: String,
+    pub outcome: Outcome,
+    /// Spawn to exit of `memqos replay` (includes the baseline allocation).
+    pub wall_s: f64,
+    /// The replay's own clock, t=0 to the last step (finished runs only).
+    pub completion_s: Option<f64>,
+    pub schedule_s: Option<f64>,
+    /// Latency of every growth step, in order.
+    pub latencies_ms: Vec<f64>,
+    pub latency: Option<LatencyStats>,
+    pub peak_rss_bytes: Option<u64>,
+    /// memory.events of the task's cgroup at the end (the cgroup is fresh, so totals = this arm).
+    pub events: MemoryEvents,
+}
+
+/// Memory over time, sampled every 50 ms from the start of the tasks.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Timeline {
+    pub t_s: Vec<f64>,
+    pub parent_current: Vec<u64>,
+    /// memory.current per task cgroup (absent samples after the cgroup is gone are omitted
+    /// by ending the series early: every series has at most `t_s.len()` points).
+    pub current: BTreeMap<String, Vec<u64>>,
+    /// memory.high per task cgroup; `None` = max.
+    pub high: BTreeMap<String, Vec<Option<u64>>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DecisionMark {
+    /// Seconds since the tasks were started.
+    pub t_s: f64,
+    pub cgroup: String,
+    pub file: String,
+    pub value: String,
+    pub reason: String,
+}
+
+pub struct RunnerOptions {
+    pub scenario: Scenario,
+    pub traces_dir: PathBuf,
+    pub runs: usize,
+    pub out_dir: PathBuf,
+    /// The memqos binary (for `memqos replay` and `memqos daemon`).
+    pub exe: PathBuf,
+}
+
+/// One arm to run.
+#[derive(Clone, Debug)]
+enum Arm {
+    Solo(String),
+    Policy(Policy),
+}
+
+impl Arm {
+    fn label(&self) -> String {
+        match self {
+            Arm::Solo(task) => format!("solo:{task}"),
+            Arm::Policy(p) => p.name().to_string(),
+        }
+    }
+}
+
+fn arms(s: &Scenario, v: &Variant) -> Vec<Arm> {
+    let mut arms = Vec::new();
+    if s.solo {
+        // Each distinct trace once: two lows replaying the same trace share a solo baseline.
+        let mut traces_seen = Vec::new();
+        for (name, _, trace) in v.tasks() {
+            if !traces_seen.contains(&trace) {
+                traces_seen.push(trace);
+                arms.push(Arm::Solo(name));
+            }
+        }
+    }
+    arms.extend(s.policies.iter().map(|p| Arm::Policy(*p)));
+    arms
+}
+
+pub fn trace_path(traces_dir: &Path, trace: &str) -> PathBuf {
+    traces_dir.join(trace).join("resources.json")
+}
+
+/// What the variant's tasks need at their peaks (trace max + baseline), summed.
+pub fn peak_demand(s: &Scenario, v: &Variant, traces_dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for (_, _, trace) in v.tasks() {
+        let path = trace_path(traces_dir, &trace);
+        let t = memqos_replay::trace::load_trace(&path).with_context(|| format!("variant {}: trace {trace}", v.name))?;
+        total += t.max_used_bytes() + s.baseline_mb * MIB;
+    }
+    Ok(total)
+}
+
+pub fn parent_max_bytes(s: &Scenario, v: &Variant, traces_dir: &Path) -> Result<u64> {
+    Ok(match s.parent_max {
+        ParentMax::Bytes(b) => b,
+        ParentMax::ShareOfDemand(share) => {
+            let bytes = (peak_demand(s, v, traces_dir)? as f64 * share) as u64;
+            bytes / MIB * MIB
+        }
+    })
+}
+
+/// Runs every run of every variant; returns how many arm results were written.
+pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").context("reading the kernel release")?;
+    let kernel = kernel.trim().to_string();
+    let s = &opts.scenario;
+    for v in &s.variants {
+        for (_, _, trace) in v.tasks() {
+            let p = trace_path(&opts.traces_dir, &trace);
+            memqos_replay::trace::load_trace(&p).with_context(|| format!("variant {}: trace {trace}", v.name))?;
+        }
+    }
+    let total: usize = s.variants.iter().map(|v| arms(s, v).len()).sum::<usize>() * opts.runs;
+    let started = Instant::now();
+    let mut done = 0;
+    let mut written = 0;
+    for v in &s.variants {
+        let parent_max = parent_max_bytes(s, v, &opts.traces_dir)?;
+        let dir = opts.out_dir.join(&v.name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let arms = arms(s, v);
+        for run in 1..=opts.runs {
+            // Rotate the order each run: arm k runs in position (k + run - 1) mod n.
+            let n = arms.len();
+            let order: Vec<usize> = (0..n).map(|i| (i + run - 1) % n).collect();
+            for (pos, &k) in order.iter().enumerate() {
+                let arm = &arms[k];
+                let eta = if done > 0 {
+                    let per = started.elapsed().as_secs_f64() / done as f64;
+                    format!(", eta {}", fmt_secs(per * (total - done) as f64))
+                } else {
+                    String::new()
+                };
+                println!(
+                    "progress: {}/{} {} run {run}/{} arm {} ({}/{total}), elapsed {}{eta}",
+                    s.name,
+                    v.name,
+                    kernel,
+                    opts.runs,
+                    arm.label(),
+                    done + 1,
+                    fmt_secs(started.elapsed().as_secs_f64())
+                );
+                let result = run_arm(opts, v, arm, run, pos, parent_max, &kernel)
+                    .with_context(|| format!("{}/{} run {run} arm {}", s.name, v.name, arm.label()))?;
+                println!("  {}", one_line(&result));
+                let file = dir.join(format!("run{run:02}-{}.json", arm.label().replace(':', "-")));
+                std::fs::write(&file, serde_json::to_vec(&result)?).with_context(|| format!("writing {}", file.display()))?;
+                written += 1;
+                done += 1;
+            }
+        }
+    }
+    Ok(written)
+}
+
+fn fmt_secs(s: f64) -> String {
+    if s >= 60.0 {
+        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    } else {
+        format!("{s:.0}s")
+    }
+}
+
+fn one_line(r: &ArmResult) -> String {
+    let tasks: Vec<String> = r
+        .tasks
+        .iter()
+        .map(|t| {
+            let p95 = t.latency.map(|l| format!(" p95 {:.1}ms", l.p95_ms)).unwrap_or_default();
+            format!("{} {} {:.2}s{p95}", t.name, short_outcome(&t.outcome), t.wall_s)
+        })
+        .collect();
+    format!("{}: {} | oom_kill {} | writes {}", r.arm, tasks.join(", "), r.parent_oom_kills, r.decisions.len())
+}
+
+pub fn short_outcome(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Finished => "ok",
+        Outcome::OomKilled { .. } => "OOM",
+        Outcome::Killed { .. } => "killed",
+        Outcome::Failed { .. } => "failed",
+    }
+}
+
+fn epoch_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+fn run_arm(
+    opts: &RunnerOptions,
+    v: &Variant,
+    arm: &Arm,
+    run: usize,
+    order: usize,
+    parent_max: u64,
+    kernel: &str,
+) -> Result<ArmResult> {
+    let s = &opts.scenario;
+    let all_tasks = v.tasks();
+    let tasks: Vec<_> = match arm {
+        Arm::Solo(name) => all_tasks.iter().filter(|t| &t.0 == name).cloned().collect(),
+        Arm::Policy(_) => all_tasks.clone(),
+    };
+    let parent = Cgroup::new(PARENT);
+    remove_tree(&parent)?;
+    parent.create()?;
+    let result = (|| -> Result<ArmResult> {
+        parent.enable_controllers(&["memory"])?;
+        parent.set_limit("memory.max", Limit::Bytes(parent_max))?;
+        let mut cgroups = Vec::new();
+        for (name, tier, _) in &tasks {
+            let cg = parent.child(name);
+            cg.create()?;
+            match arm {
+                Arm::Policy(Policy::StaticMax) => cg.set_limit("memory.max", Limit::Bytes(parent_max / all_tasks.len() as u64))?,
+                Arm::Policy(Policy::StaticHigh) if *tier == Tier::Low => {
+                    cg.set_limit("memory.high", Limit::Bytes(s.static_high.expect("validated")))?
+                }
+                _ => {}
+            }
+            cgroups.push(cg);
+        }
+        let daemon = match arm {
+            Arm::Policy(Policy::Memqos) => Some(Daemon::start(opts, &parent)?),
+            _ => None,
+        };
+        let outcome = run_tasks(opts, &tasks, &cgroups, &parent);
+        let (decisions, knobs_restored) = match daemon {
+            Some(d) => {
+                let (log, stopped_ok) = d.stop()?;
+                // The daemon must leave memory.high/low/min as it found them: max / 0 / 0.
+                let restored = cgroups.iter().all(|cg| {
+                    !cg.exists()
+                        || (cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(false)
+                            && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(false)
+                            && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(false))
+                });
+                (log, Some(restored && stopped_ok))
+            }
+            None => (Vec::new(), None),
+        };
+        let (started_epoch, task_results, timeline) = outcome?;
+        let decisions = decisions
+            .into_iter()
+            .map(|mut d| {
+                d.t_s -= started_epoch;
+                d
+            })
+            .collect();
+        Ok(ArmResult {
+            scenario: s.name.clone(),
+            variant: v.name.clone(),
+            kernel: kernel.to_string(),
+            run,
+            arm: arm.label(),
+            order,
+            speed: s.speed,
+            baseline_mb: s.baseline_mb,
+            parent_max_bytes: parent_max,
+            started_epoch,
+            tasks: task_results,
+            parent_oom_kills: parent.memory_events()?.oom_kill,
+            timeline,
+            decisions,
+            knobs_restored,
+        })
+    })();
+    let cleanup = remove_tree(&parent);
+    let r = result?;
+    cleanup?;
+    Ok(r)
+}
+
+type TaskRun = (f64, Vec<TaskResult>, Timeline);
+
+fn run_tasks(opts: &RunnerOptions, tasks: &[(String, Tier, String)], cgroups: &[Cgroup], parent: &Cgroup) -> Result<TaskRun> {
+    let s = &opts.scenario;
+    std::fs::create_dir_all(WORK_DIR)?;
+    let started_epoch = epoch_now();
+    let t0 = Instant::now();
+    let mut children: Vec<(Child, Option<f64>)> = Vec::new();
+    for ((name, _, trace), cg) in tasks.iter().zip(cgroups) {
+        let json = Path::new(WORK_DIR).join(format!("{name}.json"));
+        let _ = std::fs::remove_file(&json);
+        let child = Command::new(&opts.exe)
+            .arg("replay")
+            .arg(trace_path(&opts.traces_dir, trace))
+            .args(["--speed", &s.speed.to_string(), "--baseline-mb", &s.baseline_mb.to_string(), "-q", "--cgroup"])
+            .arg(cg.path())
+            .arg("--json")
+            .arg(&json)
+            .stdout(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting memqos replay for {name}"));
+        match child {
+            Ok(c) => children.push((c, None)),
+            Err(e) => {
+                for (c, _) in &mut children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut timeline = Timeline::default();
+    let deadline = Duration::from_secs(900);
+    while children.iter().any(|(_, end)| end.is_none()) {
+        timeline.t_s.push(t0.elapsed().as_secs_f64());
+        timeline.parent_current.push(parent.memory_current().unwrap_or(0));
+        for ((name, _, _), cg) in tasks.iter().zip(cgroups) {
+            timeline.current.entry(name.clone()).or_default().push(cg.memory_current().unwrap_or(0));
+            let high = match cg.limit("memory.high") {
+                Ok(Limit::Bytes(b)) => Some(b),
+                _ => None,
+            };
+            timeline.high.entry(name.clone()).or_default().push(high);
+        }
+        for (c, end) in &mut children {
+            if end.is_none() && c.try_wait()?.is_some() {
+                *end = Some(t0.elapsed().as_secs_f64());
+            }
+        }
+        if t0.elapsed() > deadline {
+            for (c, _) in &mut children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            bail!("tasks still running after {} s", deadline.as_secs());
+        }
+        std::thread::sleep(SAMPLE_EVERY);
+    }
+    let mut results = Vec::new();
+    for (((name, tier, trace), cg), (_, end)) in tasks.iter().zip(cgroups).zip(&children) {
+        let json = Path::new(WORK_DIR).join(format!("{name}.json"));
+        let events = cg.memory_events()?;
+        let wall_s = end.expect("every child ended");
+        let report: Option<Report> = std::fs::read(&json).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        let r = match report {
+            Some(rep) => TaskResult {
+                name: name.clone(),
+                tier: *tier,
+                trace: trace.clone(),
+                outcome: rep.summary.outcome.clone(),
+                wall_s,
+                completion_s: rep.summary.completion_s,
+                schedule_s: Some(rep.summary.schedule_s),
+                latencies_ms: rep.steps.iter().filter(|st| st.grown > 0).map(|st| st.latency_us as f64 / 1e3).collect(),
+                latency: rep.summary.latency,
+                peak_rss_bytes: rep.summary.peak_rss_bytes,
+                events,
+            },
+            None => TaskResult {
+                name: name.clone(),
+                tier: *tier,
+                trace: trace.clone(),
+                outcome: Outcome::Failed { exit_code: None, message: format!("no report at {}", json.display()) },
+                wall_s,
+                completion_s: None,
+                schedule_s: None,
+                latencies_ms: Vec::new(),
+                latency: None,
+                peak_rss_bytes: None,
+                events,
+            },
+        };
+        results.push(r);
+    }
+    Ok((started_epoch, results, timeline))
+}
+
+/// Removes `parent` and its children, waiting for exiting tasks to leave them.
+fn remove_tree(parent: &Cgroup) -> Result<()> {
+    if !parent.exists() {
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    loop {
+        let mut busy = false;
+        for c in parent.children().unwrap_or_default() {
+            if c.remove().is_err() && c.exists() {
+                busy = true;
+            }
+        }
+        if !busy && (parent.remove().is_ok() || !parent.exists()) {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            bail!("cannot remove {} after 20 s: tasks still inside?", parent.path().display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Daemon {
+    child: Child,
+}
+
+impl Daemon {
+    fn start(opts: &RunnerOptions, parent: &Cgroup) -> Result<Daemon> {
+        let _ = std::fs::remove_dir_all(STATE_DIR);
+        std::fs::create_dir_all(STATE_DIR)?;
+        let text = opts
+            .scenario
+            .memqos_config
+            .as_deref()
+            .expect("validated")
+            .replace("@CGROUP_ROOT@", &parent.path().display().to_string())
+            .replace("@STATE_DIR@", STATE_DIR);
+        let config = Path::new(STATE_DIR).join("memqos.toml");
+        std::fs::write(&config, text)?;
+        let mut child = Command::new(&opts.exe)
+            .args(["daemon", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting memqos daemon")?;
+        let t0 = Instant::now();
+        while !Path::new(STATE_DIR).join("status.json").exists() {
+            if let Some(st) = child.try_wait()? {
+                bail!("memqos daemon exited during start-up: {st}");
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("memqos daemon did not start within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Daemon { child })
+    }
+
+    /// SIGTERM, wait, and the knob writes it logged (with absolute `t_s`).
+    fn stop(mut self) -> Result<(Vec<DecisionMark>, bool)> {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait()?;
+        let log = std::fs::read_to_string(Path::new(STATE_DIR).join("events.jsonl")).unwrap_or_default();
+        Ok((parse_write_events(&log), status.success()))
+    }
+}
+
+/// The daemon's `write` events from events.jsonl; `t_s` is its Unix-time `ts`.
+pub fn parse_write_events(log: &str) -> Vec<DecisionMark> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "write")
+        .map(|v| {
+            let text = |k: &str| match &v[k] {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            DecisionMark {
+                t_s: v["ts"].as_f64().unwrap_or(0.0),
+                cgroup: text("cgroup"),
+                file: text("file"),
+                value: text("value"),
+                // `why` is the human sentence; older logs only have the structured `reason`.
+                reason: Some(text("why")).filter(|w| !w.is_empty()).unwrap_or_else(|| text("reason")),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_events_are_read_from_the_daemon_log() {
+        let log = r#"{"event":"started","pid":1,"ts":10.0}
+{"event":"write","cgroup":"low1","file":"memory.high","value":"300M","reason":"guard","ts":12.5}
+not json
+{"event":"write","cgroup":"high","file":"memory.low","value":123,"reason":{"k":1},"ts":13.0}"#;
+        let w = parse_write_events(log);
+        assert_eq!(w.len(), 2);
+        assert_eq!((w[0].cgroup.as_str(), w[0].value.as_str(), w[0].t_s), ("low1", "300M", 12.5));
+        assert_eq!(w[1].value, "123");
+        assert_eq!(w[1].reason, r#"{"k":1}"#);
+    }
+
+    #[test]
+    fn solo_arms_cover_each_distinct_trace_once() {
+        let s = crate::scenario::Scenario::parse(
+            "t",
+            Path::new("t.toml"),
+            "description=\"d\"\nparent_max=\"1G\"\nspeed=1\npolicies=[\"none\"]\n[[variant]]\nname=\"v\"\nhigh=\"a\"\nlow=[\"b\",\"b\",\"c\"]\n",
+            &|_| Ok(String::new()),
+        )
+        .unwrap();
+        let labels: Vec<String> = arms(&s, &s.variants[0]).iter().map(Arm::label).collect();
+        assert_eq!(labels, ["solo:high", "solo:low1", "solo:low3", "none"]);
+    }
+}

@@ -1,0 +1,328 @@
+//! Scenario files (`experiments/*.toml`): which traces run in which tier, under which parent
+//! limit, at which speed, and which policies are compared. Adding a scenario is adding a file.
+//!
+//! ```toml
+//! description = "OOM pressure: ..."
+//! parent_max = "1100M"          # or "90%": that share of the variant's total peak demand
+//! speed = 50
+//! baseline_mb = 100
+//! policies = ["none", "static-max", "static-high", "memqos"]
+//! static_high = "400M"          # memory.high of low-tier cgroups under static-high
+//! memqos_config = "memqos-experiment.toml"   # daemon config, relative to this file
+//! solo = true                   # also run each distinct trace alone
+//! [[variant]]
+//! name = "dask+github3"
+//! high = "dask__dask-11628"
+//! low = ["sigmavirus24__github3.py-673", "sigmavirus24__github3.py-673"]
+//! ```
+
+use memqos_policy::size::{parse_size, ByteSize};
+use serde::Deserialize;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// How the cgroups are set up for one arm of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Children unlimited; only the parent's memory.max.
+    None,
+    /// Each child's memory.max = parent memory.max / number of children.
+    StaticMax,
+    /// The seed's static memory.high on the low tier, no daemon.
+    StaticHigh,
+    /// The memqos daemon manages the children (nothing set up front).
+    Memqos,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 4] = [Policy::None, Policy::StaticMax, Policy::StaticHigh, Policy::Memqos];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::None => "none",
+            Policy::StaticMax => "static-max",
+            Policy::StaticHigh => "static-high",
+            Policy::Memqos => "memqos",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The parent's memory.max: fixed, or a share of what the variant's tasks need at peak.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ParentMax {
+    Bytes(u64),
+    ShareOfDemand(f64),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Variant {
+    pub name: String,
+    pub high: String,
+    pub low: Vec<String>,
+}
+
+impl Variant {
+    /// (cgroup name, tier, trace) of each task: `high`, `low1`, `low2`, ...
+    pub fn tasks(&self) -> Vec<(String, Tier, String)> {
+        let mut v = vec![("high".to_string(), Tier::High, self.high.clone())];
+        for (i, t) in self.low.iter().enumerate() {
+            v.push((format!("low{}", i + 1), Tier::Low, t.clone()));
+        }
+        v
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    High,
+    Low,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// File stem: `experiments/oom.toml` is scenario `oom`.
+    pub name: String,
+    pub file: PathBuf,
+    pub description: String,
+    pub parent_max: ParentMax,
+    pub speed: f64,
+    pub baseline_mb: u64,
+    pub policies: Vec<Policy>,
+    pub static_high: Option<u64>,
+    /// Daemon config text; `cgroup_root` and `state_dir` are set by the runner.
+    pub memqos_config: Option<String>,
+    pub solo: bool,
+    /// Guest RAM; default: the largest parent limit plus 1 GiB for the kernel and tools.
+    pub guest_memory_mb: Option<u64>,
+    pub variants: Vec<Variant>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ScenarioError {
+    pub file: String,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    description: String,
+    parent_max: String,
+    speed: f64,
+    #[serde(default)]
+    baseline_mb: u64,
+    policies: Vec<Policy>,
+    static_high: Option<ByteSize>,
+    memqos_config: Option<PathBuf>,
+    #[serde(default = "yes")]
+    solo: bool,
+    guest_memory_mb: Option<u64>,
+    variant: Vec<RawVariant>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVariant {
+    name: String,
+    high: String,
+    #[serde(default)]
+    low: Vec<String>,
+}
+
+impl Scenario {
+    pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
+        let err = |message: String| ScenarioError { file: file.display().to_string(), message };
+        let text = std::fs::read_to_string(file).map_err(|e| err(format!("cannot read: {e}")))?;
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".toml"))
+            .ok_or_else(|| err("a scenario file must be named NAME.toml".into()))?
+            .to_string();
+        let config_text = |rel: &Path| {
+            let path = file.parent().unwrap_or(Path::new(".")).join(rel);
+            std::fs::read_to_string(&path).map_err(|e| err(format!("memqos_config {}: {e}", path.display())))
+        };
+        Scenario::parse(&name, file, &text, &config_text)
+    }
+
+    /// Parses and validates `text`; `read_config` reads the `memqos_config` file it names.
+    pub fn parse(
+        name: &str,
+        file: &Path,
+        text: &str,
+        read_config: &dyn Fn(&Path) -> Result<String, ScenarioError>,
+    ) -> Result<Scenario, ScenarioError> {
+        let err = |message: String| ScenarioError { file: file.display().to_string(), message };
+        let raw: RawScenario = toml::from_str(text).map_err(|e| err(located_toml_error(text, &e)))?;
+        let parent_max = parse_parent_max(&raw.parent_max).map_err(|m| err(format!("parent_max: {m}")))?;
+        if !(raw.speed.is_finite() && raw.speed > 0.0) {
+            return Err(err(format!("speed: must be a positive number, got {}", raw.speed)));
+        }
+        if raw.policies.is_empty() {
+            return Err(err("policies: list at least one of none, static-max, static-high, memqos".into()));
+        }
+        let mut seen = Vec::new();
+        for p in &raw.policies {
+            if seen.contains(p) {
+                return Err(err(format!("policies: {p} is listed twice")));
+            }
+            seen.push(*p);
+        }
+        if raw.policies.contains(&Policy::StaticHigh) && raw.static_high.is_none() {
+            return Err(err("static_high: required when policies include static-high (the low tier's memory.high)".into()));
+        }
+        let memqos_config = match (&raw.memqos_config, raw.policies.contains(&Policy::Memqos)) {
+            (Some(p), _) => Some(read_config(p)?),
+            (None, true) => return Err(err("memqos_config: required when policies include memqos".into())),
+            (None, false) => None,
+        };
+        if raw.variant.is_empty() {
+            return Err(err("[[variant]]: at least one variant (high = TRACE, low = [TRACE, ...]) is required".into()));
+        }
+        let mut variants = Vec::new();
+        for (i, v) in raw.variant.into_iter().enumerate() {
+            if v.name.is_empty() || v.name.contains('/') {
+                return Err(err(format!("variant {}: name must be non-empty and contain no '/'", i + 1)));
+            }
+            if variants.iter().any(|w: &Variant| w.name == v.name) {
+                return Err(err(format!("variant {}: name {:?} is used twice", i + 1, v.name)));
+            }
+            variants.push(Variant { name: v.name, high: v.high, low: v.low });
+        }
+        Ok(Scenario {
+            name: name.to_string(),
+            file: file.to_path_buf(),
+            description: raw.description,
+            parent_max,
+            speed: raw.speed,
+            baseline_mb: raw.baseline_mb,
+            policies: raw.policies,
+            static_high: raw.static_high.map(|b| b.0),
+            memqos_config,
+            solo: raw.solo,
+            guest_memory_mb: raw.guest_memory_mb,
+            variants,
+        })
+    }
+}
+
+fn parse_parent_max(s: &str) -> Result<ParentMax, String> {
+    if let Some(pct) = s.trim().strip_suffix('%') {
+        let v: f64 = pct.trim().parse().map_err(|_| format!("{s:?} is not a percentage like \"90%\""))?;
+        if !(v > 0.0 && v <= 1000.0) {
+            return Err(format!("{s:?}: the share must be in (0%, 1000%]"));
+        }
+        return Ok(ParentMax::ShareOfDemand(v / 100.0));
+    }
+    parse_size(s).map(ParentMax::Bytes)
+}
+
+/// toml's message with "line L, column C" made explicit even for errors it reports by span.
+fn located_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().to_string();
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {col}: {msg}")
+        }
+        None => msg,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_config(_: &Path) -> Result<String, ScenarioError> {
+        Ok("cgroup_root = \"/x\"".into())
+    }
+
+    fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::parse("t", Path::new("t.toml"), text, &no_config)
+    }
+
+    const GOOD: &str = r#"
+description = "d"
+parent_max = "1100M"
+speed = 50
+baseline_mb = 100
+policies = ["none", "static-max", "static-high", "memqos"]
+static_high = "400M"
+memqos_config = "m.toml"
+[[variant]]
+name = "v"
+high = "a"
+low = ["b", "b"]
+"#;
+
+    #[test]
+    fn parses_the_seed_shape() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.parent_max, ParentMax::Bytes(1100 << 20));
+        assert_eq!(s.policies, Policy::ALL.to_vec());
+        assert_eq!(s.static_high, Some(400 << 20));
+        assert!(s.solo);
+        let tasks = s.variants[0].tasks();
+        assert_eq!(tasks.iter().map(|t| t.0.as_str()).collect::<Vec<_>>(), ["high", "low1", "low2"]);
+        assert_eq!(tasks[2].1, Tier::Low);
+    }
+
+    #[test]
+    fn share_of_demand() {
+        let s = parse(&GOOD.replace("\"1100M\"", "\"90%\"")).unwrap();
+        assert_eq!(s.parent_max, ParentMax::ShareOfDemand(0.9));
+        assert!(parse(&GOOD.replace("\"1100M\"", "\"x%\"")).unwrap_err().message.contains("percentage"));
+    }
+
+    #[test]
+    fn errors_name_the_field_and_line() {
+        let e = parse(&GOOD.replace("\"memqos\"]", "\"magic\"]")).unwrap_err();
+        assert!(e.message.contains("line 6"), "{e}");
+        assert!(e.message.contains("magic"), "{e}");
+        let e = parse(&GOOD.replace("static_high = \"400M\"\n", "")).unwrap_err();
+        assert!(e.message.starts_with("static_high:"), "{e}");
+        let e = parse(&GOOD.replace("speed = 50", "speed = 0")).unwrap_err();
+        assert!(e.message.starts_with("speed:"), "{e}");
+        let e = parse(&GOOD.replace("memqos_config = \"m.toml\"\n", "")).unwrap_err();
+        assert!(e.message.starts_with("memqos_config:"), "{e}");
+        let e = parse(&GOOD.replace("\"none\", \"static-max\"", "\"none\", \"none\"")).unwrap_err();
+        assert!(e.message.contains("twice"), "{e}");
+        let e = parse(&format!("{GOOD}bogus = 1\n")).unwrap_err();
+        assert!(e.message.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn the_repository_scenarios_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if name.ends_with(".toml") && !name.starts_with("memqos-") {
+                let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                if let Some(cfg) = &s.memqos_config {
+                    let cfg = cfg.replace("@CGROUP_ROOT@", "/sys/fs/cgroup/x").replace("@STATE_DIR@", "/run/x");
+                    memqos_policy::Config::from_str(&cfg, "memqos_config").unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                }
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "expected the seed's three scenarios, overhead and the sweep, found {n}");
+    }
+}
