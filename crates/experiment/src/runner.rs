@@ -47,7 +47,8 @@ pub struct ArmResult {
     pub timeline: Timeline,
     /// Knob writes the daemon made (memqos arm only).
     pub decisions: Vec<DecisionMark>,
-    /// After the daemon stopped: were all children's memory.high/low/min back to what they were?
+    /// After the daemon stopped: did it exit cleanly with no unrestored journal, and were the
+    /// knobs of any cgroup still present back to their defaults?
     pub knobs_restored: Option<bool>,
 }
 
@@ -75,8 +76,8 @@ pub struct TaskResult {
 pub struct Timeline {
     pub t_s: Vec<f64>,
     pub parent_current: Vec<u64>,
-    /// memory.current per task cgroup (absent samples after the cgroup is gone are omitted
-    /// by ending the series early: every series has at most `t_s.len()` points).
+    /// memory.current per task cgroup; a series ends when its task ends (the cgroup is removed
+    /// then), so it may be shorter than `t_s`.
     pub current: BTreeMap<String, Vec<u64>>,
     /// memory.high per task cgroup; `None` = max.
     pub high: BTreeMap<String, Vec<Option<u64>>>,
@@ -288,13 +289,17 @@ fn run_arm(
         let (decisions, knobs_restored) = match daemon {
             Some(d) => {
                 let (log, stopped_ok) = d.stop()?;
-                // The daemon must leave memory.high/low/min as it found them: max / 0 / 0.
-                let restored = cgroups.iter().all(|cg| {
-                    !cg.exists()
-                        || (cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(false)
-                            && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(false)
-                            && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(false))
-                });
+                // Task cgroups are gone by now (removed as their tasks ended); what must hold is
+                // that the daemon exited cleanly and left no journal of unrestored knobs, and
+                // that any cgroup still there is back to max / 0 / 0.
+                let journal_left = Path::new(STATE_DIR).join("journal.json").exists();
+                let restored = !journal_left
+                    && cgroups.iter().all(|cg| {
+                        !cg.exists()
+                            || (cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(false)
+                                && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(false)
+                                && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(false))
+                    });
                 (log, Some(restored && stopped_ok))
             }
             None => (Vec::new(), None),
@@ -364,11 +369,15 @@ fn run_tasks(opts: &RunnerOptions, tasks: &[(String, Tier, String)], cgroups: &[
         }
     }
     let mut timeline = Timeline::default();
+    let mut final_events: Vec<Option<MemoryEvents>> = vec![None; children.len()];
     let deadline = Duration::from_secs(900);
     while children.iter().any(|(_, end)| end.is_none()) {
         timeline.t_s.push(t0.elapsed().as_secs_f64());
         timeline.parent_current.push(parent.memory_current().unwrap_or(0));
-        for ((name, _, _), cg) in tasks.iter().zip(cgroups) {
+        for (((name, _, _), cg), (_, end)) in tasks.iter().zip(cgroups).zip(&children) {
+            if end.is_some() {
+                continue;
+            }
             timeline.current.entry(name.clone()).or_default().push(cg.memory_current().unwrap_or(0));
             let high = match cg.limit("memory.high") {
                 Ok(Limit::Bytes(b)) => Some(b),
@@ -376,9 +385,12 @@ fn run_tasks(opts: &RunnerOptions, tasks: &[(String, Tier, String)], cgroups: &[
             };
             timeline.high.entry(name.clone()).or_default().push(high);
         }
-        for (c, end) in &mut children {
+        for (i, (c, end)) in children.iter_mut().enumerate() {
             if end.is_none() && c.try_wait()?.is_some() {
                 *end = Some(t0.elapsed().as_secs_f64());
+                // A finished agent's sandbox goes away, and with it its claim to protection.
+                final_events[i] = Some(cgroups[i].memory_events()?);
+                let _ = cgroups[i].remove();
             }
         }
         if t0.elapsed() > deadline {
@@ -391,9 +403,9 @@ fn run_tasks(opts: &RunnerOptions, tasks: &[(String, Tier, String)], cgroups: &[
         std::thread::sleep(SAMPLE_EVERY);
     }
     let mut results = Vec::new();
-    for (((name, tier, trace), cg), (_, end)) in tasks.iter().zip(cgroups).zip(&children) {
+    for (((name, tier, trace), (_, end)), events) in tasks.iter().zip(&children).zip(final_events) {
         let json = Path::new(WORK_DIR).join(format!("{name}.json"));
-        let events = cg.memory_events()?;
+        let events = events.expect("read when the task ended");
         let wall_s = end.expect("every child ended");
         let report: Option<Report> = std::fs::read(&json).ok().and_then(|b| serde_json::from_slice(&b).ok());
         let r = match report {

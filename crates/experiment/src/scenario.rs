@@ -55,13 +55,13 @@ impl fmt::Display for Policy {
 }
 
 /// The parent's memory.max: fixed, or a share of what the variant's tasks need at peak.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, Deserialize)]
 pub enum ParentMax {
     Bytes(u64),
     ShareOfDemand(f64),
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, Deserialize)]
 pub struct Variant {
     pub name: String,
     pub high: String,
@@ -86,7 +86,8 @@ pub enum Tier {
     Low,
 }
 
-#[derive(Clone, Debug)]
+/// Serializable so the host can hand a parsed scenario to a guest (whose /tmp is its own).
+#[derive(Clone, Debug, serde::Serialize, Deserialize)]
 pub struct Scenario {
     /// File stem: `experiments/oom.toml` is scenario `oom`.
     pub name: String,

@@ -25,7 +25,7 @@ rebuilt from everything there at the end (or alone with --report-only).
 Example: memqos experiment oom --runs 5 --kernel all")]
 pub struct ExperimentArgs {
     /// Scenarios to run.
-    #[arg(required_unless_present_any = ["report_only", "list"])]
+    #[arg(required_unless_present_any = ["report_only", "list", "in_guest"])]
     scenarios: Vec<String>,
     /// Runs per scenario (each run has every arm).
     #[arg(long, default_value_t = 5)]
@@ -185,19 +185,24 @@ fn run_in_guest(args: &ExperimentArgs, s: &Scenario, kernel: &kernels::Kernel, t
         est_secs / 60.0
     );
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-    let scenario_file = std::fs::canonicalize(&s.file)?;
+    // The parsed scenario travels in the environment: the file may live where the guest
+    // cannot see it (its /tmp is its own).
     let argv = vec![
         exe,
         "experiment".into(),
         "--in-guest".into(),
-        scenario_file.to_string_lossy().into_owned(),
         "--runs".into(),
         args.runs.to_string(),
         "--traces".into(),
         traces.to_string_lossy().into_owned(),
     ];
     let timeout = Duration::from_secs_f64(600.0 + est_secs * 4.0);
-    let run = Guest::new(kernel.clone()).memory_mb(memory_mb).timeout(timeout).stream_console(true).run(&argv)?;
+    let run = Guest::new(kernel.clone())
+        .memory_mb(memory_mb)
+        .timeout(timeout)
+        .env("MEMQOS_SCENARIO", &serde_json::to_string(s)?)
+        .stream_console(true)
+        .run(&argv)?;
     if run.exit_code != 0 {
         bail!(
             "{} on {}: the in-guest experiment exited with {} (console: {})",
@@ -232,8 +237,8 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 fn in_guest(args: &ExperimentArgs, traces: &Path) -> Result<u8> {
-    let [file] = args.scenarios.as_slice() else { bail!("--in-guest takes exactly one scenario file") };
-    let scenario = Scenario::load(Path::new(file))?;
+    let json = std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos experiment)")?;
+    let scenario: Scenario = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
     let results = std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;
     let opts = RunnerOptions {
         scenario,
