@@ -1,0 +1,72 @@
+//! CI's short version of the experiment suite: the OOM scenario, one run, on each kernel of
+//! MEMQOS_TEST_KERNELS (default 6.12 and 7), through the real `memqos experiment` command
+//! (guests, replays, the daemon). It asserts what must hold in every run, not timings: every
+//! arm produced a result, a static partition too small for the protected trace OOM-kills it
+//! (and the replay reports it), memqos let no task be OOM-killed and every low task finish,
+//! and the daemon left nothing throttled. The full suite with N = 5 is scripts/experiments.sh.
+
+use memqos_experiment::runner::ArmResult;
+use memqos_replay::Outcome;
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn oom_scenario_one_run_per_kernel() {
+    if std::env::var("MEMQOS_TRACES").as_deref() == Ok("skip") {
+        eprintln!("MEMQOS_TRACES=skip: no traces, skipping");
+        return;
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = tempfile::tempdir().unwrap();
+    let kernels = std::env::var("MEMQOS_TEST_KERNELS").unwrap_or_else(|_| "6.12,7".into());
+    let status = Command::new(env!("CARGO_BIN_EXE_memqos"))
+        .current_dir(&repo)
+        .args(["experiment", "oom", "--runs", "1", "--no-plots", "--kernel", &kernels, "--out"])
+        .arg(out.path())
+        .status()
+        .expect("run memqos experiment");
+    assert!(status.success(), "memqos experiment failed: {status}");
+
+    let runs = out.path().join("runs/oom");
+    let kernel_dirs: Vec<_> = std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(kernel_dirs.len(), kernels.split(',').count(), "one result directory per kernel");
+    for dir in kernel_dirs {
+        let results = memqos_experiment::summary::load_results(&dir).unwrap();
+        let mut arms: Vec<&str> = results.iter().map(|r| r.arm.as_str()).collect();
+        arms.sort();
+        assert_eq!(arms, ["memqos", "none", "solo:high", "solo:low1", "static-high", "static-max"], "{}", dir.display());
+        let memqos: &ArmResult = results.iter().find(|r| r.arm == "memqos").unwrap();
+        for t in &memqos.tasks {
+            assert_eq!(t.outcome, Outcome::Finished, "{}: memqos arm, task {}: {}", dir.display(), t.name, t.outcome);
+            assert_eq!(t.events.oom_kill, 0, "{}: task {}", dir.display(), t.name);
+        }
+        assert_eq!(memqos.parent_oom_kills, 0, "{}", dir.display());
+        assert_eq!(memqos.knobs_restored, Some(true), "{}: the daemon left knobs changed", dir.display());
+        // The replay's OOM path on a real kernel: under static-max each child gets 1100/3 =
+        // 366 MiB, below the protected trace's peak (321 MB + 100 MiB baseline), so the kernel
+        // must kill it, and the replay must say so from SIGKILL plus memory.events.
+        let partitioned = results.iter().find(|r| r.arm == "static-max").unwrap();
+        let high = partitioned.tasks.iter().find(|t| t.name == "high").unwrap();
+        assert!(
+            matches!(high.outcome, Outcome::OomKilled { signal: 9 }) && high.events.oom_kill >= 1,
+            "{}: static-max high: {} with oom_kill {}",
+            dir.display(),
+            high.outcome,
+            high.events.oom_kill
+        );
+        for r in &results {
+            assert!(!r.timeline.t_s.is_empty(), "{} {}: no memory samples", dir.display(), r.arm);
+            let h = r.tasks.iter().find(|t| t.name == "high");
+            if let Some(h) = h.filter(|h| h.outcome == Outcome::Finished) {
+                assert!(!h.latencies_ms.is_empty(), "{} {}: no latencies", dir.display(), r.arm);
+            }
+        }
+        eprintln!("RESULT experiment smoke {}: {}", dir.display(), memqos_summary(memqos));
+    }
+    assert!(out.path().join("summary.json").is_file() && out.path().join("report.md").is_file());
+}
+
+fn memqos_summary(r: &ArmResult) -> String {
+    r.tasks.iter().map(|t| format!("{} {:.2}s", t.name, t.wall_s)).collect::<Vec<_>>().join(", ")
+        + &format!(", {} daemon writes", r.decisions.len())
+}
