@@ -41,6 +41,9 @@ pub struct ArmSummary {
     /// The seed's "priority ratio": mean low wall time / high wall time.
     pub priority_ratio: Option<Estimate>,
     pub daemon_writes: Option<Estimate>,
+    /// Highest parent memory.current seen in the run (50 ms samples), MiB: how close the arm
+    /// came to the parent's limit.
+    pub parent_peak_mb: Option<Estimate>,
     /// memqos arm: runs after which every knob was back to its original value.
     pub knobs_restored_runs: Option<usize>,
 }
@@ -140,6 +143,10 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
             let prio: Vec<f64> =
                 runs.values().filter_map(|r| Some(low_mean_wall(r)? / high(r).filter(|h| finished(h))?.wall_s)).collect();
             let writes: Vec<f64> = runs.values().map(|r| r.decisions.len() as f64).collect();
+            let parent_peaks: Vec<f64> = runs
+                .values()
+                .filter_map(|r| r.timeline.parent_current.iter().max().map(|&b| (b >> 20) as f64))
+                .collect();
             arms.push(ArmSummary {
                 arm: arm.to_string(),
                 runs: runs.len(),
@@ -166,6 +173,7 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
                 low_wall_vs_none: if *arm != "none" { estimate(&low_vs_none) } else { None },
                 priority_ratio: estimate(&prio),
                 daemon_writes: if *arm == "memqos" { estimate(&writes) } else { None },
+                parent_peak_mb: estimate(&parent_peaks),
                 knobs_restored_runs: (*arm == "memqos")
                     .then(|| runs.values().filter(|r| r.knobs_restored == Some(true)).count()),
             });
@@ -318,13 +326,13 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
         let _ = writeln!(s, "Parent memory.max {} MiB, speed {}x, tasks: {}.\n", g.parent_max_mb, g.speed, g.traces.join(", "));
         let _ = writeln!(
             s,
-            "| arm | runs | runs w/ OOM kill | high time s | high/solo | high P50 ms | high P95 ms | P95/solo | P95/none | lows finished | low time s | low/none | low/high | daemon writes |"
+            "| arm | runs | runs w/ OOM kill | high time s | high/solo | high P50 ms | high P95 ms | P95/solo | P95/none | lows finished | low time s | low/none | low/high | parent peak MiB | daemon writes |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for a in &g.arms {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 a.arm,
                 a.runs,
                 a.runs_with_oom_kill,
@@ -338,6 +346,7 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
                 est(&a.low_wall_s, 2),
                 ratio(&a.low_wall_vs_none),
                 ratio(&a.priority_ratio),
+                est(&a.parent_peak_mb, 0),
                 est(&a.daemon_writes, 0),
             );
         }

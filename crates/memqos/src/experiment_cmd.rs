@@ -197,6 +197,9 @@ fn run_in_guest(args: &ExperimentArgs, s: &Scenario, kernel: &kernels::Kernel, t
         traces.to_string_lossy().into_owned(),
     ];
     let timeout = Duration::from_secs_f64(600.0 + est_secs * 4.0);
+    // The guest shares two host cores with whatever else runs; keep the host's load with the
+    // results so a noisy run can be recognized as one.
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let run = Guest::new(kernel.clone())
         .memory_mb(memory_mb)
         .timeout(timeout)
@@ -218,6 +221,11 @@ fn run_in_guest(args: &ExperimentArgs, s: &Scenario, kernel: &kernels::Kernel, t
         std::fs::remove_dir_all(&to).with_context(|| format!("replacing {}", to.display()))?;
     }
     copy_tree(&from, &to)?;
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    std::fs::write(
+        to.join("host-load.txt"),
+        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
+    )?;
     eprintln!("=== {} on {}: done in {:.1} min, results in {} ===", s.name, kernel.release(), run.wall_secs / 60.0, to.display());
     Ok(())
 }
