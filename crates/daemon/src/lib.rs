@@ -112,6 +112,7 @@ pub fn run(opts: Options) -> Result<()> {
     let started = Instant::now();
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
     let mut reported_degraded = 0;
+    let mut last_status: Option<Instant> = None;
     log_event(&state_dir, serde_json::json!({"event": "started", "pid": std::process::id(), "cgroup_root": cfg.cgroup_root, "config": opts.config_path}));
 
     let result = (|| -> Result<()> {
@@ -140,13 +141,19 @@ pub fn run(opts: Options) -> Result<()> {
                 .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected()))
                 .map(|c| c.id.clone())
                 .collect();
-            let all: Vec<String> = obs.cgroups.iter().map(|c| c.id.clone()).collect();
-            signals.sync(root.path(), &protected, &all);
+            // memory.events wakeups only from protected cgroups: a throttled lower tier bumps
+            // its `high` counter on every charge, and watching it made the daemon re-sample in
+            // a tight loop exactly when it had throttled someone (found by the experiments).
+            signals.sync(root.path(), &protected, &protected);
             for msg in &signals.degraded[reported_degraded..] {
                 log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
             }
             reported_degraded = signals.degraded.len();
-            status::write(&state_dir, &status::Snapshot::new(&cfg, &opts.config_path, &obs, &seen, &engine, &recent))?;
+            // status.json is for people and `memqos status`: once a second, or when knobs change.
+            if !decisions.is_empty() || last_status.is_none_or(|t: Instant| t.elapsed() >= STATUS_EVERY) {
+                status::write(&state_dir, &status::Snapshot::new(&cfg, &opts.config_path, &obs, &seen, &engine, &recent))?;
+                last_status = Some(Instant::now());
+            }
             pending = signals.wait(interval);
         }
         Ok(())
@@ -189,6 +196,8 @@ fn apply(root: &Cgroup, journal: &mut Journal, d: &Decision, state_dir: &Path) -
     }));
     Ok(())
 }
+
+const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// One JSON line per event on stdout and in `<state_dir>/events.jsonl`.
 fn log_event(state_dir: &Path, mut ev: serde_json::Value) {

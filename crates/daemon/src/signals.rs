@@ -49,7 +49,8 @@ impl Signals {
     }
 
     /// Keeps triggers and watches in line with the managed set: `protected` get a PSI
-    /// trigger, `all` get an inotify watch on memory.events. Gone cgroups are dropped.
+    /// trigger, `all` (the daemon passes the protected ones too) get an inotify watch on
+    /// memory.events. Gone cgroups are dropped.
     pub fn sync(&mut self, root: &Path, protected: &[String], all: &[String]) {
         if self.psi_enabled {
             self.psi.retain(|id, _| protected.contains(id));
