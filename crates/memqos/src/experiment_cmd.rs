@@ -102,12 +102,23 @@ pub fn run(args: ExperimentArgs) -> Result<u8> {
             args.runs,
             total / 60.0
         );
+        // One failed scenario (a guest that timed out, a kernel that would not boot) must not
+        // throw away the others: report it, go on, and fail at the end.
+        let mut failed = Vec::new();
         for s in series {
             let kernel = kernels::ensure(s)?;
             for (scenario, (secs, memory_mb)) in scenarios.iter().zip(&plan) {
-                run_in_guest(&args, scenario, &kernel, &traces, *secs, *memory_mb)?;
+                if let Err(e) = run_in_guest(&args, scenario, &kernel, &traces, *secs, *memory_mb) {
+                    eprintln!("memqos experiment: {} on {} failed: {e:#}", scenario.name, kernel.release());
+                    failed.push(format!("{} on {}", scenario.name, kernel.release()));
+                }
             }
         }
+        let code = report(&args.out, !args.no_plots)?;
+        if !failed.is_empty() {
+            bail!("{} scenario run(s) failed: {} (the report covers the others)", failed.len(), failed.join(", "));
+        }
+        return Ok(code);
     }
     report(&args.out, !args.no_plots)
 }
