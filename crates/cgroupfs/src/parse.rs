@@ -79,10 +79,17 @@ pub fn parse_limit(text: &str) -> Result<Limit, ParseError> {
 
 /// Parses a flat keyed file (`key value` per line) in file order.
 pub fn parse_flat_keyed(text: &str) -> Result<Vec<(&str, u64)>, ParseError> {
-    let mut out = Vec::with_capacity(64);
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+    flat_keyed(text).collect()
+}
+
+/// The `key value` lines of a flat keyed file, parsed lazily without allocating: the
+/// hot path for callers that read memory.stat many times per second. Lines of the exact
+/// form the kernel prints (`key` SP digits) take a byte-level fast path; anything else goes
+/// through the whitespace-tolerant parse that reports errors.
+pub fn flat_keyed(text: &str) -> impl Iterator<Item = Result<(&str, u64), ParseError>> {
+    text.split('\n').enumerate().filter(|(_, line)| !line.trim_ascii().is_empty()).map(|(i, line)| {
+        if let Some(kv) = kernel_line(line) {
+            return Ok(kv);
         }
         let mut it = line.split_ascii_whitespace();
         let (Some(key), Some(val), None) = (it.next(), it.next(), it.next()) else {
@@ -93,9 +100,27 @@ pub fn parse_flat_keyed(text: &str) -> Result<Vec<(&str, u64)>, ParseError> {
             expected: "an unsigned number after the key",
             found: line.into(),
         })?;
-        out.push((key, val));
+        Ok((key, val))
+    })
+}
+
+/// `key value` exactly as the kernel prints it, or None.
+fn kernel_line(line: &str) -> Option<(&str, u64)> {
+    let bytes = line.as_bytes();
+    let sp = bytes.iter().position(|&b| b == b' ')?;
+    let digits = &bytes[sp + 1..];
+    if sp == 0 || digits.is_empty() || digits.len() > 19 {
+        return None; // > 19 digits may overflow: the slow path checks
     }
-    Ok(out)
+    let mut v: u64 = 0;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + d as u64;
+    }
+    Some((&line[..sp], v))
 }
 
 /// memory.events (or memory.events.local): how often each boundary was hit.
@@ -112,7 +137,8 @@ pub struct MemoryEvents {
 impl MemoryEvents {
     pub fn parse(text: &str) -> Result<Self, ParseError> {
         let mut ev = MemoryEvents::default();
-        for (k, v) in parse_flat_keyed(text)? {
+        for kv in flat_keyed(text) {
+            let (k, v) = kv?;
             match k {
                 "low" => ev.low = v,
                 "high" => ev.high = v,
@@ -229,6 +255,10 @@ mod tests {
             found: "file x".into()
         });
         assert!(parse_flat_keyed("anon 1 2\n").is_err());
+        // Fast and slow paths agree; 20-digit values are range-checked.
+        assert_eq!(parse_flat_keyed("a  7\n\tb 18446744073709551615 \n").unwrap(), vec![("a", 7), ("b", u64::MAX)]);
+        assert!(parse_flat_keyed("a 18446744073709551616\n").is_err());
+        assert!(parse_flat_keyed(" 5\n").is_err());
     }
 
     #[test]
