@@ -83,6 +83,7 @@ pub struct TextBackend {
     keys: StatKeys,
     fds_open: u64,
     fd_budget: u64,
+    stat_only: bool,
 }
 
 impl TextBackend {
@@ -106,7 +107,14 @@ impl TextBackend {
             keys: StatKeys::default(),
             fds_open: 0,
             fd_budget: raise_nofile_limit().saturating_sub(FD_RESERVE),
+            stat_only: false,
         }
+    }
+
+    /// Snapshots read memory.stat only (the other fields stay `None`): the benchmark's
+    /// like-for-like comparison with a control that reads only memory.stat.
+    pub fn set_stat_only(&mut self, on: bool) {
+        self.stat_only = on;
     }
 
     pub fn root(&self) -> &Path {
@@ -121,7 +129,7 @@ impl TextBackend {
     /// Reads one cgroup's files into `out` (reusing its allocations). For the benchmark's
     /// single-cgroup loop and for callers that want one cgroup, not the tree.
     pub fn read_one(&mut self, index: usize, out: &mut CgroupStats) -> Result<bool> {
-        read_node(&mut self.nodes[index], &mut self.buf, &mut self.keys, &mut self.fds_open, self.fd_budget, out)
+        read_node(&mut self.nodes[index], &mut self.buf, &mut self.keys, &mut self.fds_open, self.fd_budget, FILES.len(), out)
     }
 
     /// Reads only memory.stat of node `index` (the seed's control experiment reads only that).
@@ -222,9 +230,10 @@ impl StatsSource for TextBackend {
         snap.backend = "text";
         snap.resize_cgroups(self.nodes.len());
         let mut filled = 0;
+        let files = if self.stat_only { 1 } else { FILES.len() };
         for i in 0..self.nodes.len() {
             let out = &mut snap.cgroups[filled];
-            if read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, self.fd_budget, out)? {
+            if read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, self.fd_budget, files, out)? {
                 filled += 1;
             } else {
                 // Vanished mid-snapshot: leave it out and re-walk next time.
@@ -246,20 +255,21 @@ impl StatsSource for TextBackend {
     }
 }
 
-/// Reads every file of `node` into `out`. `Ok(false)`: the cgroup vanished.
+/// Reads the first `files` of [`FILES`] of `node` into `out`. `Ok(false)`: the cgroup vanished.
 fn read_node(
     node: &mut Node,
     buf: &mut Vec<u8>,
     keys: &mut StatKeys,
     fds_open: &mut u64,
     fd_budget: u64,
+    files: usize,
     out: &mut CgroupStats,
 ) -> Result<bool> {
     out.reset(keys.len());
     out.path.clone_from(&node.rel);
     out.id = node.id;
     out.depth = node.depth;
-    for file in 0..FILES.len() {
+    for file in 0..files {
         let n = match read_file(node, file, buf, fds_open, fd_budget)? {
             ReadOutcome::Text(n) => n,
             ReadOutcome::Absent => continue,

@@ -35,13 +35,35 @@ __u32 nr_seen = 0;      /* cgroups walked this run (may exceed MEMQOS_STATS_MAX_
 __u32 nr_written = 0;
 struct memqos_memcg_rec recs[MEMQOS_STATS_MAX_RECS] = {};
 
+/* struct psi_group has u64 total[NR_PSI_AGGREGATORS][NR_PSI_STATES - 1] and unsigned long
+ * avg[NR_PSI_STATES - 1][3]; some BTF shows them flattened (pahole versions differ), and
+ * CO-RE does not match a 2-D array against a 1-D one. Only the offsets are used. */
+struct psi_group___nested {
+	u64 total[2][6];
+	unsigned long avg[6][3];
+} __attribute__((preserve_access_index));
+
+struct psi_group___flat {
+	u64 total[12];
+	unsigned long avg[18];
+} __attribute__((preserve_access_index));
+
 static __always_inline void read_psi(struct cgroup *cgrp, struct memqos_memcg_rec *r)
 {
 	struct psi_group *psi = BPF_CORE_READ(cgrp, psi);
 	__u32 some = bpf_core_enum_value(enum psi_states, PSI_MEM_SOME);
 	__u32 full = bpf_core_enum_value(enum psi_states, PSI_MEM_FULL);
-	__u64 total_off = bpf_core_field_offset(struct psi_group, total);
-	__u64 avg_off = bpf_core_field_offset(struct psi_group, avg);
+	__u64 total_off, avg_off;
+
+	if (bpf_core_field_exists(struct psi_group___nested, total)) {
+		total_off = bpf_core_field_offset(struct psi_group___nested, total);
+		avg_off = bpf_core_field_offset(struct psi_group___nested, avg);
+	} else if (bpf_core_field_exists(struct psi_group___flat, total)) {
+		total_off = bpf_core_field_offset(struct psi_group___flat, total);
+		avg_off = bpf_core_field_offset(struct psi_group___flat, avg);
+	} else {
+		return;
+	}
 
 	/* The hierarchy root's PSI is the system's (psi_system), not in cgrp->psi. */
 	if (!psi)

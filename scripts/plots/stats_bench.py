@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""Plots `memqos bench stats` results (docs/stats/stats-bench-*.json) into one PNG.
+
+    /usr/bin/python3 scripts/plots/stats_bench.py docs/stats/stats-bench-*.json -o docs/stats/stats-bench.png
+
+Left: one cgroup's stats per method, median time per read (bars) with the spread over
+batches (whiskers), speedup vs the C control printed beside each bar. Right: whole-tree
+snapshot time against tree size, per backend and kernel (log-log).
+"""
+import argparse
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("-o", "--out", required=True)
+    args = ap.parse_args()
+    runs = [json.load(open(p)) for p in args.results]
+
+    fig, axes = plt.subplots(len(runs), 2, figsize=(13, 3.6 * len(runs)), squeeze=False)
+    for row, r in enumerate(runs):
+        label = f"{r['kernel']} ({r['mode']})"
+        ax = axes[row][0]
+        series = [s for s in r["single"] if not s.get("unavailable")]
+        names = [s["method"] for s in series]
+        med = [s["per_op_us_median"] for s in series]
+        lo = [s["per_op_us_median"] - s["per_op_us_min"] for s in series]
+        hi = [s["per_op_us_max"] - s["per_op_us_median"] for s in series]
+        y = range(len(series))
+        ax.barh(y, med, xerr=[lo, hi], color=["#888888", "#4c72b0", "#55a868", "#c44e52"][: len(series)], capsize=3)
+        ax.set_yticks(list(y))
+        ax.set_yticklabels(names, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("µs per read (median over batches; whiskers min–max)")
+        n = series[0]["ops"] if series else 0
+        ax.set_title(f"one cgroup, n={n:,} per method\n{label}", fontsize=9)
+        for i, s in enumerate(series):
+            ax.text(s["per_op_us_median"], i, f"  x{s['speedup_vs_control']:.1f}", va="center", fontsize=8)
+        ax.set_xlim(0, max(med + [1]) * 1.35)
+
+        ax = axes[row][1]
+        by_method = {}
+        for t in r["trees"]:
+            for s in t["series"]:
+                if s.get("unavailable"):
+                    continue
+                by_method.setdefault(s["method"], []).append((t["size"], s["per_op_us_median"] / 1000.0))
+        for method, pts in by_method.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=method)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("cgroups in the tree")
+        ax.set_ylabel("ms per whole-tree snapshot (median)")
+        ax.axhline(2.0, color="grey", linestyle=":", linewidth=1)
+        ax.text(1, 2.0, " 2 ms target", fontsize=7, va="bottom", color="grey")
+        ax.set_title(f"whole-tree snapshots\n{label}", fontsize=9)
+        if by_method:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
