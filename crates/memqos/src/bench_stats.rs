@@ -498,6 +498,11 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
         let mut s_text = Series::new("text backend snapshot", "full stats of every cgroup");
         let mut s_bpf = Series::new("BPF backend snapshot", "full stats of every cgroup");
         let mut snap = Snapshot::default();
+        // Warm-up: the first snapshot opens the files (and maps ids to paths); not timed.
+        text_stat.refresh(&mut snap)?;
+        if let Ok(bpf) = &mut bpf {
+            bpf.refresh(&mut snap)?;
+        }
         text.refresh(&mut snap)?;
         if snap.cgroups.len() != size {
             bail!("tree {} has {} cgroups, expected {size}", dir.display(), snap.cgroups.len());

@@ -14,6 +14,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// The files read for every cgroup, in the order of [`Node::files`].
 pub const FILES: [&str; 9] = [
@@ -39,6 +41,14 @@ const PRESSURE: usize = 8;
 
 /// fds kept for the process's other needs when budgeting ours against RLIMIT_NOFILE.
 const FD_RESERVE: u64 = 256;
+
+/// fds held open by every TextBackend of the process: the budget is per process.
+static FDS_HELD: AtomicU64 = AtomicU64::new(0);
+static FD_BUDGET: OnceLock<u64> = OnceLock::new();
+
+fn fd_budget() -> u64 {
+    *FD_BUDGET.get_or_init(|| raise_nofile_limit().saturating_sub(FD_RESERVE))
+}
 
 enum Slot {
     /// Not opened yet.
@@ -82,8 +92,13 @@ pub struct TextBackend {
     buf: Vec<u8>,
     keys: StatKeys,
     fds_open: u64,
-    fd_budget: u64,
     stat_only: bool,
+}
+
+impl Drop for TextBackend {
+    fn drop(&mut self) {
+        FDS_HELD.fetch_sub(self.fds_open, Ordering::Relaxed);
+    }
 }
 
 impl TextBackend {
@@ -106,7 +121,6 @@ impl TextBackend {
             buf: vec![0; 64 << 10],
             keys: StatKeys::default(),
             fds_open: 0,
-            fd_budget: raise_nofile_limit().saturating_sub(FD_RESERVE),
             stat_only: false,
         }
     }
@@ -129,7 +143,7 @@ impl TextBackend {
     /// Reads one cgroup's files into `out` (reusing its allocations). For the benchmark's
     /// single-cgroup loop and for callers that want one cgroup, not the tree.
     pub fn read_one(&mut self, index: usize, out: &mut CgroupStats) -> Result<bool> {
-        read_node(&mut self.nodes[index], &mut self.buf, &mut self.keys, &mut self.fds_open, self.fd_budget, FILES.len(), out)
+        read_node(&mut self.nodes[index], &mut self.buf, &mut self.keys, &mut self.fds_open, FILES.len(), out)
     }
 
     /// Reads only memory.stat of node `index` (the seed's control experiment reads only that).
@@ -137,7 +151,7 @@ impl TextBackend {
         let node = &mut self.nodes[index];
         out.stat.clear();
         out.stat.resize(self.keys.len(), None);
-        match read_file(node, STAT, &mut self.buf, &mut self.fds_open, self.fd_budget)? {
+        match read_file(node, STAT, &mut self.buf, &mut self.fds_open)? {
             ReadOutcome::Text(n) => {
                 parse_stat(node, &self.buf[..n], &mut self.keys, &mut out.stat)?;
                 Ok(true)
@@ -216,7 +230,9 @@ impl TextBackend {
             stack.extend(kids);
         }
         for gone in old.into_values() {
-            self.fds_open -= gone.files.iter().filter(|s| matches!(s, Slot::Open(_))).count() as u64;
+            let n = gone.files.iter().filter(|s| matches!(s, Slot::Open(_))).count() as u64;
+            self.fds_open -= n;
+            FDS_HELD.fetch_sub(n, Ordering::Relaxed);
         }
         self.nodes = out;
         Ok(())
@@ -233,7 +249,7 @@ impl StatsSource for TextBackend {
         let files = if self.stat_only { 1 } else { FILES.len() };
         for i in 0..self.nodes.len() {
             let out = &mut snap.cgroups[filled];
-            if read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, self.fd_budget, files, out)? {
+            if read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out)? {
                 filled += 1;
             } else {
                 // Vanished mid-snapshot: leave it out and re-walk next time.
@@ -261,7 +277,6 @@ fn read_node(
     buf: &mut Vec<u8>,
     keys: &mut StatKeys,
     fds_open: &mut u64,
-    fd_budget: u64,
     files: usize,
     out: &mut CgroupStats,
 ) -> Result<bool> {
@@ -270,7 +285,7 @@ fn read_node(
     out.id = node.id;
     out.depth = node.depth;
     for file in 0..files {
-        let n = match read_file(node, file, buf, fds_open, fd_budget)? {
+        let n = match read_file(node, file, buf, fds_open)? {
             ReadOutcome::Text(n) => n,
             ReadOutcome::Absent => continue,
             ReadOutcome::Vanished => return Ok(false),
@@ -324,15 +339,19 @@ fn parse_stat(node: &mut Node, bytes: &[u8], keys: &mut StatKeys, stat: &mut Vec
 }
 
 /// One pread of `FILES[file]` from offset 0 into `buf` (grown if the file fills it).
-fn read_file(node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64, fd_budget: u64) -> Result<ReadOutcome> {
+fn read_file(node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64) -> Result<ReadOutcome> {
     let path = || node.path.join(FILES[file]);
     if matches!(node.files[file], Slot::Unopened) {
+        let keep = FDS_HELD.load(Ordering::Relaxed) < fd_budget();
         node.files[file] = match File::open(path()) {
-            Ok(f) if *fds_open < fd_budget => {
+            Ok(f) if keep => {
                 *fds_open += 1;
+                FDS_HELD.fetch_add(1, Ordering::Relaxed);
                 Slot::Open(f)
             }
             Ok(_) => Slot::Transient,
+            // Out of fds (other code, other processes' limits): read this file by reopening.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => Slot::Transient,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && node.path.exists() => Slot::Absent,
             Err(e) if is_gone(&e) => return Ok(ReadOutcome::Vanished),
             Err(e) => return Err(cgroup_err(&node.path, "open", FILES[file], e)),
@@ -414,19 +433,27 @@ fn cgroup_err(cgroup: &Path, op: &'static str, file: &str, source: io::Error) ->
     memqos_cgroupfs::Error::Io { cgroup: cgroup.to_owned(), file: file.into(), op, source }.into()
 }
 
-/// Raises the soft RLIMIT_NOFILE to the hard limit (a tree of N cgroups needs 9N fds to keep
-/// every file open) and returns the soft limit now in force.
+/// Raises RLIMIT_NOFILE (a tree of N cgroups needs 9N fds to keep every file open): the soft
+/// limit to the hard one, and with CAP_SYS_RESOURCE both to at least 65536 (within
+/// fs.nr_open). Returns the soft limit now in force.
 fn raise_nofile_limit() -> u64 {
+    const WANT: u64 = 65536;
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: plain syscalls on a local struct.
+    // SAFETY: plain syscalls on local structs.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return 1024;
         }
-        if lim.rlim_cur < lim.rlim_max {
-            let want = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(WANT);
+        let hard = (lim.rlim_max as u64).max(WANT.min(nr_open));
+        for (cur, max) in [(hard, hard), (lim.rlim_max as u64, lim.rlim_max as u64)] {
+            if cur <= lim.rlim_cur as u64 {
+                break;
+            }
+            let want = libc::rlimit { rlim_cur: cur as libc::rlim_t, rlim_max: max as libc::rlim_t };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-                lim.rlim_cur = lim.rlim_max;
+                lim = want;
+                break;
             }
         }
     }
