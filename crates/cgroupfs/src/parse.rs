@@ -84,43 +84,73 @@ pub fn parse_flat_keyed(text: &str) -> Result<Vec<(&str, u64)>, ParseError> {
 
 /// The `key value` lines of a flat keyed file, parsed lazily without allocating: the
 /// hot path for callers that read memory.stat many times per second. Lines of the exact
-/// form the kernel prints (`key` SP digits) take a byte-level fast path; anything else goes
-/// through the whitespace-tolerant parse that reports errors.
-pub fn flat_keyed(text: &str) -> impl Iterator<Item = Result<(&str, u64), ParseError>> {
-    text.split('\n').enumerate().filter(|(_, line)| !line.trim_ascii().is_empty()).map(|(i, line)| {
-        if let Some(kv) = kernel_line(line) {
-            return Ok(kv);
-        }
-        let mut it = line.split_ascii_whitespace();
-        let (Some(key), Some(val), None) = (it.next(), it.next(), it.next()) else {
-            return Err(ParseError::Unexpected { line: i + 1, expected: "\"key value\"", found: line.into() });
-        };
-        let val = val.parse().map_err(|_| ParseError::Unexpected {
-            line: i + 1,
-            expected: "an unsigned number after the key",
-            found: line.into(),
-        })?;
-        Ok((key, val))
-    })
+/// form the kernel prints (`key` SP digits) are parsed in one pass over the bytes; anything
+/// else goes through the whitespace-tolerant parse that reports errors.
+pub fn flat_keyed(text: &str) -> FlatKeyed<'_> {
+    FlatKeyed { text, pos: 0, line: 0 }
 }
 
-/// `key value` exactly as the kernel prints it, or None.
-fn kernel_line(line: &str) -> Option<(&str, u64)> {
-    let bytes = line.as_bytes();
-    let sp = bytes.iter().position(|&b| b == b' ')?;
-    let digits = &bytes[sp + 1..];
-    if sp == 0 || digits.is_empty() || digits.len() > 19 {
-        return None; // > 19 digits may overflow: the slow path checks
-    }
-    let mut v: u64 = 0;
-    for &b in digits {
-        let d = b.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
+/// Iterator returned by [`flat_keyed`].
+pub struct FlatKeyed<'a> {
+    text: &'a str,
+    pos: usize,
+    line: usize,
+}
+
+impl<'a> Iterator for FlatKeyed<'a> {
+    type Item = Result<(&'a str, u64), ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.text.as_bytes();
+        loop {
+            if self.pos >= b.len() {
+                return None;
+            }
+            self.line += 1;
+            let start = self.pos;
+            // Fast path: key (no space, no newline), one space, at most 19 digits (cannot
+            // overflow), then newline or end.
+            let mut i = start;
+            while i < b.len() && b[i] != b' ' && b[i] != b'\n' && b[i] != b'\t' {
+                i += 1;
+            }
+            if i > start && i < b.len() && b[i] == b' ' {
+                let key_end = i;
+                i += 1;
+                let digits = i;
+                let mut v: u64 = 0;
+                while i < b.len() && b[i].is_ascii_digit() && i - digits < 19 {
+                    v = v * 10 + (b[i] - b'0') as u64;
+                    i += 1;
+                }
+                if i > digits && (i == b.len() || b[i] == b'\n') {
+                    self.pos = i + 1;
+                    return Some(Ok((&self.text[start..key_end], v)));
+                }
+            }
+            let end = b[start..].iter().position(|&c| c == b'\n').map_or(b.len(), |p| start + p);
+            self.pos = end + 1;
+            let line = &self.text[start..end];
+            if line.trim_ascii().is_empty() {
+                continue;
+            }
+            return Some(parse_kv_line(line, self.line));
         }
-        v = v * 10 + d as u64;
     }
-    Some((&line[..sp], v))
+}
+
+/// The tolerant parse of one `key value` line (any ASCII whitespace, range-checked value).
+fn parse_kv_line(line: &str, line_no: usize) -> Result<(&str, u64), ParseError> {
+    let mut it = line.split_ascii_whitespace();
+    let (Some(key), Some(val), None) = (it.next(), it.next(), it.next()) else {
+        return Err(ParseError::Unexpected { line: line_no, expected: "\"key value\"", found: line.into() });
+    };
+    let val = val.parse().map_err(|_| ParseError::Unexpected {
+        line: line_no,
+        expected: "an unsigned number after the key",
+        found: line.into(),
+    })?;
+    Ok((key, val))
 }
 
 /// memory.events (or memory.events.local): how often each boundary was hit.
@@ -259,6 +289,9 @@ mod tests {
         assert_eq!(parse_flat_keyed("a  7\n\tb 18446744073709551615 \n").unwrap(), vec![("a", 7), ("b", u64::MAX)]);
         assert!(parse_flat_keyed("a 18446744073709551616\n").is_err());
         assert!(parse_flat_keyed(" 5\n").is_err());
+        assert_eq!(parse_flat_keyed("a 1").unwrap(), vec![("a", 1)], "no final newline");
+        assert_eq!(parse_flat_keyed("a 1\r\n").unwrap(), vec![("a", 1)], "CR is whitespace");
+        assert_eq!(parse_flat_keyed("a 00012345678901234567\n").unwrap(), vec![("a", 12345678901234567)]);
     }
 
     #[test]

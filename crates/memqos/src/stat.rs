@@ -47,10 +47,18 @@ pub fn run(args: StatArgs) -> Result<u8> {
         }
     }
     let mut source = memqos_stats::open(&args.path, args.backend, &mut |msg| eprintln!("{msg}"))
-        .with_context(|| format!("opening {} with the {:?} backend", args.path.display(), args.backend))?;
+        .with_context(|| format!("opening {} with the {} backend", args.path.display(), args.backend))?;
     let mut snap = Snapshot::default();
+    let mut warned = false;
     loop {
         source.refresh(&mut snap).with_context(|| format!("reading {}", args.path.display()))?;
+        if !warned && snap.cgroups.iter().all(|c| c.stat.iter().all(|v| v.is_none())) {
+            eprintln!(
+                "memqos stat: no memory.stat under {}: the memory controller is not enabled there (see `memqos doctor`)",
+                args.path.display()
+            );
+            warned = true;
+        }
         if !args.tree {
             snap.cgroups.retain(|c| c.depth <= 1);
         }
@@ -102,9 +110,12 @@ fn opt_bytes(v: Option<u64>) -> String {
 }
 
 /// Memory a cgroup holds: memory.current, or for the hierarchy root (no memory.current)
-/// anon + file + kernel from memory.stat.
-fn usage(snap: &Snapshot, c: &CgroupStats) -> u64 {
-    c.current.unwrap_or_else(|| ["anon", "file", "kernel"].iter().filter_map(|k| snap.stat(c, k)).sum())
+/// anon + file + kernel from memory.stat; None without either.
+fn usage(snap: &Snapshot, c: &CgroupStats) -> Option<u64> {
+    c.current.or_else(|| {
+        let parts: Vec<u64> = ["anon", "file", "kernel"].iter().filter_map(|k| snap.stat(c, k)).collect();
+        (!parts.is_empty()).then(|| parts.iter().sum())
+    })
 }
 
 pub fn table(snap: &Snapshot, top: Option<usize>) -> String {
@@ -120,7 +131,7 @@ pub fn table(snap: &Snapshot, top: Option<usize>) -> String {
         let name = if c.path.is_empty() { snap.root.display().to_string() } else { c.path.clone() };
         cells.push(vec![
             name,
-            human(usage(snap, c)),
+            opt_bytes(usage(snap, c)),
             opt_bytes(c.peak),
             opt_bytes(snap.stat(c, "anon")),
             opt_bytes(snap.stat(c, "file")),

@@ -131,6 +131,7 @@ guest_test!(bpf_snapshot_equals_text_snapshot, |g| g, {
         assert_eq!(auto.name(), "text");
         assert_eq!(notes.len(), 1, "one message: {notes:?}");
         assert!(auto.snapshot().unwrap().cgroups.len() == 5);
+        assert_eq!(cli_json(&root)["backend"], "text");
         println!("RESULT 6.12: BPF backend unavailable ({why}); auto uses text");
         stop(kids);
         return;
@@ -169,9 +170,25 @@ guest_test!(bpf_snapshot_equals_text_snapshot, |g| g, {
         assert!(pb.some.total_us <= p2.some.total_us, "{}: PSI some total {} > later text {}", cb.path, pb.some.total_us, p2.some.total_us);
         assert!(pb.some.total_us + 2_000_000 >= p1.some.total_us, "{}: PSI some total trails by more than 2 s", cb.path);
     }
+    assert_eq!(cli_json(&root)["backend"], "bpf");
     println!("RESULT 7.x BPF vs text: {} cgroups x {} keys: {exact} equal, {between} between two text reads", b.cgroups.len(), b.keys.len());
     stop(kids);
 });
+
+/// `memqos stat --tree --json` on the live tree: the backend `auto` picks, and a/x's memory.
+fn cli_json(root: &Cgroup) -> serde_json::Value {
+    let out = std::process::Command::new(memqos_bin())
+        .args(["stat", "--tree", "--json", "--backend", "auto"])
+        .arg(root.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "memqos stat: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let x = v["cgroups"].as_array().unwrap().iter().find(|c| c["path"] == "a/x").expect("a/x in memqos stat --json").clone();
+    assert!(x["stat"]["anon"].as_u64().unwrap() >= 24 * MIB, "{x}");
+    assert_eq!(x["max"], 256 * MIB);
+    v
+}
 
 fn within(v: Option<u64>, a: Option<u64>, b: Option<u64>, slack: u64) -> bool {
     match (v, a, b) {

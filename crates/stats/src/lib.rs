@@ -138,6 +138,16 @@ pub enum BackendChoice {
     Bpf,
 }
 
+impl std::fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Text => "text",
+            BackendChoice::Bpf => "bpf",
+        })
+    }
+}
+
 impl std::str::FromStr for BackendChoice {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
