@@ -18,7 +18,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use memqos_stats::{CgroupStats, Snapshot, StatsSource, TextBackend};
+use memqos_stats::{CgroupStats, Snapshot, StatsSource, TextBackend, Walker};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -381,6 +381,7 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
 
     let _live_tree;
     let mut fake_dirs = Vec::new();
+    let mut bpf_iter: std::result::Result<memqos_stats::BpfBackend, String> = Err("not a live cgroup v2 tree".into());
     // (memory.stat for the control, text backend, node index, BPF backend or why not)
     let (stat_file, mut text, bpf): (PathBuf, TextBackend, std::result::Result<memqos_stats::BpfBackend, String>) = if live {
         _live_tree = LiveTree::create(&a.root, &a.tree_sizes)?;
@@ -390,7 +391,8 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
         for f in TEMPLATE_FILES {
             std::fs::copy(one.join(f), template.join(f)).with_context(|| format!("copying {f} of {}", one.display()))?;
         }
-        let bpf = memqos_stats::BpfBackend::open(&one).map_err(|e| e.to_string());
+        let bpf = memqos_stats::BpfBackend::open_with(&one, Some(Walker::Syscall)).map_err(|e| e.to_string());
+        bpf_iter = memqos_stats::BpfBackend::open_with(&one, Some(Walker::Iterator)).map_err(|e| e.to_string());
         (one.join("memory.stat"), TextBackend::open(&one)?, bpf)
     } else {
         let file = match &a.stat_file {
@@ -423,7 +425,8 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     let mut s_control = Series::new("control (C: fgets+sscanf, fseek)", "memory.stat read+parse");
     let mut s_text_stat = Series::new("text backend, memory.stat only", "memory.stat read+parse");
     let mut s_text_full = Series::new("text backend, full cgroup (9 files)", "cgroup's full stats");
-    let mut s_bpf = Series::new("BPF backend, full cgroup", "cgroup's full stats");
+    let mut s_bpf = Series::new("BPF backend (syscall prog), full cgroup", "cgroup's full stats");
+    let mut s_bpf_iter = Series::new("BPF backend (cgroup iter), full cgroup", "cgroup's full stats");
     let mut out = CgroupStats::default();
     let mut snap = Snapshot::default();
     let mut bpf = bpf;
@@ -452,6 +455,14 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
                 Ok(())
             })?);
         }
+        if let Ok(bpf) = &mut bpf_iter {
+            s_bpf_iter.add(per_batch, measure(|| {
+                for _ in 0..per_batch {
+                    bpf.refresh(&mut snap)?;
+                }
+                Ok(())
+            })?);
+        }
         progress(&format!("  batch {}/{} done, {:.0} s elapsed", b + 1, a.batches, started.elapsed().as_secs_f64()));
     }
     if !live {
@@ -460,7 +471,10 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     if let Err(why) = &bpf {
         s_bpf.unavailable = Some(why.clone());
     }
-    let mut single = vec![s_control, s_text_stat, s_text_full, s_bpf];
+    if let Err(why) = &bpf_iter {
+        s_bpf_iter.unavailable = Some(why.clone());
+    }
+    let mut single = vec![s_control, s_text_stat, s_text_full, s_bpf, s_bpf_iter];
     finish(&mut single);
     report.single = single;
 
@@ -490,18 +504,27 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
             }
         }
         let mut text = if live { TextBackend::open(&dir)? } else { TextBackend::open_unchecked(&dir) };
-        let mut bpf = if live { memqos_stats::BpfBackend::open(&dir).map_err(|e| e.to_string()) } else { Err("no cgroup v2 memory controller (fake tree)".to_string()) };
+        let open_bpf = |w| {
+            if live {
+                memqos_stats::BpfBackend::open_with(&dir, Some(w)).map_err(|e| e.to_string())
+            } else {
+                Err("no cgroup v2 memory controller (fake tree)".to_string())
+            }
+        };
+        let mut bpf = open_bpf(Walker::Syscall);
+        let mut bpf_iter = open_bpf(Walker::Iterator);
         let mut text_stat = if live { TextBackend::open(&dir)? } else { TextBackend::open_unchecked(&dir) };
         text_stat.set_stat_only(true);
         let mut s_control = Series::new("control (C: fgets+sscanf, fseek)", "memory.stat of every cgroup");
         let mut s_text_stat = Series::new("text backend snapshot, memory.stat only", "memory.stat of every cgroup");
         let mut s_text = Series::new("text backend snapshot", "full stats of every cgroup");
-        let mut s_bpf = Series::new("BPF backend snapshot", "full stats of every cgroup");
+        let mut s_bpf = Series::new("BPF backend snapshot (syscall prog)", "full stats of every cgroup");
+        let mut s_bpf_iter = Series::new("BPF backend snapshot (cgroup iter)", "full stats of every cgroup");
         let mut snap = Snapshot::default();
         // Warm-up: the first snapshot opens the files (and maps ids to paths); not timed.
         text_stat.refresh(&mut snap)?;
-        if let Ok(bpf) = &mut bpf {
-            bpf.refresh(&mut snap)?;
+        for b in [&mut bpf, &mut bpf_iter].into_iter().flatten() {
+            b.refresh(&mut snap)?;
         }
         text.refresh(&mut snap)?;
         if snap.cgroups.len() != size {
@@ -521,10 +544,11 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
                 }
                 Ok(())
             })?);
-            if let Ok(bpf) = &mut bpf {
-                s_bpf.add(per, measure(|| {
+            for (b, series) in [(&mut bpf, &mut s_bpf), (&mut bpf_iter, &mut s_bpf_iter)] {
+                let Ok(b) = b else { continue };
+                series.add(per, measure(|| {
                     for _ in 0..per {
-                        bpf.refresh(&mut snap)?;
+                        b.refresh(&mut snap)?;
                     }
                     Ok(())
                 })?);
@@ -533,10 +557,12 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
                 }
             }
         }
-        if let Err(why) = &bpf {
-            s_bpf.unavailable = Some(why.clone());
+        for (b, series) in [(&bpf, &mut s_bpf), (&bpf_iter, &mut s_bpf_iter)] {
+            if let Err(why) = b {
+                series.unavailable = Some(why.clone());
+            }
         }
-        let mut series = vec![s_control, s_text_stat, s_text, s_bpf];
+        let mut series = vec![s_control, s_text_stat, s_text, s_bpf, s_bpf_iter];
         finish(&mut series);
         report.trees.push(TreeResult { size, iterations: per * a.batches, series });
     }

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use memqos_cgroupfs::{Cgroup, Limit};
-use memqos_stats::{BackendChoice, BpfBackend, CgroupStats, Error, Snapshot, StatsSource, TextBackend};
+use memqos_stats::{BackendChoice, BpfBackend, CgroupStats, Error, Snapshot, StatsSource, TextBackend, Walker};
 use memqos_vmtest::guest_test;
 use std::os::unix::fs::MetadataExt;
 use std::process::Child;
@@ -139,7 +139,16 @@ guest_test!(bpf_snapshot_equals_text_snapshot, |g| g, {
     let mut text = TextBackend::open(root.path()).unwrap();
     let keys = text.snapshot().unwrap().keys;
     println!("RESULT memory.stat keys on {}: {}", release.trim(), keys.join(" "));
-    let mut bpf = bpf.unwrap_or_else(|e| panic!("BPF backend on {release}: {e}"));
+    drop(bpf);
+    for walker in [Walker::Syscall, Walker::Iterator] {
+        compare_bpf_with_text(&root, &mut text, walker);
+    }
+    assert_eq!(cli_json(&root)["backend"], "bpf");
+    stop(kids);
+});
+
+fn compare_bpf_with_text(root: &Cgroup, text: &mut TextBackend, walker: Walker) {
+    let mut bpf = BpfBackend::open_with(root.path(), Some(walker)).unwrap_or_else(|e| panic!("BPF backend ({walker:?}): {e}"));
     // text, bpf, text: a BPF value must equal the text value or lie between the two text
     // reads (for the few counters the kernel moves by itself on a quiet cgroup).
     let t1 = text.snapshot().unwrap();
@@ -170,10 +179,13 @@ guest_test!(bpf_snapshot_equals_text_snapshot, |g| g, {
         assert!(pb.some.total_us <= p2.some.total_us, "{}: PSI some total {} > later text {}", cb.path, pb.some.total_us, p2.some.total_us);
         assert!(pb.some.total_us + 2_000_000 >= p1.some.total_us, "{}: PSI some total trails by more than 2 s", cb.path);
     }
-    assert_eq!(cli_json(&root)["backend"], "bpf");
-    println!("RESULT 7.x BPF vs text: {} cgroups x {} keys: {exact} equal, {between} between two text reads", b.cgroups.len(), b.keys.len());
-    stop(kids);
-});
+    println!(
+        "RESULT 7.x BPF ({}) vs text: {} cgroups x {} keys: {exact} equal, {between} between two text reads",
+        walker.as_str(),
+        b.cgroups.len(),
+        b.keys.len()
+    );
+}
 
 /// `memqos stat --tree --json` on the live tree: the backend `auto` picks, and a/x's memory.
 fn cli_json(root: &Cgroup) -> serde_json::Value {
@@ -218,22 +230,26 @@ guest_test!(bpf_snapshot_of_a_tree_larger_than_one_run, |g| g.memory_mb(3072), {
         }
     }
     let created = start.elapsed();
-    let mut bpf = BpfBackend::open(root.path()).unwrap();
     let mut text = TextBackend::open(root.path()).unwrap();
-    let mut b = Snapshot::default();
-    let t0 = Instant::now();
-    bpf.refresh(&mut b).unwrap();
-    let bpf_time = t0.elapsed();
-    let t = text.snapshot().unwrap();
-    assert_eq!(b.cgroups.len(), 1 + 50 + 50 * 49);
-    let ids = |s: &Snapshot| s.cgroups.iter().map(|c| (c.path.clone(), c.id)).collect::<Vec<_>>();
-    assert_eq!(ids(&b), ids(&t), "same cgroups, same order");
-    let limits = |c: &CgroupStats| (c.max, c.high, c.low, c.min);
-    assert!(b.cgroups.iter().zip(&t.cgroups).all(|(x, y)| limits(x) == limits(y)));
-    println!(
-        "RESULT {} cgroups (created in {:.1} s): BPF snapshot {:.1} ms, 2 iterator runs",
-        b.cgroups.len(),
-        created.as_secs_f64(),
-        bpf_time.as_secs_f64() * 1e3
-    );
+    for walker in [Walker::Syscall, Walker::Iterator] {
+        let mut bpf = BpfBackend::open_with(root.path(), Some(walker)).unwrap();
+        let mut b = Snapshot::default();
+        bpf.refresh(&mut b).unwrap(); // maps ids to paths (a directory walk)
+        let t0 = Instant::now();
+        bpf.refresh(&mut b).unwrap();
+        let bpf_time = t0.elapsed();
+        let t = text.snapshot().unwrap();
+        assert_eq!(b.cgroups.len(), 1 + 50 + 50 * 49);
+        let ids = |s: &Snapshot| s.cgroups.iter().map(|c| (c.path.clone(), c.id)).collect::<Vec<_>>();
+        assert_eq!(ids(&b), ids(&t), "same cgroups, same order");
+        let limits = |c: &CgroupStats| (c.max, c.high, c.low, c.min);
+        assert!(b.cgroups.iter().zip(&t.cgroups).all(|(x, y)| limits(x) == limits(y)));
+        println!(
+            "RESULT {} cgroups (created in {:.1} s): BPF snapshot ({}) {:.1} ms in 2 runs",
+            b.cgroups.len(),
+            created.as_secs_f64(),
+            walker.as_str(),
+            bpf_time.as_secs_f64() * 1e3
+        );
+    }
 });

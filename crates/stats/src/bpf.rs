@@ -17,6 +17,7 @@ use crate::keys::StatKeys;
 use crate::{CgroupStats, Error, Limit, MemoryEvents, Pressure, PressureLine, Result, Snapshot, StatsSource};
 use memqos_bpf::features::Availability;
 use memqos_bpf::memcg_stats::{Fetch, MemcgRecord, MemcgStats, REC_MEMCG, REC_PSI};
+pub use memqos_bpf::memcg_stats::Walker;
 use memqos_bpf::{Btf, KernelFeatures};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -142,6 +143,12 @@ impl BpfBackend {
     /// Loads the program for the subtree at `root`. `Error::BpfUnavailable` says why not
     /// (kernel without the memcg kfuncs, no BTF, no privileges, verifier refusal).
     pub fn open(root: &Path) -> Result<BpfBackend> {
+        Self::open_with(root, None)
+    }
+
+    /// Like [`BpfBackend::open`] with a given walker (`None`: the syscall walker, falling
+    /// back to the cgroup iterator).
+    pub fn open_with(root: &Path, walker: Option<Walker>) -> Result<BpfBackend> {
         if !root.join("cgroup.controllers").exists() {
             return Err(Error::NotCgroup2(root.to_owned()));
         }
@@ -173,7 +180,11 @@ impl BpfBackend {
                 plan.unresolved.join(", ")
             )));
         }
-        let prog = MemcgStats::load(root, &plan.fetches).map_err(|e| unavailable(e.to_string()))?;
+        let prog = match walker {
+            None => MemcgStats::load(root, &plan.fetches),
+            Some(w) => MemcgStats::load_with(root, &plan.fetches, w),
+        }
+        .map_err(|e| unavailable(e.to_string()))?;
         let mut keys = StatKeys::default();
         for k in &plan.keys {
             keys.intern(k);
@@ -188,6 +199,11 @@ impl BpfBackend {
             root_pressure: if root_level == 0 { std::fs::File::open(root.join("memory.pressure")).ok() } else { None },
             buf: vec![0; 4096],
         })
+    }
+
+    /// Which walker was loaded.
+    pub fn walker(&self) -> Walker {
+        self.prog.walker()
     }
 
     /// Maps cgroup ids to paths by walking the directory tree (only when an id is unknown).

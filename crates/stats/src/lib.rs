@@ -18,7 +18,7 @@ mod bpf;
 mod keys;
 mod text;
 
-pub use bpf::{stat_key_plan, BpfBackend, KeyPlan, KeySource};
+pub use bpf::{stat_key_plan, BpfBackend, KeyPlan, KeySource, Walker};
 pub use keys::StatKeys;
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
 pub use text::TextBackend;
