@@ -381,7 +381,7 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
 
     let _live_tree;
     let mut fake_dirs = Vec::new();
-    let mut bpf_iter: std::result::Result<memqos_stats::BpfBackend, String> = Err("not a live cgroup v2 tree".into());
+    let bpf_iter: std::result::Result<memqos_stats::BpfBackend, String>;
     // (memory.stat for the control, text backend, node index, BPF backend or why not)
     let (stat_file, mut text, bpf): (PathBuf, TextBackend, std::result::Result<memqos_stats::BpfBackend, String>) = if live {
         _live_tree = LiveTree::create(&a.root, &a.tree_sizes)?;
@@ -411,7 +411,9 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
         let mut t = TextBackend::open_unchecked(&dir);
         // Only node 0 (the directory itself) is read; the walk must not descend a v1 tree.
         t.sync_tree_shallow();
-        (file, t, Err(format!("no cgroup v2 memory controller under {}", a.root.display())))
+        let why = format!("no cgroup v2 memory controller under {}", a.root.display());
+        bpf_iter = Err(why.clone());
+        (file, t, Err(why))
     };
     report.single_target = stat_file.display().to_string();
     if !live {
