@@ -381,7 +381,7 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
 
     let _live_tree;
     let mut fake_dirs = Vec::new();
-    let bpf_iter: std::result::Result<memqos_stats::BpfBackend, String>;
+    let mut bpf_iter: std::result::Result<memqos_stats::BpfBackend, String>;
     // (memory.stat for the control, text backend, node index, BPF backend or why not)
     let (stat_file, mut text, bpf): (PathBuf, TextBackend, std::result::Result<memqos_stats::BpfBackend, String>) = if live {
         _live_tree = LiveTree::create(&a.root, &a.tree_sizes)?;
