@@ -134,6 +134,9 @@ pub struct BpfBackend {
     decoder: Decoder,
     /// cgroup id -> path relative to root; rebuilt when an unknown id shows up.
     paths: HashMap<u64, String>,
+    /// The ids of the last snapshot in order, with their paths: an unchanged tree (the
+    /// common case) gets its paths without a hash lookup per cgroup.
+    last: Vec<(u64, String)>,
     /// The hierarchy root's PSI is the system's: read from its memory.pressure file.
     root_pressure: Option<std::fs::File>,
     buf: Vec<u8>,
@@ -196,6 +199,7 @@ impl BpfBackend {
             prog,
             decoder: Decoder { keys, sources: plan.sources, page_size, counter_max: (i64::MAX as u64) / page_size, root_level },
             paths: HashMap::new(),
+            last: Vec::new(),
             root_pressure: if root_level == 0 { std::fs::File::open(root.join("memory.pressure")).ok() } else { None },
             buf: vec![0; 4096],
         })
@@ -224,7 +228,6 @@ impl BpfBackend {
         }
         Ok(())
     }
-
 }
 
 /// Turns a BPF record into [`CgroupStats`], in the units and forms of the cgroupfs files.
@@ -299,6 +302,13 @@ impl StatsSource for BpfBackend {
         snap.cgroups.truncate(n);
         // Paths are attached after the walk: a cgroup created since the last directory
         // walk costs one more walk, not a failure.
+        let same_tree = snap.cgroups.len() == self.last.len() && snap.cgroups.iter().zip(&self.last).all(|(c, (id, _))| c.id == *id);
+        if same_tree {
+            for (cg, (_, path)) in snap.cgroups.iter_mut().zip(&self.last) {
+                cg.path.clone_from(path);
+            }
+            return self.finish(snap);
+        }
         if snap.cgroups.iter().any(|c| !self.paths.contains_key(&c.id)) {
             self.rebuild_paths()?;
         }
@@ -307,6 +317,19 @@ impl StatsSource for BpfBackend {
         for cg in &mut snap.cgroups {
             cg.path.clone_from(&self.paths[&cg.id]);
         }
+        self.last.clear();
+        self.last.extend(snap.cgroups.iter().map(|c| (c.id, c.path.clone())));
+        self.finish(snap)
+    }
+
+    fn name(&self) -> &'static str {
+        "bpf"
+    }
+}
+
+impl BpfBackend {
+    /// What every snapshot gets after its paths are known.
+    fn finish(&mut self, snap: &mut Snapshot) -> Result<()> {
         if let (Some(f), Some(root)) = (&self.root_pressure, snap.cgroups.first_mut()) {
             use std::os::unix::fs::FileExt;
             if let Ok(n) = f.read_at(&mut self.buf, 0) {
@@ -314,10 +337,6 @@ impl StatsSource for BpfBackend {
             }
         }
         Ok(())
-    }
-
-    fn name(&self) -> &'static str {
-        "bpf"
     }
 }
 
