@@ -9,10 +9,13 @@
 //!   file with one `pread` into a reused buffer, parses without allocating per field and
 //!   interns `memory.stat` key names once (kernels differ in which keys exist). It works on
 //!   every cgroup v2 kernel and is the reference the BPF backend is tested against.
-//! - [`BpfBackend`] runs a cgroup iterator once per snapshot that reads the counters through
-//!   the memcg kfuncs (Linux 7.0+) into a memory-mapped buffer: no text is formatted or
-//!   parsed and there is no syscall per file. Kernels without the kfuncs (6.12) use the text
+//! - [`BpfBackend`] walks the subtree in the kernel once per snapshot (a syscall program run
+//!   with BPF_PROG_TEST_RUN, or a cgroup iterator) and reads the counters through the memcg
+//!   kfuncs (Linux 7.0+) into a memory-mapped buffer: no text is formatted or parsed and
+//!   there is no syscall per cgroup or file. Kernels without the kfuncs (6.12) use the text
 //!   backend; [`open`] with [`BackendChoice::Auto`] says so once.
+//!
+//! docs/stats.md has the design, the tests and the benchmark.
 
 mod bpf;
 mod keys;
