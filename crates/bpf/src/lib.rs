@@ -3,6 +3,7 @@
 
 pub mod btf;
 pub mod features;
+pub mod memcg_stats;
 
 pub use btf::{Btf, BtfError, Kind, TypeId};
 pub use features::KernelFeatures;

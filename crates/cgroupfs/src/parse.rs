@@ -79,23 +79,78 @@ pub fn parse_limit(text: &str) -> Result<Limit, ParseError> {
 
 /// Parses a flat keyed file (`key value` per line) in file order.
 pub fn parse_flat_keyed(text: &str) -> Result<Vec<(&str, u64)>, ParseError> {
-    let mut out = Vec::with_capacity(64);
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+    flat_keyed(text).collect()
+}
+
+/// The `key value` lines of a flat keyed file, parsed lazily without allocating: the
+/// hot path for callers that read memory.stat many times per second. Lines of the exact
+/// form the kernel prints (`key` SP digits) are parsed in one pass over the bytes; anything
+/// else goes through the whitespace-tolerant parse that reports errors.
+pub fn flat_keyed(text: &str) -> FlatKeyed<'_> {
+    FlatKeyed { text, pos: 0, line: 0 }
+}
+
+/// Iterator returned by [`flat_keyed`].
+pub struct FlatKeyed<'a> {
+    text: &'a str,
+    pos: usize,
+    line: usize,
+}
+
+impl<'a> Iterator for FlatKeyed<'a> {
+    type Item = Result<(&'a str, u64), ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.text.as_bytes();
+        loop {
+            if self.pos >= b.len() {
+                return None;
+            }
+            self.line += 1;
+            let start = self.pos;
+            // Fast path: key (no space, no newline), one space, at most 19 digits (cannot
+            // overflow), then newline or end.
+            let mut i = start;
+            while i < b.len() && b[i] != b' ' && b[i] != b'\n' && b[i] != b'\t' {
+                i += 1;
+            }
+            if i > start && i < b.len() && b[i] == b' ' {
+                let key_end = i;
+                i += 1;
+                let digits = i;
+                let mut v: u64 = 0;
+                while i < b.len() && b[i].is_ascii_digit() && i - digits < 19 {
+                    v = v * 10 + (b[i] - b'0') as u64;
+                    i += 1;
+                }
+                if i > digits && (i == b.len() || b[i] == b'\n') {
+                    self.pos = i + 1;
+                    return Some(Ok((&self.text[start..key_end], v)));
+                }
+            }
+            let end = b[start..].iter().position(|&c| c == b'\n').map_or(b.len(), |p| start + p);
+            self.pos = end + 1;
+            let line = &self.text[start..end];
+            if line.trim_ascii().is_empty() {
+                continue;
+            }
+            return Some(parse_kv_line(line, self.line));
         }
-        let mut it = line.split_ascii_whitespace();
-        let (Some(key), Some(val), None) = (it.next(), it.next(), it.next()) else {
-            return Err(ParseError::Unexpected { line: i + 1, expected: "\"key value\"", found: line.into() });
-        };
-        let val = val.parse().map_err(|_| ParseError::Unexpected {
-            line: i + 1,
-            expected: "an unsigned number after the key",
-            found: line.into(),
-        })?;
-        out.push((key, val));
     }
-    Ok(out)
+}
+
+/// The tolerant parse of one `key value` line (any ASCII whitespace, range-checked value).
+fn parse_kv_line(line: &str, line_no: usize) -> Result<(&str, u64), ParseError> {
+    let mut it = line.split_ascii_whitespace();
+    let (Some(key), Some(val), None) = (it.next(), it.next(), it.next()) else {
+        return Err(ParseError::Unexpected { line: line_no, expected: "\"key value\"", found: line.into() });
+    };
+    let val = val.parse().map_err(|_| ParseError::Unexpected {
+        line: line_no,
+        expected: "an unsigned number after the key",
+        found: line.into(),
+    })?;
+    Ok((key, val))
 }
 
 /// memory.events (or memory.events.local): how often each boundary was hit.
@@ -112,7 +167,8 @@ pub struct MemoryEvents {
 impl MemoryEvents {
     pub fn parse(text: &str) -> Result<Self, ParseError> {
         let mut ev = MemoryEvents::default();
-        for (k, v) in parse_flat_keyed(text)? {
+        for kv in flat_keyed(text) {
+            let (k, v) = kv?;
             match k {
                 "low" => ev.low = v,
                 "high" => ev.high = v,
@@ -229,6 +285,13 @@ mod tests {
             found: "file x".into()
         });
         assert!(parse_flat_keyed("anon 1 2\n").is_err());
+        // Fast and slow paths agree; 20-digit values are range-checked.
+        assert_eq!(parse_flat_keyed("a  7\n\tb 18446744073709551615 \n").unwrap(), vec![("a", 7), ("b", u64::MAX)]);
+        assert!(parse_flat_keyed("a 18446744073709551616\n").is_err());
+        assert!(parse_flat_keyed(" 5\n").is_err());
+        assert_eq!(parse_flat_keyed("a 1").unwrap(), vec![("a", 1)], "no final newline");
+        assert_eq!(parse_flat_keyed("a 1\r\n").unwrap(), vec![("a", 1)], "CR is whitespace");
+        assert_eq!(parse_flat_keyed("a 00012345678901234567\n").unwrap(), vec![("a", 12345678901234567)]);
     }
 
     #[test]

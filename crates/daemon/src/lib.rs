@@ -60,6 +60,8 @@ pub struct Options {
     pub exe: PathBuf,
     /// Stop after this long (tests, demos); run until signalled otherwise.
     pub duration: Option<Duration>,
+    /// Where each tick's snapshot comes from (memqos-stats): text, bpf or auto.
+    pub stats_backend: memqos_stats::BackendChoice,
 }
 
 /// Loads and validates the config; nothing is touched.
@@ -107,7 +109,7 @@ pub fn run(opts: Options) -> Result<()> {
     let interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
     let mut signals = Signals::new(cfg.signals.psi, cfg.signals.events);
     let mut engine = Engine::new(cfg.clone());
-    let mut sampler = Sampler::default();
+    let mut sampler = Sampler::new(opts.stats_backend);
     let mut recent: VecDeque<Decision> = VecDeque::new();
     let started = Instant::now();
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
@@ -122,6 +124,9 @@ pub fn run(opts: Options) -> Result<()> {
             }
             let now_ms = started.elapsed().as_millis() as u64;
             let (mut obs, seen) = sampler.sample(&cfg, &root, &journal, now_ms)?;
+            for msg in sampler.notes.drain(..) {
+                log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
+            }
             for (id, ev) in pending.drain(..) {
                 if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == id) {
                     c.signals.push(ev);

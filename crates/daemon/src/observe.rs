@@ -1,17 +1,31 @@
 //! Turns the cgroup tree into the policy engine's `Observation`, one sample per tick.
 
 use crate::journal::Journal;
-use memqos_cgroupfs::{Cgroup, MemoryEvents, Pressure};
+use anyhow::{anyhow, Context};
+use memqos_cgroupfs::{Cgroup, MemoryEvents};
 use memqos_policy::{CgroupObs, Config, Knobs, Limit, MemEvents, Observation, ParentObs, Psi};
+use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
-/// Counters kept between samples to turn totals into deltas.
-#[derive(Default)]
+/// Reads the tree through memqos-stats (one snapshot per tick) and keeps the counters
+/// needed to turn totals into deltas between ticks.
 pub struct Sampler {
+    backend: BackendChoice,
+    source: Option<(PathBuf, Box<dyn StatsSource>)>,
+    snap: Snapshot,
+    /// Messages about the stats backend (e.g. BPF unavailable, text used), for the log.
+    pub notes: Vec<String>,
     prev_events: HashMap<String, MemoryEvents>,
     prev_psi_total: HashMap<String, u64>,
     prev_parent_events: Option<MemoryEvents>,
+}
+
+impl Default for Sampler {
+    fn default() -> Self {
+        Sampler::new(BackendChoice::Text)
+    }
 }
 
 /// One managed cgroup as last seen, for `memqos status`.
@@ -37,14 +51,21 @@ fn events(d: MemoryEvents) -> MemEvents {
     MemEvents { low: d.low, high: d.high, max: d.max, oom: d.oom, oom_kill: d.oom_kill }
 }
 
-fn read_knobs(cg: &Cgroup) -> memqos_cgroupfs::Result<Knobs> {
+/// A value the snapshot must have for a managed cgroup; missing means the memory controller
+/// is not enabled for it (or the kernel lacks the file).
+fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Result<T> {
+    v.ok_or_else(|| anyhow!("cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)", root.join(&c.path).display()))
+}
+
+fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
     Ok(Knobs {
-        high: limit(cg.limit("memory.high")?),
-        max: limit(cg.limit("memory.max")?),
-        low: limit(cg.limit("memory.low")?),
-        min: limit(cg.limit("memory.min")?),
-        // The root of a hierarchy has no cgroup.freeze; leaves always do.
-        frozen: cg.is_frozen().unwrap_or(false),
+        high: limit(need(c.high, root, c, "memory.high")?),
+        max: limit(need(c.max, root, c, "memory.max")?),
+        low: limit(need(c.low, root, c, "memory.low")?),
+        min: limit(need(c.min, root, c, "memory.min")?),
+        // cgroup.freeze is a knob, not a memory statistic: read here, per managed leaf. The
+        // root of a hierarchy has none; leaves always do.
+        frozen: Cgroup::new(root.join(&c.path)).is_frozen().unwrap_or(false),
     })
 }
 
@@ -61,14 +82,37 @@ fn originals(journal: &Journal, id: &str, current: &Knobs) -> Knobs {
 }
 
 impl Sampler {
-    /// Reads the managed tree. Cgroups that vanish while being read are skipped; other
-    /// read errors on a child are returned with its path.
+    pub fn new(backend: BackendChoice) -> Sampler {
+        Sampler {
+            backend,
+            source: None,
+            snap: Snapshot::default(),
+            notes: Vec::new(),
+            prev_events: HashMap::new(),
+            prev_psi_total: HashMap::new(),
+            prev_parent_events: None,
+        }
+    }
+
+    /// Takes one snapshot of the managed tree and turns it into an observation. Cgroups
+    /// that vanish while being read are left out by the snapshot; a managed cgroup without
+    /// memory files is an error naming it.
     pub fn sample(&mut self, cfg: &Config, root: &Cgroup, journal: &Journal, now_ms: u64) -> anyhow::Result<(Observation, Vec<Seen>)> {
-        let parent_ev = root.memory_events()?;
+        if self.source.as_ref().is_none_or(|(p, _)| p != root.path()) {
+            let notes = &mut self.notes;
+            let source = memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
+                .with_context(|| format!("opening stats for {}", root.path().display()))?;
+            self.source = Some((root.path().to_owned(), source));
+        }
+        let (_, source) = self.source.as_mut().expect("opened above");
+        source.refresh(&mut self.snap)?;
+        let snap = &self.snap;
+        let top = snap.cgroups.first().ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+        let parent_ev = need(top.events, root.path(), top, "memory.events")?;
         let parent = ParentObs {
-            usage_bytes: root.memory_current()?,
-            max: limit(root.limit("memory.max")?),
-            high: limit(root.limit("memory.high")?),
+            usage_bytes: need(top.current, root.path(), top, "memory.current")?,
+            max: limit(need(top.max, root.path(), top, "memory.max")?),
+            high: limit(need(top.high, root.path(), top, "memory.high")?),
             events_delta: self.prev_parent_events.map(|p| events(parent_ev.delta_since(&p))).unwrap_or_default(),
         };
         self.prev_parent_events = Some(parent_ev);
@@ -76,36 +120,41 @@ impl Sampler {
         let mut cgroups = Vec::new();
         let mut seen = Vec::new();
         let mut alive = Vec::new();
-        for cg in leaves(root)? {
-            let Ok(rel) = cg.path().strip_prefix(root.path()) else { continue };
-            let id = rel.to_string_lossy().into_owned();
-            let Some(tier) = cfg.tiers.classify(&id) else { continue };
-            match self.sample_one(&cg, &id, journal) {
-                Ok((mut obs, s)) => {
-                    obs.tier = tier;
-                    let tier_name = cfg.tiers.get(tier).map(|t| t.name.clone()).unwrap_or_default();
-                    seen.push(Seen { tier: tier_name, ..s });
-                    alive.push(id);
-                    cgroups.push(obs);
-                }
-                Err(e) if e.is_vanished() || !cg.exists() => {}
-                Err(e) => return Err(e.into()),
+        for (i, c) in snap.cgroups.iter().enumerate().skip(1) {
+            // Pre-order: a leaf is followed by a cgroup no deeper than itself (or nothing).
+            let leaf = snap.cgroups.get(i + 1).is_none_or(|next| next.depth <= c.depth);
+            if !leaf {
+                continue;
             }
+            let Some(tier) = cfg.tiers.classify(&c.path) else { continue };
+            let (mut obs, s) = Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
+            obs.tier = tier;
+            let tier_name = cfg.tiers.get(tier).map(|t| t.name.clone()).unwrap_or_default();
+            seen.push(Seen { tier: tier_name, ..s });
+            alive.push(c.path.clone());
+            cgroups.push(obs);
         }
         self.prev_events.retain(|k, _| alive.contains(k));
         self.prev_psi_total.retain(|k, _| alive.contains(k));
         Ok((Observation { now_ms, parent, cgroups }, seen))
     }
 
-    fn sample_one(&mut self, cg: &Cgroup, id: &str, journal: &Journal) -> memqos_cgroupfs::Result<(CgroupObs, Seen)> {
-        let usage = cg.memory_current()?;
-        let ev = cg.memory_events()?;
-        let psi: Pressure = cg.memory_pressure()?;
-        let current = read_knobs(cg)?;
-        let delta = self.prev_events.get(id).map(|p| events(ev.delta_since(p))).unwrap_or_default();
-        let psi_delta = self.prev_psi_total.get(id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
-        self.prev_events.insert(id.to_owned(), ev);
-        self.prev_psi_total.insert(id.to_owned(), psi.some.total_us);
+    fn observe_one(
+        prev_events: &mut HashMap<String, MemoryEvents>,
+        prev_psi_total: &mut HashMap<String, u64>,
+        root: &Path,
+        c: &CgroupStats,
+        journal: &Journal,
+    ) -> anyhow::Result<(CgroupObs, Seen)> {
+        let id = c.path.as_str();
+        let usage = need(c.current, root, c, "memory.current")?;
+        let ev = need(c.events, root, c, "memory.events")?;
+        let psi = need(c.pressure, root, c, "memory.pressure")?;
+        let current = knobs(root, c)?;
+        let delta = prev_events.get(id).map(|p| events(ev.delta_since(p))).unwrap_or_default();
+        let psi_delta = prev_psi_total.get(id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
+        prev_events.insert(id.to_owned(), ev);
+        prev_psi_total.insert(id.to_owned(), psi.some.total_us);
         let original = originals(journal, id, &current);
         let mut obs = CgroupObs::new(id, memqos_policy::TierIndex(0), usage);
         obs.current = current;
@@ -127,14 +176,4 @@ impl Sampler {
         };
         Ok((obs, seen))
     }
-}
-
-/// The leaf cgroups below `root` (the engine requires non-nesting cgroups).
-pub fn leaves(root: &Cgroup) -> memqos_cgroupfs::Result<Vec<Cgroup>> {
-    let all = root.descendants()?;
-    Ok(all
-        .iter()
-        .filter(|c| !all.iter().any(|o| o.path().parent() == Some(c.path())))
-        .cloned()
-        .collect())
 }

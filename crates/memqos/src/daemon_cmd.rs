@@ -24,6 +24,10 @@ pub struct DaemonArgs {
     /// Validate the config and exit; nothing is touched.
     #[arg(long)]
     check: bool,
+    /// Where each tick's statistics come from: text (cgroupfs), bpf (memcg kfuncs, 7.0+)
+    /// or auto (bpf where the kernel has the kfuncs).
+    #[arg(long, default_value = "text")]
+    stats_backend: memqos_stats::BackendChoice,
 }
 
 #[derive(Args)]
@@ -69,6 +73,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         guardian: !a.no_guardian,
         exe: std::env::current_exe()?,
         duration: a.duration.map(Duration::from_secs_f64),
+        stats_backend: a.stats_backend,
     })?;
     Ok(0)
 }

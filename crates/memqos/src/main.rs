@@ -5,6 +5,8 @@ mod demo;
 mod doctor;
 mod experiment_cmd;
 mod replay_cmd;
+mod stat;
+mod bench_stats;
 mod scenario;
 mod vm_cmd;
 mod workload;
@@ -48,12 +50,23 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// memcg statistics of a cgroup subtree (table, --json or --prom), from one snapshot.
+    Stat(stat::StatArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// Boot real Debian kernels in QEMU guests and run commands inside them.
     #[command(subcommand)]
     Vm(vm_cmd::VmCmd),
     /// Small deterministic memory workloads (used by tests and the demo).
     #[command(subcommand, hide = true)]
     Workload(workload::WorkloadCmd),
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Reading memcg statistics: the seeds' C/fscanf control vs memqos's text and BPF backends.
+    Stats(bench_stats::BenchStatsArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +79,8 @@ fn main() -> ExitCode {
         Cmd::Experiment(args) => experiment_cmd::run(args),
         Cmd::Replay(args) => replay_cmd::run(args),
         Cmd::Status(a) => daemon_cmd::status(a),
+        Cmd::Stat(a) => stat::run(a),
+        Cmd::Bench(BenchCmd::Stats(a)) => bench_stats::run(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),
     };

@@ -1,0 +1,564 @@
+//! The cgroupfs text backend: open fds per cgroup and file, one `pread` per file into a
+//! reused buffer, allocation-free parsing.
+//!
+//! The tree is walked (readdir) only when it may have changed: the root's `cgroup.stat`
+//! (`nr_descendants`) differs from the last walk, or a cgroup vanished while being read.
+//! A cgroup created and another removed between two snapshots leaves the count unchanged,
+//! but the removed one's fds then return ENODEV, which triggers the walk in that snapshot.
+
+use crate::keys::{KeyOrder, StatKeys};
+use crate::{CgroupStats, Error, Result, Snapshot, StatsSource};
+use memqos_cgroupfs::parse::{self, flat_keyed, ParseError};
+use memqos_cgroupfs::{Limit, MemoryEvents, Pressure};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// The files read for every cgroup, in the order of [`Node::files`].
+pub const FILES: [&str; 9] = [
+    "memory.stat",
+    "memory.events",
+    "memory.current",
+    "memory.peak",
+    "memory.max",
+    "memory.high",
+    "memory.low",
+    "memory.min",
+    "memory.pressure",
+];
+const STAT: usize = 0;
+const EVENTS: usize = 1;
+const CURRENT: usize = 2;
+const PEAK: usize = 3;
+const MAX: usize = 4;
+const HIGH: usize = 5;
+const LOW: usize = 6;
+const MIN: usize = 7;
+const PRESSURE: usize = 8;
+
+/// fds kept for the process's other needs when budgeting ours against RLIMIT_NOFILE.
+const FD_RESERVE: u64 = 256;
+
+/// fds held open by every TextBackend of the process: the budget is per process.
+static FDS_HELD: AtomicU64 = AtomicU64::new(0);
+static FD_BUDGET: OnceLock<u64> = OnceLock::new();
+
+fn fd_budget() -> u64 {
+    *FD_BUDGET.get_or_init(|| raise_nofile_limit().saturating_sub(FD_RESERVE))
+}
+
+enum Slot {
+    /// Not opened yet.
+    Unopened,
+    Open(File),
+    /// The file does not exist for this cgroup (root, or controller not enabled).
+    Absent,
+    /// Over the fd budget: opened, read and closed on every snapshot.
+    Transient,
+}
+
+struct Node {
+    rel: String,
+    path: PathBuf,
+    id: u64,
+    depth: u32,
+    files: [Slot; FILES.len()],
+    order: KeyOrder,
+}
+
+impl Node {
+    fn new(root: &Path, rel: String, id: u64, depth: u32) -> Node {
+        let path = if rel.is_empty() { root.to_owned() } else { root.join(&rel) };
+        Node { rel, path, id, depth, files: std::array::from_fn(|_| Slot::Unopened), order: KeyOrder::default() }
+    }
+}
+
+/// Why one file read did not produce text.
+enum ReadOutcome {
+    Text(usize),
+    Absent,
+    Vanished,
+}
+
+pub struct TextBackend {
+    root: PathBuf,
+    nodes: Vec<Node>,
+    root_stat: Option<File>,
+    walked_descendants: Option<u64>,
+    need_walk: bool,
+    buf: Vec<u8>,
+    keys: StatKeys,
+    fds_open: u64,
+    stat_only: bool,
+}
+
+impl Drop for TextBackend {
+    fn drop(&mut self) {
+        FDS_HELD.fetch_sub(self.fds_open, Ordering::Relaxed);
+    }
+}
+
+impl TextBackend {
+    /// Opens the subtree at `root`, which must be a cgroup v2 directory.
+    pub fn open(root: &Path) -> Result<TextBackend> {
+        if !root.join("cgroup.controllers").exists() {
+            return Err(Error::NotCgroup2(root.to_owned()));
+        }
+        Ok(Self::open_unchecked(root))
+    }
+
+    /// For fake trees in tests: no cgroup v2 check.
+    pub fn open_unchecked(root: &Path) -> TextBackend {
+        TextBackend {
+            root: root.to_owned(),
+            nodes: Vec::new(),
+            root_stat: File::open(root.join("cgroup.stat")).ok(),
+            walked_descendants: None,
+            need_walk: true,
+            buf: vec![0; 64 << 10],
+            keys: StatKeys::default(),
+            fds_open: 0,
+            stat_only: false,
+        }
+    }
+
+    /// Snapshots read memory.stat only (the other fields stay `None`): the benchmark's
+    /// like-for-like comparison with a control that reads only memory.stat.
+    pub fn set_stat_only(&mut self, on: bool) {
+        self.stat_only = on;
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// fds this backend holds open (for diagnostics and the bench).
+    pub fn open_fds(&self) -> u64 {
+        self.fds_open
+    }
+
+    /// Reads one cgroup's files into `out` (reusing its allocations). For the benchmark's
+    /// single-cgroup loop and for callers that want one cgroup, not the tree.
+    pub fn read_one(&mut self, index: usize, out: &mut CgroupStats) -> Result<bool> {
+        read_node(&mut self.nodes[index], &mut self.buf, &mut self.keys, &mut self.fds_open, FILES.len(), out)
+    }
+
+    /// Reads only memory.stat of node `index` (the seed's control experiment reads only that).
+    pub fn read_stat_only(&mut self, index: usize, out: &mut CgroupStats) -> Result<bool> {
+        let node = &mut self.nodes[index];
+        out.stat.clear();
+        out.stat.resize(self.keys.len(), None);
+        match read_file(node, STAT, &mut self.buf, &mut self.fds_open)? {
+            ReadOutcome::Text(n) => {
+                parse_stat(node, &self.buf[..n], &mut self.keys, &mut out.stat)?;
+                Ok(true)
+            }
+            ReadOutcome::Absent => Ok(true),
+            ReadOutcome::Vanished => Ok(false),
+        }
+    }
+
+    pub fn keys(&self) -> &StatKeys {
+        &self.keys
+    }
+
+    /// Walks the tree if it may have changed. Returns the number of cgroups.
+    pub fn sync_tree(&mut self) -> Result<usize> {
+        let descendants = self.root_descendants();
+        if self.need_walk || descendants.is_none() || descendants != self.walked_descendants {
+            self.walk()?;
+            self.walked_descendants = descendants;
+            self.need_walk = false;
+        }
+        Ok(self.nodes.len())
+    }
+
+    /// Only the root directory itself, without walking below it: for reading one
+    /// directory's files with `read_one`/`read_stat_only` (node 0), e.g. a cgroup v1 memory.stat.
+    pub fn sync_tree_shallow(&mut self) {
+        if self.nodes.is_empty() {
+            let id = std::fs::metadata(&self.root).map(|m| m.ino()).unwrap_or(0);
+            self.nodes.push(Node::new(&self.root, String::new(), id, 0));
+        }
+    }
+
+    /// `nr_descendants` from the root's cgroup.stat (None on fake trees without it).
+    fn root_descendants(&mut self) -> Option<u64> {
+        let f = self.root_stat.as_ref()?;
+        let n = f.read_at(&mut self.buf, 0).ok()?;
+        let text = std::str::from_utf8(&self.buf[..n]).ok()?;
+        flat_keyed(text).filter_map(|kv| kv.ok()).find(|(k, _)| *k == "nr_descendants").map(|(_, v)| v)
+    }
+
+    /// Rebuilds the node list in pre-order, keeping the open fds of cgroups that still exist
+    /// (same path and same id).
+    fn walk(&mut self) -> Result<()> {
+        let mut old: std::collections::HashMap<(String, u64), Node> =
+            self.nodes.drain(..).map(|n| ((n.rel.clone(), n.id), n)).collect();
+        let mut out = Vec::with_capacity(old.len().max(1));
+        let root_id = std::fs::metadata(&self.root)
+            .map_err(|e| cgroup_err(&self.root, "stat", "", e))?
+            .ino();
+        // (relative path, id, depth), pre-order via an explicit stack.
+        let mut stack = vec![(String::new(), root_id, 0u32)];
+        while let Some((rel, id, depth)) = stack.pop() {
+            let node = old.remove(&(rel.clone(), id)).unwrap_or_else(|| Node::new(&self.root, rel.clone(), id, depth));
+            let dir = node.path.clone();
+            out.push(node);
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if is_gone(&e) && !rel.is_empty() => {
+                    out.pop();
+                    continue;
+                }
+                Err(e) => return Err(cgroup_err(&dir, "readdir", "", e)),
+            };
+            let mut kids = Vec::new();
+            for entry in entries.flatten() {
+                let Ok(meta) = entry.metadata() else { continue };
+                if !meta.is_dir() {
+                    continue;
+                }
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+                kids.push((child, meta.ino(), depth + 1));
+            }
+            kids.sort_by(|a, b| b.0.cmp(&a.0)); // reversed: the stack pops in name order
+            stack.extend(kids);
+        }
+        for gone in old.into_values() {
+            let n = gone.files.iter().filter(|s| matches!(s, Slot::Open(_))).count() as u64;
+            self.fds_open -= n;
+            FDS_HELD.fetch_sub(n, Ordering::Relaxed);
+        }
+        self.nodes = out;
+        Ok(())
+    }
+}
+
+impl StatsSource for TextBackend {
+    fn refresh(&mut self, snap: &mut Snapshot) -> Result<()> {
+        self.sync_tree()?;
+        snap.root.clone_from(&self.root);
+        snap.backend = "text";
+        snap.resize_cgroups(self.nodes.len());
+        let mut filled = 0;
+        let files = if self.stat_only { 1 } else { FILES.len() };
+        for i in 0..self.nodes.len() {
+            let out = &mut snap.cgroups[filled];
+            if read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out)? {
+                filled += 1;
+            } else {
+                // Vanished mid-snapshot: leave it out and re-walk next time.
+                self.need_walk = true;
+            }
+        }
+        snap.cgroups.truncate(filled);
+        // Keys learnt during this snapshot: earlier cgroups' vectors are shorter.
+        let nkeys = self.keys.len();
+        for cg in &mut snap.cgroups {
+            cg.stat.resize(nkeys, None);
+        }
+        snap.keys = self.keys.shared();
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "text"
+    }
+}
+
+/// Reads the first `files` of [`FILES`] of `node` into `out`. `Ok(false)`: the cgroup vanished.
+fn read_node(
+    node: &mut Node,
+    buf: &mut Vec<u8>,
+    keys: &mut StatKeys,
+    fds_open: &mut u64,
+    files: usize,
+    out: &mut CgroupStats,
+) -> Result<bool> {
+    out.reset(keys.len());
+    out.path.clone_from(&node.rel);
+    out.id = node.id;
+    out.depth = node.depth;
+    for file in 0..files {
+        let n = match read_file(node, file, buf, fds_open)? {
+            ReadOutcome::Text(n) => n,
+            ReadOutcome::Absent => continue,
+            ReadOutcome::Vanished => return Ok(false),
+        };
+        let bytes = &buf[..n];
+        let parse_err = |source: ParseError| memqos_cgroupfs::Error::Parse {
+            cgroup: node.path.clone(),
+            file: FILES[file].into(),
+            source,
+        };
+        match file {
+            STAT => {
+                parse_stat(node, bytes, keys, &mut out.stat)?;
+                continue;
+            }
+            EVENTS => out.events = Some(MemoryEvents::parse(utf8(node, file, bytes)?).map_err(parse_err)?),
+            CURRENT => out.current = Some(parse_u64(bytes).ok_or_else(|| bad_number(bytes)).map_err(parse_err)?),
+            PEAK => out.peak = Some(parse_u64(bytes).ok_or_else(|| bad_number(bytes)).map_err(parse_err)?),
+            MAX | HIGH | LOW | MIN => {
+                let limit = parse_limit(bytes).map_err(parse_err)?;
+                *match file {
+                    MAX => &mut out.max,
+                    HIGH => &mut out.high,
+                    LOW => &mut out.low,
+                    _ => &mut out.min,
+                } = Some(limit);
+            }
+            PRESSURE => out.pressure = Some(Pressure::parse(utf8(node, file, bytes)?).map_err(parse_err)?),
+            _ => unreachable!(),
+        }
+    }
+    Ok(true)
+}
+
+/// memory.stat into `stat` (indexed by interned key); new keys grow the vector.
+fn parse_stat(node: &mut Node, bytes: &[u8], keys: &mut StatKeys, stat: &mut Vec<Option<u64>>) -> Result<()> {
+    let text = utf8(node, STAT, bytes)?;
+    for (line, kv) in flat_keyed(text).enumerate() {
+        let (key, value) = kv.map_err(|source| memqos_cgroupfs::Error::Parse {
+            cgroup: node.path.clone(),
+            file: FILES[STAT].into(),
+            source,
+        })?;
+        let i = node.order.resolve(keys, line, key) as usize;
+        if i >= stat.len() {
+            stat.resize(i + 1, None);
+        }
+        stat[i] = Some(value);
+    }
+    Ok(())
+}
+
+/// One pread of `FILES[file]` from offset 0 into `buf` (grown if the file fills it).
+fn read_file(node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64) -> Result<ReadOutcome> {
+    let path = || node.path.join(FILES[file]);
+    if matches!(node.files[file], Slot::Unopened) {
+        let keep = FDS_HELD.load(Ordering::Relaxed) < fd_budget();
+        node.files[file] = match File::open(path()) {
+            Ok(f) if keep => {
+                *fds_open += 1;
+                FDS_HELD.fetch_add(1, Ordering::Relaxed);
+                Slot::Open(f)
+            }
+            Ok(_) => Slot::Transient,
+            // Out of fds (other code, other processes' limits): read this file by reopening.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => Slot::Transient,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && node.path.exists() => Slot::Absent,
+            Err(e) if is_gone(&e) => return Ok(ReadOutcome::Vanished),
+            Err(e) => return Err(cgroup_err(&node.path, "open", FILES[file], e)),
+        };
+    }
+    let transient;
+    let f = match &node.files[file] {
+        Slot::Open(f) => f,
+        Slot::Absent => return Ok(ReadOutcome::Absent),
+        Slot::Transient => {
+            transient = match File::open(path()) {
+                Ok(f) => f,
+                Err(e) if is_gone(&e) => return Ok(ReadOutcome::Vanished),
+                Err(e) => return Err(cgroup_err(&node.path, "open", FILES[file], e)),
+            };
+            &transient
+        }
+        Slot::Unopened => unreachable!(),
+    };
+    loop {
+        match f.read_at(buf, 0) {
+            Ok(n) if n == buf.len() => {
+                let len = buf.len();
+                buf.resize(len * 2, 0);
+            }
+            Ok(n) => return Ok(ReadOutcome::Text(n)),
+            Err(e) if is_gone(&e) => return Ok(ReadOutcome::Vanished),
+            Err(e) => return Err(cgroup_err(&node.path, "read", FILES[file], e)),
+        }
+    }
+}
+
+fn utf8<'a>(node: &Node, file: usize, bytes: &'a [u8]) -> Result<&'a str> {
+    std::str::from_utf8(bytes).map_err(|_| {
+        memqos_cgroupfs::Error::Parse {
+            cgroup: node.path.clone(),
+            file: FILES[file].into(),
+            source: ParseError::Unexpected { line: 1, expected: "UTF-8 text", found: String::from_utf8_lossy(bytes).into() },
+        }
+        .into()
+    })
+}
+
+/// A decimal number followed by optional whitespace, straight from bytes.
+fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    let t = bytes.trim_ascii();
+    if t.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in t {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(d as u64)?;
+    }
+    Some(v)
+}
+
+fn bad_number(bytes: &[u8]) -> ParseError {
+    ParseError::Unexpected { line: 1, expected: "a number", found: String::from_utf8_lossy(bytes).trim().into() }
+}
+
+fn parse_limit(bytes: &[u8]) -> std::result::Result<Limit, ParseError> {
+    match parse_u64(bytes) {
+        Some(v) => Ok(Limit::Bytes(v)),
+        // The rare path ("max" or garbage): the shared parser names the error.
+        None => parse::parse_limit(&String::from_utf8_lossy(bytes)),
+    }
+}
+
+/// ENODEV: the cgroup is being removed; ENOENT on the directory: it is gone.
+fn is_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENODEV) | Some(libc::ENOENT))
+}
+
+fn cgroup_err(cgroup: &Path, op: &'static str, file: &str, source: io::Error) -> Error {
+    memqos_cgroupfs::Error::Io { cgroup: cgroup.to_owned(), file: file.into(), op, source }.into()
+}
+
+/// Raises RLIMIT_NOFILE (a tree of N cgroups needs 9N fds to keep every file open): the soft
+/// limit to the hard one, and with CAP_SYS_RESOURCE both to at least 65536 (within
+/// fs.nr_open). Returns the soft limit now in force.
+fn raise_nofile_limit() -> u64 {
+    const WANT: u64 = 65536;
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain syscalls on local structs.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(WANT);
+        let hard = (lim.rlim_max as u64).max(WANT.min(nr_open));
+        for (cur, max) in [(hard, hard), (lim.rlim_max as u64, lim.rlim_max as u64)] {
+            if cur <= lim.rlim_cur as u64 {
+                break;
+            }
+            let want = libc::rlimit { rlim_cur: cur as libc::rlim_t, rlim_max: max as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                lim = want;
+                break;
+            }
+        }
+    }
+    lim.rlim_cur as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake tree: root (no memory.current etc., like a real root), a/ with all files,
+    /// a/x with an extra stat key, b/ with a broken memory.current.
+    fn fake_tree(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("memqos-stats-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/x")).unwrap();
+        std::fs::write(dir.join("memory.stat"), "anon 1\nfile 2\n").unwrap();
+        std::fs::write(dir.join("memory.pressure"), "some avg10=0.00 avg60=0.00 avg300=0.00 total=5\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=3\n").unwrap();
+        for d in ["a", "a/x"] {
+            let p = dir.join(d);
+            std::fs::write(p.join("memory.events"), "low 0\nhigh 7\nmax 1\noom 0\noom_kill 0\noom_group_kill 0\n").unwrap();
+            std::fs::write(p.join("memory.current"), "4096\n").unwrap();
+            std::fs::write(p.join("memory.peak"), "8192\n").unwrap();
+            std::fs::write(p.join("memory.max"), "max\n").unwrap();
+            std::fs::write(p.join("memory.high"), "1048576\n").unwrap();
+            std::fs::write(p.join("memory.low"), "0\n").unwrap();
+            std::fs::write(p.join("memory.min"), "0\n").unwrap();
+            std::fs::write(p.join("memory.pressure"), "some avg10=1.25 avg60=0.50 avg300=0.10 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=99\n").unwrap();
+        }
+        std::fs::write(dir.join("a/memory.stat"), "anon 4096\nfile 8192\nkernel 12\n").unwrap();
+        std::fs::write(dir.join("a/x/memory.stat"), "anon 4096\nzswap 5\nfile 0\nkernel 1\n").unwrap();
+        dir
+    }
+
+    #[test]
+    fn snapshot_of_a_fake_tree() {
+        let root = fake_tree("snap");
+        let mut b = TextBackend::open_unchecked(&root);
+        let snap = b.snapshot().unwrap();
+        let paths: Vec<_> = snap.cgroups.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["", "a", "a/x"]);
+        let depths: Vec<_> = snap.cgroups.iter().map(|c| c.depth).collect();
+        assert_eq!(depths, [0, 1, 2]);
+        let (r, a, x) = (&snap.cgroups[0], &snap.cgroups[1], &snap.cgroups[2]);
+        assert_eq!(r.current, None, "the root has no memory.current");
+        assert_eq!(r.pressure.unwrap().some.total_us, 5);
+        assert_eq!(snap.stat(r, "anon"), Some(1));
+        assert_eq!(snap.stat(r, "kernel"), None);
+        assert_eq!(snap.stat(a, "file"), Some(8192));
+        assert_eq!(snap.stat(x, "zswap"), Some(5));
+        assert_eq!(snap.stat(a, "zswap"), None, "a key one cgroup lacks is None, not 0");
+        assert_eq!(a.events.unwrap().high, 7);
+        assert_eq!((a.current, a.peak), (Some(4096), Some(8192)));
+        assert_eq!((a.max, a.high, a.low), (Some(Limit::Max), Some(Limit::Bytes(1 << 20)), Some(Limit::Bytes(0))));
+        let p = a.pressure.unwrap();
+        assert_eq!((p.some.avg10, p.some.total_us, p.full.unwrap().total_us), (1.25, 1234, 99));
+        assert_eq!(snap.keys.len(), 4);
+        assert!(a.id != 0 && a.id != x.id);
+        assert_eq!(b.open_fds(), 2 + 9 + 9, "root has 2 files, a and a/x 9 each");
+
+        // Values change, files stay open: the next snapshot sees the new values.
+        std::fs::write(root.join("a/memory.current"), "12288\n").unwrap();
+        let mut snap2 = Snapshot::default();
+        b.refresh(&mut snap2).unwrap();
+        assert_eq!(snap2.get("a").unwrap().current, Some(12288));
+
+        // A new cgroup appears (fake trees have no cgroup.stat, so every snapshot walks).
+        std::fs::create_dir(root.join("b")).unwrap();
+        std::fs::write(root.join("b/memory.current"), "junk\n").unwrap();
+        let err = b.snapshot().unwrap_err().to_string();
+        assert!(err.contains("/b") && err.contains("memory.current") && err.contains("junk"), "{err}");
+        std::fs::remove_dir_all(root.join("b")).unwrap();
+
+        // A removed cgroup disappears from the snapshot.
+        std::fs::remove_dir_all(root.join("a/x")).unwrap();
+        let snap3 = b.snapshot().unwrap();
+        assert_eq!(snap3.cgroups.len(), 2);
+        assert_eq!(b.open_fds(), 2 + 9);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn garbage_in_memory_stat_names_cgroup_file_and_line() {
+        let root = fake_tree("garbage");
+        std::fs::write(root.join("a/memory.stat"), "anon 1\nfile x\n").unwrap();
+        let err = TextBackend::open_unchecked(&root).snapshot().unwrap_err().to_string();
+        assert!(err.contains("/a") && err.contains("memory.stat") && err.contains("line 2"), "{err}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn not_a_cgroup2_dir() {
+        let err = TextBackend::open(Path::new("/")).err().unwrap().to_string();
+        assert!(err.contains("not a cgroup v2 directory"), "{err}");
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_u64(b"123\n"), Some(123));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b"max\n"), None);
+        assert_eq!(parse_u64(b""), None);
+        assert_eq!(parse_limit(b"max\n").unwrap(), Limit::Max);
+        assert_eq!(parse_limit(b"4096\n").unwrap(), Limit::Bytes(4096));
+        assert!(parse_limit(b"-1\n").is_err());
+    }
+}
