@@ -59,9 +59,16 @@ pub struct ReactionArgs {
     json: bool,
     #[arg(long, hide = true)]
     in_guest: bool,
+    /// Seconds of each CPU-cost window (daemon with 100 cgroups, idle and under fault
+    /// load, BPF source on and off); 0 skips the CPU-cost part.
+    #[arg(long, default_value_t = 20)]
+    cpu_window: u64,
     /// Internal: the allocating probe (run inside `prot`).
     #[arg(long, hide = true)]
     probe: bool,
+    /// Internal: the steady fault load (run inside a protected cgroup).
+    #[arg(long, hide = true)]
+    fault_load: bool,
 }
 
 /// One source on one kernel.
@@ -91,11 +98,31 @@ pub struct KernelResult {
     pub sources: Vec<SourceResult>,
     /// BPF hooks the daemon attached (from its log).
     pub bpf_hooks: Option<serde_json::Value>,
+    /// Daemon CPU cost with 100 managed cgroups.
+    pub cpu_cost: Vec<CpuCost>,
+}
+
+/// The daemon's CPU use over one window.
+#[derive(Debug, Serialize, serde::Deserialize, Clone)]
+pub struct CpuCost {
+    pub bpf: bool,
+    pub load: String,
+    pub cgroups: usize,
+    pub window_s: f64,
+    /// utime + stime of the daemon over the window, in percent of one core.
+    pub cpu_pct: f64,
+    /// Page faults per second in the whole guest over the window (/proc/vmstat pgfault).
+    pub faults_per_s: f64,
+    /// Daemon wakeups: events it logged over the window (writes, BPF crossings).
+    pub logged_events: usize,
 }
 
 pub fn run(a: ReactionArgs) -> Result<u8> {
     if a.probe {
         return probe();
+    }
+    if a.fault_load {
+        return fault_load();
     }
     let sources: Vec<String> = a.sources.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     for s in &sources {
@@ -107,7 +134,10 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         bail!("--runs must be at least 1");
     }
     if a.in_guest {
-        let r = in_guest(&sources, a.runs)?;
+        let mut r = in_guest(&sources, a.runs)?;
+        if a.cpu_window > 0 {
+            r.cpu_cost = cpu_cost(Duration::from_secs(a.cpu_window))?;
+        }
         let out = std::env::var_os("MEMQOS_RESULTS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
         std::fs::write(out.join("reaction.json"), serde_json::to_string_pretty(&r)?)?;
         return Ok(0);
@@ -121,11 +151,14 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
             .scratch_mb(512, None)
             .timeout(Duration::from_secs(600))
             .stream_console(!a.json)
-            .run(&[exe, "bench".into(), "reaction".into(), "--in-guest".into(), "--runs".into(), a.runs.to_string(), "--sources".into(), sources.join(",")])?;
+            .run(&[exe, "bench".into(), "reaction".into(), "--in-guest".into(), "--runs".into(), a.runs.to_string(), "--sources".into(), sources.join(","), "--cpu-window".into(), a.cpu_window.to_string()])?;
         let file = run.results_dir.join("reaction.json");
         let text = std::fs::read_to_string(&file).with_context(|| format!("guest on {} wrote no {} (exit {}); console:\n{}", kernel.release(), file.display(), run.exit_code, tail(&run.console, 40)))?;
         let r: KernelResult = serde_json::from_str(&text)?;
         print_table(&r);
+        for c in &r.cpu_cost {
+            println!("  daemon CPU, {} cgroups, bpf {}, {}: {:.3} % of one core ({:.0} faults/s, {} s)", c.cgroups, if c.bpf { "on" } else { "off" }, c.load, c.cpu_pct, c.faults_per_s, c.window_s);
+        }
         all.push(r);
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -262,7 +295,126 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
     let _ = prot.remove();
     let _ = low.remove();
     let _ = parent.remove();
-    Ok(KernelResult { kernel, sources: out, bpf_hooks })
+    Ok(KernelResult { kernel, sources: out, bpf_hooks, cpu_cost: Vec::new() })
+}
+
+const CPU_ROOT: &str = "/sys/fs/cgroup/cpucost";
+const CPU_CGROUPS: usize = 100;
+const CPU_PROTECTED: usize = 10;
+
+fn cpu_config(bpf: bool) -> String {
+    format!(
+        r#"cgroup_root = "{CPU_ROOT}"
+state_dir = "{STATE}"
+[signals]
+bpf = {bpf}
+[[tier]]
+name = "protected"
+match = ["p*"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["b*"]
+throttle = true
+"#
+    )
+}
+
+/// utime + stime of `pid` in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').context("/proc/pid/stat: no ')'")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Ok(f.get(11).context("utime")?.parse::<u64>()? + f.get(12).context("stime")?.parse::<u64>()?)
+}
+
+fn vm_pgfault() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/vmstat")?;
+    text.lines().find_map(|l| l.strip_prefix("pgfault ")).context("no pgfault in /proc/vmstat")?.trim().parse().map_err(Into::into)
+}
+
+/// The daemon managing 100 cgroups (10 protected, 90 throttleable, all sources on), idle and
+/// with a steady fault load in a protected cgroup, with the BPF source on and off.
+fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
+    let root = Cgroup::new("/sys/fs/cgroup");
+    let parent = root.child("cpucost");
+    parent.create()?;
+    parent.write_string("cgroup.subtree_control", "+memory")?;
+    let names: Vec<String> = (0..CPU_CGROUPS).map(|i| if i < CPU_PROTECTED { format!("p{i}") } else { format!("b{i}") }).collect();
+    for n in &names {
+        parent.child(n).create()?;
+    }
+    let exe = std::env::current_exe()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut out = Vec::new();
+    for bpf in [true, false] {
+        std::fs::write("/run/memqos-cpucost.toml", cpu_config(bpf))?;
+        let _ = std::fs::remove_dir_all(STATE);
+        std::fs::create_dir_all(STATE)?;
+        let mut daemon = Command::new(&exe)
+            .args(["daemon", "--config", "/run/memqos-cpucost.toml", "--no-guardian"])
+            .stdout(Stdio::null())
+            .spawn()?;
+        let t0 = Instant::now();
+        while !Path::new(STATE).join("status.json").exists() {
+            if t0.elapsed() > Duration::from_secs(30) {
+                stop(&mut daemon);
+                bail!("daemon (cpu cost) did not start");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(3)); // start-up (BPF load, first ticks) excluded
+        for load in ["idle", "faults"] {
+            let mut loader = (load == "faults")
+                .then(|| Command::new(&exe).args(["bench", "reaction", "--fault-load"]).env("MEMQOS_BENCH_CGROUP", parent.child("p0").path()).spawn())
+                .transpose()?;
+            if loader.is_some() {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            let events_before = read_events(&Path::new(STATE).join("events.jsonl")).len();
+            let (c0, f0, w0) = (cpu_ticks(daemon.id())?, vm_pgfault()?, Instant::now());
+            std::thread::sleep(window);
+            let (c1, f1, secs) = (cpu_ticks(daemon.id())?, vm_pgfault()?, w0.elapsed().as_secs_f64());
+            let logged = read_events(&Path::new(STATE).join("events.jsonl")).len() - events_before;
+            if let Some(l) = loader.as_mut() {
+                let _ = l.kill();
+                let _ = l.wait();
+            }
+            let c = CpuCost { bpf, load: load.into(), cgroups: CPU_CGROUPS, window_s: secs, cpu_pct: (c1 - c0) as f64 / hz / secs * 100.0, faults_per_s: (f1 - f0) as f64 / secs, logged_events: logged };
+            eprintln!("cpu cost: bpf {bpf} {load}: {:.3} % ({:.0} faults/s)", c.cpu_pct, c.faults_per_s);
+            out.push(c);
+        }
+        stop(&mut daemon);
+    }
+    for n in &names {
+        let _ = parent.child(n).remove();
+    }
+    let _ = parent.remove();
+    Ok(out)
+}
+
+/// Steady minor-fault load: map 4 MiB, touch every page, unmap, sleep 10 ms, forever.
+fn fault_load() -> Result<u8> {
+    let cg = std::env::var("MEMQOS_BENCH_CGROUP").context("MEMQOS_BENCH_CGROUP unset")?;
+    std::fs::write(Path::new(&cg).join("cgroup.procs"), std::process::id().to_string())?;
+    let len = 4 << 20;
+    loop {
+        // SAFETY: anonymous private mapping, touched within bounds, then unmapped.
+        unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            if p == libc::MAP_FAILED {
+                bail!("mmap: {}", std::io::Error::last_os_error());
+            }
+            libc::madvise(p, len, libc::MADV_NOHUGEPAGE); // one fault per page
+            for off in (0..len).step_by(4096) {
+                (p as *mut u8).add(off).write_volatile(1);
+            }
+            libc::munmap(p, len);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn write_file(path: &Path, mb: u64) -> Result<()> {
@@ -390,6 +542,10 @@ fn probe() -> Result<u8> {
     if p == libc::MAP_FAILED {
         bail!("mmap {} MiB: {}", PROBE_MB, std::io::Error::last_os_error());
     }
+    // Base pages: one charge per 4 KiB, so the crossing chunk is a fine-grained instant
+    // (a transparent huge page would charge 2 MiB in one fault).
+    // SAFETY: advice on our own mapping.
+    unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
     let mem = p as *mut u8;
     let mut reported = false;
     let mut out = std::io::stdout();
