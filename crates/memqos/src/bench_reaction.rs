@@ -38,7 +38,7 @@ const CHUNK: usize = 64 * 1024;
 const ROOT: &str = "/sys/fs/cgroup/bench";
 const STATE: &str = "/run/memqos-bench";
 /// A run without a write within this long counts as a miss.
-const RUN_TIMEOUT: Duration = Duration::from_secs(5);
+const RUN_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Args)]
 pub struct ReactionArgs {
