@@ -61,7 +61,7 @@ pub struct ReactionArgs {
     in_guest: bool,
     /// Seconds of each CPU-cost window (daemon with 100 cgroups, idle and under fault
     /// load, BPF source on and off); 0 skips the CPU-cost part.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 15)]
     cpu_window: u64,
     /// Internal: the allocating probe (run inside `prot`).
     #[arg(long, hide = true)]
@@ -106,6 +106,8 @@ pub struct KernelResult {
 #[derive(Debug, Serialize, serde::Deserialize, Clone)]
 pub struct CpuCost {
     pub bpf: bool,
+    /// The daemon's periodic sampling interval (every tick reads ~8 files per cgroup).
+    pub sampling_interval_ms: u64,
     pub load: String,
     pub cgroups: usize,
     pub window_s: f64,
@@ -157,7 +159,7 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         let r: KernelResult = serde_json::from_str(&text)?;
         print_table(&r);
         for c in &r.cpu_cost {
-            println!("  daemon CPU, {} cgroups, bpf {}, {}: {:.3} % of one core ({:.0} faults/s, {} s)", c.cgroups, if c.bpf { "on" } else { "off" }, c.load, c.cpu_pct, c.faults_per_s, c.window_s);
+            println!("  daemon CPU, {} cgroups, bpf {}, sampling {} ms, {}: {:.3} % of one core ({:.0} faults/s, {:.1} s)", c.cgroups, if c.bpf { "on" } else { "off" }, c.sampling_interval_ms, c.load, c.cpu_pct, c.faults_per_s, c.window_s);
         }
         all.push(r);
     }
@@ -254,7 +256,10 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
         let mut misses = 0;
         for i in 0..runs {
             fill_cache(&low, file)?;
-            let r = one_run(&exe, &prot, &low)?;
+            let (r, hooks) = one_run(&exe, &prot, &low)?;
+            if hooks.is_some() {
+                bpf_hooks = hooks;
+            }
             match r {
                 Some(m) => {
                     eprintln!("[{kernel}] {source} run {}/{runs}: {:.2} ms ({})", i + 1, m.delay_ms, m.reason);
@@ -263,9 +268,6 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
                     writes.push(m.write_ms);
                     if !reasons.contains(&m.reason) {
                         reasons.push(m.reason);
-                    }
-                    if m.bpf_hooks.is_some() {
-                        bpf_hooks = m.bpf_hooks;
                     }
                 }
                 None => {
@@ -302,12 +304,13 @@ const CPU_ROOT: &str = "/sys/fs/cgroup/cpucost";
 const CPU_CGROUPS: usize = 100;
 const CPU_PROTECTED: usize = 10;
 
-fn cpu_config(bpf: bool) -> String {
+fn cpu_config(bpf: bool, interval_ms: u64) -> String {
     format!(
         r#"cgroup_root = "{CPU_ROOT}"
 state_dir = "{STATE}"
 [signals]
 bpf = {bpf}
+sampling_interval_ms = {interval_ms}
 [[tier]]
 name = "protected"
 match = ["p*"]
@@ -349,8 +352,10 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let mut out = Vec::new();
-    for bpf in [true, false] {
-        std::fs::write("/run/memqos-cpucost.toml", cpu_config(bpf))?;
+    // Default sampling (500 ms) with BPF on and off, idle and under faults; then BPF on with
+    // 5 s sampling, idle, to show what the idle cost is made of.
+    for (bpf, interval_ms, loads) in [(true, 500, &["idle", "faults"][..]), (false, 500, &["idle", "faults"][..]), (true, 5000, &["idle"][..])] {
+        std::fs::write("/run/memqos-cpucost.toml", cpu_config(bpf, interval_ms))?;
         let _ = std::fs::remove_dir_all(STATE);
         std::fs::create_dir_all(STATE)?;
         let mut daemon = Command::new(&exe)
@@ -366,7 +371,7 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_secs(3)); // start-up (BPF load, first ticks) excluded
-        for load in ["idle", "faults"] {
+        for &load in loads {
             let mut loader = (load == "faults")
                 .then(|| Command::new(&exe).args(["bench", "reaction", "--fault-load"]).env("MEMQOS_BENCH_CGROUP", parent.child("p0").path()).spawn())
                 .transpose()?;
@@ -382,8 +387,8 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
                 let _ = l.kill();
                 let _ = l.wait();
             }
-            let c = CpuCost { bpf, load: load.into(), cgroups: CPU_CGROUPS, window_s: secs, cpu_pct: (c1 - c0) as f64 / hz / secs * 100.0, faults_per_s: (f1 - f0) as f64 / secs, logged_events: logged };
-            eprintln!("cpu cost: bpf {bpf} {load}: {:.3} % ({:.0} faults/s)", c.cpu_pct, c.faults_per_s);
+            let c = CpuCost { bpf, sampling_interval_ms: interval_ms, load: load.into(), cgroups: CPU_CGROUPS, window_s: secs, cpu_pct: (c1 - c0) as f64 / hz / secs * 100.0, faults_per_s: (f1 - f0) as f64 / secs, logged_events: logged };
+            eprintln!("cpu cost: bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)", c.cpu_pct, c.faults_per_s);
             out.push(c);
         }
         stop(&mut daemon);
@@ -424,6 +429,10 @@ fn write_file(path: &Path, mb: u64) -> Result<()> {
         f.write_all(&buf)?;
     }
     f.sync_all()?;
+    drop(f);
+    // The writer's cgroup owns the page cache it created; drop it so that the reads from
+    // inside `low` charge the pages to `low`.
+    std::fs::write("/proc/sys/vm/drop_caches", "1").context("dropping the page cache")?;
     Ok(())
 }
 
@@ -437,6 +446,10 @@ fn fill_cache(low: &Cgroup, file: &Path) -> Result<()> {
     if !status.success() {
         bail!("filling low's page cache failed: {status}");
     }
+    let held = low.memory_current()?;
+    if held < CACHE_MB * MIB * 3 / 4 {
+        bail!("low holds only {} MiB after reading {} ({} MiB): its page cache is charged elsewhere", held / MIB, file.display(), CACHE_MB);
+    }
     Ok(())
 }
 
@@ -445,10 +458,11 @@ struct Measured {
     chunk_ms: f64,
     write_ms: f64,
     reason: String,
-    bpf_hooks: Option<serde_json::Value>,
 }
 
-fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<Option<Measured>> {
+/// One daemon start, one probe; the measurement (None: no reaction or no crossing) and the
+/// BPF hooks the daemon reported.
+fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>, Option<serde_json::Value>)> {
     let _ = std::fs::remove_dir_all(STATE);
     std::fs::create_dir_all(STATE)?;
     let log = std::fs::File::create("/run/memqos-bench.log")?;
@@ -490,20 +504,20 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<Option<Measured>> 
     let _ = probe.kill();
     let _ = probe.wait();
     stop(&mut daemon);
-    let (Some(c), Some(w)) = (crossing, write) else { return Ok(None) };
+    let (Some(c), Some(w)) = (crossing, write) else { return Ok((None, hooks)) };
     let (Some(before), Some(after)) = (c["before_ns"].as_u64(), c["after_ns"].as_u64()) else {
         eprintln!("probe did not see the crossing: {c}");
-        return Ok(None);
+        return Ok((None, hooks));
     };
     let start = w["mono_ns"].as_u64().context("daemon write without mono_ns")?;
     let done = w["mono_done_ns"].as_u64().unwrap_or(start);
-    Ok(Some(Measured {
+    let m = Measured {
         delay_ms: (start as f64 - before as f64) / 1e6,
         chunk_ms: (after - before) as f64 / 1e6,
         write_ms: (done - start) as f64 / 1e6,
         reason: w["why"].as_str().unwrap_or("").to_string(),
-        bpf_hooks: hooks,
-    }))
+    };
+    Ok((Some(m), hooks))
 }
 
 fn stop(daemon: &mut Child) {
