@@ -113,6 +113,8 @@ pub fn run(opts: Options) -> Result<()> {
     let started = Instant::now();
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
     let mut reported_degraded = 0;
+    // When the last wait returned: BPF crossings are logged with it.
+    let mut woke_ns = 0u64;
     log_event(&state_dir, serde_json::json!({"event": "started", "pid": std::process::id(), "cgroup_root": cfg.cgroup_root, "config": opts.config_path}));
     if let Some(bpf) = &signals.bpf_started {
         log_event(&state_dir, serde_json::json!({"event": "bpf_source", "hooks": bpf}));
@@ -138,6 +140,9 @@ pub fn run(opts: Options) -> Result<()> {
                     recent.pop_front();
                 }
             }
+            for c in signals.bpf_crossings.drain(..) {
+                log_event(&state_dir, serde_json::json!({"event": "bpf", "cgroup": c.cgroup, "kind": c.kind, "value": c.value, "ktime_ns": c.ktime_ns, "mono_ns": woke_ns}));
+            }
             let protected: Vec<String> = obs
                 .cgroups
                 .iter()
@@ -152,9 +157,8 @@ pub fn run(opts: Options) -> Result<()> {
             reported_degraded = signals.degraded.len();
             status::write(&state_dir, &status::Snapshot::new(&cfg, &opts.config_path, &obs, &seen, &engine, &recent))?;
             pending = signals.wait(interval);
-            for c in &signals.bpf_crossings {
-                log_event(&state_dir, serde_json::json!({"event": "bpf", "cgroup": c.cgroup, "kind": c.kind, "value": c.value, "ktime_ns": c.ktime_ns, "mono_ns": mono_ns()}));
-            }
+            // Logged after the next tick's writes (the log costs time on the reaction path).
+            woke_ns = mono_ns();
         }
         Ok(())
     })();

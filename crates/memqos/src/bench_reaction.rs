@@ -90,6 +90,12 @@ pub struct SourceResult {
     pub write_p50_ms: Option<f64>,
     /// The engine's reason for the first write, per reacting run (deduplicated).
     pub reasons: Vec<String>,
+    /// BPF source only, medians (ms): instant -> the kernel's threshold crossing (bpf
+    /// ktime), crossing -> the daemon drained it from the ring, drained -> write started
+    /// (sample the tree, tick the engine, journal).
+    pub bpf_split_p50_ms: Option<[f64; 3]>,
+    /// Same, per run.
+    pub bpf_split_ms: Vec<[f64; 3]>,
 }
 
 #[derive(Debug, Serialize, serde::Deserialize, Clone)]
@@ -253,6 +259,7 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
         let mut chunks = Vec::new();
         let mut writes = Vec::new();
         let mut reasons: Vec<String> = Vec::new();
+        let mut splits: Vec<[f64; 3]> = Vec::new();
         let mut misses = 0;
         for i in 0..runs {
             fill_cache(&low, file)?;
@@ -266,6 +273,7 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
                     delays.push(m.delay_ms);
                     chunks.push(m.chunk_ms);
                     writes.push(m.write_ms);
+                    splits.extend(m.bpf_split);
                     if !reasons.contains(&m.reason) {
                         reasons.push(m.reason);
                     }
@@ -292,6 +300,15 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
             write_p50_ms: percentile(&writes, 50.0),
             delays_ms: delays,
             reasons,
+            bpf_split_p50_ms: (!splits.is_empty()).then(|| {
+                let col = |i: usize| {
+                    let mut v: Vec<f64> = splits.iter().map(|s| s[i]).collect();
+                    v.sort_by(f64::total_cmp);
+                    percentile(&v, 50.0).unwrap()
+                };
+                [col(0), col(1), col(2)]
+            }),
+            bpf_split_ms: splits,
         });
     }
     let _ = prot.remove();
@@ -458,6 +475,7 @@ struct Measured {
     chunk_ms: f64,
     write_ms: f64,
     reason: String,
+    bpf_split: Option<[f64; 3]>,
 }
 
 /// One daemon start, one probe; the measurement (None: no reaction or no crossing) and the
@@ -511,11 +529,22 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     };
     let start = w["mono_ns"].as_u64().context("daemon write without mono_ns")?;
     let done = w["mono_done_ns"].as_u64().unwrap_or(start);
+    let ms = |a: u64, b: u64| (b as f64 - a as f64) / 1e6;
+    // The BPF crossing that woke the daemon: the last one logged before its write.
+    let crossing = read_events(&events)
+        .into_iter()
+        .filter(|e| e["event"] == "bpf" && e["mono_ns"].as_u64().is_some_and(|m| m <= start))
+        .last();
+    let bpf_split = crossing.and_then(|e| {
+        let (k, m) = (e["ktime_ns"].as_u64()?, e["mono_ns"].as_u64()?);
+        Some([ms(before, k), ms(k, m), ms(m, start)])
+    });
     let m = Measured {
-        delay_ms: (start as f64 - before as f64) / 1e6,
-        chunk_ms: (after - before) as f64 / 1e6,
-        write_ms: (done - start) as f64 / 1e6,
+        delay_ms: ms(before, start),
+        chunk_ms: ms(before, after),
+        write_ms: ms(start, done),
         reason: w["why"].as_str().unwrap_or("").to_string(),
+        bpf_split,
     };
     Ok((Some(m), hooks))
 }
