@@ -38,7 +38,7 @@ for ax, k in zip(axes[0], kernels):
     ax.set_title(f'kernel {k["kernel"]}', fontsize=10)
     ax.grid(True, axis="y", which="both", alpha=0.3)
 axes[0][0].set_ylabel("crossing -> first memory.high write on the low tier (ms)")
-fig.suptitle("memqos reaction delay per signal source (QEMU TCG guest, shared 2-core host)", fontsize=10)
+fig.suptitle("memqos reaction delay per signal source\n(QEMU TCG guests, shared 2-core host; each dot one run)", fontsize=9)
 fig.tight_layout()
 fig.savefig(out, dpi=120)
 print(f"wrote {out}")

@@ -95,6 +95,7 @@ pub struct SourceResult {
     /// (sample the tree, tick the engine, journal).
     pub bpf_split_p50_ms: Option<[f64; 3]>,
     /// Same, per run.
+    #[serde(default)]
     pub bpf_split_ms: Vec<[f64; 3]>,
 }
 
@@ -105,6 +106,7 @@ pub struct KernelResult {
     /// BPF hooks the daemon attached (from its log).
     pub bpf_hooks: Option<serde_json::Value>,
     /// Daemon CPU cost with 100 managed cgroups.
+    #[serde(default)]
     pub cpu_cost: Vec<CpuCost>,
 }
 
@@ -113,6 +115,7 @@ pub struct KernelResult {
 pub struct CpuCost {
     pub bpf: bool,
     /// The daemon's periodic sampling interval (every tick reads ~8 files per cgroup).
+    #[serde(default)]
     pub sampling_interval_ms: u64,
     pub load: String,
     pub cgroups: usize,
@@ -170,6 +173,16 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         all.push(r);
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let path = a.out.join("reaction.json");
+    // Kernels measured earlier and not in this run are kept, so `--kernel 6.12` and then
+    // `--kernel 7` build the same file as `--kernel all`.
+    if let Some(old) = std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok()) {
+        let earlier: Vec<KernelResult> = serde_json::from_value(old["kernels"].clone()).unwrap_or_default();
+        let mut kept: Vec<KernelResult> = earlier.into_iter().filter(|k| !all.iter().any(|n| n.kernel == k.kernel)).collect();
+        kept.extend(all);
+        kept.sort_by(|a, b| a.kernel.cmp(&b.kernel));
+        all = kept;
+    }
     let doc = serde_json::json!({
         "benchmark": "memqos bench reaction",
         "scenario": format!("parent memory.max {} MiB, low holds {} MiB page cache, prot allocates {} MiB anon in {} KiB chunks; no swap; sampling 1 s; headroom guard off", PARENT_MAX / MIB, CACHE_MB, PROBE_MB, CHUNK / 1024),
@@ -177,7 +190,6 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         "host_note": "TCG guests (no KVM) on a shared 2-core host: absolute times include emulation overhead and host noise",
         "kernels": all,
     });
-    let path = a.out.join("reaction.json");
     std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")?;
     eprintln!("wrote {}", path.display());
     if a.json {
