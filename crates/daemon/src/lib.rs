@@ -11,6 +11,7 @@
 //!    interval, sample, tick the engine, journal-then-write each decision, log it;
 //! 5. SIGTERM/SIGINT only set a flag; the loop ends and the journal is restored.
 
+mod bpf_source;
 pub mod journal;
 mod observe;
 mod signals;
@@ -107,7 +108,7 @@ pub fn run(opts: Options) -> Result<()> {
     install_signal_handlers();
 
     let interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
-    let mut signals = Signals::new(cfg.signals.psi, cfg.signals.events);
+    let mut signals = Signals::new(cfg.signals.psi, cfg.signals.events, cfg.signals.bpf);
     let mut engine = Engine::new(cfg.clone());
     let mut sampler = Sampler::new(opts.stats_backend);
     let mut recent: VecDeque<Decision> = VecDeque::new();
@@ -115,7 +116,12 @@ pub fn run(opts: Options) -> Result<()> {
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
     let mut reported_degraded = 0;
     let mut last_status: Option<Instant> = None;
+    // When the last wait returned: BPF crossings are logged with it.
+    let mut woke_ns = 0u64;
     log_event(&state_dir, serde_json::json!({"event": "started", "pid": std::process::id(), "cgroup_root": cfg.cgroup_root, "config": opts.config_path}));
+    if let Some(bpf) = &signals.bpf_started {
+        log_event(&state_dir, serde_json::json!({"event": "bpf_source", "hooks": bpf}));
+    }
 
     let result = (|| -> Result<()> {
         while !SHUTDOWN.load(Ordering::SeqCst) {
@@ -140,6 +146,9 @@ pub fn run(opts: Options) -> Result<()> {
                     recent.pop_front();
                 }
             }
+            for c in signals.bpf_crossings.drain(..) {
+                log_event(&state_dir, serde_json::json!({"event": "bpf", "cgroup": c.cgroup, "kind": c.kind, "value": c.value, "ktime_ns": c.ktime_ns, "mono_ns": woke_ns}));
+            }
             let protected: Vec<String> = obs
                 .cgroups
                 .iter()
@@ -160,10 +169,17 @@ pub fn run(opts: Options) -> Result<()> {
                 last_status = Some(Instant::now());
             }
             pending = signals.wait(interval);
+            // Logged after the next tick's writes (the log costs time on the reaction path).
+            woke_ns = mono_ns();
         }
         Ok(())
     })();
 
+    if let Some(summary) = signals.bpf_summary() {
+        log_event(&state_dir, serde_json::json!({"event": "bpf_summary", "bpf": summary}));
+    }
+    // Detach the BPF programs before restoring, so the restore's own reclaim is not counted.
+    drop(signals);
     let report = journal.restore()?;
     log_event(&state_dir, serde_json::json!({
         "event": "stopped", "restored": report.restored.len(), "vanished": report.vanished.len(),
@@ -190,6 +206,7 @@ fn apply(root: &Cgroup, journal: &mut Journal, d: &Decision, state_dir: &Path) -
     if let Some(prev) = &previous {
         journal.record(&d.cgroup, file, prev)?;
     }
+    let started_ns = mono_ns();
     let outcome = match cg.write_string(file, &d.action.value()) {
         Ok(()) => "ok".to_string(),
         Err(e) if e.is_vanished() => "vanished".to_string(),
@@ -198,11 +215,20 @@ fn apply(root: &Cgroup, journal: &mut Journal, d: &Decision, state_dir: &Path) -
     log_event(state_dir, serde_json::json!({
         "event": "write", "cgroup": d.cgroup, "file": file, "value": d.action.value(),
         "previous": previous, "outcome": outcome, "reason": d.reason, "why": d.reason.to_string(),
+        "mono_ns": started_ns, "mono_done_ns": mono_ns(),
     }));
     Ok(())
 }
 
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// CLOCK_MONOTONIC in nanoseconds: the clock BPF's ktime and workloads' timestamps share,
+/// so reaction delays can be measured across processes.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// One JSON line per event on stdout and in `<state_dir>/events.jsonl`.
 fn log_event(state_dir: &Path, mut ev: serde_json::Value) {

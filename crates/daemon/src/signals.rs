@@ -1,7 +1,9 @@
-//! Wakeups between periodic samples: PSI triggers on protected cgroups' memory.pressure and
-//! inotify on memory.events. Both are kernel-side notifications, so the daemon sleeps in
-//! poll(2) until something happens or the sampling interval (the floor) expires.
+//! Wakeups between periodic samples: PSI triggers on protected cgroups' memory.pressure,
+//! inotify on memory.events (the managed cgroups' and the root's), and the BPF source's ring
+//! buffer (`bpf_source`). All are kernel-side notifications, so the daemon sleeps in poll(2)
+//! until something happens or the sampling interval (the floor) expires.
 
+use crate::bpf_source::{BpfSource, Crossing};
 use memqos_policy::SignalEvent;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -23,10 +25,17 @@ pub struct Signals {
     watched: HashMap<String, i32>,
     /// Why a source could not be set up, reported once.
     pub degraded: Vec<String>,
+    bpf: Option<BpfSource>,
+    /// The BPF source started: what it attached (logged once by the daemon).
+    pub bpf_started: Option<serde_json::Value>,
+    /// Crossings drained by the last `wait`, for the log.
+    pub bpf_crossings: Vec<Crossing>,
 }
 
 impl Signals {
-    pub fn new(psi: bool, events: bool) -> Signals {
+    /// `bpf`: try to start the BPF source; if it cannot start, one `degraded` line says why
+    /// and the other sources carry on.
+    pub fn new(psi: bool, events: bool, bpf: bool) -> Signals {
         let mut s = Signals {
             psi_enabled: psi,
             events_enabled: events,
@@ -35,7 +44,19 @@ impl Signals {
             watches: HashMap::new(),
             watched: HashMap::new(),
             degraded: Vec::new(),
+            bpf: None,
+            bpf_started: None,
+            bpf_crossings: Vec::new(),
         };
+        if bpf {
+            match BpfSource::start() {
+                Ok(src) => {
+                    s.bpf_started = Some(src.describe());
+                    s.bpf = Some(src);
+                }
+                Err(why) => s.degraded.push(format!("BPF pressure source off: {why}; continuing on PSI and memory.events")),
+            }
+        }
         if events {
             // SAFETY: plain syscall; the fd is owned below.
             let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
@@ -52,6 +73,9 @@ impl Signals {
     /// trigger, `all` (the daemon passes the protected ones too) get an inotify watch on
     /// memory.events. Gone cgroups are dropped.
     pub fn sync(&mut self, root: &Path, protected: &[String], all: &[String]) {
+        if let Some(bpf) = &mut self.bpf {
+            bpf.sync(root, protected);
+        }
         if self.psi_enabled {
             self.psi.retain(|id, _| protected.contains(id));
             for id in protected {
@@ -67,7 +91,7 @@ impl Signals {
             }
         }
         if let (true, Some(ino)) = (self.events_enabled, &self.inotify) {
-            let stale: Vec<String> = self.watched.keys().filter(|id| !all.contains(id)).cloned().collect();
+            let stale: Vec<String> = self.watched.keys().filter(|id| !id.is_empty() && !all.contains(id)).cloned().collect();
             for id in stale {
                 if let Some(wd) = self.watched.remove(&id) {
                     // The kernel drops watches of removed cgroups itself; ignore errors.
@@ -75,7 +99,10 @@ impl Signals {
                     self.watches.remove(&wd);
                 }
             }
-            for id in all {
+            // The root's own memory.events ("" here): its `max`/`oom` counts are parent
+            // pressure for the engine, and only the root's file changes when the root's limit
+            // is hit.
+            for id in std::iter::once(&String::new()).chain(all) {
                 if self.watched.contains_key(id) {
                     continue;
                 }
@@ -87,6 +114,13 @@ impl Signals {
                 }
             }
         }
+    }
+
+    /// The BPF source's counters per watched cgroup and its global stats (None when off).
+    pub fn bpf_summary(&self) -> Option<serde_json::Value> {
+        let b = self.bpf.as_ref()?;
+        let counters: serde_json::Map<String, serde_json::Value> = b.counters().into_iter().map(|(id, c)| (id, serde_json::json!(c))).collect();
+        Some(serde_json::json!({"counters": counters, "stats": b.stats()}))
     }
 
     fn note(&mut self, msg: String) {
@@ -108,14 +142,27 @@ impl Signals {
             fds.push(libc::pollfd { fd: ino.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             ids.push(None);
         }
+        if let Some(bpf) = &self.bpf {
+            fds.push(libc::pollfd { fd: bpf.fd(), events: libc::POLLIN, revents: 0 });
+        }
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         let mut out = Vec::new();
+        // The ring is drained on every wakeup (cheap, never blocks), not only when its fd
+        // fired: a crossing that raced with another wakeup is not left for the next one.
+        self.bpf_crossings = self.bpf.as_mut().map(|b| b.drain()).unwrap_or_default();
+        for c in &self.bpf_crossings {
+            let item = (c.cgroup.clone(), BpfSource::signal(c));
+            if !out.contains(&item) {
+                out.push(item);
+            }
+        }
         if n <= 0 {
             return out;
         }
         let mut gone = Vec::new();
+        // zip stops at `ids`: the BPF fd (last, no id) was drained above.
         for (p, id) in fds.iter().zip(ids) {
             match id {
                 Some(id) if p.revents & libc::POLLERR != 0 => gone.push(id.clone()), // cgroup removed

@@ -164,6 +164,8 @@ pub struct BtfStatus {
     pub types: Option<usize>,
     pub error: Option<String>,
     pub features: Option<KernelFeatures>,
+    /// The BPF pressure programs this kernel can run (`memqos daemon` with `signals.bpf`).
+    pub bpf_pressure_hooks: Option<Vec<memqos_bpf::pressure::Hook>>,
 }
 
 /// One line of `/proc/swaps`.
@@ -382,11 +384,13 @@ fn read_btf(path: &Path) -> BtfStatus {
         types: None,
         error: None,
         features: None,
+        bpf_pressure_hooks: None,
     };
     match Btf::load(path) {
         Ok(btf) => {
             status.types = Some(btf.type_count());
             status.features = Some(KernelFeatures::probe(&btf));
+            status.bpf_pressure_hooks = Some(memqos_bpf::pressure::plan(&btf));
         }
         Err(memqos_bpf::BtfError::Io { source, .. })
             if source.kind() == io::ErrorKind::NotFound =>
@@ -799,6 +803,19 @@ pub fn render_text(r: &DoctorReport) -> String {
             );
             for line in feat.summary().lines() {
                 let _ = writeln!(w, "            {line}");
+            }
+            for h in r.btf.bpf_pressure_hooks.iter().flatten() {
+                let kinds: Vec<_> = h.kinds.iter().map(|k| k.as_str()).collect();
+                let _ = writeln!(
+                    w,
+                    "            BPF pressure hook {} ({}): {}",
+                    h.target,
+                    kinds.join(", "),
+                    match h.why_not {
+                        None => "used".to_string(),
+                        Some(why) => format!("not used: {why}"),
+                    }
+                );
             }
         }
         (None, FileState::Missing) => {

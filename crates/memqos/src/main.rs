@@ -1,5 +1,6 @@
 //! memqos: priority memory QoS for cgroup v2 hosts.
 
+mod bench_reaction;
 mod daemon_cmd;
 mod demo;
 mod doctor;
@@ -58,6 +59,9 @@ enum Cmd {
     /// Boot real Debian kernels in QEMU guests and run commands inside them.
     #[command(subcommand)]
     Vm(vm_cmd::VmCmd),
+    /// Benchmarks that boot real kernels in QEMU guests.
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// Small deterministic memory workloads (used by tests and the demo).
     #[command(subcommand, hide = true)]
     Workload(workload::WorkloadCmd),
@@ -67,6 +71,9 @@ enum Cmd {
 enum BenchCmd {
     /// Reading memcg statistics: the seeds' C/fscanf control vs memqos's text and BPF backends.
     Stats(bench_stats::BenchStatsArgs),
+    /// Delay from a protected cgroup starting to reclaim to the first memory.high write on a
+    /// lower tier, per signal source (BPF, PSI, memory.events).
+    Reaction(bench_reaction::ReactionArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +90,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Stats(a)) => bench_stats::run(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),
+        Cmd::Bench(BenchCmd::Reaction(a)) => bench_reaction::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -49,7 +49,9 @@ pub struct Signals {
     /// `events` (default true): memory.events deltas (`low` of protected cgroups, `max`/`oom`
     /// of the parent).
     pub events: bool,
-    /// `bpf` (default false): threshold events from the BPF source (future).
+    /// `bpf` (default false): threshold events from the BPF source (reclaim entry, over-high,
+    /// scans, major faults of protected cgroups counted in the kernel; docs/bpf-signals.md).
+    /// If BPF cannot load, the daemon logs one line and runs on the other sources.
     pub bpf: bool,
     /// `sampling_interval_ms` (default 500, 10..=60000): how often the daemon observes and
     /// calls `Engine::tick`. The engine itself only uses the `now_ms` it is given.

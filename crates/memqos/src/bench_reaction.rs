@@ -1,0 +1,655 @@
+//! `memqos bench reaction`: how fast the daemon throttles a lower tier once a protected
+//! cgroup starts reclaiming, for each signal source alone (BPF, PSI, memory.events).
+//!
+//! Scenario (inside a guest, no swap, a scratch ext4 disk): parent `bench` with
+//! memory.max = 256 MiB; `low` (throttle tier) holds ~200 MiB of clean page cache (a file
+//! on the scratch disk read from inside it); `prot` (protected tier) is empty. Per run: start
+//! the daemon with one source enabled, then a probe process in `prot` allocates anonymous
+//! memory in 64 KiB chunks. The parent's limit is hit during one chunk; the kernel then
+//! reclaims (low's page cache) in the probe's context.
+//!
+//! The instant: the probe reads the parent's memory.events `max` after every chunk; the first
+//! chunk after which it increased contains the first charge that hit the limit (the kernel
+//! counts MEMCG_MAX right before it starts reclaiming for that charge). The instant is the
+//! CLOCK_MONOTONIC time taken just before that chunk, so the reported delay is an upper
+//! bound: the true crossing is at most one chunk (16 page faults) later. The end: the
+//! daemon's CLOCK_MONOTONIC just before its first write to `low/memory.high` (the `mono_ns`
+//! of the write in its event log). Both clocks are the guest's CLOCK_MONOTONIC.
+//!
+//! Periodic sampling is set to 1 s and the headroom guard off, so a reaction faster than 1 s
+//! can only come from the source's wakeup.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use memqos_cgroupfs::Cgroup;
+use memqos_vmtest::{kernels, Guest, Series};
+use serde::Serialize;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+const PARENT_MAX: u64 = 256 * MIB;
+const CACHE_MB: u64 = 200;
+/// Anonymous memory the probe allocates in total (crosses the limit after ~56 MiB).
+const PROBE_MB: u64 = 120;
+const CHUNK: usize = 64 * 1024;
+const ROOT: &str = "/sys/fs/cgroup/bench";
+const STATE: &str = "/run/memqos-bench";
+/// A run without a write within this long counts as a miss.
+const RUN_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Args)]
+pub struct ReactionArgs {
+    /// Kernel series to boot: "6.12", "7", "6.12,7" or "all".
+    #[arg(long, default_value = "all")]
+    kernel: String,
+    /// Runs per source (N).
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// Sources to measure, comma-separated: bpf, psi, events.
+    #[arg(long, default_value = "bpf,psi,events")]
+    sources: String,
+    /// Where to write reaction.json (created if missing).
+    #[arg(long, default_value = "docs/bpf")]
+    out: PathBuf,
+    /// Print the merged result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    #[arg(long, hide = true)]
+    in_guest: bool,
+    /// Seconds of each CPU-cost window (daemon with 100 cgroups, idle and under fault
+    /// load, BPF source on and off); 0 skips the CPU-cost part.
+    #[arg(long, default_value_t = 15)]
+    cpu_window: u64,
+    /// Internal: the allocating probe (run inside `prot`).
+    #[arg(long, hide = true)]
+    probe: bool,
+    /// Internal: the steady fault load (run inside a protected cgroup).
+    #[arg(long, hide = true)]
+    fault_load: bool,
+}
+
+/// One source on one kernel.
+#[derive(Debug, Serialize, serde::Deserialize, Clone)]
+pub struct SourceResult {
+    pub source: String,
+    pub runs: usize,
+    /// Delays (ms) of the runs that reacted, in run order.
+    pub delays_ms: Vec<f64>,
+    /// Runs with no write within the timeout.
+    pub misses: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    pub min_ms: Option<f64>,
+    /// Median duration of the chunk that crossed (the instant's uncertainty), ms.
+    pub chunk_p50_ms: Option<f64>,
+    /// Median time the write syscall took (memory.high write reclaims synchronously), ms.
+    pub write_p50_ms: Option<f64>,
+    /// The engine's reason for the first write, per reacting run (deduplicated).
+    pub reasons: Vec<String>,
+    /// BPF source only, medians (ms): instant -> the kernel's threshold crossing (bpf
+    /// ktime), crossing -> the daemon drained it from the ring, drained -> write started
+    /// (sample the tree, tick the engine, journal).
+    pub bpf_split_p50_ms: Option<[f64; 3]>,
+    /// Same, per run.
+    #[serde(default)]
+    pub bpf_split_ms: Vec<[f64; 3]>,
+}
+
+#[derive(Debug, Serialize, serde::Deserialize, Clone)]
+pub struct KernelResult {
+    pub kernel: String,
+    pub sources: Vec<SourceResult>,
+    /// BPF hooks the daemon attached (from its log).
+    pub bpf_hooks: Option<serde_json::Value>,
+    /// Daemon CPU cost with 100 managed cgroups.
+    #[serde(default)]
+    pub cpu_cost: Vec<CpuCost>,
+}
+
+/// The daemon's CPU use over one window.
+#[derive(Debug, Serialize, serde::Deserialize, Clone)]
+pub struct CpuCost {
+    pub bpf: bool,
+    /// The daemon's periodic sampling interval (every tick reads ~8 files per cgroup).
+    #[serde(default)]
+    pub sampling_interval_ms: u64,
+    pub load: String,
+    pub cgroups: usize,
+    pub window_s: f64,
+    /// utime + stime of the daemon over the window, in percent of one core.
+    pub cpu_pct: f64,
+    /// Page faults per second in the whole guest over the window (/proc/vmstat pgfault).
+    pub faults_per_s: f64,
+    /// Daemon wakeups: events it logged over the window (writes, BPF crossings).
+    pub logged_events: usize,
+}
+
+pub fn run(a: ReactionArgs) -> Result<u8> {
+    if a.probe {
+        return probe();
+    }
+    if a.fault_load {
+        return fault_load();
+    }
+    let sources: Vec<String> = a.sources.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    for s in &sources {
+        if !["bpf", "psi", "events"].contains(&s.as_str()) {
+            bail!("--sources: unknown source {s:?} (expected bpf, psi, events)");
+        }
+    }
+    if a.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    if a.in_guest {
+        let mut r = in_guest(&sources, a.runs)?;
+        if a.cpu_window > 0 {
+            r.cpu_cost = cpu_cost(Duration::from_secs(a.cpu_window))?;
+        }
+        let out = std::env::var_os("MEMQOS_RESULTS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+        std::fs::write(out.join("reaction.json"), serde_json::to_string_pretty(&r)?)?;
+        return Ok(0);
+    }
+    let mut all = Vec::new();
+    for series in Series::parse_list(&a.kernel)? {
+        let kernel = kernels::ensure(series)?;
+        eprintln!("bench reaction: booting {} ({} runs x {} sources)", kernel.release(), a.runs, sources.len());
+        let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+        let run = Guest::new(kernel.clone())
+            .scratch_mb(512, None)
+            .timeout(Duration::from_secs(600))
+            .stream_console(!a.json)
+            .run(&[exe, "bench".into(), "reaction".into(), "--in-guest".into(), "--runs".into(), a.runs.to_string(), "--sources".into(), sources.join(","), "--cpu-window".into(), a.cpu_window.to_string()])?;
+        let file = run.results_dir.join("reaction.json");
+        let text = std::fs::read_to_string(&file).with_context(|| format!("guest on {} wrote no {} (exit {}); console:\n{}", kernel.release(), file.display(), run.exit_code, tail(&run.console, 40)))?;
+        let r: KernelResult = serde_json::from_str(&text)?;
+        print_table(&r);
+        for c in &r.cpu_cost {
+            println!("  daemon CPU, {} cgroups, bpf {}, sampling {} ms, {}: {:.3} % of one core ({:.0} faults/s, {:.1} s)", c.cgroups, if c.bpf { "on" } else { "off" }, c.sampling_interval_ms, c.load, c.cpu_pct, c.faults_per_s, c.window_s);
+        }
+        all.push(r);
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let path = a.out.join("reaction.json");
+    // Kernels measured earlier and not in this run are kept, so `--kernel 6.12` and then
+    // `--kernel 7` build the same file as `--kernel all`.
+    if let Some(old) = std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok()) {
+        let earlier: Vec<KernelResult> = serde_json::from_value(old["kernels"].clone()).unwrap_or_default();
+        let mut kept: Vec<KernelResult> = earlier.into_iter().filter(|k| !all.iter().any(|n| n.kernel == k.kernel)).collect();
+        kept.extend(all);
+        kept.sort_by(|a, b| a.kernel.cmp(&b.kernel));
+        all = kept;
+    }
+    let doc = serde_json::json!({
+        "benchmark": "memqos bench reaction",
+        "scenario": format!("parent memory.max {} MiB, low holds {} MiB page cache, prot allocates {} MiB anon in {} KiB chunks; no swap; sampling 1 s; headroom guard off", PARENT_MAX / MIB, CACHE_MB, PROBE_MB, CHUNK / 1024),
+        "delay": "CLOCK_MONOTONIC from just before the chunk whose charge first hit the parent's memory.max to just before the daemon's first write of low/memory.high",
+        "host_note": "TCG guests (no KVM) on a shared 2-core host: absolute times include emulation overhead and host noise",
+        "kernels": all,
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")?;
+    eprintln!("wrote {}", path.display());
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    }
+    Ok(0)
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn print_table(r: &KernelResult) {
+    println!("kernel {}", r.kernel);
+    println!("  {:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9}", "source", "N", "misses", "p50 ms", "p99 ms", "max ms", "min ms");
+    let f = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
+    for s in &r.sources {
+        println!("  {:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9}", s.source, s.runs, s.misses, f(s.p50_ms), f(s.p99_ms), f(s.max_ms), f(s.min_ms));
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+fn config(source: &str) -> String {
+    let (psi, events, bpf) = (source == "psi", source == "events", source == "bpf");
+    format!(
+        r#"cgroup_root = "{ROOT}"
+state_dir = "{STATE}"
+[signals]
+psi = {psi}
+events = {events}
+bpf = {bpf}
+sampling_interval_ms = 1000
+[[tier]]
+name = "protected"
+match = ["prot"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["low"]
+throttle = true
+[policy]
+headroom_guard = 0
+"#
+    )
+}
+
+fn set(cg: &Cgroup, file: &'static str, v: u64) -> Result<()> {
+    cg.write_string(file, &v.to_string()).with_context(|| format!("{}/{file}", cg.path().display()))
+}
+
+fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim().to_string();
+    let root = Cgroup::new("/sys/fs/cgroup");
+    let parent = root.child("bench");
+    parent.create()?;
+    root.child("bench").write_string("cgroup.subtree_control", "+memory")?;
+    let (prot, low) = (parent.child("prot"), parent.child("low"));
+    prot.create()?;
+    low.create()?;
+    set(&parent, "memory.max", PARENT_MAX)?;
+    let file = Path::new("/run/scratch/cache");
+    write_file(file, CACHE_MB)?;
+    let exe = std::env::current_exe()?;
+
+    let mut out = Vec::new();
+    let mut bpf_hooks = None;
+    for source in sources {
+        std::fs::write("/run/memqos-bench.toml", config(source))?;
+        let mut delays = Vec::new();
+        let mut chunks = Vec::new();
+        let mut writes = Vec::new();
+        let mut reasons: Vec<String> = Vec::new();
+        let mut splits: Vec<[f64; 3]> = Vec::new();
+        let mut misses = 0;
+        for i in 0..runs {
+            fill_cache(&low, file)?;
+            let (r, hooks) = one_run(&exe, &prot, &low)?;
+            if hooks.is_some() {
+                bpf_hooks = hooks;
+            }
+            match r {
+                Some(m) => {
+                    eprintln!("[{kernel}] {source} run {}/{runs}: {:.2} ms ({})", i + 1, m.delay_ms, m.reason);
+                    delays.push(m.delay_ms);
+                    chunks.push(m.chunk_ms);
+                    writes.push(m.write_ms);
+                    splits.extend(m.bpf_split);
+                    if !reasons.contains(&m.reason) {
+                        reasons.push(m.reason);
+                    }
+                }
+                None => {
+                    eprintln!("[{kernel}] {source} run {}/{runs}: no write within {:?}", i + 1, RUN_TIMEOUT);
+                    misses += 1;
+                }
+            }
+        }
+        let mut sorted = delays.clone();
+        sorted.sort_by(f64::total_cmp);
+        chunks.sort_by(f64::total_cmp);
+        writes.sort_by(f64::total_cmp);
+        out.push(SourceResult {
+            source: source.clone(),
+            runs,
+            misses,
+            p50_ms: percentile(&sorted, 50.0),
+            p99_ms: percentile(&sorted, 99.0),
+            max_ms: sorted.last().copied(),
+            min_ms: sorted.first().copied(),
+            chunk_p50_ms: percentile(&chunks, 50.0),
+            write_p50_ms: percentile(&writes, 50.0),
+            delays_ms: delays,
+            reasons,
+            bpf_split_p50_ms: (!splits.is_empty()).then(|| {
+                let col = |i: usize| {
+                    let mut v: Vec<f64> = splits.iter().map(|s| s[i]).collect();
+                    v.sort_by(f64::total_cmp);
+                    percentile(&v, 50.0).unwrap()
+                };
+                [col(0), col(1), col(2)]
+            }),
+            bpf_split_ms: splits,
+        });
+    }
+    let _ = prot.remove();
+    let _ = low.remove();
+    let _ = parent.remove();
+    Ok(KernelResult { kernel, sources: out, bpf_hooks, cpu_cost: Vec::new() })
+}
+
+const CPU_ROOT: &str = "/sys/fs/cgroup/cpucost";
+const CPU_CGROUPS: usize = 100;
+const CPU_PROTECTED: usize = 10;
+
+fn cpu_config(bpf: bool, interval_ms: u64) -> String {
+    format!(
+        r#"cgroup_root = "{CPU_ROOT}"
+state_dir = "{STATE}"
+[signals]
+bpf = {bpf}
+sampling_interval_ms = {interval_ms}
+[[tier]]
+name = "protected"
+match = ["p*"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["b*"]
+throttle = true
+"#
+    )
+}
+
+/// utime + stime of `pid` in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').context("/proc/pid/stat: no ')'")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Ok(f.get(11).context("utime")?.parse::<u64>()? + f.get(12).context("stime")?.parse::<u64>()?)
+}
+
+fn vm_pgfault() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/vmstat")?;
+    text.lines().find_map(|l| l.strip_prefix("pgfault ")).context("no pgfault in /proc/vmstat")?.trim().parse().map_err(Into::into)
+}
+
+/// The daemon managing 100 cgroups (10 protected, 90 throttleable, all sources on), idle and
+/// with a steady fault load in a protected cgroup, with the BPF source on and off.
+fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
+    let root = Cgroup::new("/sys/fs/cgroup");
+    let parent = root.child("cpucost");
+    parent.create()?;
+    parent.write_string("cgroup.subtree_control", "+memory")?;
+    let names: Vec<String> = (0..CPU_CGROUPS).map(|i| if i < CPU_PROTECTED { format!("p{i}") } else { format!("b{i}") }).collect();
+    for n in &names {
+        parent.child(n).create()?;
+    }
+    let exe = std::env::current_exe()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut out = Vec::new();
+    // Default sampling (500 ms) with BPF on and off, idle and under faults; then BPF on with
+    // 5 s sampling, idle, to show what the idle cost is made of.
+    for (bpf, interval_ms, loads) in [(true, 500, &["idle", "faults"][..]), (false, 500, &["idle", "faults"][..]), (true, 5000, &["idle"][..])] {
+        std::fs::write("/run/memqos-cpucost.toml", cpu_config(bpf, interval_ms))?;
+        let _ = std::fs::remove_dir_all(STATE);
+        std::fs::create_dir_all(STATE)?;
+        let mut daemon = Command::new(&exe)
+            .args(["daemon", "--config", "/run/memqos-cpucost.toml", "--no-guardian"])
+            .stdout(Stdio::null())
+            .spawn()?;
+        let t0 = Instant::now();
+        while !Path::new(STATE).join("status.json").exists() {
+            if t0.elapsed() > Duration::from_secs(30) {
+                stop(&mut daemon);
+                bail!("daemon (cpu cost) did not start");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(3)); // start-up (BPF load, first ticks) excluded
+        for &load in loads {
+            let mut loader = (load == "faults")
+                .then(|| Command::new(&exe).args(["bench", "reaction", "--fault-load"]).env("MEMQOS_BENCH_CGROUP", parent.child("p0").path()).spawn())
+                .transpose()?;
+            if loader.is_some() {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            let events_before = read_events(&Path::new(STATE).join("events.jsonl")).len();
+            let (c0, f0, w0) = (cpu_ticks(daemon.id())?, vm_pgfault()?, Instant::now());
+            std::thread::sleep(window);
+            let (c1, f1, secs) = (cpu_ticks(daemon.id())?, vm_pgfault()?, w0.elapsed().as_secs_f64());
+            let logged = read_events(&Path::new(STATE).join("events.jsonl")).len() - events_before;
+            if let Some(l) = loader.as_mut() {
+                let _ = l.kill();
+                let _ = l.wait();
+            }
+            let c = CpuCost { bpf, sampling_interval_ms: interval_ms, load: load.into(), cgroups: CPU_CGROUPS, window_s: secs, cpu_pct: (c1 - c0) as f64 / hz / secs * 100.0, faults_per_s: (f1 - f0) as f64 / secs, logged_events: logged };
+            eprintln!("cpu cost: bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)", c.cpu_pct, c.faults_per_s);
+            out.push(c);
+        }
+        stop(&mut daemon);
+    }
+    for n in &names {
+        let _ = parent.child(n).remove();
+    }
+    let _ = parent.remove();
+    Ok(out)
+}
+
+/// Steady minor-fault load: map 4 MiB, touch every page, unmap, sleep 10 ms, forever.
+fn fault_load() -> Result<u8> {
+    let cg = std::env::var("MEMQOS_BENCH_CGROUP").context("MEMQOS_BENCH_CGROUP unset")?;
+    std::fs::write(Path::new(&cg).join("cgroup.procs"), std::process::id().to_string())?;
+    let len = 4 << 20;
+    loop {
+        // SAFETY: anonymous private mapping, touched within bounds, then unmapped.
+        unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            if p == libc::MAP_FAILED {
+                bail!("mmap: {}", std::io::Error::last_os_error());
+            }
+            libc::madvise(p, len, libc::MADV_NOHUGEPAGE); // one fault per page
+            for off in (0..len).step_by(4096) {
+                (p as *mut u8).add(off).write_volatile(1);
+            }
+            libc::munmap(p, len);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn write_file(path: &Path, mb: u64) -> Result<()> {
+    let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let buf = vec![0x5au8; MIB as usize];
+    for _ in 0..mb {
+        f.write_all(&buf)?;
+    }
+    f.sync_all()?;
+    drop(f);
+    // The writer's cgroup owns the page cache it created; drop it so that the reads from
+    // inside `low` charge the pages to `low`.
+    std::fs::write("/proc/sys/vm/drop_caches", "1").context("dropping the page cache")?;
+    Ok(())
+}
+
+/// Reads `file` from inside `low` so its (clean) page cache is charged there; a sibling's
+/// charge at the parent's limit then reclaims it without swap.
+fn fill_cache(low: &Cgroup, file: &Path) -> Result<()> {
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo $$ > {}/cgroup.procs && cat {} > /dev/null", low.path().display(), file.display()))
+        .status()?;
+    if !status.success() {
+        bail!("filling low's page cache failed: {status}");
+    }
+    let held = low.memory_current()?;
+    if held < CACHE_MB * MIB * 3 / 4 {
+        bail!("low holds only {} MiB after reading {} ({} MiB): its page cache is charged elsewhere", held / MIB, file.display(), CACHE_MB);
+    }
+    Ok(())
+}
+
+struct Measured {
+    delay_ms: f64,
+    chunk_ms: f64,
+    write_ms: f64,
+    reason: String,
+    bpf_split: Option<[f64; 3]>,
+}
+
+/// One daemon start, one probe; the measurement (None: no reaction or no crossing) and the
+/// BPF hooks the daemon reported.
+fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>, Option<serde_json::Value>)> {
+    let _ = std::fs::remove_dir_all(STATE);
+    std::fs::create_dir_all(STATE)?;
+    let log = std::fs::File::create("/run/memqos-bench.log")?;
+    let mut daemon = Command::new(exe)
+        .args(["daemon", "--config", "/run/memqos-bench.toml", "--no-guardian"])
+        .stdout(log)
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let events = Path::new(STATE).join("events.jsonl");
+    let t0 = Instant::now();
+    while !Path::new(STATE).join("status.json").exists() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            stop(&mut daemon);
+            bail!("daemon did not start within 20 s (see /run/memqos-bench.log)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Let the first tick sync the watches (PSI trigger, inotify, BPF thresholds).
+    std::thread::sleep(Duration::from_millis(400));
+
+    let mut probe = Command::new(exe)
+        .args(["bench", "reaction", "--probe"])
+        .env("MEMQOS_BENCH_CGROUP", prot.path())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut lines = BufReader::new(probe.stdout.take().unwrap()).lines();
+    // First line: the crossing, once the probe saw it.
+    let crossing: Option<serde_json::Value> = lines.next().transpose()?.and_then(|l| serde_json::from_str(&l).ok());
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let low_id = low.path().file_name().unwrap().to_string_lossy().into_owned();
+    let mut write = None;
+    while write.is_none() && Instant::now() < deadline {
+        write = find_write(&events, &low_id);
+        if write.is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let hooks = read_events(&events).into_iter().find(|e| e["event"] == "bpf_source").map(|e| e["hooks"].clone());
+    let _ = probe.kill();
+    let _ = probe.wait();
+    stop(&mut daemon);
+    let (Some(c), Some(w)) = (crossing, write) else { return Ok((None, hooks)) };
+    let (Some(before), Some(after)) = (c["before_ns"].as_u64(), c["after_ns"].as_u64()) else {
+        eprintln!("probe did not see the crossing: {c}");
+        return Ok((None, hooks));
+    };
+    let start = w["mono_ns"].as_u64().context("daemon write without mono_ns")?;
+    let done = w["mono_done_ns"].as_u64().unwrap_or(start);
+    let ms = |a: u64, b: u64| (b as f64 - a as f64) / 1e6;
+    // The BPF crossing that woke the daemon: the last one logged before its write.
+    let crossing = read_events(&events)
+        .into_iter()
+        .filter(|e| e["event"] == "bpf" && e["mono_ns"].as_u64().is_some_and(|m| m <= start))
+        .last();
+    let bpf_split = crossing.and_then(|e| {
+        let (k, m) = (e["ktime_ns"].as_u64()?, e["mono_ns"].as_u64()?);
+        Some([ms(before, k), ms(k, m), ms(m, start)])
+    });
+    let m = Measured {
+        delay_ms: ms(before, start),
+        chunk_ms: ms(before, after),
+        write_ms: ms(start, done),
+        reason: w["why"].as_str().unwrap_or("").to_string(),
+        bpf_split,
+    };
+    Ok((Some(m), hooks))
+}
+
+fn stop(daemon: &mut Child) {
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let _ = daemon.wait();
+}
+
+fn read_events(path: &Path) -> Vec<serde_json::Value> {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+fn find_write(path: &Path, cgroup: &str) -> Option<serde_json::Value> {
+    read_events(path).into_iter().find(|e| e["event"] == "write" && e["cgroup"] == cgroup && e["file"] == "memory.high")
+}
+
+/// The probe: joins the protected cgroup, allocates PROBE_MB in CHUNK steps, prints the
+/// crossing chunk's timestamps as soon as it sees it, finishes allocating, then waits to be
+/// killed (keeps the memory charged).
+fn probe() -> Result<u8> {
+    let cg = std::env::var("MEMQOS_BENCH_CGROUP").context("MEMQOS_BENCH_CGROUP unset")?;
+    std::fs::write(Path::new(&cg).join("cgroup.procs"), std::process::id().to_string())?;
+    let parent_events = Path::new(&cg).parent().unwrap().join("memory.events");
+    let read_max = || -> Result<u64> {
+        let text = std::fs::read_to_string(&parent_events)?;
+        Ok(text.lines().find_map(|l| l.strip_prefix("max ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+    };
+    let base = read_max()?;
+    let len = (PROBE_MB * MIB) as usize;
+    // SAFETY: anonymous private mapping, unmapped at exit.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    if p == libc::MAP_FAILED {
+        bail!("mmap {} MiB: {}", PROBE_MB, std::io::Error::last_os_error());
+    }
+    // Base pages: one charge per 4 KiB, so the crossing chunk is a fine-grained instant
+    // (a transparent huge page would charge 2 MiB in one fault).
+    // SAFETY: advice on our own mapping.
+    unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+    let mem = p as *mut u8;
+    let mut reported = false;
+    let mut out = std::io::stdout();
+    for off in (0..len).step_by(CHUNK) {
+        let before = mono_ns();
+        for page in (off..(off + CHUNK).min(len)).step_by(4096) {
+            // SAFETY: inside the mapping.
+            unsafe { mem.add(page).write_volatile(1) };
+        }
+        let after = mono_ns();
+        if !reported && read_max()? > base {
+            writeln!(out, "{}", serde_json::json!({"before_ns": before, "after_ns": after, "offset": off}))?;
+            out.flush()?;
+            reported = true;
+        }
+    }
+    if !reported {
+        writeln!(out, "{}", serde_json::json!({"error": "never hit the parent's limit"}))?;
+        out.flush()?;
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn mono_ns() -> u64 {
+    memqos_daemon::mono_ns()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=20).map(|x| x as f64).collect();
+        assert_eq!(percentile(&v, 50.0), Some(10.0));
+        assert_eq!(percentile(&v, 99.0), Some(20.0));
+        assert_eq!(percentile(&[], 50.0), None);
+        assert_eq!(percentile(&[3.0], 99.0), Some(3.0));
+    }
+
+    #[test]
+    fn configs_enable_exactly_one_source() {
+        for s in ["bpf", "psi", "events"] {
+            let cfg = memqos_policy::Config::from_str(&config(s), "bench.toml").unwrap();
+            let on = [cfg.signals.bpf, cfg.signals.psi, cfg.signals.events];
+            assert_eq!(on.iter().filter(|&&x| x).count(), 1, "{s}");
+            assert_eq!(cfg.policy.headroom_guard, 0);
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The BPF signal source against real kernels (6.12: vmscan tracepoints + fentry; 7.x:
+//! memcg tracepoints): it fires when a protected cgroup starts reclaiming, the daemon
+//! throttles the lower tier for that reason, and nothing stays attached after the daemon
+//! stops; when BPF is off (config) or refused (no CAP_BPF), the daemon says so in one line
+//! and reacts on PSI instead.
+//!
+//! Scenario: parent memory.high 128 MiB, `low` (throttle tier) holds 96 MiB of anonymous
+//! memory, then `prot` (protected) allocates 64 MiB and pushes the parent over its high:
+//! the kernel reclaims and penalises `prot`'s task on its way back to user mode. No swap,
+//! so nothing can be reclaimed and `prot` keeps stalling (PSI sees that too).
+
+mod common;
+
+use common::*;
+use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_vmtest::guest_test;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const STATE: &str = "/run/memqos-bpf-test";
+
+/// Program names as bpftool shows them (the kernel keeps 15 characters).
+const OUR_PROGRAMS: &[&str] = &[
+    "memcg_reclaim_b",
+    "direct_reclaim_",
+    "handle_over_hig",
+    "count_memcg_eve",
+    "mod_memcg_lruve",
+    "lru_shrink_inac",
+    "handle_mm_fault",
+];
+
+fn config(psi: bool, bpf: bool) -> String {
+    format!(
+        r#"cgroup_root = "/sys/fs/cgroup/bpfq"
+state_dir = "{STATE}"
+[signals]
+psi = {psi}
+events = false
+bpf = {bpf}
+sampling_interval_ms = 1000
+[[tier]]
+name = "critical"
+match = ["prot"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["low"]
+throttle = true
+[policy]
+headroom_guard = 0
+"#
+    )
+}
+
+struct Setup {
+    parent: Cgroup,
+    prot: Cgroup,
+    low: Cgroup,
+    holder: Child,
+}
+
+fn setup() -> Setup {
+    let parent = make_cgroup("bpfq");
+    enable_memory(&parent);
+    set(&parent, "memory.high", 128 * MIB);
+    let (prot, low) = (parent.child("prot"), parent.child("low"));
+    prot.create().unwrap();
+    low.create().unwrap();
+    let holder = spawn_workload(&low, "alloc", &["--mb", "96", "--hold-ms", "120000"]);
+    let t0 = Instant::now();
+    while low.memory_current().unwrap() < 90 * MIB {
+        assert!(t0.elapsed() < Duration::from_secs(60), "low did not reach 90 MiB");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Setup { parent, prot, low, holder }
+}
+
+impl Setup {
+    fn teardown(mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+        for k in [&self.prot, &self.low] {
+            let _ = k.remove();
+        }
+        let _ = self.parent.remove();
+    }
+}
+
+/// Starts the daemon (optionally through a wrapper such as setpriv) and waits until its
+/// first status file exists.
+fn start_daemon(cfg: &str, wrapper: &[&str]) -> Child {
+    let _ = std::fs::remove_dir_all(STATE);
+    std::fs::create_dir_all(STATE).unwrap();
+    std::fs::write("/run/memqos-bpf-test.toml", cfg).unwrap();
+    let log = std::fs::File::create("/run/memqos-bpf-test.log").unwrap();
+    let argv: Vec<&str> = wrapper.iter().copied().chain([memqos_bin(), "daemon", "--config", "/run/memqos-bpf-test.toml", "--no-guardian"]).collect();
+    let child = Command::new(argv[0]).args(&argv[1..]).stdout(log).stderr(Stdio::inherit()).spawn().unwrap();
+    let t0 = Instant::now();
+    while !std::path::Path::new(STATE).join("status.json").exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "daemon did not start; log:\n{}", std::fs::read_to_string("/run/memqos-bpf-test.log").unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+fn stop_daemon(mut d: Child) {
+    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+    assert!(wait_timeout(&mut d, Duration::from_secs(30)).is_some(), "daemon did not stop on SIGTERM");
+}
+
+fn log_events() -> Vec<serde_json::Value> {
+    std::fs::read_to_string(format!("{STATE}/events.jsonl")).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// Waits for the daemon's first memory.high write on `low`.
+fn wait_low_write(limit: Duration) -> Option<serde_json::Value> {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Some(w) = log_events().into_iter().find(|e| e["event"] == "write" && e["cgroup"] == "low" && e["file"] == "memory.high") {
+            return Some(w);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+fn our_bpf_objects() -> Vec<String> {
+    let mut found = Vec::new();
+    for what in ["prog", "link"] {
+        let out = Command::new("bpftool").args([what, "show"]).output().expect("bpftool");
+        assert!(out.status.success(), "bpftool {what} show: {}", String::from_utf8_lossy(&out.stderr));
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if OUR_PROGRAMS.iter().any(|p| line.contains(p)) {
+                found.push(format!("{what}: {line}"));
+            }
+        }
+    }
+    found
+}
+
+guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
+    let s = setup();
+    assert!(our_bpf_objects().is_empty(), "programs attached before the daemon: {:?}", our_bpf_objects());
+    let daemon = start_daemon(&config(false, true), &[]);
+    let started = log_events().into_iter().find(|e| e["event"] == "bpf_source").expect("no bpf_source line: BPF did not start");
+    println!("RESULT bpf hooks: {}", started["hooks"]["attached"]);
+    assert!(started["hooks"]["attach_failed"].as_array().unwrap().is_empty(), "{started}");
+    let attached = our_bpf_objects();
+    assert!(!attached.is_empty(), "bpftool shows none of our programs while the daemon runs");
+    std::thread::sleep(Duration::from_millis(1500)); // a tick to register the threshold
+
+    let t0 = Instant::now();
+    let mut prot = spawn_workload(&s.prot, "alloc", &["--mb", "64", "--hold-ms", "30000"]);
+    let write = wait_low_write(Duration::from_secs(30));
+    let waited = t0.elapsed();
+    let _ = prot.kill();
+    let _ = prot.wait();
+    let write = write.unwrap_or_else(|| panic!("no memory.high write on low within 30 s; log:\n{:#?}", log_events()));
+    println!("RESULT first write {:.0} ms after prot started: {}", waited.as_secs_f64() * 1e3, write["why"]);
+    assert!(write["why"].as_str().unwrap().contains("bpf threshold"), "write was not for the BPF source: {write}");
+    let crossing = log_events().into_iter().find(|e| e["event"] == "bpf" && e["cgroup"] == "prot").expect("no bpf crossing logged for prot");
+    println!("RESULT first crossing: {crossing}");
+
+    stop_daemon(daemon);
+    let summary = log_events().into_iter().find(|e| e["event"] == "bpf_summary").expect("no bpf_summary at stop");
+    let c = &summary["bpf"]["counters"]["prot"];
+    println!("RESULT prot counters {c}, stats {}", summary["bpf"]["stats"]);
+    let total = c["total"].as_array().expect("prot counters");
+    assert!(total[0].as_u64().unwrap() + total[1].as_u64().unwrap() > 0, "no reclaim or over-high counted for prot: {c}");
+    assert!(total[3].as_u64().unwrap() > 0, "no page faults counted for prot: {c}");
+    let left = our_bpf_objects();
+    assert!(left.is_empty(), "left attached after the daemon stopped: {left:?}");
+    assert_eq!(s.low.limit("memory.high").unwrap(), Limit::Max, "low's memory.high not restored");
+    s.teardown();
+});
+
+guest_test!(bpf_fallback_when_disabled_or_refused, |g| g, {
+    let s = setup();
+    // 1. Disabled in the config: nothing loads, nothing is said about BPF.
+    let daemon = start_daemon(&config(true, false), &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(our_bpf_objects().is_empty(), "bpf = false but programs are attached");
+    stop_daemon(daemon);
+    assert!(!log_events().iter().any(|e| e["event"] == "bpf_source" || e["message"].as_str().is_some_and(|m| m.contains("BPF"))));
+
+    // 2. Refused by the kernel: the daemon runs without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN.
+    // It must log one line saying why and still react, on PSI.
+    let daemon = start_daemon(&config(true, true), &["setpriv", "--bounding-set", "-bpf,-perfmon,-sys_admin", "--inh-caps", "-bpf,-perfmon,-sys_admin", "--"]);
+    let degraded: Vec<String> = log_events().iter().filter(|e| e["event"] == "degraded").filter_map(|e| e["message"].as_str().map(String::from)).collect();
+    let bpf_lines: Vec<&String> = degraded.iter().filter(|m| m.contains("BPF")).collect();
+    println!("RESULT fallback line: {bpf_lines:?}");
+    assert_eq!(bpf_lines.len(), 1, "want exactly one line about BPF: {degraded:?}");
+    assert!(bpf_lines[0].starts_with("BPF pressure source off:") && bpf_lines[0].contains("continuing on PSI"), "{}", bpf_lines[0]);
+    assert!(our_bpf_objects().is_empty(), "programs attached although the load was refused");
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut prot = spawn_workload(&s.prot, "alloc", &["--mb", "64", "--hold-ms", "30000"]);
+    let write = wait_low_write(Duration::from_secs(30));
+    let _ = prot.kill();
+    let _ = prot.wait();
+    let write = write.unwrap_or_else(|| panic!("PSI fallback did not throttle low within 30 s; log:\n{:#?}", log_events()));
+    println!("RESULT fallback write: {}", write["why"]);
+    assert!(!write["why"].as_str().unwrap().contains("bpf"), "{write}");
+    stop_daemon(daemon);
+    assert_eq!(s.low.limit("memory.high").unwrap(), Limit::Max, "low's memory.high not restored");
+    s.teardown();
+});
