@@ -2,6 +2,7 @@
 
 mod daemon_cmd;
 mod demo;
+mod dirty;
 mod doctor;
 mod replay_cmd;
 mod scenario;
@@ -39,6 +40,8 @@ enum Cmd {
     Status(daemon_cmd::StatusArgs),
     /// Replay an agent's memory trace (resources.json) as a workload, optionally in a cgroup.
     Replay(replay_cmd::ReplayArgs),
+    /// Run a measured experiment in real-kernel guests (dirty-noisy-neighbour: docs/dirty-isolation.md).
+    Experiment(dirty::ExperimentArgs),
     /// Check whether memqos can run on this machine and which kernel interfaces it will use.
     Doctor {
         /// Print the report as JSON.
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Demo { kernel, in_guest, json } => demo::run(&kernel, in_guest, json),
+        Cmd::Experiment(a) => dirty::run_cli(a),
         Cmd::Doctor { json } => run_doctor(json),
         Cmd::Daemon(a) => daemon_cmd::daemon(a),
         Cmd::Restore(a) => daemon_cmd::restore(a),
