@@ -44,6 +44,8 @@ pub struct Settings {
     pub fill_secs: u64,
     pub contended_secs: u64,
     pub victim_rate_kib: u64,
+    /// Scratch ext4 mounted with lazytime (no journal handle per write for mtime).
+    pub lazytime: bool,
 }
 
 #[derive(Args, Debug)]
@@ -69,12 +71,20 @@ pub struct ExperimentArgs {
     /// Seconds the victim runs next to the noisy writer.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=120))]
     pub contended_secs: u64,
+    /// Mount the scratch ext4 without lazytime: every write() then updates mtime through the
+    /// ext4 journal and also stalls on jbd2 commits (seconds on this disk), alone or not.
+    #[arg(long)]
+    pub no_lazytime: bool,
     /// Print the full report (every iteration and sample) as JSON on stdout.
     #[arg(long)]
     pub json: bool,
     /// Also write the full JSON report to this file.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Build the report from guest reports saved by earlier runs (each guest leaves
+    /// dirty-<policy>.json in its results directory) instead of booting guests.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub from: Vec<PathBuf>,
     /// Inside a guest: run one policy's iterations and write a GuestReport to this file.
     #[arg(long, hide = true, value_name = "FILE")]
     pub in_guest: Option<PathBuf>,
@@ -98,6 +108,7 @@ impl ExperimentArgs {
             fill_secs: self.fill_secs,
             contended_secs: self.contended_secs,
             victim_rate_kib: 500,
+            lazytime: !self.no_lazytime,
         }
     }
 }
@@ -114,18 +125,16 @@ pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
         std::fs::write(out, serde_json::to_string(&report)?).with_context(|| format!("writing {}", out.display()))?;
         return Ok(0);
     }
-    let policies = match args.policy {
-        PolicyChoice::Stock => vec![Policy::Stock],
-        PolicyChoice::Memqos => vec![Policy::Memqos],
-        PolicyChoice::Both => vec![Policy::Stock, Policy::Memqos],
+    let report = if args.from.is_empty() {
+        run_experiment(&cli_opts(&args)?)?
+    } else {
+        let mut runs = Vec::new();
+        for path in &args.from {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            runs.push(serde_json::from_str::<GuestReport>(&text).with_context(|| format!("parsing {}", path.display()))?);
+        }
+        report::build(runs)
     };
-    let opts = ExperimentOpts {
-        kernels: Series::parse_list(&args.kernel)?,
-        policies,
-        settings: args.settings(),
-        progress: !args.json,
-    };
-    let report = run_experiment(&opts)?;
     if let Some(out) = &args.out {
         if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
@@ -138,6 +147,15 @@ pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
         print!("{}", report::render(&report));
     }
     Ok(0)
+}
+
+fn cli_opts(args: &ExperimentArgs) -> Result<ExperimentOpts> {
+    let policies = match args.policy {
+        PolicyChoice::Stock => vec![Policy::Stock],
+        PolicyChoice::Memqos => vec![Policy::Memqos],
+        PolicyChoice::Both => vec![Policy::Stock, Policy::Memqos],
+    };
+    Ok(ExperimentOpts { kernels: Series::parse_list(&args.kernel)?, policies, settings: args.settings(), progress: !args.json })
 }
 
 /// Boots one guest per kernel and policy, runs `settings.runs` iterations in each, and
@@ -166,8 +184,8 @@ pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
                 "/bin/sh".to_string(),
                 "-c".to_string(),
                 format!(
-                    "exec \"$0\" experiment dirty-noisy-neighbour --policy {policy_arg} --runs {} --solo-secs {} --fill-secs {} --contended-secs {} --in-guest \"$MEMQOS_RESULTS/{name}\"",
-                    s.runs, s.solo_secs, s.fill_secs, s.contended_secs
+                    "exec \"$0\" experiment dirty-noisy-neighbour --policy {policy_arg} --runs {} --solo-secs {} --fill-secs {} --contended-secs {}{} --in-guest \"$MEMQOS_RESULTS/{name}\"",
+                    s.runs, s.solo_secs, s.fill_secs, s.contended_secs, if s.lazytime { "" } else { " --no-lazytime" }
                 ),
                 exe.clone(),
             ];
@@ -191,6 +209,9 @@ pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
             let text = std::fs::read_to_string(&path).with_context(|| format!("reading the guest's report {}", path.display()))?;
             let mut r: GuestReport = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
             r.kernel = kernel.release();
+            if opts.progress {
+                eprintln!("  guest report: {}", path.display());
+            }
             runs.push(r);
         }
     }
