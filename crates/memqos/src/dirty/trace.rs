@@ -60,7 +60,7 @@ pub struct Sleeps {
     pub pauses: u64,
     /// Sum of positive pauses, ms.
     pub slept_ms: u64,
-    /// Longest single pause, ms (the kernel caps it at MAX_PAUSE = 200 ms).
+    /// Longest single pause, ms, 0 if none (the kernel caps it at MAX_PAUSE = 200 ms).
     pub max_pause_ms: i64,
 }
 
@@ -112,7 +112,7 @@ mod tests {
              kworker/u8:1-55 [001] .....   230.0: balance_dirty_pages: bdi 254:0: limit=1 setpoint=1 dirty=1 wb_setpoint=1 wb_dirty=1 dirty_ratelimit=1 task_ratelimit=1 dirtied=1 dirtied_pause=0 paused=0 pause=12 period=0 think=0 cgroup_ino=28\n";
         let s = summarize(text);
         assert_eq!(s.by_cgroup_ino[&28], Sleeps { events: 2, pauses: 2, slept_ms: 212, max_pause_ms: 200 });
-        assert_eq!(s.by_cgroup_ino[&82], Sleeps { events: 1, pauses: 0, slept_ms: 0, max_pause_ms: -24724 });
+        assert_eq!(s.by_cgroup_ino[&82], Sleeps { events: 1, pauses: 0, slept_ms: 0, max_pause_ms: 0 });
         assert_eq!(s.by_task["fio"].events, 2);
         assert_eq!(s.by_task["kworker/u8:1"].slept_ms, 12);
     }
