@@ -12,6 +12,7 @@
 //! 5. SIGTERM/SIGINT only set a flag; the loop ends and the journal is restored.
 
 mod bpf_source;
+mod dirty;
 pub mod journal;
 mod observe;
 mod signals;
@@ -111,6 +112,7 @@ pub fn run(opts: Options) -> Result<()> {
     let mut signals = Signals::new(cfg.signals.psi, cfg.signals.events, cfg.signals.bpf);
     let mut engine = Engine::new(cfg.clone());
     let mut sampler = Sampler::new(opts.stats_backend);
+    let mut dirty = dirty::DirtyEnforcer::new(&cfg);
     let mut recent: VecDeque<Decision> = VecDeque::new();
     let started = Instant::now();
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
@@ -138,7 +140,10 @@ pub fn run(opts: Options) -> Result<()> {
                     c.signals.push(ev);
                 }
             }
-            let decisions = engine.tick(&obs);
+            let mut decisions = engine.tick(&obs);
+            if let Some(d) = dirty.as_mut() {
+                decisions = d.adjust(&cfg, &root, &obs, decisions, &state_dir);
+            }
             for d in &decisions {
                 apply(&root, &mut journal, d, &state_dir)?;
                 recent.push_back(d.clone());

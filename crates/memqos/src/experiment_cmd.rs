@@ -6,7 +6,7 @@
 //! `OUT/runs/<scenario>/<kernel>/`, and everything under `OUT/runs` is summarized.
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, Subcommand};
 use memqos_experiment::runner::{self, RunnerOptions};
 use memqos_experiment::scenario::Scenario;
 use memqos_experiment::summary;
@@ -15,15 +15,19 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 #[command(after_help = "\
 SCENARIO is a file name under --dir without .toml (oom, contention, isolation, overhead,
-sweep), a path to a scenario file, or \"all\". Each scenario is one guest per kernel; the
+sweep), a path to a scenario file, or \"all\"; `memqos experiment dirty-noisy-neighbour
+--help` is the dirty-page experiment. Each scenario is one guest per kernel; the
 guest runs --runs runs, each run every arm (each trace alone, then each policy) in a rotated
 order. Results accumulate under OUT/runs; OUT/summary.json, OUT/report.md and the plots are
 rebuilt from everything there at the end (or alone with --report-only).
 
 Example: memqos experiment oom --runs 5 --kernel all")]
 pub struct ExperimentArgs {
+    #[command(subcommand)]
+    special: Option<SpecialExperiment>,
     /// Scenarios to run.
     #[arg(required_unless_present_any = ["report_only", "list", "in_guest"])]
     scenarios: Vec<String>,
@@ -56,7 +60,19 @@ pub struct ExperimentArgs {
     in_guest: bool,
 }
 
+/// Experiments with their own runner (not scenario files).
+#[derive(Subcommand)]
+pub enum SpecialExperiment {
+    /// A buffered writer floods the dirty-page pool while a rate-limited sibling writes
+    /// (throttled 256 KB/s disk): stock kernel vs memqos dirty.max/dirty.min
+    /// (docs/dirty-isolation.md).
+    DirtyNoisyNeighbour(crate::dirty::ExperimentArgs),
+}
+
 pub fn run(args: ExperimentArgs) -> Result<u8> {
+    if let Some(SpecialExperiment::DirtyNoisyNeighbour(a)) = args.special {
+        return crate::dirty::run_cli(a);
+    }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }

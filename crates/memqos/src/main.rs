@@ -3,6 +3,7 @@
 mod bench_reaction;
 mod daemon_cmd;
 mod demo;
+mod dirty;
 mod doctor;
 mod experiment_cmd;
 mod replay_cmd;
@@ -43,7 +44,8 @@ enum Cmd {
     Status(daemon_cmd::StatusArgs),
     /// Replay an agent's memory trace (resources.json) as a workload, optionally in a cgroup.
     Replay(replay_cmd::ReplayArgs),
-    /// Run the isolation experiments (scenarios in experiments/) in real-kernel guests.
+    /// Run the isolation experiments (scenarios in experiments/) or the dirty-page
+    /// noisy-neighbour experiment in real-kernel guests.
     Experiment(experiment_cmd::ExperimentArgs),
     /// Check whether memqos can run on this machine and which kernel interfaces it will use.
     Doctor {
@@ -53,13 +55,10 @@ enum Cmd {
     },
     /// memcg statistics of a cgroup subtree (table, --json or --prom), from one snapshot.
     Stat(stat::StatArgs),
-    /// Benchmarks.
-    #[command(subcommand)]
-    Bench(BenchCmd),
     /// Boot real Debian kernels in QEMU guests and run commands inside them.
     #[command(subcommand)]
     Vm(vm_cmd::VmCmd),
-    /// Benchmarks that boot real kernels in QEMU guests.
+    /// Benchmarks: statistics reading (host or guest) and reaction delay (guests).
     #[command(subcommand)]
     Bench(BenchCmd),
     /// Small deterministic memory workloads (used by tests and the demo).

@@ -33,9 +33,10 @@ pub struct RunArgs {
     /// Enable zswap (useful with --swap).
     #[arg(long)]
     zswap: bool,
-    /// Attach an ext4 scratch disk of this many MiB, mounted at /run/scratch.
-    #[arg(long)]
-    scratch: Option<u64>,
+    /// Attach an ext4 scratch disk of MB MiB, mounted at /run/scratch; ":BPS" throttles its
+    /// writes to BPS bytes/s (QEMU throttling.bps-write), e.g. 1024:262144.
+    #[arg(long, value_name = "MB[:BPS]", value_parser = parse_scratch)]
+    scratch: Option<(u64, Option<u64>)>,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
@@ -79,8 +80,8 @@ fn run_command(args: RunArgs) -> Result<u8> {
         if let Some(mb) = args.swap {
             guest = guest.swap_mb(mb);
         }
-        if let Some(mb) = args.scratch {
-            guest = guest.scratch_mb(mb, None);
+        if let Some((mb, write_bps)) = args.scratch {
+            guest = guest.scratch_mb(mb, write_bps);
         }
         let run = guest.run(&args.command)?;
         eprintln!(
@@ -90,4 +91,18 @@ fn run_command(args: RunArgs) -> Result<u8> {
         worst = worst.max(run.exit_code.clamp(0, 255) as u8);
     }
     Ok(worst)
+}
+
+/// `MB` or `MB:BPS` (both positive integers).
+fn parse_scratch(text: &str) -> Result<(u64, Option<u64>), String> {
+    let number = |what: &str, s: &str| -> Result<u64, String> {
+        match s.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{what} {s:?} is not a positive integer (expected MB or MB:BPS, e.g. 1024:262144)")),
+        }
+    };
+    match text.split_once(':') {
+        None => Ok((number("size", text)?, None)),
+        Some((mb, bps)) => Ok((number("size", mb)?, Some(number("write rate", bps)?))),
+    }
 }

@@ -103,6 +103,49 @@ pub struct Tier {
     /// `kill` (default false, needs `throttle`): last-resort escalation via cgroup.kill.
     /// Never happens unless set.
     pub kill: bool,
+    /// `dirty` (optional inline table `{ max = ..., min = ... }`): bounds on the dirty page
+    /// cache of each of the tier's cgroups (see docs/dirty-isolation.md).
+    pub dirty: Dirty,
+}
+
+/// A tier's dirty page-cache bounds, enforced through the kernel's per-memcg dirty domain
+/// (the daemon sizes memory.high so that balance_dirty_pages() throttles the cgroup itself
+/// at its ceiling, and keeps the host's dirty pool below the freerun ceiling for floors).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Dirty {
+    /// `dirty.max`: ceiling on each cgroup's dirty + writeback page cache.
+    pub max: Option<DirtyMax>,
+    /// `dirty.min` (bytes, >= 4K): floor; while each such cgroup holds less than this, it
+    /// should never be throttled in balance_dirty_pages() because of other cgroups. The
+    /// floors of all present cgroups are reserved out of the host's freerun ceiling, and
+    /// `dirty.max` cgroups share what is left.
+    pub min: Option<u64>,
+}
+
+impl Dirty {
+    /// True when the tier has a ceiling or a floor.
+    pub fn is_set(&self) -> bool {
+        self.max.is_some() || self.min.is_some()
+    }
+}
+
+/// `dirty.max`: bytes (`"8M"`, an integer, >= 64K) or a ratio (a float in (0, 1]) of the
+/// host's dirty threshold (vm.dirty_bytes, or vm.dirty_ratio of dirtyable memory).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DirtyMax {
+    Bytes(u64),
+    Ratio(f64),
+}
+
+impl DirtyMax {
+    /// The ceiling in bytes for a host whose dirty threshold is `host_thresh_bytes`.
+    pub fn bytes(self, host_thresh_bytes: u64) -> u64 {
+        match self {
+            DirtyMax::Bytes(b) => b,
+            DirtyMax::Ratio(r) => (host_thresh_bytes as f64 * r) as u64,
+        }
+    }
 }
 
 impl Tier {

@@ -212,6 +212,16 @@ pub enum Reason {
     },
     /// `Engine::restore_all`: back to the original value.
     Restore,
+    /// memory.high sized so the kernel's per-memcg dirty limit is the tier's dirty ceiling
+    /// (see `dirty::plan`).
+    DirtyCeiling {
+        /// The ceiling this tick.
+        cap_bytes: u64,
+        /// The cgroup's dirty + writeback bytes when decided.
+        dirty_bytes: u64,
+        /// What all capped cgroups share (freerun ceiling - floors - unbounded writers).
+        budget_bytes: u64,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -254,6 +264,17 @@ impl fmt::Display for Reason {
             Reason::Relieved { by } => write!(f, "{by} no longer stalls"),
             Reason::CauseGone { by } => write!(f, "{by} is gone"),
             Reason::Restore => f.write_str("restoring the original value"),
+            Reason::DirtyCeiling {
+                cap_bytes,
+                dirty_bytes,
+                budget_bytes,
+            } => write!(
+                f,
+                "dirty ceiling {} (holds {} dirty+writeback; capped cgroups share {})",
+                human(*cap_bytes),
+                human(*dirty_bytes),
+                human(*budget_bytes)
+            ),
         }
     }
 }

@@ -47,11 +47,12 @@
 
 pub mod config;
 pub mod decision;
+pub mod dirty;
 pub mod engine;
 pub mod obs;
 pub mod size;
 
-pub use config::{Config, ConfigError, Policy, Protect, Signals, Tier, TierIndex, Tiers};
+pub use config::{Config, ConfigError, Dirty, DirtyMax, Policy, Protect, Signals, Tier, TierIndex, Tiers};
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status};
 pub use obs::{CgroupObs, Knobs, MemEvents, Observation, ParentObs, Psi, SignalEvent};

@@ -84,7 +84,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -106,6 +106,11 @@ fn errors_name_file_line_column_and_field() {
         (format!("cgroup_root = \"relative\"\n{tier}"), "memqos.toml:1:15: cgroup_root: must be an absolute path, got \"relative\""),
         (format!("{ROOT}{tier}[polcy]\n"), "memqos.toml:5:2: polcy: unknown field `polcy`, expected one of `cgroup_root`, `state_dir`, `signals`, `tier`, `policy`"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"\n"), "memqos.toml:5:1: tier[0].match: invalid array; expected `]`"),
+        (format!("{ROOT}{tier}dirty = {{ max = 1.5 }}\n"), "memqos.toml:5:17: tier[0].dirty.max: ratio 1.5 is out of range (0, 1] (a fraction of the host's dirty threshold; use a size like \"8M\" for bytes)"),
+        (format!("{ROOT}{tier}dirty = {{ max = \"4K\" }}\n"), "memqos.toml:5:17: tier[0].dirty.max: 4096 bytes is too small (at least 65536)"),
+        (format!("{ROOT}{tier}dirty = {{ min = \"1K\" }}\n"), "memqos.toml:5:17: tier[0].dirty.min: 1024 bytes is too small (at least 4096)"),
+        (format!("{ROOT}{tier}dirty = {{ max = \"4M\", min = \"8M\" }}\n"), "memqos.toml:5:29: tier[0].dirty.min: dirty.min (8388608 bytes) is above dirty.max (4194304 bytes)"),
+        (format!("{ROOT}{tier}dirty = {{ mx = \"4M\" }}\n"), "memqos.toml:5:11: tier[0].dirty: unknown field `mx`, expected `max` or `min`"),
     ];
     for (text, want) in cases {
         assert_eq!(err(&text), want, "config:\n{text}");

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::Source;
-use super::{Config, ConfigError, Policy, Protect, Signals, Tier, Tiers};
-use crate::size::ByteSize;
+use super::{Config, ConfigError, Dirty, DirtyMax, Policy, Protect, Signals, Tier, Tiers};
+use crate::size::{parse_size, ByteSize};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,6 +43,89 @@ struct RawTier {
     throttle: Option<bool>,
     freeze: Option<Spanned<bool>>,
     kill: Option<Spanned<bool>>,
+    dirty: Option<RawDirty>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDirty {
+    max: Option<Spanned<RawDirtyMax>>,
+    min: Option<Spanned<ByteSize>>,
+}
+
+/// A float is a ratio, an integer or a size string is bytes.
+enum RawDirtyMax {
+    Bytes(u64),
+    Ratio(f64),
+}
+
+impl<'de> Deserialize<'de> for RawDirtyMax {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de;
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = RawDirtyMax;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a byte size (\"8M\" or an integer) or a ratio of the host's dirty threshold (a float in (0, 1])")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDirtyMax, E> {
+                Ok(RawDirtyMax::Bytes(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawDirtyMax, E> {
+                u64::try_from(v)
+                    .map(RawDirtyMax::Bytes)
+                    .map_err(|_| E::custom(format!("byte size must not be negative, got {v}")))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawDirtyMax, E> {
+                Ok(RawDirtyMax::Ratio(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawDirtyMax, E> {
+                parse_size(v).map(RawDirtyMax::Bytes).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Smallest accepted `dirty.max` in bytes: below this the kernel's per-memcg limit is a
+/// handful of pages and the cgroup would be throttled on nearly every write.
+const MIN_DIRTY_MAX: u64 = 64 << 10;
+
+fn dirty(src: &Source, i: usize, d: Option<RawDirty>) -> Result<Dirty, ConfigError> {
+    let Some(d) = d else { return Ok(Dirty::default()) };
+    let field = |f: &str| format!("tier[{i}].dirty.{f}");
+    let max = match d.max {
+        None => None,
+        Some(m) => {
+            let span = m.span();
+            match m.into_inner() {
+                RawDirtyMax::Bytes(b) if b >= MIN_DIRTY_MAX => Some(DirtyMax::Bytes(b)),
+                RawDirtyMax::Bytes(b) => {
+                    return Err(src.at(Some(span), &field("max"), format!("{b} bytes is too small (at least {MIN_DIRTY_MAX})")))
+                }
+                RawDirtyMax::Ratio(r) if r > 0.0 && r <= 1.0 => Some(DirtyMax::Ratio(r)),
+                RawDirtyMax::Ratio(r) => {
+                    return Err(src.at(
+                        Some(span),
+                        &field("max"),
+                        format!("ratio {r} is out of range (0, 1] (a fraction of the host's dirty threshold; use a size like \"8M\" for bytes)"),
+                    ))
+                }
+            }
+        }
+    };
+    let min_span = d.min.as_ref().map(|m| m.span());
+    let min = match d.min {
+        None => None,
+        Some(m) if m.get_ref().0 >= 4096 => Some(m.get_ref().0),
+        Some(m) => return Err(src.at(Some(m.span()), &field("min"), format!("{} bytes is too small (at least 4096)", m.get_ref().0))),
+    };
+    if let (Some(DirtyMax::Bytes(hi)), Some(lo)) = (max, min) {
+        if lo > hi {
+            return Err(src.at(min_span, &field("min"), format!("dirty.min ({lo} bytes) is above dirty.max ({hi} bytes)")));
+        }
+    }
+    Ok(Dirty { max, min })
 }
 
 #[derive(Deserialize, Default)]
@@ -186,6 +269,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
                 }
             }
         }
+        let dirty = dirty(src, i, t.dirty)?;
         tiers.push(Tier {
             name: name.to_string(),
             patterns: t
@@ -198,6 +282,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             throttle,
             freeze: t.freeze.is_some_and(|f| *f.get_ref()),
             kill: t.kill.is_some_and(|f| *f.get_ref()),
+            dirty,
         });
         matchers.push(set);
     }

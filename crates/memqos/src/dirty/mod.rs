@@ -1,0 +1,216 @@
+//! `memqos experiment dirty-noisy-neighbour`: the dirty-page noisy-neighbour reproducer
+//! (seeds/memcg-dirty-ratio-dirty-min-rfc.txt, issue 7) run in real-kernel guests, stock and
+//! with memqos's per-tier `dirty.max` / `dirty.min`, side by side. See docs/dirty-isolation.md.
+
+mod guest;
+mod report;
+mod trace;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use memqos_vmtest::{kernels, Guest, Series};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use guest::GuestReport;
+pub use report::Report;
+
+/// The guest's scratch disk: 256 MiB of ext4, writes throttled to 256 KB/s by QEMU.
+pub const SCRATCH_MB: u64 = 256;
+pub const DISK_WRITE_BPS: u64 = 262_144;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// No memqos: the kernel's own dirty throttling.
+    Stock,
+    /// The memqos daemon with the victim tier's dirty.min and the noisy tier's dirty.max.
+    Memqos,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PolicyChoice {
+    Stock,
+    Memqos,
+    Both,
+}
+
+/// Phase lengths and rates; the defaults are the issue's.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Settings {
+    pub runs: u32,
+    pub solo_secs: u64,
+    pub fill_secs: u64,
+    pub contended_secs: u64,
+    pub victim_rate_kib: u64,
+    /// Scratch ext4 mounted with lazytime (no journal handle per write for mtime).
+    pub lazytime: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExperimentArgs {
+    /// Iterations per kernel and policy (one guest boot runs them all).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub runs: u32,
+    /// Kernel series: "6.12", "7", "6.12,7" or "all".
+    #[arg(long, default_value = "all")]
+    pub kernel: String,
+    /// Which policies to run.
+    #[arg(long, value_enum, default_value_t = PolicyChoice::Both)]
+    pub policy: PolicyChoice,
+    /// Seconds the victim runs alone.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=120))]
+    pub solo_secs: u64,
+    /// Seconds the noisy writer runs before the victim starts (it fills the dirty pool).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub fill_secs: u64,
+    /// Seconds the victim runs next to the noisy writer.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=120))]
+    pub contended_secs: u64,
+    /// Mount the scratch ext4 without lazytime: every write() then updates mtime through the
+    /// ext4 journal and also stalls on jbd2 commits (seconds on this disk), alone or not.
+    #[arg(long)]
+    pub no_lazytime: bool,
+    /// Print the full report (every iteration and sample) as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the full JSON report to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Build the report from guest reports saved by earlier runs (each guest leaves
+    /// dirty-<policy>.json in its results directory) instead of booting guests.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub from: Vec<PathBuf>,
+    /// Inside a guest: run one policy's iterations and write a GuestReport to this file.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub in_guest: Option<PathBuf>,
+}
+
+/// What `run_experiment` needs; `ExperimentArgs` converts into it.
+#[derive(Clone, Debug)]
+pub struct ExperimentOpts {
+    pub kernels: Vec<Series>,
+    pub policies: Vec<Policy>,
+    pub settings: Settings,
+    /// Echo the guests' progress lines to stderr.
+    pub progress: bool,
+}
+
+impl ExperimentArgs {
+    fn settings(&self) -> Settings {
+        Settings {
+            runs: self.runs,
+            solo_secs: self.solo_secs,
+            fill_secs: self.fill_secs,
+            contended_secs: self.contended_secs,
+            victim_rate_kib: 500,
+            lazytime: !self.no_lazytime,
+        }
+    }
+}
+
+/// The CLI entry: `memqos experiment dirty-noisy-neighbour ...`.
+pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
+    if let Some(out) = &args.in_guest {
+        let policy = match args.policy {
+            PolicyChoice::Stock => Policy::Stock,
+            PolicyChoice::Memqos => Policy::Memqos,
+            PolicyChoice::Both => bail!("--in-guest runs one policy: pass --policy stock or --policy memqos"),
+        };
+        let report = guest::run(&args.settings(), policy)?;
+        std::fs::write(out, serde_json::to_string(&report)?).with_context(|| format!("writing {}", out.display()))?;
+        return Ok(0);
+    }
+    let report = if args.from.is_empty() {
+        run_experiment(&cli_opts(&args)?)?
+    } else {
+        let mut runs = Vec::new();
+        for path in &args.from {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            runs.push(serde_json::from_str::<GuestReport>(&text).with_context(|| format!("parsing {}", path.display()))?);
+        }
+        report::build(runs)
+    };
+    if let Some(out) = &args.out {
+        if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(out, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", out.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report::render(&report));
+    }
+    Ok(0)
+}
+
+fn cli_opts(args: &ExperimentArgs) -> Result<ExperimentOpts> {
+    let policies = match args.policy {
+        PolicyChoice::Stock => vec![Policy::Stock],
+        PolicyChoice::Memqos => vec![Policy::Memqos],
+        PolicyChoice::Both => vec![Policy::Stock, Policy::Memqos],
+    };
+    Ok(ExperimentOpts { kernels: Series::parse_list(&args.kernel)?, policies, settings: args.settings(), progress: !args.json })
+}
+
+/// Boots one guest per kernel and policy, runs `settings.runs` iterations in each, and
+/// returns every measurement with per-kernel/policy summaries.
+pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let mut runs = Vec::new();
+    for &series in &opts.kernels {
+        let kernel = kernels::ensure(series)?;
+        for &policy in &opts.policies {
+            if opts.progress {
+                eprintln!("== kernel {} policy {policy:?}: {} iterations ==", kernel.release(), opts.settings.runs);
+            }
+            let s = &opts.settings;
+            let per_iteration = s.solo_secs + s.fill_secs + s.contended_secs + 60;
+            let guest = Guest::new(kernel.clone())
+                .scratch_mb(SCRATCH_MB, Some(DISK_WRITE_BPS))
+                .timeout(Duration::from_secs(120 + per_iteration * s.runs as u64))
+                .stream_console(false);
+            let name = format!("dirty-{policy:?}.json").to_lowercase();
+            let policy_arg = format!("{policy:?}").to_lowercase();
+            // The guest writes its report into the shared results directory; the path is
+            // only known once the run directory exists, so the job derives it from
+            // $MEMQOS_RESULTS.
+            let argv = vec![
+                "/bin/sh".to_string(),
+                "-c".to_string(),
+                format!(
+                    "exec \"$0\" experiment dirty-noisy-neighbour --policy {policy_arg} --runs {} --solo-secs {} --fill-secs {} --contended-secs {}{} --in-guest \"$MEMQOS_RESULTS/{name}\"",
+                    s.runs, s.solo_secs, s.fill_secs, s.contended_secs, if s.lazytime { "" } else { " --no-lazytime" }
+                ),
+                exe.clone(),
+            ];
+            let run = guest.run(&argv)?;
+            if opts.progress {
+                for line in run.console.lines().filter(|l| l.starts_with("dirty-noisy-neighbour:")) {
+                    eprintln!("  {line}");
+                }
+            }
+            if !run.success() {
+                let tail: Vec<&str> = run.console.lines().rev().take(30).collect();
+                bail!(
+                    "the experiment failed in the guest on {} ({policy:?}), exit {}; results in {}; last console lines:\n{}",
+                    kernel.release(),
+                    run.exit_code,
+                    run.results_dir.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            let path = run.results_dir.join(&name);
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading the guest's report {}", path.display()))?;
+            let mut r: GuestReport = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+            r.kernel = kernel.release();
+            if opts.progress {
+                eprintln!("  guest report: {}", path.display());
+            }
+            runs.push(r);
+        }
+    }
+    Ok(report::build(runs))
+}
