@@ -16,7 +16,7 @@ fn run(policy: &str) -> serde_json::Value {
     let out = format!("/tmp/dirty-{policy}.json");
     let st = Command::new(memqos_bin())
         .args(["experiment", "dirty-noisy-neighbour", "--policy", policy, "--runs", "1"])
-        .args(["--solo-secs", "8", "--fill-secs", "4", "--contended-secs", "12", "--in-guest", &out])
+        .args(["--solo-secs", "6", "--fill-secs", "4", "--contended-secs", "12", "--in-guest", &out])
         .status()
         .expect("run memqos experiment");
     assert!(st.success(), "experiment ({policy}) failed: {st}");
@@ -51,12 +51,19 @@ guest_test!(dirty_floor_keeps_victim_fast_next_to_noisy_writer, |g| g.memory_mb(
         f(m, &["solo", "iops"]), f(m, &["contended", "iops"]), retention(m), p99_ratio(m), slept(m, "victim"),
         f(m, &["noisy_disk_kib_s"]), slept(m, "noisy"), m["daemon_writes"]
     );
-    // The scenario reproduces the problem: stock, the victim loses most of its rate.
-    assert!(retention(s) < 0.6, "stock kernel did not collapse (retention {:.2}): the test would prove nothing", retention(s));
-    // Protection: the target is 0.9 over 30 s; 0.85 leaves room for fio's rate
-    // limiter in a 12 s TCG window (solo runs themselves vary by a few percent).
+    // The scenario reproduces the problem: stock, the victim is paused in
+    // balance_dirty_pages() because of noisy's dirty pages (at least one MAX_PAUSE in total;
+    // 30 s runs measured 1.2-27 s).
+    assert!(slept(s, "victim") >= 200.0, "stock: the victim never slept in balance_dirty_pages; the test would prove nothing");
+    // Protection. The mechanism: the victim is not paused in balance_dirty_pages() at all
+    // (one MAX_PAUSE of slack for the noisy writer's first burst before its ceiling applies).
+    assert!(slept(m, "victim") <= 200.0, "memqos: the victim slept {:.0} ms in balance_dirty_pages", slept(m, "victim"));
+    // The outcome: the target is 0.9 over 30 s; 0.85 leaves room for fio's rate
+    // limiter in a 12 s TCG window. p99: 3x solo, but never below 30 ms because TCG solo p99s
+    // range 2-9 ms; a balance_dirty_pages() pause is up to 200 ms.
     assert!(retention(m) >= 0.85, "victim kept only {:.2} of its solo IOPS under memqos", retention(m));
-    assert!(p99_ratio(m) <= 3.0, "victim p99 rose {:.1}x under memqos", p99_ratio(m));
+    let p99_limit = (3.0 * f(m, &["solo", "p99_us"])).max(30_000.0);
+    assert!(f(m, &["contended", "p99_us"]) <= p99_limit, "victim p99 {:.1} ms under memqos (limit {:.1} ms)", f(m, &["contended", "p99_us"]) / 1e3, p99_limit / 1e3);
     // The contention was real: noisy was pushed against its ceiling and kept writing.
     assert!(slept(m, "noisy") > 0.0, "noisy was never throttled: it did not reach its dirty ceiling");
     assert!(f(m, &["noisy_disk_kib_s"]) >= 30.0, "noisy barely wrote to disk under memqos");
