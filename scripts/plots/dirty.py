@@ -35,6 +35,15 @@ def main(path, outdir):
                 return s
         return None
 
+    labelled = set()
+
+    def label(ax, text):
+        key = (id(ax), text)
+        if key in labelled:
+            return None
+        labelled.add(key)
+        return text
+
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     width = 0.2
     # Victim IOPS: solo and contended for each policy.
@@ -49,7 +58,7 @@ def main(path, outdir):
                 sp = s[phase]
                 ax.bar(x, sp["median"], width, color=colors[p], hatch=hatch, edgecolor="black",
                        yerr=[[sp["median"] - sp["min"]], [sp["max"] - sp["median"]]], capsize=3,
-                       label=f"{p} {'solo' if phase_i == 0 else 'contended'}" if ki == 0 else None)
+                       label=label(ax, f"{p} {'solo' if phase_i == 0 else 'contended'}"))
     ax.set_xticks(range(len(kernels)), [short(k) for k in kernels])
     ax.set_ylabel("victim write IOPS (target 125)")
     ax.set_title("victim IOPS: solo vs contended")
@@ -67,7 +76,7 @@ def main(path, outdir):
                 sp = s[phase]
                 ax.bar(x, sp["median"], width, color=colors[p], hatch=hatch, edgecolor="black",
                        yerr=[[sp["median"] - sp["min"]], [sp["max"] - sp["median"]]], capsize=3,
-                       label=f"{p} {'solo' if phase_i == 0 else 'contended'}" if ki == 0 else None)
+                       label=label(ax, f"{p} {'solo' if phase_i == 0 else 'contended'}"))
     ax.set_yscale("log")
     ax.set_xticks(range(len(kernels)), [short(k) for k in kernels])
     ax.set_ylabel("victim p99 write() latency, ms (log)")
@@ -86,13 +95,13 @@ def main(path, outdir):
                 sp = s[metric]
                 ax.bar(x, sp["median"], width, color=colors[p], hatch=hatch, edgecolor="black",
                        yerr=[[sp["median"] - sp["min"]], [sp["max"] - sp["median"]]], capsize=3,
-                       label=f"{p} {'noisy' if mi == 0 else 'victim'} to disk" if ki == 0 else None)
+                       label=label(ax, f"{p} {'noisy' if mi == 0 else 'victim'} to disk"))
     ax.set_xticks(range(len(kernels)), [short(k) for k in kernels])
     ax.set_ylabel("KiB/s reaching the disk (io.stat), contended window")
     ax.set_title("disk bandwidth per cgroup")
     ax.legend(fontsize=8)
-    n = max(s["n"] for s in sums)
-    fig.suptitle(f"dirty-noisy-neighbour: medians, bars = min..max over N={n} iterations (TCG guests, 256 KB/s disk)")
+    ns = ", ".join(f"{short(s['kernel'])} {s['policy']} N={s['n']}" for s in sums)
+    fig.suptitle(f"dirty-noisy-neighbour: medians, bars = min..max ({ns}; TCG guests, 256 KB/s disk)", fontsize=10)
     fig.tight_layout()
     fig.savefig(f"{outdir}/summary.png", dpi=100)
 

@@ -407,7 +407,9 @@ fn iteration(settings: &Settings, policy: Policy, victim: &Cgroup, noisy: &Cgrou
     // Phase 2: noisy fills the dirty pool, then the victim runs next to it.
     bdp.clear()?;
     let sampler = Sampler::start(victim.clone(), noisy.clone());
-    let noisy_runtime = settings.fill_secs + settings.contended_secs + 3;
+    // Far longer than needed (fio's start-up under TCG takes seconds); stopped with SIGTERM
+    // (fio then still writes its report) once the victim is done.
+    let noisy_runtime = settings.fill_secs + settings.contended_secs + 120;
     let mut noisy_fio = spawn_in(noisy, &fio_args("noisy", &nf, &["--rw=randwrite"], noisy_runtime, NOISY_FILE_MB, &out.join("noisy.json")))?;
     std::thread::sleep(Duration::from_secs(settings.fill_secs));
     let (n_wchar0, n_disk0, v_disk0) = (wchar(noisy), io_wbytes(noisy), io_wbytes(victim));
@@ -417,6 +419,7 @@ fn iteration(settings: &Settings, policy: Policy, victim: &Cgroup, noisy: &Cgrou
     let window = t0.elapsed().as_secs_f64();
     let (n_wchar1, n_disk1, v_disk1) = (wchar(noisy), io_wbytes(noisy), io_wbytes(victim));
     let contended = read_fio(&out.join("contended.json"))?;
+    unsafe { libc::kill(noisy_fio.id() as i32, libc::SIGTERM) };
     let st = noisy_fio.wait()?;
     if !st.success() {
         bail!("noisy fio failed: {st}");

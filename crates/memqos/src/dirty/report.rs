@@ -46,9 +46,11 @@ pub struct Summary {
     /// Noisy's write() rate during the contended window.
     pub noisy_dirtying_kib_s: Spread,
     pub victim_disk_kib_s: Spread,
-    /// Time the victim's tasks slept in balance_dirty_pages() during the contended phase.
-    pub victim_bdp_slept_ms: Spread,
-    pub noisy_bdp_slept_ms: Spread,
+    /// Sum of the pauses balance_dirty_pages() computed for the victim's cgroup during the
+    /// contended phase (upper bound of its sleep there), and the tracepoint hits.
+    pub victim_bdp_pause_ms: Spread,
+    pub victim_bdp_events: Spread,
+    pub noisy_bdp_pause_ms: Spread,
     /// Peak global dirty + writeback during the contended phase, MiB.
     pub peak_global_dirty_mib: Spread,
     /// Whether every daemon stop restored noisy's memory.high ("max").
@@ -75,8 +77,12 @@ pub struct Report {
     pub runs: Vec<GuestReport>,
 }
 
-fn slept(it: &Iteration, who: &str) -> f64 {
-    it.contended_sleepers.by_cgroup.get(who).map(|s| s.slept_ms as f64).unwrap_or(0.0)
+fn paused(it: &Iteration, who: &str) -> f64 {
+    it.contended_sleepers.by_cgroup.get(who).map(|s| s.pause_ms as f64).unwrap_or(0.0)
+}
+
+fn bdp_events(it: &Iteration, who: &str) -> f64 {
+    it.contended_sleepers.by_cgroup.get(who).map(|s| s.events as f64).unwrap_or(0.0)
 }
 
 pub fn summarize(r: &GuestReport) -> Summary {
@@ -98,8 +104,9 @@ pub fn summarize(r: &GuestReport) -> Summary {
         noisy_disk_kib_s: s(&|i| i.noisy_disk_kib_s),
         noisy_dirtying_kib_s: s(&|i| i.noisy_dirtying_kib_s),
         victim_disk_kib_s: s(&|i| i.victim_disk_kib_s),
-        victim_bdp_slept_ms: s(&|i| slept(i, "victim")),
-        noisy_bdp_slept_ms: s(&|i| slept(i, "noisy")),
+        victim_bdp_pause_ms: s(&|i| paused(i, "victim")),
+        victim_bdp_events: s(&|i| bdp_events(i, "victim")),
+        noisy_bdp_pause_ms: s(&|i| paused(i, "noisy")),
         peak_global_dirty_mib: s(&|i| {
             i.samples.iter().filter(|x| x.t >= 0.0).map(|x| (x.global_dirty + x.global_writeback) as f64 / 1048576.0).fold(0.0, f64::max)
         }),
@@ -141,7 +148,12 @@ pub fn render(r: &Report) -> String {
         out += &format!("  victim p99 ms      solo {}   contended {}   inflation {}x\n", sp(&s.solo_p99_ms, 2), sp(&s.contended_p99_ms, 2), sp(&s.p99_inflation, 2));
         out += &format!("  victim p99.9 ms    solo {}   contended {}   max {}\n", sp(&s.solo_p999_ms, 2), sp(&s.contended_p999_ms, 1), sp(&s.contended_max_ms, 0));
         out += &format!("  noisy KiB/s        to disk {}   write() {}   (victim to disk {})\n", sp(&s.noisy_disk_kib_s, 0), sp(&s.noisy_dirtying_kib_s, 0), sp(&s.victim_disk_kib_s, 0));
-        out += &format!("  slept in balance_dirty_pages (contended), ms: victim {}   noisy {}\n", sp(&s.victim_bdp_slept_ms, 0), sp(&s.noisy_bdp_slept_ms, 0));
+        out += &format!(
+            "  balance_dirty_pages (contended): victim {} pauses summing {} ms   noisy pauses summing {} ms\n",
+            sp(&s.victim_bdp_events, 0),
+            sp(&s.victim_bdp_pause_ms, 0),
+            sp(&s.noisy_bdp_pause_ms, 0)
+        );
         out += &format!("  peak global dirty+writeback MiB {}", sp(&s.peak_global_dirty_mib, 1));
         if let Some(ok) = s.restored_on_stop {
             out += &format!("   knobs restored on daemon stop: {}", if ok { "yes" } else { "NO" });

@@ -56,10 +56,12 @@ impl Drop for BdpTrace {
 pub struct Sleeps {
     /// Tracepoint hits: passes through the throttled path of balance_dirty_pages().
     pub events: u64,
-    /// Hits with a positive pause (the task actually slept).
+    /// Hits with a positive pause.
     pub pauses: u64,
-    /// Sum of positive pauses, ms.
-    pub slept_ms: u64,
+    /// Sum of the positive pauses the kernel computed, ms: an upper bound of the time slept
+    /// (a pause below the task's min_pause is traced but not slept).
+    #[serde(alias = "slept_ms")]
+    pub pause_ms: u64,
     /// Longest single pause, ms, 0 if none (the kernel caps it at MAX_PAUSE = 200 ms).
     pub max_pause_ms: i64,
 }
@@ -92,7 +94,7 @@ pub fn summarize(text: &str) -> BdpSummary {
             sleeps.events += 1;
             if pause > 0 {
                 sleeps.pauses += 1;
-                sleeps.slept_ms += pause as u64;
+                sleeps.pause_ms += pause as u64;
             }
             sleeps.max_pause_ms = sleeps.max_pause_ms.max(pause);
         }
@@ -111,9 +113,9 @@ mod tests {
              fio-179     [001] .....   229.236486: balance_dirty_pages: bdi 254:0: limit=8192 setpoint=7168 dirty=7284 wb_setpoint=98 wb_dirty=0 dirty_ratelimit=1080 task_ratelimit=16232 dirtied=1 dirtied_pause=0 paused=0 pause=-24724 period=0 think=24724 cgroup_ino=82\n\
              kworker/u8:1-55 [001] .....   230.0: balance_dirty_pages: bdi 254:0: limit=1 setpoint=1 dirty=1 wb_setpoint=1 wb_dirty=1 dirty_ratelimit=1 task_ratelimit=1 dirtied=1 dirtied_pause=0 paused=0 pause=12 period=0 think=0 cgroup_ino=28\n";
         let s = summarize(text);
-        assert_eq!(s.by_cgroup_ino[&28], Sleeps { events: 2, pauses: 2, slept_ms: 212, max_pause_ms: 200 });
-        assert_eq!(s.by_cgroup_ino[&82], Sleeps { events: 1, pauses: 0, slept_ms: 0, max_pause_ms: 0 });
+        assert_eq!(s.by_cgroup_ino[&28], Sleeps { events: 2, pauses: 2, pause_ms: 212, max_pause_ms: 200 });
+        assert_eq!(s.by_cgroup_ino[&82], Sleeps { events: 1, pauses: 0, pause_ms: 0, max_pause_ms: 0 });
         assert_eq!(s.by_task["fio"].events, 2);
-        assert_eq!(s.by_task["kworker/u8:1"].slept_ms, 12);
+        assert_eq!(s.by_task["kworker/u8:1"].pause_ms, 12);
     }
 }
