@@ -168,7 +168,8 @@ fn resolve_traces(arg: Option<&Path>) -> Result<PathBuf> {
         for dir in start.ancestors() {
             let candidate = dir.join("shared/traces/agent-haiku");
             if candidate.is_dir() {
-                return Ok(candidate);
+                // Canonical: a symlinked shared/ must resolve to where the guest can see it.
+                return std::fs::canonicalize(&candidate).with_context(|| candidate.display().to_string());
             }
         }
     }
@@ -231,6 +232,7 @@ fn run_in_guest(args: &ExperimentArgs, s: &Scenario, kernel: &kernels::Kernel, t
         .memory_mb(memory_mb)
         .timeout(timeout)
         .env("MEMQOS_SCENARIO", &serde_json::to_string(s)?)
+        .share_path(traces)
         .stream_console(true)
         .run(&argv)?;
     if run.exit_code != 0 {

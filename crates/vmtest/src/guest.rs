@@ -66,6 +66,9 @@ pub struct Guest {
     pub stream_console: bool,
     /// Working directory for the job (must exist on the host; the host root is shared).
     pub cwd: PathBuf,
+    /// Host paths the job reads besides its binary and working directory (e.g. trace data);
+    /// ones under /tmp or /run are carried into the guest like the working directory.
+    pub shared_paths: Vec<PathBuf>,
 }
 
 /// What one guest run produced.
@@ -105,6 +108,7 @@ impl Guest {
             env: Vec::new(),
             stream_console: false,
             cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
+            shared_paths: Vec::new(),
         }
     }
 
@@ -135,6 +139,13 @@ impl Guest {
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Makes `path` visible in the guest even if it lives under the host's /tmp or /run
+    /// (which the guest replaces with its own tmpfs).
+    pub fn share_path(mut self, path: &Path) -> Self {
+        self.shared_paths.push(path.to_path_buf());
         self
     }
 
@@ -332,7 +343,8 @@ impl Guest {
     fn paths_to_keep(&self, command: Option<PathBuf>) -> Vec<String> {
         let mut keep: Vec<String> = Vec::new();
         let exe = std::env::current_exe().ok();
-        for p in [Some(self.cwd.clone()), exe, command].into_iter().flatten() {
+        let extra = self.shared_paths.iter().cloned().map(Some);
+        for p in [Some(self.cwd.clone()), exe, command].into_iter().chain(extra).flatten() {
             let mut parts = p.components().skip(1);
             let (Some(top), Some(sub)) = (parts.next(), parts.next()) else { continue };
             let top = top.as_os_str().to_string_lossy();
