@@ -5,6 +5,9 @@
 //! directory). Restoring writes every recorded original back, thaws first, so no tenant is
 //! left throttled or frozen: on orderly shutdown, from the guardian process when the daemon
 //! dies, and at the next start after a crash.
+//!
+//! Besides cgroup knobs it holds processes' `oom_score_adj` (see `oom_adj.rs`). Those entries
+//! carry the process's start time, so a restore never writes to a recycled pid.
 
 use anyhow::{Context, Result};
 use memqos_cgroupfs::Cgroup;
@@ -22,6 +25,36 @@ pub struct Entry {
     pub file: String,
     /// The exact text found before memqos first wrote it, e.g. "max".
     pub original: String,
+    /// For a per-process knob (`file` = "oom_score_adj"): which process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<Process>,
+}
+
+/// A process, identified across pid reuse by its start time (field 22 of /proc/PID/stat).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Process {
+    pub pid: u32,
+    pub start_time: u64,
+}
+
+impl Process {
+    /// The process `pid` as it is now; None if it is gone.
+    pub fn current(pid: u32) -> Option<Process> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // comm (field 2) may contain spaces and parentheses: count from the last ')'.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let start_time = rest.split_ascii_whitespace().nth(19)?.parse().ok()?;
+        Some(Process { pid, start_time })
+    }
+
+    /// True while this very process (not a successor with the same pid) exists.
+    pub fn is_alive(&self) -> bool {
+        Process::current(self.pid) == Some(*self)
+    }
+
+    pub fn oom_score_adj_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/oom_score_adj", self.pid))
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -71,8 +104,47 @@ impl Journal {
         &self.data.entries
     }
 
+    /// The journaled original of a cgroup knob.
     pub fn original(&self, cgroup: &str, file: &str) -> Option<&str> {
-        self.data.entries.iter().find(|e| e.cgroup == cgroup && e.file == file).map(|e| e.original.as_str())
+        self.data
+            .entries
+            .iter()
+            .find(|e| e.process.is_none() && e.cgroup == cgroup && e.file == file)
+            .map(|e| e.original.as_str())
+    }
+
+    /// The journaled original of a process's knob.
+    pub fn process_original(&self, process: Process, file: &str) -> Option<&str> {
+        self.data
+            .entries
+            .iter()
+            .find(|e| e.process == Some(process) && e.file == file)
+            .map(|e| e.original.as_str())
+    }
+
+    /// Records a process knob's original (unless already recorded), durably, before the
+    /// caller writes it. `cgroup` is where the process was found, for people reading it.
+    pub fn record_process(&mut self, cgroup: &str, process: Process, file: &str, original: &str) -> Result<()> {
+        if self.process_original(process, file).is_some() {
+            return Ok(());
+        }
+        self.data.entries.push(Entry {
+            cgroup: cgroup.into(),
+            file: file.into(),
+            original: original.trim().into(),
+            process: Some(process),
+        });
+        self.persist()
+    }
+
+    /// Drops the entries of these processes (they exited, or their knob was put back).
+    pub fn forget_processes(&mut self, gone: &[Process]) -> Result<()> {
+        let before = self.data.entries.len();
+        self.data.entries.retain(|e| e.process.is_none_or(|p| !gone.contains(&p)));
+        if self.data.entries.len() != before {
+            self.persist()?;
+        }
+        Ok(())
     }
 
     /// Records `original` for (cgroup, file) unless already recorded, durably, before the
@@ -81,7 +153,7 @@ impl Journal {
         if self.original(cgroup, file).is_some() {
             return Ok(());
         }
-        self.data.entries.push(Entry { cgroup: cgroup.into(), file: file.into(), original: original.trim().into() });
+        self.data.entries.push(Entry { cgroup: cgroup.into(), file: file.into(), original: original.trim().into(), process: None });
         self.persist()
     }
 
@@ -104,6 +176,14 @@ impl Journal {
         order.sort_by_key(|e| e.file != "cgroup.freeze");
         let mut report = RestoreReport::default();
         for e in order {
+            if let Some(p) = e.process {
+                match restore_process(p, &e.file, &e.original) {
+                    Ok(true) => report.restored.push(e.clone()),
+                    Ok(false) => report.vanished.push(e.clone()),
+                    Err(err) => report.failed.push((e.clone(), err)),
+                }
+                continue;
+            }
             let cg = if e.cgroup.is_empty() { root.clone() } else { root.child(&e.cgroup) };
             let file = knob_file(&e.file);
             match cg.write_string(file, &e.original) {
@@ -143,6 +223,26 @@ fn knob_file(file: &str) -> &'static str {
         "memory.max" => "memory.max",
         "cgroup.freeze" => "cgroup.freeze",
         _ => "memqos.invalid-journal-entry",
+    }
+}
+
+/// Writes a process knob back if the process still exists. Ok(false): it is gone (or its pid
+/// now belongs to another process), nothing to do.
+fn restore_process(p: Process, file: &str, original: &str) -> std::result::Result<bool, String> {
+    if file != "oom_score_adj" {
+        return Err(format!("unknown process knob {file:?} in the journal (not written)"));
+    }
+    if original.parse::<i32>().map_or(true, |v| !(-1000..=1000).contains(&v)) {
+        return Err(format!("journaled oom_score_adj {original:?} is not in -1000..=1000 (not written)"));
+    }
+    if !p.is_alive() {
+        return Ok(false);
+    }
+    match std::fs::write(p.oom_score_adj_path(), original) {
+        Ok(()) => Ok(true),
+        // Exited between the check and the write.
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) || e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(format!("writing /proc/{}/oom_score_adj: {e}", p.pid)),
     }
 }
 
@@ -193,6 +293,45 @@ mod tests {
         assert!(report.failed.is_empty());
         assert!(!state.join(JOURNAL_FILE).exists(), "a fully restored journal is removed");
         assert!(restore_state_dir(&state).unwrap().is_none());
+    }
+
+    #[test]
+    fn process_entries_restore_only_the_same_process() {
+        let (root, state) = tree("process");
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let live = Process::current(child.id()).expect("child is running");
+        assert!(live.is_alive());
+        let adj = live.oom_score_adj_path();
+        let original = std::fs::read_to_string(&adj).unwrap();
+        let mut j = Journal::open(&state, &root).unwrap();
+        j.record_process("high", live, "oom_score_adj", &original).unwrap();
+        // Raising oom_score_adj needs no privilege, so this runs unprivileged too.
+        std::fs::write(&adj, "700").unwrap();
+        // The same pid with another start time is another process: never written.
+        let recycled = Process { pid: live.pid, start_time: live.start_time + 1 };
+        j.record_process("high", recycled, "oom_score_adj", "-900").unwrap();
+        drop(j);
+
+        let report = restore_state_dir(&state).unwrap().expect("journal present");
+        assert_eq!(std::fs::read_to_string(&adj).unwrap(), original);
+        assert_eq!((report.restored.len(), report.vanished.len()), (1, 1));
+        assert_eq!(report.vanished[0].process, Some(recycled));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!live.is_alive());
+    }
+
+    #[test]
+    fn forgotten_processes_leave_the_journal() {
+        let (root, state) = tree("forget");
+        let mut j = Journal::open(&state, &root).unwrap();
+        let p = Process { pid: 1, start_time: 1 };
+        j.record_process("high", p, "oom_score_adj", "0").unwrap();
+        j.record("low/a", "memory.high", "max").unwrap();
+        j.forget_processes(&[p]).unwrap();
+        let reopened = Journal::open(&state, &root).unwrap();
+        assert_eq!(reopened.entries().len(), 1);
+        assert_eq!(reopened.entries()[0].file, "memory.high");
     }
 
     #[test]

@@ -15,6 +15,8 @@ mod bpf_source;
 mod dirty;
 pub mod journal;
 mod observe;
+mod oom_adj;
+pub mod process;
 mod signals;
 pub mod status;
 
@@ -113,6 +115,7 @@ pub fn run(opts: Options) -> Result<()> {
     let mut engine = Engine::new(cfg.clone());
     let mut sampler = Sampler::new(opts.stats_backend);
     let mut dirty = dirty::DirtyEnforcer::new(&cfg);
+    let mut oom_adj = oom_adj::OomAdjuster::new(&cfg);
     let mut recent: VecDeque<Decision> = VecDeque::new();
     let started = Instant::now();
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
@@ -151,6 +154,18 @@ pub fn run(opts: Options) -> Result<()> {
                     recent.pop_front();
                 }
             }
+            if let Some(adj) = oom_adj.as_mut() {
+                for w in adj.sync(&cfg, &root, &obs, &mut journal)? {
+                    log_event(&state_dir, serde_json::json!({
+                        "event": "write", "cgroup": w.cgroup, "pid": w.pid, "file": oom_adj::FILE,
+                        "value": w.value.to_string(), "previous": w.previous.to_string(), "outcome": w.outcome,
+                        "why": if w.cgroup.is_empty() { "process left its tier: original put back" } else { "tier oom_score_adj" },
+                    }));
+                }
+                for msg in adj.notes.drain(..) {
+                    log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
+                }
+            }
             for c in signals.bpf_crossings.drain(..) {
                 log_event(&state_dir, serde_json::json!({"event": "bpf", "cgroup": c.cgroup, "kind": c.kind, "value": c.value, "ktime_ns": c.ktime_ns, "mono_ns": woke_ns}));
             }
@@ -170,7 +185,7 @@ pub fn run(opts: Options) -> Result<()> {
             reported_degraded = signals.degraded.len();
             // status.json is for people and `memqos status`: once a second, or when knobs change.
             if !decisions.is_empty() || last_status.is_none_or(|t: Instant| t.elapsed() >= STATUS_EVERY) {
-                status::write(&state_dir, &status::Snapshot::new(&cfg, &opts.config_path, &obs, &seen, &engine, &recent))?;
+                status::write(&state_dir, &status::Snapshot::new(&cfg, &opts.config_path, &obs, &seen, &engine, &recent, oom_adj.as_ref().map_or(0, |a| a.adjusted())))?;
                 last_status = Some(Instant::now());
             }
             pending = signals.wait(interval);

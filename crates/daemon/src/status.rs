@@ -22,6 +22,9 @@ pub struct Snapshot {
     pub last_pressure_ms: Option<u64>,
     pub now_ms: u64,
     pub recent_decisions: Vec<serde_json::Value>,
+    /// Processes whose oom_score_adj memqos changed (tiers with `oom_score_adj`).
+    #[serde(default)]
+    pub oom_score_adj_processes: usize,
 }
 
 impl Snapshot {
@@ -32,6 +35,7 @@ impl Snapshot {
         seen: &[Seen],
         engine: &Engine,
         recent: &std::collections::VecDeque<Decision>,
+        oom_score_adj_processes: usize,
     ) -> Snapshot {
         let st = engine.status();
         Snapshot {
@@ -49,6 +53,7 @@ impl Snapshot {
                 .iter()
                 .map(|d| serde_json::json!({"cgroup": d.cgroup, "file": d.action.file(), "value": d.action.value(), "why": d.reason.to_string()}))
                 .collect(),
+            oom_score_adj_processes,
         }
     }
 }

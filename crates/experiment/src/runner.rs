@@ -9,6 +9,7 @@
 
 use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant};
 use anyhow::{bail, Context, Result};
+use memqos_daemon::process::DaemonProcess;
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
@@ -464,9 +465,7 @@ fn remove_tree(parent: &Cgroup) -> Result<()> {
     }
 }
 
-struct Daemon {
-    child: Child,
-}
+struct Daemon(DaemonProcess);
 
 impl Daemon {
     fn start(opts: &RunnerOptions, parent: &Cgroup) -> Result<Daemon> {
@@ -481,32 +480,12 @@ impl Daemon {
             .replace("@STATE_DIR@", STATE_DIR);
         let config = Path::new(STATE_DIR).join("memqos.toml");
         std::fs::write(&config, text)?;
-        let mut child = Command::new(&opts.exe)
-            .args(["daemon", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .spawn()
-            .context("starting memqos daemon")?;
-        let t0 = Instant::now();
-        while !Path::new(STATE_DIR).join("status.json").exists() {
-            if let Some(st) = child.try_wait()? {
-                bail!("memqos daemon exited during start-up: {st}");
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("memqos daemon did not start within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Daemon { child })
+        DaemonProcess::start(&opts.exe, &config, Path::new(STATE_DIR), &[], Stdio::null()).map(Daemon)
     }
 
     /// SIGTERM, wait, and the knob writes it logged (with absolute `t_s`).
-    fn stop(mut self) -> Result<(Vec<DecisionMark>, bool)> {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = self.child.wait()?;
-        let log = std::fs::read_to_string(Path::new(STATE_DIR).join("events.jsonl")).unwrap_or_default();
+    fn stop(self) -> Result<(Vec<DecisionMark>, bool)> {
+        let (status, log) = self.0.stop()?;
         Ok((parse_write_events(&log), status.success()))
     }
 }

@@ -22,11 +22,12 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memqos_cgroupfs::Cgroup;
+use memqos_daemon::process::DaemonProcess;
 use memqos_vmtest::{kernels, Guest, Series};
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -387,18 +388,8 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
         std::fs::write("/run/memqos-cpucost.toml", cpu_config(bpf, interval_ms))?;
         let _ = std::fs::remove_dir_all(STATE);
         std::fs::create_dir_all(STATE)?;
-        let mut daemon = Command::new(&exe)
-            .args(["daemon", "--config", "/run/memqos-cpucost.toml", "--no-guardian"])
-            .stdout(Stdio::null())
-            .spawn()?;
-        let t0 = Instant::now();
-        while !Path::new(STATE).join("status.json").exists() {
-            if t0.elapsed() > Duration::from_secs(30) {
-                stop(&mut daemon);
-                bail!("daemon (cpu cost) did not start");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let daemon = DaemonProcess::start(&exe, Path::new("/run/memqos-cpucost.toml"), Path::new(STATE), &["--no-guardian"], Stdio::null())
+            .context("daemon for the CPU cost")?;
         std::thread::sleep(Duration::from_secs(3)); // start-up (BPF load, first ticks) excluded
         for &load in loads {
             let mut loader = (load == "faults")
@@ -408,9 +399,9 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
                 std::thread::sleep(Duration::from_secs(1));
             }
             let events_before = read_events(&Path::new(STATE).join("events.jsonl")).len();
-            let (c0, f0, w0) = (cpu_ticks(daemon.id())?, vm_pgfault()?, Instant::now());
+            let (c0, f0, w0) = (cpu_ticks(daemon.pid())?, vm_pgfault()?, Instant::now());
             std::thread::sleep(window);
-            let (c1, f1, secs) = (cpu_ticks(daemon.id())?, vm_pgfault()?, w0.elapsed().as_secs_f64());
+            let (c1, f1, secs) = (cpu_ticks(daemon.pid())?, vm_pgfault()?, w0.elapsed().as_secs_f64());
             let logged = read_events(&Path::new(STATE).join("events.jsonl")).len() - events_before;
             if let Some(l) = loader.as_mut() {
                 let _ = l.kill();
@@ -420,7 +411,7 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
             eprintln!("cpu cost: bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)", c.cpu_pct, c.faults_per_s);
             out.push(c);
         }
-        stop(&mut daemon);
+        daemon.stop()?;
     }
     for n in &names {
         let _ = parent.child(n).remove();
@@ -496,20 +487,9 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     let _ = std::fs::remove_dir_all(STATE);
     std::fs::create_dir_all(STATE)?;
     let log = std::fs::File::create("/run/memqos-bench.log")?;
-    let mut daemon = Command::new(exe)
-        .args(["daemon", "--config", "/run/memqos-bench.toml", "--no-guardian"])
-        .stdout(log)
-        .stderr(Stdio::inherit())
-        .spawn()?;
+    let daemon = DaemonProcess::start(exe, Path::new("/run/memqos-bench.toml"), Path::new(STATE), &["--no-guardian"], Stdio::from(log))
+        .context("see /run/memqos-bench.log")?;
     let events = Path::new(STATE).join("events.jsonl");
-    let t0 = Instant::now();
-    while !Path::new(STATE).join("status.json").exists() {
-        if t0.elapsed() > Duration::from_secs(20) {
-            stop(&mut daemon);
-            bail!("daemon did not start within 20 s (see /run/memqos-bench.log)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     // Let the first tick sync the watches (PSI trigger, inotify, BPF thresholds).
     std::thread::sleep(Duration::from_millis(400));
 
@@ -533,7 +513,7 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     let hooks = read_events(&events).into_iter().find(|e| e["event"] == "bpf_source").map(|e| e["hooks"].clone());
     let _ = probe.kill();
     let _ = probe.wait();
-    stop(&mut daemon);
+    daemon.stop()?;
     let (Some(c), Some(w)) = (crossing, write) else { return Ok((None, hooks)) };
     let (Some(before), Some(after)) = (c["before_ns"].as_u64(), c["after_ns"].as_u64()) else {
         eprintln!("probe did not see the crossing: {c}");
@@ -559,12 +539,6 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
         bpf_split,
     };
     Ok((Some(m), hooks))
-}
-
-fn stop(daemon: &mut Child) {
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    let _ = daemon.wait();
 }
 
 fn read_events(path: &Path) -> Vec<serde_json::Value> {

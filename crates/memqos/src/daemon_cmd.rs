@@ -154,6 +154,9 @@ pub fn status(a: StatusArgs) -> Result<u8> {
             if knobs["frozen"].as_bool() == Some(true) { "  FROZEN" } else { "" },
         );
     }
+    if s.oom_score_adj_processes > 0 {
+        println!("oom_score_adj set on {} process(es) of tiers with oom_score_adj", s.oom_score_adj_processes);
+    }
     println!("\nlast decisions:");
     for d in &s.recent_decisions {
         println!("  {}/{} = {}  ({})", d["cgroup"].as_str().unwrap_or(""), d["file"].as_str().unwrap_or(""), d["value"].as_str().unwrap_or(""), d["why"].as_str().unwrap_or(""));

@@ -7,6 +7,7 @@
 
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_daemon::process::{count_writes, DaemonProcess};
 use serde::Serialize;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -147,30 +148,16 @@ pub fn run() -> Result<Report> {
     std::fs::create_dir_all(STATE_DIR)?;
     let config = Path::new(STATE_DIR).join("memqos.toml");
     std::fs::write(&config, CONFIG)?;
-    let mut daemon = Command::new(std::env::current_exe()?)
-        .args(["daemon", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .spawn()?;
-    let t0 = Instant::now();
-    while !Path::new(STATE_DIR).join("status.json").exists() {
-        if t0.elapsed() > Duration::from_secs(30) {
-            let _ = daemon.kill();
-            bail!("the daemon did not start within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let daemon = DaemonProcess::start(&std::env::current_exe()?, &config, Path::new(STATE_DIR), &[], Stdio::null())?;
     let mut managed = run_tasks("memqos", &parent, &all(&high, &low1, &low2));
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    let status = daemon.wait()?;
+    let (status, log) = daemon.stop()?;
     let low_high_after_stop = [&low1, &low2].iter().map(|c| c.limit("memory.high").map(|l| l.to_string()).unwrap_or_default()).collect();
     teardown(&parent);
     if !status.success() {
         bail!("the daemon exited with {status}");
     }
-    let log = std::fs::read_to_string(Path::new(STATE_DIR).join("events.jsonl")).unwrap_or_default();
     if let Ok(m) = managed.as_mut() {
-        m.daemon_writes = log.lines().filter(|l| l.contains("\"event\":\"write\"")).count();
+        m.daemon_writes = count_writes(&log);
     }
     Ok(Report { kernel, solo, unmanaged, managed: managed?, low_high_after_stop })
 }

@@ -58,8 +58,12 @@ fn start(cg: &Cgroup, profile: &str) -> Child {
 }
 
 fn start_daemon(extra: &[&str]) -> Child {
+    start_daemon_with(CONFIG, extra)
+}
+
+fn start_daemon_with(config: &str, extra: &[&str]) -> Child {
     std::fs::create_dir_all("/run/memqos-test").unwrap();
-    std::fs::write("/run/memqos-test.toml", CONFIG).unwrap();
+    std::fs::write("/run/memqos-test.toml", config).unwrap();
     let log = std::fs::File::create("/run/memqos-test.log").unwrap();
     let child = Command::new(memqos_bin())
         .args(["daemon", "--config", "/run/memqos-test.toml"])
@@ -137,6 +141,85 @@ guest_test!(sigkill_mid_throttle_then_restart_restores_every_knob, |g| g.memory_
         assert_eq!(restored, (Limit::Max, Limit::Max, Limit::Bytes(0)), "every knob back to its original");
         assert!(!std::path::Path::new("/run/memqos-test/journal.json").exists(), "journal removed after restore");
         for t in &mut tasks {
+            let _ = t.kill();
+            let _ = t.wait();
+        }
+        teardown(&parent);
+    }
+});
+
+fn oom_score_adj(pid: u32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap().trim().parse().unwrap()
+}
+
+fn signal_of(st: std::process::ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(&st)
+}
+
+// An OOM no throttling can avoid: the low task holds 100 MiB of anon memory (no swap, so
+// memory.high cannot take it back) and the protected one then wants 200 MiB under a 256 MiB
+// parent. The memcg OOM killer ignores memory.low and kills the largest task: the protected
+// one. With the protected tier's oom_score_adj = -900 the kill lands on the low tier, and
+// the protected process gets its original value back when the daemon stops.
+guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memory_mb(1024), {
+    const HIGH: &str = "8:1500,200:1500,200:6000,0:0";
+    const LOW: &str = "100:500,100:30000,0:0";
+    let config = CONFIG.replace("protect = \"low\"", "protect = \"low\"\noom_score_adj = -900");
+    for managed in [false, true] {
+        let parent = make_cgroup("qos");
+        enable_memory(&parent);
+        set(&parent, "memory.max", 256 * MIB);
+        let (high, low) = (parent.child("high"), parent.child("low1"));
+        high.create().unwrap();
+        low.create().unwrap();
+        let mut daemon = managed.then(|| start_daemon_with(&config, &[]));
+        let mut low_task = start(&low, LOW);
+        let t0 = Instant::now();
+        while low.memory_current().unwrap() < 95 * MIB {
+            assert!(t0.elapsed() < Duration::from_secs(30), "low task never reached 95 MiB");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut high_task = start(&high, HIGH);
+        let original = 0; // what a process spawned by this test starts with
+        if managed {
+            // The daemon adjusts new processes on its next tick (200 ms), well inside the
+            // 1.5 s the protected task spends at 8 MiB.
+            std::thread::sleep(Duration::from_millis(1000));
+            assert_eq!(oom_score_adj(high_task.id()), -900, "protected task adjusted");
+            assert_eq!(oom_score_adj(low_task.id()), original, "low tier untouched");
+        }
+        let killed_first = loop {
+            if let Some(st) = low_task.try_wait().unwrap() {
+                break ("low", st);
+            }
+            if let Some(st) = high_task.try_wait().unwrap() {
+                break ("high", st);
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "no task ended: the OOM never happened");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let (high_ev, low_ev) = (events(&high), events(&low));
+        println!("RESULT managed={managed}: first to end {} ({:?}); oom_kill high {} low {}", killed_first.0, killed_first.1, high_ev.oom_kill, low_ev.oom_kill);
+        if managed {
+            assert_eq!(killed_first.0, "low", "the kill must land on the low tier");
+            assert_eq!(signal_of(killed_first.1), Some(9));
+            assert!(low_ev.oom_kill >= 1 && high_ev.oom_kill == 0, "memory.events: high {high_ev:?} low {low_ev:?}");
+            // Stop the daemon while the protected task still runs: its value goes back.
+            let d = daemon.as_mut().unwrap();
+            unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+            assert!(wait_timeout(d, Duration::from_secs(20)).is_some(), "daemon did not stop");
+            assert!(high_task.try_wait().unwrap().is_none(), "protected task still running at daemon stop");
+            assert_eq!(oom_score_adj(high_task.id()), original, "SIGTERM restores oom_score_adj");
+            let st = wait_timeout(&mut high_task, Duration::from_secs(60)).expect("protected task finishes");
+            assert!(st.success(), "protected task finished normally: {st:?}");
+            assert!(!std::path::Path::new("/run/memqos-test/journal.json").exists(), "journal removed after restore");
+        } else {
+            // Without memqos the scenario must kill the protected task, or it proves nothing.
+            assert_eq!(killed_first.0, "high", "baseline: the largest task, the protected one, is killed");
+            assert_eq!(signal_of(killed_first.1), Some(9));
+            assert!(high_ev.oom_kill >= 1, "memory.events of high: {high_ev:?}");
+        }
+        for t in [&mut low_task, &mut high_task] {
             let _ = t.kill();
             let _ = t.wait();
         }

@@ -106,6 +106,13 @@ pub struct Tier {
     /// `dirty` (optional inline table `{ max = ..., min = ... }`): bounds on the dirty page
     /// cache of each of the tier's cgroups (see docs/dirty-isolation.md).
     pub dirty: Dirty,
+    /// `oom_score_adj` (optional, -999..=1000): set on every process of the tier's cgroups
+    /// while memqos runs, original journaled and restored. memory.low/min do not steer the
+    /// memcg OOM killer: when the parent hits memory.max with nothing reclaimable it kills
+    /// the largest task, often the protected one. A negative value on protected tiers
+    /// (e.g. -900) makes an unavoidable kill land on a lower tier. A process already further
+    /// in that direction (an administrator's -1000, say) is left alone.
+    pub oom_score_adj: Option<i32>,
 }
 
 /// A tier's dirty page-cache bounds, enforced through the kernel's per-memcg dirty domain

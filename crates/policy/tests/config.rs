@@ -60,6 +60,17 @@ fn sizes_and_numbers() {
 }
 
 #[test]
+fn oom_score_adj_is_per_tier_and_optional() {
+    let cfg = Config::from_str(
+        &format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"]\nprotect = \"low\"\noom_score_adj = -900\n[[tier]]\nname = \"b\"\nmatch = [\"**\"]\n"),
+        "m.toml",
+    )
+    .unwrap();
+    assert_eq!(cfg.tiers.get(TierIndex(0)).unwrap().oom_score_adj, Some(-900));
+    assert_eq!(cfg.tiers.get(TierIndex(1)).unwrap().oom_score_adj, None);
+}
+
+#[test]
 fn classify_first_match_wins() {
     let text = format!(
         "{ROOT}[[tier]]\nname = \"critical\"\nmatch = [\"high*\", \"prod/*\"]\n[[tier]]\nname = \"batch\"\nmatch = [\"*\"]\n[[tier]]\nname = \"deep\"\nmatch = [\"**\"]\n"
@@ -84,7 +95,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -111,6 +122,8 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}dirty = {{ min = \"1K\" }}\n"), "memqos.toml:5:17: tier[0].dirty.min: 1024 bytes is too small (at least 4096)"),
         (format!("{ROOT}{tier}dirty = {{ max = \"4M\", min = \"8M\" }}\n"), "memqos.toml:5:29: tier[0].dirty.min: dirty.min (8388608 bytes) is above dirty.max (4194304 bytes)"),
         (format!("{ROOT}{tier}dirty = {{ mx = \"4M\" }}\n"), "memqos.toml:5:11: tier[0].dirty: unknown field `mx`, expected `max` or `min`"),
+        (format!("{ROOT}{tier}oom_score_adj = -1000\n"), "memqos.toml:5:17: tier[0].oom_score_adj: -1000 exempts the processes from the OOM killer entirely, and a memcg OOM with nothing killable stalls the charging task instead; use -999"),
+        (format!("{ROOT}{tier}oom_score_adj = 1001\n"), "memqos.toml:5:17: tier[0].oom_score_adj: 1001 is out of range -999..=1000"),
     ];
     for (text, want) in cases {
         assert_eq!(err(&text), want, "config:\n{text}");

@@ -7,6 +7,7 @@ use super::trace::{self, BdpSummary, BdpTrace};
 use super::{Policy, Settings};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::Cgroup;
+use memqos_daemon::process::{count_writes, DaemonProcess};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -279,45 +280,23 @@ impl Sampler {
     }
 }
 
-struct Daemon {
-    child: Child,
-}
+struct Daemon(DaemonProcess);
 
 impl Daemon {
     fn start() -> Result<Daemon> {
         std::fs::create_dir_all(STATE_DIR)?;
-        let _ = std::fs::remove_file(Path::new(STATE_DIR).join("events.jsonl"));
         let config = Path::new(STATE_DIR).join("memqos.toml");
         std::fs::write(&config, MEMQOS_CONFIG)?;
-        let mut child = Command::new(std::env::current_exe()?)
-            .args(["daemon", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .spawn()
-            .context("starting memqos daemon")?;
-        let t0 = Instant::now();
-        while !Path::new(STATE_DIR).join("status.json").exists() {
-            if let Some(st) = child.try_wait()? {
-                bail!("memqos daemon exited at start: {st}");
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                let _ = child.kill();
-                bail!("memqos daemon did not start within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(Daemon { child })
+        DaemonProcess::start(&std::env::current_exe()?, &config, Path::new(STATE_DIR), &[], Stdio::null()).map(Daemon)
     }
 
     /// SIGTERM, wait; returns the number of knob writes it logged.
-    fn stop(mut self) -> Result<usize> {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let st = self.child.wait()?;
+    fn stop(self) -> Result<usize> {
+        let (st, log) = self.0.stop()?;
         if !st.success() {
             bail!("memqos daemon exited with {st}");
         }
-        let log = std::fs::read_to_string(Path::new(STATE_DIR).join("events.jsonl")).unwrap_or_default();
-        Ok(log.lines().filter(|l| l.contains("\"event\":\"write\"")).count())
+        Ok(count_writes(&log))
     }
 }
 

@@ -44,6 +44,7 @@ struct RawTier {
     freeze: Option<Spanned<bool>>,
     kill: Option<Spanned<bool>>,
     dirty: Option<RawDirty>,
+    oom_score_adj: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -270,6 +271,24 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             }
         }
         let dirty = dirty(src, i, t.dirty)?;
+        let oom_score_adj = match t.oom_score_adj {
+            None => None,
+            Some(v) if (-999..=1000).contains(v.get_ref()) => Some(*v.get_ref() as i32),
+            Some(v) if *v.get_ref() == -1000 => {
+                return Err(at(
+                    v.span(),
+                    "oom_score_adj",
+                    "-1000 exempts the processes from the OOM killer entirely, and a memcg OOM with nothing killable stalls the charging task instead; use -999".into(),
+                ))
+            }
+            Some(v) => {
+                return Err(at(
+                    v.span(),
+                    "oom_score_adj",
+                    format!("{} is out of range -999..=1000", v.get_ref()),
+                ))
+            }
+        };
         tiers.push(Tier {
             name: name.to_string(),
             patterns: t
@@ -283,6 +302,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             freeze: t.freeze.is_some_and(|f| *f.get_ref()),
             kill: t.kill.is_some_and(|f| *f.get_ref()),
             dirty,
+            oom_score_adj,
         });
         matchers.push(set);
     }
