@@ -104,7 +104,7 @@ pub struct RunnerOptions {
 }
 
 /// One arm to run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 enum Arm {
     Solo(String),
     Policy(Policy),
@@ -267,7 +267,13 @@ fn run_arm(
     remove_tree(&parent)?;
     parent.create()?;
     let result = (|| -> Result<ArmResult> {
-        parent.enable_controllers(&["memory"])?;
+        // The cpu controller only where it is the point: enabling it changes scheduling (the
+        // children become separate fair-share entities) even at default weights.
+        if *arm == Arm::Policy(Policy::CpuWeight) {
+            parent.enable_controllers(&["memory", "cpu"])?;
+        } else {
+            parent.enable_controllers(&["memory"])?;
+        }
         parent.set_limit("memory.max", Limit::Bytes(parent_max))?;
         let mut cgroups = Vec::new();
         for (name, tier, _) in &tasks {
@@ -277,6 +283,9 @@ fn run_arm(
                 Arm::Policy(Policy::StaticMax) => cg.set_limit("memory.max", Limit::Bytes(parent_max / all_tasks.len() as u64))?,
                 Arm::Policy(Policy::StaticHigh) if *tier == Tier::Low => {
                     cg.set_limit("memory.high", Limit::Bytes(s.static_high.expect("validated")))?
+                }
+                Arm::Policy(Policy::CpuWeight) => {
+                    cg.write_string("cpu.weight", if *tier == Tier::High { "10000" } else { "1" })?
                 }
                 _ => {}
             }

@@ -33,9 +33,14 @@ pub enum Policy {
     StaticHigh,
     /// The memqos daemon manages the children (nothing set up front).
     Memqos,
+    /// Diagnostic, not a memory policy: no memory knobs, the protected tier gets cpu.weight
+    /// 10000 and the others 1. Shows how much of the protected task's slowdown is CPU (the
+    /// replays fault in and zero every page they grow by) rather than memory.
+    CpuWeight,
 }
 
 impl Policy {
+    /// The policies a scenario without a `policies` list runs (the diagnostic is opt-in).
     pub const ALL: [Policy; 4] = [Policy::None, Policy::StaticMax, Policy::StaticHigh, Policy::Memqos];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +49,7 @@ impl Policy {
             Policy::StaticMax => "static-max",
             Policy::StaticHigh => "static-high",
             Policy::Memqos => "memqos",
+            Policy::CpuWeight => "cpu-weight",
         }
     }
 }

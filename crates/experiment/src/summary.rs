@@ -184,6 +184,7 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
             "static-max" => 11,
             "static-high" => 12,
             "memqos" => 13,
+            "cpu-weight" => 14,
             _ => 0,
         };
         arms.sort_by_key(|a| (rank(&a.arm), a.arm.clone()));
