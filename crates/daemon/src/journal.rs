@@ -222,6 +222,7 @@ fn knob_file(file: &str) -> &'static str {
         "memory.min" => "memory.min",
         "memory.max" => "memory.max",
         "cgroup.freeze" => "cgroup.freeze",
+        "cpu.weight" => "cpu.weight",
         _ => "memqos.invalid-journal-entry",
     }
 }

@@ -12,6 +12,7 @@
 //! 5. SIGTERM/SIGINT only set a flag; the loop ends and the journal is restored.
 
 mod bpf_source;
+mod cpu_weight;
 mod dirty;
 pub mod journal;
 mod observe;
@@ -116,6 +117,7 @@ pub fn run(opts: Options) -> Result<()> {
     let mut sampler = Sampler::new(opts.stats_backend);
     let mut dirty = dirty::DirtyEnforcer::new(&cfg);
     let mut oom_adj = oom_adj::OomAdjuster::new(&cfg);
+    let mut cpu_weights = cpu_weight::CpuWeights::new(&cfg);
     let mut recent: VecDeque<Decision> = VecDeque::new();
     let started = Instant::now();
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
@@ -163,6 +165,17 @@ pub fn run(opts: Options) -> Result<()> {
                     }));
                 }
                 for msg in adj.notes.drain(..) {
+                    log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
+                }
+            }
+            if let Some(w) = cpu_weights.as_mut() {
+                for wr in w.sync(&cfg, &root, &obs, &mut journal)? {
+                    log_event(&state_dir, serde_json::json!({
+                        "event": "write", "cgroup": wr.cgroup, "file": cpu_weight::FILE, "value": wr.value.to_string(),
+                        "previous": wr.previous, "outcome": wr.outcome, "why": "tier cpu_weight",
+                    }));
+                }
+                for msg in w.notes.drain(..) {
                     log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
                 }
             }

@@ -269,7 +269,7 @@ fn run_arm(
     let result = (|| -> Result<ArmResult> {
         // The cpu controller only where it is the point: enabling it changes scheduling (the
         // children become separate fair-share entities) even at default weights.
-        if *arm == Arm::Policy(Policy::CpuWeight) {
+        if s.cpu_controller || *arm == Arm::Policy(Policy::CpuWeight) {
             parent.enable_controllers(&["memory", "cpu"])?;
         } else {
             parent.enable_controllers(&["memory"])?;

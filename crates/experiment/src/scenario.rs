@@ -106,6 +106,11 @@ pub struct Scenario {
     pub static_high: Option<u64>,
     /// Daemon config text; `cgroup_root` and `state_dir` are set by the runner.
     pub memqos_config: Option<String>,
+    /// Enable the cpu controller for the task cgroups in every arm (so arms differ only in
+    /// what they set), for scenarios whose memqos config sets `cpu_weight`. Otherwise only the
+    /// cpu-weight arm enables it.
+    #[serde(default)]
+    pub cpu_controller: bool,
     pub solo: bool,
     /// Guest RAM; default: the largest parent limit plus 1 GiB for the kernel and tools.
     pub guest_memory_mb: Option<u64>,
@@ -130,6 +135,8 @@ struct RawScenario {
     policies: Vec<Policy>,
     static_high: Option<ByteSize>,
     memqos_config: Option<PathBuf>,
+    #[serde(default)]
+    cpu_controller: bool,
     #[serde(default = "yes")]
     solo: bool,
     guest_memory_mb: Option<u64>,
@@ -180,7 +187,7 @@ impl Scenario {
             return Err(err(format!("speed: must be a positive number, got {}", raw.speed)));
         }
         if raw.policies.is_empty() {
-            return Err(err("policies: list at least one of none, static-max, static-high, memqos".into()));
+            return Err(err("policies: list at least one of none, static-max, static-high, memqos, cpu-weight".into()));
         }
         let mut seen = Vec::new();
         for p in &raw.policies {
@@ -220,6 +227,7 @@ impl Scenario {
             policies: raw.policies,
             static_high: raw.static_high.map(|b| b.0),
             memqos_config,
+            cpu_controller: raw.cpu_controller,
             solo: raw.solo,
             guest_memory_mb: raw.guest_memory_mb,
             variants,

@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_daemon::process::DaemonProcess;
 use memqos_vmtest::guest_test;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,12 +59,8 @@ fn start(cg: &Cgroup, profile: &str) -> Child {
 }
 
 fn start_daemon(extra: &[&str]) -> Child {
-    start_daemon_with(CONFIG, extra)
-}
-
-fn start_daemon_with(config: &str, extra: &[&str]) -> Child {
     std::fs::create_dir_all("/run/memqos-test").unwrap();
-    std::fs::write("/run/memqos-test.toml", config).unwrap();
+    std::fs::write("/run/memqos-test.toml", CONFIG).unwrap();
     let log = std::fs::File::create("/run/memqos-test.log").unwrap();
     let child = Command::new(memqos_bin())
         .args(["daemon", "--config", "/run/memqos-test.toml"])
@@ -156,15 +153,37 @@ fn signal_of(st: std::process::ExitStatus) -> Option<i32> {
     std::os::unix::process::ExitStatusExt::signal(&st)
 }
 
+/// Pids the kernel's OOM killer killed, in order, from the kernel log ("Killed process PID").
+fn oom_victims() -> Vec<u32> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut kmsg = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").unwrap();
+    let mut victims = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    // One record per read; EAGAIN at the end of the buffer.
+    while let Ok(n) = kmsg.read(&mut buf) {
+        let rec = String::from_utf8_lossy(&buf[..n]);
+        if let Some(rest) = rec.split("Killed process ").nth(1) {
+            if let Some(pid) = rest.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                victims.push(pid);
+            }
+        }
+    }
+    victims
+}
+
 // An OOM no throttling can avoid: the low task holds 100 MiB of anon memory (no swap, so
 // memory.high cannot take it back) and the protected one then wants 200 MiB under a 256 MiB
 // parent. The memcg OOM killer ignores memory.low and kills the largest task: the protected
-// one. With the protected tier's oom_score_adj = -900 the kill lands on the low tier, and
-// the protected process gets its original value back when the daemon stops.
+// one. With the protected tier's oom_score_adj = -900 the kernel's choice is the low task.
+// Whether the protected task then survives is up to the kernel: on 7.2 a second OOM a few
+// ms later, before the victim's pages were uncharged, has been seen to kill it too (the
+// victim is already skipped as MMF_OOM_SKIP). That is printed, not asserted.
 guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memory_mb(1024), {
     const HIGH: &str = "8:1500,200:1500,200:6000,0:0";
     const LOW: &str = "100:500,100:30000,0:0";
     let config = CONFIG.replace("protect = \"low\"", "protect = \"low\"\noom_score_adj = -900");
+    let original = 0; // what a process spawned by this test starts with
     for managed in [false, true] {
         let parent = make_cgroup("qos");
         enable_memory(&parent);
@@ -172,15 +191,19 @@ guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memo
         let (high, low) = (parent.child("high"), parent.child("low1"));
         high.create().unwrap();
         low.create().unwrap();
-        let mut daemon = managed.then(|| start_daemon_with(&config, &[]));
+        let daemon = managed.then(|| {
+            std::fs::write("/run/memqos-test.toml", &config).unwrap();
+            let (cfg, state) = (std::path::Path::new("/run/memqos-test.toml"), std::path::Path::new("/run/memqos-test"));
+            DaemonProcess::start(std::path::Path::new(memqos_bin()), cfg, state, &[], Stdio::null()).unwrap()
+        });
         let mut low_task = start(&low, LOW);
         let t0 = Instant::now();
         while low.memory_current().unwrap() < 95 * MIB {
             assert!(t0.elapsed() < Duration::from_secs(30), "low task never reached 95 MiB");
             std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = oom_victims(); // drain older kernel messages
         let mut high_task = start(&high, HIGH);
-        let original = 0; // what a process spawned by this test starts with
         if managed {
             // The daemon adjusts new processes on its next tick (200 ms), well inside the
             // 1.5 s the protected task spends at 8 MiB.
@@ -188,36 +211,45 @@ guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memo
             assert_eq!(oom_score_adj(high_task.id()), -900, "protected task adjusted");
             assert_eq!(oom_score_adj(low_task.id()), original, "low tier untouched");
         }
-        let killed_first = loop {
-            if let Some(st) = low_task.try_wait().unwrap() {
-                break ("low", st);
-            }
-            if let Some(st) = high_task.try_wait().unwrap() {
-                break ("high", st);
+        let mut ended = Vec::new();
+        while ended.len() < 2 && !(ended.len() == 1 && t0.elapsed() > Duration::from_secs(25)) {
+            for (name, t) in [("low", &mut low_task), ("high", &mut high_task)] {
+                if !ended.iter().any(|(n, _)| *n == name) {
+                    if let Some(st) = t.try_wait().unwrap() {
+                        ended.push((name, st));
+                    }
+                }
             }
             assert!(t0.elapsed() < Duration::from_secs(60), "no task ended: the OOM never happened");
             std::thread::sleep(Duration::from_millis(20));
-        };
-        let (high_ev, low_ev) = (events(&high), events(&low));
-        println!("RESULT managed={managed}: first to end {} ({:?}); oom_kill high {} low {}", killed_first.0, killed_first.1, high_ev.oom_kill, low_ev.oom_kill);
+        }
+        let victims: Vec<&str> = oom_victims()
+            .into_iter()
+            .filter_map(|pid| if pid == low_task.id() { Some("low") } else if pid == high_task.id() { Some("high") } else { None })
+            .collect();
+        let high_survived = ended.iter().any(|(n, st)| *n == "high" && st.success());
+        println!("RESULT managed={managed}: OOM victims in order {victims:?}; protected task survived: {high_survived}; exits {ended:?}");
         if managed {
-            assert_eq!(killed_first.0, "low", "the kill must land on the low tier");
-            assert_eq!(signal_of(killed_first.1), Some(9));
-            assert!(low_ev.oom_kill >= 1 && high_ev.oom_kill == 0, "memory.events: high {high_ev:?} low {low_ev:?}");
-            // Stop the daemon while the protected task still runs: its value goes back.
-            let d = daemon.as_mut().unwrap();
-            unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
-            assert!(wait_timeout(d, Duration::from_secs(20)).is_some(), "daemon did not stop");
-            assert!(high_task.try_wait().unwrap().is_none(), "protected task still running at daemon stop");
-            assert_eq!(oom_score_adj(high_task.id()), original, "SIGTERM restores oom_score_adj");
-            let st = wait_timeout(&mut high_task, Duration::from_secs(60)).expect("protected task finishes");
-            assert!(st.success(), "protected task finished normally: {st:?}");
+            assert_eq!(victims.first(), Some(&"low"), "the OOM killer's first choice must be the low tier");
+            let low_end = ended.iter().find(|(n, _)| *n == "low").expect("low task ended");
+            assert_eq!(signal_of(low_end.1), Some(9));
+            // Restore: a protected process alive at the stop gets its original value back.
+            let mut probe = start(&high, "1:60000");
+            let t1 = Instant::now();
+            while oom_score_adj(probe.id()) != -900 {
+                assert!(t1.elapsed() < Duration::from_secs(5), "probe never adjusted");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let (status, log) = daemon.unwrap().stop().unwrap();
+            assert!(status.success(), "daemon exit: {status:?}");
+            assert_eq!(oom_score_adj(probe.id()), original, "SIGTERM restores oom_score_adj");
+            assert!(log.contains("\"file\":\"oom_score_adj\""), "writes are logged");
             assert!(!std::path::Path::new("/run/memqos-test/journal.json").exists(), "journal removed after restore");
+            let _ = probe.kill();
+            let _ = probe.wait();
         } else {
             // Without memqos the scenario must kill the protected task, or it proves nothing.
-            assert_eq!(killed_first.0, "high", "baseline: the largest task, the protected one, is killed");
-            assert_eq!(signal_of(killed_first.1), Some(9));
-            assert!(high_ev.oom_kill >= 1, "memory.events of high: {high_ev:?}");
+            assert_eq!(victims.first(), Some(&"high"), "baseline: the largest task, the protected one, is killed first");
         }
         for t in [&mut low_task, &mut high_task] {
             let _ = t.kill();

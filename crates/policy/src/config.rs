@@ -113,6 +113,12 @@ pub struct Tier {
     /// (e.g. -900) makes an unavoidable kill land on a lower tier. A process already further
     /// in that direction (an administrator's -1000, say) is left alone.
     pub oom_score_adj: Option<i32>,
+    /// `cpu_weight` (optional, 1..=10000): cpu.weight of each of the tier's cgroups while
+    /// memqos runs, original journaled and restored. A growing task spends its allocation
+    /// latency faulting in and zeroing pages, which is CPU: under CPU contention a memory
+    /// policy alone cannot keep it fast (docs/experiments.md measures this). Needs the cpu
+    /// controller enabled for the cgroups; without it the daemon says so once and goes on.
+    pub cpu_weight: Option<u32>,
 }
 
 /// A tier's dirty page-cache bounds, enforced through the kernel's per-memcg dirty domain

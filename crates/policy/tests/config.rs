@@ -68,6 +68,7 @@ fn oom_score_adj_is_per_tier_and_optional() {
     .unwrap();
     assert_eq!(cfg.tiers.get(TierIndex(0)).unwrap().oom_score_adj, Some(-900));
     assert_eq!(cfg.tiers.get(TierIndex(1)).unwrap().oom_score_adj, None);
+    assert_eq!(cfg.tiers.get(TierIndex(0)).unwrap().cpu_weight, None);
 }
 
 #[test]
@@ -95,7 +96,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -124,6 +125,7 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}dirty = {{ mx = \"4M\" }}\n"), "memqos.toml:5:11: tier[0].dirty: unknown field `mx`, expected `max` or `min`"),
         (format!("{ROOT}{tier}oom_score_adj = -1000\n"), "memqos.toml:5:17: tier[0].oom_score_adj: -1000 exempts the processes from the OOM killer entirely, and a memcg OOM with nothing killable stalls the charging task instead; use -999"),
         (format!("{ROOT}{tier}oom_score_adj = 1001\n"), "memqos.toml:5:17: tier[0].oom_score_adj: 1001 is out of range -999..=1000"),
+        (format!("{ROOT}{tier}cpu_weight = 0\n"), "memqos.toml:5:14: tier[0].cpu_weight: 0 is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)"),
     ];
     for (text, want) in cases {
         assert_eq!(err(&text), want, "config:\n{text}");

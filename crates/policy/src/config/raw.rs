@@ -45,6 +45,7 @@ struct RawTier {
     kill: Option<Spanned<bool>>,
     dirty: Option<RawDirty>,
     oom_score_adj: Option<Spanned<i64>>,
+    cpu_weight: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -289,6 +290,17 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
                 ))
             }
         };
+        let cpu_weight = match t.cpu_weight {
+            None => None,
+            Some(v) if (1..=10000).contains(v.get_ref()) => Some(*v.get_ref() as u32),
+            Some(v) => {
+                return Err(at(
+                    v.span(),
+                    "cpu_weight",
+                    format!("{} is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)", v.get_ref()),
+                ))
+            }
+        };
         tiers.push(Tier {
             name: name.to_string(),
             patterns: t
@@ -303,6 +315,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             kill: t.kill.is_some_and(|f| *f.get_ref()),
             dirty,
             oom_score_adj,
+            cpu_weight,
         });
         matchers.push(set);
     }
