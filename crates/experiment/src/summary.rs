@@ -255,11 +255,18 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
             })
         };
         let med = |e: &Option<Estimate>| e.map(|e| e.median);
-        if g.scenario != "overhead" {
+        // `oom-cpu` has the targets of `oom`, and so on.
+        let base = g.scenario.strip_suffix("-cpu").unwrap_or(&g.scenario);
+        if base != "overhead" {
             push(
                 "memqos: no OOM kill in any run",
                 format!("{} of {} runs with an OOM kill ({} kills)", m.runs_with_oom_kill, m.runs, m.oom_kills),
                 m.runs_with_oom_kill == 0,
+            );
+            push(
+                "memqos: the protected task finishes in every run",
+                format!("{} of {} runs", m.high_finished, m.runs),
+                m.high_finished == m.runs,
             );
             push(
                 "memqos: every low-priority task finishes",
@@ -275,7 +282,7 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
             let p = med(&m.high_p95_vs_solo);
             push("memqos: high P95 latency ≤ 1.2x solo", ratio(&m.high_p95_vs_solo), p.is_some_and(|p| p <= 1.2));
         }
-        if g.scenario == "oom" {
+        if base == "oom" {
             if let Some(n) = arm("none") {
                 push(
                     "none shows OOM kills (the seed's baseline)",
@@ -284,11 +291,11 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                 );
             }
         }
-        if g.scenario == "contention" {
+        if base == "contention" {
             let p = med(&m.high_p95_vs_none);
             push("memqos: high P95 ≥ 50% below none", ratio(&m.high_p95_vs_none), p.is_some_and(|p| p <= 0.5));
         }
-        if g.scenario == "overhead" {
+        if base == "overhead" {
             let p = med(&m.high_p50_vs_none);
             push("overhead: P50 latency within 1% of daemon-off", ratio(&m.high_p50_vs_none), p.is_some_and(|p| (p - 1.0).abs() <= 0.01));
             let w = med(&m.high_wall_vs_none);

@@ -258,3 +258,39 @@ guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memo
         teardown(&parent);
     }
 });
+
+// cpu_weight: set per tier while the daemon runs, put back on SIGTERM; with the cpu
+// controller off for the children the daemon says so once and keeps managing memory.
+guest_test!(cpu_weight_is_applied_and_restored, |g| g.memory_mb(1024), {
+    let config = CONFIG
+        .replace("protect = \"low\"", "protect = \"low\"\ncpu_weight = 10000")
+        .replace("throttle = true", "throttle = true\ncpu_weight = 1");
+    std::fs::write("/run/memqos-test.toml", &config).unwrap();
+    let (cfg, state) = (std::path::Path::new("/run/memqos-test.toml"), std::path::Path::new("/run/memqos-test"));
+    for cpu_on in [true, false] {
+        let parent = make_cgroup("qos");
+        parent.enable_controllers(if cpu_on { &["memory", "cpu"] } else { &["memory"] }).unwrap();
+        let (high, low) = (parent.child("high"), parent.child("low1"));
+        high.create().unwrap();
+        low.create().unwrap();
+        let weight = |cg: &Cgroup| cg.read_string("cpu.weight").ok().map(|v| v.trim().to_string());
+        let before = (weight(&high), weight(&low));
+        let daemon = DaemonProcess::start(std::path::Path::new(memqos_bin()), cfg, state, &[], Stdio::null()).unwrap();
+        std::thread::sleep(Duration::from_millis(600)); // a few 200 ms ticks
+        let during = (weight(&high), weight(&low));
+        let (status, log) = daemon.stop().unwrap();
+        let after = (weight(&high), weight(&low));
+        println!("RESULT cpu controller {cpu_on}: cpu.weight before {before:?}, while running {during:?}, after SIGTERM {after:?}");
+        assert!(status.success());
+        if cpu_on {
+            assert_eq!(before, (Some("100".into()), Some("100".into())));
+            assert_eq!(during, (Some("10000".into()), Some("1".into())));
+            assert_eq!(after, before, "SIGTERM restores cpu.weight");
+        } else {
+            assert_eq!(during, (None, None), "no cpu.weight without the controller");
+            let notes = log.lines().filter(|l| l.contains("cpu_weight not applied")).count();
+            assert_eq!(notes, 2, "one message per cgroup, not one per tick:\n{log}");
+        }
+        teardown(&parent);
+    }
+});
