@@ -149,6 +149,14 @@ impl Cgroup {
         self.parsed("cgroup.freeze", |t| parse::parse_u64(t).map(|v| v != 0))
     }
 
+    /// `populated` of cgroup.events: whether any process runs in this cgroup or below.
+    pub fn is_populated(&self) -> Result<bool> {
+        self.parsed("cgroup.events", |t| {
+            let kv = parse::parse_flat_keyed(t)?;
+            Ok(kv.iter().any(|&(k, v)| k == "populated" && v != 0))
+        })
+    }
+
     /// Direct child cgroups (directories), sorted by name.
     pub fn children(&self) -> Result<Vec<Cgroup>> {
         let rd = std::fs::read_dir(&self.path).map_err(|e| self.map_err("readdir", "", e))?;

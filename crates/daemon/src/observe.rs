@@ -129,6 +129,10 @@ impl Sampler {
             let Some(tier) = cfg.tiers.classify(&c.path) else { continue };
             let (mut obs, s) = Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
             obs.tier = tier;
+            // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
+            if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
+                obs.populated = Cgroup::new(root.path().join(&c.path)).is_populated().ok();
+            }
             let tier_name = cfg.tiers.get(tier).map(|t| t.name.clone()).unwrap_or_default();
             seen.push(Seen { tier: tier_name, ..s });
             alive.push(c.path.clone());

@@ -71,9 +71,20 @@ pub struct CgroupObs {
     pub psi: Psi,
     /// Wakeups that arrived since the previous sample.
     pub signals: Vec<SignalEvent>,
+    /// `populated` of cgroup.events; `Some(false)`: no process left (a finished sandbox whose
+    /// cgroup lingers). A protected cgroup with nothing in it cannot grow back, so it reserves
+    /// no regrowth room and its protection goes back to the original. `None`: not read, treated
+    /// as populated.
+    #[serde(default)]
+    pub populated: Option<bool>,
 }
 
 impl CgroupObs {
+    /// False only when cgroup.events said nothing runs in it.
+    pub fn is_populated(&self) -> bool {
+        self.populated != Some(false)
+    }
+
     /// A cgroup with kernel-default knobs and no pressure; handy for tests and replays.
     pub fn new(id: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
         CgroupObs {
@@ -86,6 +97,7 @@ impl CgroupObs {
             events_delta: MemEvents::default(),
             psi: Psi::default(),
             signals: Vec::new(),
+            populated: None,
         }
     }
 }

@@ -591,3 +591,28 @@ fn decisions_serialize_as_json_lines() {
     let back: memqos_policy::Decision = serde_json::from_str(&json).unwrap();
     assert_eq!(back, d[0]);
 }
+
+#[test]
+fn an_emptied_protected_cgroup_reserves_nothing_and_gives_its_protection_back() {
+    // critical/db peaked at 500 MB and went quiet at 50 MB: its protection (550 -> 560 MB)
+    // reserves 510 MB of regrowth, so batch/a growing to 450 MB crosses the guard line of a
+    // 1 GB parent (500 + 510 > 1024 - 64). While its task lives that is the point; once it
+    // has exited, it is not.
+    let run = |populated: bool| {
+        let mut sim = Sim::new(config(THREE_TIERS, "ws_window_ms = 600000"));
+        sim.parent.max = Limit::Bytes(1024 * MB);
+        sim.add("critical/db", 500 * MB);
+        sim.add("batch/a", 300 * MB);
+        sim.run(2_000, |_| {});
+        sim.cg("critical/db").usage_bytes = 50 * MB;
+        sim.cg("critical/db").populated = Some(populated);
+        sim.cg("batch/a").usage_bytes = 450 * MB;
+        sim.log.clear();
+        sim.run(4_000, |_| {});
+        let throttled = sim.high("batch/a") != Limit::Max;
+        let low = sim.cgs["critical/db"].current.low;
+        (throttled, low)
+    };
+    assert_eq!(run(true), (true, Limit::Bytes(560 * MB)), "a live protected task keeps its claim");
+    assert_eq!(run(false), (false, Limit::Bytes(0)), "an empty one reserves nothing, low back to 0");
+}

@@ -48,21 +48,25 @@ pub(crate) fn plan(
     }
 }
 
-/// `peak * ws_margin`, rounded up to `ws_granularity` (so it moves in steps, not on every
+/// Nothing running in it: the original (a lingering cgroup of a finished task keeps no claim on
+/// memory its task will never use again). Otherwise `peak * ws_margin`, rounded up to `ws_granularity` (so it moves in steps, not on every
 /// page; the window's peak only drops when a whole window passes lower, which is the
 /// hysteresis on the way down), clamped to the parent's limit and the cgroup's own
 /// memory.max/high (protection above what it may use is meaningless), and never below what
 /// the administrator had set.
 fn target(ctx: &Ctx, c: &CgroupObs, peak: u64, protect: Protect) -> Limit {
+    let original = match protect {
+        Protect::Low => c.original.low,
+        _ => c.original.min,
+    };
+    if !c.is_populated() {
+        return original;
+    }
     let p = &ctx.cfg.policy;
     let want = (peak as f64 * p.ws_margin).ceil() as u64;
     let rounded = want
         .div_ceil(p.ws_granularity)
         .saturating_mul(p.ws_granularity);
     let bound = ctx.parent_limit().min(c.current.max).min(c.current.high);
-    let original = match protect {
-        Protect::Low => c.original.low,
-        _ => c.original.min,
-    };
     Limit::Bytes(rounded).min(bound).max(original)
 }
