@@ -176,9 +176,9 @@ fn oom_victims() -> Vec<u32> {
 // memory.high cannot take it back) and the protected one then wants 200 MiB under a 256 MiB
 // parent. The memcg OOM killer ignores memory.low and kills the largest task: the protected
 // one. With the protected tier's oom_score_adj = -900 the kernel's choice is the low task.
-// Whether the protected task then survives is up to the kernel: on 7.2 a second OOM a few
-// ms later, before the victim's pages were uncharged, has been seen to kill it too (the
-// victim is already skipped as MMF_OOM_SKIP). That is printed, not asserted.
+// Whether the protected task then survives is up to the kernel: 7.2 runs a second OOM a few
+// ms later, before the victim's pages are uncharged, and kills it too (reproduced without
+// memqos: scripts/repro/double-memcg-oom.sh). That is printed, not asserted.
 guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memory_mb(1024), {
     const HIGH: &str = "8:1500,200:1500,200:6000,0:0";
     const LOW: &str = "100:500,100:30000,0:0";
