@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates docs/experiments/ (per-arm JSON, summary.json, report.md, plots): every
 # scenario in experiments/, 5 runs, on the 7.x and 6.12 kernels, in QEMU guests.
-# About 1 h of guest time on a 2-core TCG host; progress and an estimate are printed.
+# About 1.5 h of guest time on a 2-core TCG host (measured 2026-11-22: ~45 min per kernel); progress
+# and an estimate are printed.
 # Extra arguments go to `memqos experiment` (e.g. `oom --runs 1 --kernel 7`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
