@@ -31,6 +31,7 @@
 //! ```
 
 pub mod engine;
+mod input_error;
 pub mod memory;
 pub mod report;
 pub mod run;
@@ -41,6 +42,7 @@ pub mod units;
 pub mod worker;
 
 pub use engine::EngineOptions;
+pub use input_error::InputError;
 pub use report::{Outcome, Report, RunData, StepRecord};
 pub use schedule::{Schedule, ScheduleOptions};
 pub use trace::Trace;
@@ -71,10 +73,9 @@ pub struct Prepared {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
+    /// The trace or the tool-call file.
     #[error(transparent)]
-    Trace(#[from] trace::TraceError),
-    #[error(transparent)]
-    ToolCalls(#[from] tool_calls::ToolCallsError),
+    Input(#[from] InputError),
     #[error(transparent)]
     Schedule(#[from] schedule::ScheduleError),
 }

@@ -19,15 +19,7 @@ pub struct ToolCall {
     pub end: f64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ToolCallsError {
-    #[error("{file}: {error}")]
-    Io { file: String, error: std::io::Error },
-    #[error("{file}: not valid JSON: {message}")]
-    Json { file: String, message: String },
-    #[error("{file}: {at}: {problem}")]
-    Invalid { file: String, at: String, problem: String },
-}
+pub type ToolCallsError = crate::InputError;
 
 pub fn load_tool_calls(path: &Path) -> Result<Vec<ToolCall>, ToolCallsError> {
     let file = path.display().to_string();

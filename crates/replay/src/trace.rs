@@ -53,27 +53,8 @@ impl Trace {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    #[error("{file}: {error}")]
-    Io { file: String, error: std::io::Error },
-    #[error("{file}: not valid JSON: {message}")]
-    Json { file: String, message: String },
-    /// A JSON value that is not what the format says: `at` is a path like
-    /// `samples[17].mem_usage`.
-    #[error("{file}: {at}: {problem}")]
-    Invalid { file: String, at: String, problem: String },
-}
-
-impl TraceError {
-    /// Where in the file the problem is, for `Invalid`.
-    pub fn at(&self) -> Option<&str> {
-        match self {
-            TraceError::Invalid { at, .. } => Some(at),
-            _ => None,
-        }
-    }
-}
+/// Errors name the file and, for bad values, the path in it (`samples[17].mem_usage`).
+pub type TraceError = crate::InputError;
 
 /// Reads and parses a `resources.json`; the error message carries `path` as given.
 pub fn load_trace(path: &Path) -> Result<Trace, TraceError> {
