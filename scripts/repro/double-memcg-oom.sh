@@ -5,7 +5,7 @@
 # A low task holds 100 MiB of anonymous memory; a protected task with oom_score_adj = -900
 # (set by hand) then grows to 200 MiB under a 256 MiB parent, no swap. The OOM killer's
 # first choice is the low task. Measured (docs/experiments.md): 7.2.13 then ran a second
-# OOM 3-13 ms later and killed the protected task as well in 3 of 3 iterations; 6.12.117
+# OOM 6-21 ms later and killed the protected task as well in 3 of 3 iterations; 6.12.117
 # killed only the low task (3 of 3).
 #
 # Run it in a guest (needs cgroup v2 with the memory controller and root):

@@ -100,8 +100,11 @@ impl Sampler {
     pub fn sample(&mut self, cfg: &Config, root: &Cgroup, journal: &Journal, now_ms: u64) -> anyhow::Result<(Observation, Vec<Seen>)> {
         if self.source.as_ref().is_none_or(|(p, _)| p != root.path()) {
             let notes = &mut self.notes;
-            let source = memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
+            let mut source = memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
                 .with_context(|| format!("opening stats for {}", root.path().display()))?;
+            // The engine uses usage, events, limits and PSI; memory.stat would be read (and the
+            // kernel's counters flushed) every tick for nothing.
+            source.skip_statistics();
             self.source = Some((root.path().to_owned(), source));
         }
         let (_, source) = self.source.as_mut().expect("opened above");

@@ -51,6 +51,10 @@ pub struct ArmResult {
     /// After the daemon stopped: did it exit cleanly with no unrestored journal, and were the
     /// knobs of any cgroup still present back to their defaults?
     pub knobs_restored: Option<bool>,
+    /// memqos arm: CPU time the daemon used (user + system, s) from its start to just before
+    /// it was stopped.
+    #[serde(default)]
+    pub daemon_cpu_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -296,9 +300,9 @@ fn run_arm(
             _ => None,
         };
         let outcome = run_tasks(opts, &tasks, &cgroups, &parent);
-        let (decisions, knobs_restored) = match daemon {
+        let (decisions, knobs_restored, daemon_cpu_s) = match daemon {
             Some(d) => {
-                let (log, stopped_ok) = d.stop()?;
+                let (log, stopped_ok, cpu_s) = d.stop()?;
                 // Task cgroups are gone by now (removed as their tasks ended); what must hold is
                 // that the daemon exited cleanly and left no journal of unrestored knobs, and
                 // that any cgroup still there is back to max / 0 / 0.
@@ -310,9 +314,9 @@ fn run_arm(
                                 && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(false)
                                 && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(false))
                     });
-                (log, Some(restored && stopped_ok))
+                (log, Some(restored && stopped_ok), cpu_s)
             }
-            None => (Vec::new(), None),
+            None => (Vec::new(), None, None),
         };
         let (started_epoch, task_results, timeline) = outcome?;
         let decisions = decisions
@@ -338,6 +342,7 @@ fn run_arm(
             timeline,
             decisions,
             knobs_restored,
+            daemon_cpu_s,
         })
     })();
     let cleanup = remove_tree(&parent);
@@ -493,9 +498,10 @@ impl Daemon {
     }
 
     /// SIGTERM, wait, and the knob writes it logged (with absolute `t_s`).
-    fn stop(self) -> Result<(Vec<DecisionMark>, bool)> {
+    fn stop(self) -> Result<(Vec<DecisionMark>, bool, Option<f64>)> {
+        let cpu_s = self.0.cpu_seconds();
         let (status, log) = self.0.stop()?;
-        Ok((parse_write_events(&log), status.success()))
+        Ok((parse_write_events(&log), status.success(), cpu_s))
     }
 }
 

@@ -41,6 +41,10 @@ pub struct ArmSummary {
     /// The seed's "priority ratio": mean low wall time / high wall time.
     pub priority_ratio: Option<Estimate>,
     pub daemon_writes: Option<Estimate>,
+    /// memqos arm: the daemon's CPU time over the arm's duration (its longest task), in % of
+    /// one CPU. Runs recorded before this was measured have none.
+    #[serde(default)]
+    pub daemon_cpu_pct: Option<Estimate>,
     /// Highest parent memory.current seen in the run (50 ms samples), MiB: how close the arm
     /// came to the parent's limit.
     pub parent_peak_mb: Option<Estimate>,
@@ -143,6 +147,13 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
             let prio: Vec<f64> =
                 runs.values().filter_map(|r| Some(low_mean_wall(r)? / high(r).filter(|h| finished(h))?.wall_s)).collect();
             let writes: Vec<f64> = runs.values().map(|r| r.decisions.len() as f64).collect();
+            let daemon_cpu: Vec<f64> = runs
+                .values()
+                .filter_map(|r| {
+                    let span = r.tasks.iter().map(|t| t.wall_s).fold(0.0, f64::max);
+                    r.daemon_cpu_s.filter(|_| span > 0.0).map(|c| c / span * 100.0)
+                })
+                .collect();
             let parent_peaks: Vec<f64> = runs
                 .values()
                 .filter_map(|r| r.timeline.parent_current.iter().max().map(|&b| (b >> 20) as f64))
@@ -173,6 +184,7 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
                 low_wall_vs_none: if *arm != "none" { estimate(&low_vs_none) } else { None },
                 priority_ratio: estimate(&prio),
                 daemon_writes: if *arm == "memqos" { estimate(&writes) } else { None },
+                daemon_cpu_pct: estimate(&daemon_cpu),
                 parent_peak_mb: estimate(&parent_peaks),
                 knobs_restored_runs: (*arm == "memqos")
                     .then(|| runs.values().filter(|r| r.knobs_restored == Some(true)).count()),
@@ -334,13 +346,13 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
         let _ = writeln!(s, "Parent memory.max {} MiB, speed {}x, tasks: {}.\n", g.parent_max_mb, g.speed, g.traces.join(", "));
         let _ = writeln!(
             s,
-            "| arm | runs | runs w/ OOM kill | high time s | high/solo | high P50 ms | high P95 ms | P95/solo | P95/none | lows finished | low time s | low/none | low/high | parent peak MiB | daemon writes |"
+            "| arm | runs | runs w/ OOM kill | high time s | high/solo | high P50 ms | high P95 ms | P95/solo | P95/none | lows finished | low time s | low/none | low/high | parent peak MiB | daemon writes | daemon CPU % |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for a in &g.arms {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 a.arm,
                 a.runs,
                 a.runs_with_oom_kill,
@@ -356,6 +368,7 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
                 ratio(&a.priority_ratio),
                 est(&a.parent_peak_mb, 0),
                 est(&a.daemon_writes, 0),
+                est(&a.daemon_cpu_pct, 1),
             );
         }
         let prefix = format!("{}-{}-{}", g.scenario, g.variant, g.kernel);
@@ -407,6 +420,7 @@ mod tests {
             timeline: Timeline::default(),
             decisions: vec![],
             knobs_restored: (arm == "memqos").then_some(true),
+            daemon_cpu_s: None,
         }
     }
 

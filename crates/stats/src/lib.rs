@@ -24,7 +24,7 @@ mod text;
 pub use bpf::{stat_key_plan, BpfBackend, KeyPlan, KeySource, Walker};
 pub use keys::StatKeys;
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
-pub use text::TextBackend;
+pub use text::{FileSet, TextBackend};
 
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -130,6 +130,11 @@ pub trait StatsSource {
     }
 
     fn name(&self) -> &'static str;
+
+    /// From now on only usage, events, limits and PSI are needed; a backend for which the
+    /// statistics cost extra (text: memory.stat) stops reading them. The BPF backend reads
+    /// everything in one program run and ignores this.
+    fn skip_statistics(&mut self) {}
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -29,6 +29,29 @@ pub const FILES: [&str; 9] = [
     "memory.min",
     "memory.pressure",
 ];
+/// Which of [`FILES`] a snapshot reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileSet {
+    /// Every file.
+    All,
+    /// memory.stat only (the benchmark's like-for-like comparison with its control).
+    StatOnly,
+    /// Usage, events, limits and PSI, without memory.stat and memory.peak: for callers that
+    /// need no statistics (the daemon's sampler). memory.stat is the costliest file: the kernel
+    /// flushes the memcg's counters and formats some 60 lines of them.
+    Knobs,
+}
+
+impl FileSet {
+    fn indices(self) -> &'static [usize] {
+        match self {
+            FileSet::All => &[0, 1, 2, 3, 4, 5, 6, 7, 8],
+            FileSet::StatOnly => &[STAT],
+            FileSet::Knobs => &[EVENTS, CURRENT, 4, 5, 6, 7, 8],
+        }
+    }
+}
+
 const STAT: usize = 0;
 const EVENTS: usize = 1;
 const CURRENT: usize = 2;
@@ -92,7 +115,7 @@ pub struct TextBackend {
     buf: Vec<u8>,
     keys: StatKeys,
     fds_open: u64,
-    stat_only: bool,
+    file_set: FileSet,
 }
 
 impl Drop for TextBackend {
@@ -121,14 +144,19 @@ impl TextBackend {
             buf: vec![0; 64 << 10],
             keys: StatKeys::default(),
             fds_open: 0,
-            stat_only: false,
+            file_set: FileSet::All,
         }
     }
 
     /// Snapshots read memory.stat only (the other fields stay `None`): the benchmark's
     /// like-for-like comparison with a control that reads only memory.stat.
     pub fn set_stat_only(&mut self, on: bool) {
-        self.stat_only = on;
+        self.file_set = if on { FileSet::StatOnly } else { FileSet::All };
+    }
+
+    /// Which files the snapshots read from now on.
+    pub fn set_file_set(&mut self, set: FileSet) {
+        self.file_set = set;
     }
 
     pub fn root(&self) -> &Path {
@@ -143,7 +171,7 @@ impl TextBackend {
     /// Reads one cgroup's files into `out` (reusing its allocations). For the benchmark's
     /// single-cgroup loop and for callers that want one cgroup, not the tree.
     pub fn read_one(&mut self, index: usize, out: &mut CgroupStats) -> Result<bool> {
-        read_node(&mut self.nodes[index], &mut self.buf, &mut self.keys, &mut self.fds_open, FILES.len(), out)
+        read_node(&mut self.nodes[index], &mut self.buf, &mut self.keys, &mut self.fds_open, FileSet::All.indices(), out)
     }
 
     /// Reads only memory.stat of node `index` (the seed's control experiment reads only that).
@@ -246,7 +274,7 @@ impl StatsSource for TextBackend {
         snap.backend = "text";
         snap.resize_cgroups(self.nodes.len());
         let mut filled = 0;
-        let files = if self.stat_only { 1 } else { FILES.len() };
+        let files = self.file_set.indices();
         for i in 0..self.nodes.len() {
             let out = &mut snap.cgroups[filled];
             if read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out)? {
@@ -266,25 +294,29 @@ impl StatsSource for TextBackend {
         Ok(())
     }
 
+    fn skip_statistics(&mut self) {
+        self.file_set = FileSet::Knobs;
+    }
+
     fn name(&self) -> &'static str {
         "text"
     }
 }
 
-/// Reads the first `files` of [`FILES`] of `node` into `out`. `Ok(false)`: the cgroup vanished.
+/// Reads `files` (indices into [`FILES`]) of `node` into `out`. `Ok(false)`: the cgroup vanished.
 fn read_node(
     node: &mut Node,
     buf: &mut Vec<u8>,
     keys: &mut StatKeys,
     fds_open: &mut u64,
-    files: usize,
+    files: &[usize],
     out: &mut CgroupStats,
 ) -> Result<bool> {
     out.reset(keys.len());
     out.path.clone_from(&node.rel);
     out.id = node.id;
     out.depth = node.depth;
-    for file in 0..files {
+    for &file in files {
         let n = match read_file(node, file, buf, fds_open)? {
             ReadOutcome::Text(n) => n,
             ReadOutcome::Absent => continue,
@@ -532,6 +564,22 @@ mod tests {
         let snap3 = b.snapshot().unwrap();
         assert_eq!(snap3.cgroups.len(), 2);
         assert_eq!(b.open_fds(), 2 + 9);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn skip_statistics_reads_neither_memory_stat_nor_peak() {
+        let root = fake_tree("knobs");
+        let mut b = TextBackend::open_unchecked(&root);
+        b.skip_statistics();
+        // Garbage in the skipped files cannot matter: they are never opened.
+        std::fs::write(root.join("a/memory.stat"), "anon x\n").unwrap();
+        let snap = b.snapshot().unwrap();
+        let a = snap.get("a").unwrap();
+        assert_eq!(snap.stat(a, "file"), None);
+        assert_eq!((a.current, a.peak), (Some(4096), None));
+        assert_eq!(a.events.unwrap().high, 7);
+        assert_eq!(b.open_fds(), 1 + 7 + 7, "root: memory.pressure; a and a/x: 7 files each");
         std::fs::remove_dir_all(root).unwrap();
     }
 
