@@ -59,11 +59,7 @@ impl CpuWeights {
                 continue;
             }
             journal.record(&c.id, FILE, &previous)?;
-            let outcome = match cg.write_string(FILE, &weight.to_string()) {
-                Ok(()) => "ok".to_string(),
-                Err(e) if e.is_vanished() => "vanished".to_string(),
-                Err(e) => format!("error: {e}"),
-            };
+            let outcome = crate::write_knob(&cg, FILE, &weight.to_string());
             writes.push(WeightWrite { cgroup: c.id.clone(), previous, value: weight, outcome });
         }
         Ok(writes)

@@ -40,11 +40,7 @@ pub struct Process {
 impl Process {
     /// The process `pid` as it is now; None if it is gone.
     pub fn current(pid: u32) -> Option<Process> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // comm (field 2) may contain spaces and parentheses: count from the last ')'.
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let start_time = rest.split_ascii_whitespace().nth(19)?.parse().ok()?;
-        Some(Process { pid, start_time })
+        crate::proc_stat::start_time(pid).map(|start_time| Process { pid, start_time })
     }
 
     /// True while this very process (not a successor with the same pid) exists.

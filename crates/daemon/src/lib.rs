@@ -17,6 +17,7 @@ mod dirty;
 pub mod journal;
 mod observe;
 mod oom_adj;
+pub mod proc_stat;
 pub mod process;
 mod signals;
 pub mod status;
@@ -240,17 +241,23 @@ fn apply(root: &Cgroup, journal: &mut Journal, d: &Decision, state_dir: &Path) -
         journal.record(&d.cgroup, file, prev)?;
     }
     let started_ns = mono_ns();
-    let outcome = match cg.write_string(file, &d.action.value()) {
-        Ok(()) => "ok".to_string(),
-        Err(e) if e.is_vanished() => "vanished".to_string(),
-        Err(e) => format!("error: {e}"),
-    };
+    let outcome = write_knob(&cg, file, &d.action.value());
     log_event(state_dir, serde_json::json!({
         "event": "write", "cgroup": d.cgroup, "file": file, "value": d.action.value(),
         "previous": previous, "outcome": outcome, "reason": d.reason, "why": d.reason.to_string(),
         "mono_ns": started_ns, "mono_done_ns": mono_ns(),
     }));
     Ok(())
+}
+
+/// Writes one knob and says how it went, for the event log: "ok", "vanished" (the cgroup went
+/// away, which is not an error) or "error: ...".
+fn write_knob(cg: &Cgroup, file: &'static str, value: &str) -> String {
+    match cg.write_string(file, value) {
+        Ok(()) => "ok".to_string(),
+        Err(e) if e.is_vanished() => "vanished".to_string(),
+        Err(e) => format!("error: {e}"),
+    }
 }
 
 const STATUS_EVERY: Duration = Duration::from_secs(1);

@@ -47,6 +47,14 @@ fn read_adj(process: Process) -> Option<i32> {
     std::fs::read_to_string(process.oom_score_adj_path()).ok()?.trim().parse().ok()
 }
 
+/// Writes the process's oom_score_adj; "ok" or the error, for the event log.
+fn write_adj(process: Process, value: &str) -> String {
+    match std::fs::write(process.oom_score_adj_path(), value) {
+        Ok(()) => "ok".to_string(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
 /// One write made by `sync`, for the daemon's event log.
 pub struct AdjWrite {
     pub cgroup: String,
@@ -90,10 +98,7 @@ impl OomAdjuster {
                 let Some(previous) = read_adj(process) else { continue };
                 let wrote = wants(previous, target) && {
                     journal.record_process(&c.id, process, FILE, &previous.to_string())?;
-                    let outcome = match std::fs::write(process.oom_score_adj_path(), target.to_string()) {
-                        Ok(()) => "ok".to_string(),
-                        Err(e) => format!("error: {e}"),
-                    };
+                    let outcome = write_adj(process, &target.to_string());
                     let ok = outcome == "ok";
                     if !ok && !self.reported_failure && process.is_alive() {
                         self.reported_failure = true;
@@ -125,10 +130,7 @@ impl OomAdjuster {
             if wrote && process.is_alive() {
                 if let Some(original) = journal.process_original(process, FILE).map(str::to_owned) {
                     let previous = read_adj(process).unwrap_or(0);
-                    let outcome = match std::fs::write(process.oom_score_adj_path(), &original) {
-                        Ok(()) => "ok".to_string(),
-                        Err(e) => format!("error: {e}"),
-                    };
+                    let outcome = write_adj(process, &original);
                     let value = original.parse().unwrap_or(0);
                     // The process is no longer in a managed cgroup: no cgroup to name.
                     writes.push(AdjWrite { cgroup: String::new(), pid: process.pid, previous, value, outcome });

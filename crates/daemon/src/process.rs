@@ -56,15 +56,7 @@ impl DaemonProcess {
 
     /// CPU time (user + system) the daemon has used so far, in seconds; None once it is gone.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let pid = self.pid();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Fields after the command name (which may contain spaces): utime is field 14, stime 15.
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let mut f = rest.split_ascii_whitespace().skip(11);
-        let (utime, stime): (u64, u64) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        Some((utime + stime) as f64 / hz)
+        crate::proc_stat::cpu_ticks(self.pid()).map(|t| t as f64 / crate::proc_stat::ticks_per_second())
     }
 
     /// SIGTERM and wait: the daemon restores every knob it changed before it exits. Returns

@@ -354,14 +354,6 @@ throttle = true
 }
 
 /// utime + stime of `pid` in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')').context("/proc/pid/stat: no ')'")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Ok(f.get(11).context("utime")?.parse::<u64>()? + f.get(12).context("stime")?.parse::<u64>()?)
-}
-
 fn vm_pgfault() -> Result<u64> {
     let text = std::fs::read_to_string("/proc/vmstat")?;
     text.lines().find_map(|l| l.strip_prefix("pgfault ")).context("no pgfault in /proc/vmstat")?.trim().parse().map_err(Into::into)
@@ -379,8 +371,6 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
         parent.child(n).create()?;
     }
     let exe = std::env::current_exe()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let mut out = Vec::new();
     // Default sampling (500 ms) with BPF on and off, idle and under faults; then BPF on with
     // 5 s sampling, idle, to show what the idle cost is made of.
@@ -399,15 +389,15 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
                 std::thread::sleep(Duration::from_secs(1));
             }
             let events_before = read_events(&Path::new(STATE).join("events.jsonl")).len();
-            let (c0, f0, w0) = (cpu_ticks(daemon.pid())?, vm_pgfault()?, Instant::now());
+            let (c0, f0, w0) = (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, Instant::now());
             std::thread::sleep(window);
-            let (c1, f1, secs) = (cpu_ticks(daemon.pid())?, vm_pgfault()?, w0.elapsed().as_secs_f64());
+            let (c1, f1, secs) = (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, w0.elapsed().as_secs_f64());
             let logged = read_events(&Path::new(STATE).join("events.jsonl")).len() - events_before;
             if let Some(l) = loader.as_mut() {
                 let _ = l.kill();
                 let _ = l.wait();
             }
-            let c = CpuCost { bpf, sampling_interval_ms: interval_ms, load: load.into(), cgroups: CPU_CGROUPS, window_s: secs, cpu_pct: (c1 - c0) as f64 / hz / secs * 100.0, faults_per_s: (f1 - f0) as f64 / secs, logged_events: logged };
+            let c = CpuCost { bpf, sampling_interval_ms: interval_ms, load: load.into(), cgroups: CPU_CGROUPS, window_s: secs, cpu_pct: (c1 - c0) / secs * 100.0, faults_per_s: (f1 - f0) as f64 / secs, logged_events: logged };
             eprintln!("cpu cost: bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)", c.cpu_pct, c.faults_per_s);
             out.push(c);
         }

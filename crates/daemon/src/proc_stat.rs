@@ -1,0 +1,43 @@
+//! `/proc/PID/stat`, read in one place: the daemon identifies processes by their start time,
+//! and the experiments and benches measure the daemon's CPU time.
+
+/// The fields after the command name (field 2, which may hold spaces and parentheses, so we
+/// count from the last ')'): index 0 is field 3, `state`. None if the process is gone.
+fn fields_after_comm(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    Some(rest.split_ascii_whitespace().map(str::to_owned).collect())
+}
+
+fn field(fields: &[String], number: usize) -> Option<u64> {
+    fields.get(number - 3)?.parse().ok()
+}
+
+/// Field 22, `starttime`, in clock ticks after boot: with the pid, it names one process.
+pub fn start_time(pid: u32) -> Option<u64> {
+    field(&fields_after_comm(pid)?, 22)
+}
+
+/// Fields 14 and 15, `utime + stime`, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let f = fields_after_comm(pid)?;
+    Some(field(&f, 14)? + field(&f, 15)?)
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
+pub fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn our_own_process() {
+        let pid = std::process::id();
+        let start = super::start_time(pid).expect("we exist");
+        assert_eq!(super::start_time(pid), Some(start), "start time is stable");
+        assert!(super::cpu_ticks(pid).is_some());
+        assert_eq!(super::start_time(u32::MAX), None);
+    }
+}
