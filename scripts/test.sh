@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 start=$(date +%s)
+bash scripts/check-paths.sh
 # Release: guest tests run the binaries under emulation, where optimisation matters.
 cargo build --release --workspace --all-targets
 cargo test --release --workspace --no-fail-fast -- --test-threads=2

@@ -1,5 +1,5 @@
-//! `memqos bench stats`: the seeds' experiment (memcg-bpf-kfuncs.txt,
-//! memcg-stat-kfuncs-cgroup-iter.txt) side by side in one run.
+//! `memqos bench stats`: the experiment of the memcg BPF kfuncs and memcg stat kfuncs threads
+//! (docs/references.md) side by side in one run.
 //!
 //! - control: C, compiled here with `cc -O2`: open memory.stat once, then per iteration
 //!   `fgets` + `sscanf("%s %llu")` every line into numbers and `fseek` back, as the seed did;

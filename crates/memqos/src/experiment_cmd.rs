@@ -43,8 +43,8 @@ pub struct ExperimentArgs {
     /// The scenario files.
     #[arg(long, default_value = "experiments")]
     dir: PathBuf,
-    /// The agent traces (one folder per task) [default: $MEMQOS_TRACES, else shared/traces/agent-haiku
-    /// beside the checkout].
+    /// The agent traces (one folder per task) [default: $MEMQOS_TRACES, else the repository's
+    /// traces/agent-haiku].
     #[arg(long)]
     traces: Option<PathBuf>,
     /// Only rebuild summary, report and plots from OUT/runs.
@@ -153,27 +153,7 @@ fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn resolve_traces(arg: Option<&Path>) -> Result<PathBuf> {
-    if let Some(p) = arg {
-        return Ok(std::fs::canonicalize(p).with_context(|| format!("--traces {}", p.display()))?);
-    }
-    if let Some(p) = std::env::var_os("MEMQOS_TRACES") {
-        return std::fs::canonicalize(&p).with_context(|| format!("MEMQOS_TRACES={}", Path::new(&p).display()));
-    }
-    // shared/ sits beside the checkout: try from the working directory and from the binary.
-    let mut starts = vec![std::env::current_dir()?];
-    if let Ok(exe) = std::env::current_exe() {
-        starts.push(exe);
-    }
-    for start in starts {
-        for dir in start.ancestors() {
-            let candidate = dir.join("shared/traces/agent-haiku");
-            if candidate.is_dir() {
-                // Canonical: a symlinked shared/ must resolve to where the guest can see it.
-                return std::fs::canonicalize(&candidate).with_context(|| candidate.display().to_string());
-            }
-        }
-    }
-    bail!("cannot find the agent traces: pass --traces DIR or set MEMQOS_TRACES (expected shared/traces/agent-haiku beside the checkout)")
+    Ok(memqos_replay::traces_dir::resolve(arg)?)
 }
 
 /// Estimated guest seconds for a scenario, and the guest memory it needs.

@@ -12,10 +12,6 @@ use std::process::Command;
 
 #[test]
 fn oom_scenario_one_run_per_kernel() {
-    if std::env::var("MEMQOS_TRACES").as_deref() == Ok("skip") {
-        eprintln!("MEMQOS_TRACES=skip: no traces, skipping");
-        return;
-    }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();
     let kernels = std::env::var("MEMQOS_TEST_KERNELS").unwrap_or_else(|_| "6.12,7".into());

@@ -1,7 +1,7 @@
 //! memqos-replay: replays an AI agent's memory trace as a real workload.
 //!
 //! A trace (`resources.json`, one `podman stats` reading per second; see
-//! /work/shared/traces/README.md) becomes a [`Schedule`] of steps; a workload follows it by
+//! traces/README.md in the repository) becomes a [`Schedule`] of steps; a workload follows it by
 //! mapping and touching anonymous memory to grow and unmapping it to shrink, measuring how
 //! long every growth takes. Under memory.high throttling or direct reclaim that latency is
 //! what grows, and under memory.max the workload is OOM-killed: the two things memory QoS
@@ -20,7 +20,7 @@
 //! use memqos_replay::{prepare, report::Report, worker, EngineOptions, ScheduleOptions, ToolCallsSource};
 //! use std::path::Path;
 //!
-//! let path = Path::new("/work/shared/traces/agent-haiku/dask__dask-11628/resources.json");
+//! let path = Path::new("traces/agent-haiku/dask__dask-11628/resources.json");
 //! let opts = ScheduleOptions { speed: 50.0, baseline_bytes: 100 << 20 };
 //! let prepared = prepare(path, ToolCallsSource::Auto, &opts)?;
 //! let engine = EngineOptions::default();
@@ -38,6 +38,7 @@ pub mod run;
 pub mod schedule;
 pub mod tool_calls;
 pub mod trace;
+pub mod traces_dir;
 pub mod units;
 pub mod worker;
 

@@ -1,5 +1,5 @@
 //! `resources.json`: one `podman stats` reading per sample (format in
-//! /work/shared/traces/README.md). Parsing is a pure function of the text; every error names
+//! traces/README.md in the repository). Parsing is a pure function of the text; every error names
 //! the file, the sample and the field.
 //!
 //! Only `epoch` (Unix seconds) and `mem_usage` are read. `timestamp` is local time without a

@@ -1,8 +1,8 @@
 //! Every real agent trace parses (or fails with a located error, never a panic), and the
 //! two traces of the seed experiment schedule as the experiment describes.
 //!
-//! The traces live outside the repository (/work/shared/traces/agent-haiku, GPL-2.0 data
-//! from yunwei37/agentcgroup); MEMQOS_TRACES points elsewhere, MEMQOS_TRACES=skip skips.
+//! The traces ship with the repository (`traces/agent-haiku`, GPL-2.0 data from
+//! yunwei37/agentcgroup, see traces/README.md); MEMQOS_TRACES points the test at another set.
 
 mod common;
 
@@ -10,25 +10,19 @@ use memqos_replay::trace::{load_trace, TraceError};
 use memqos_replay::{prepare, ScheduleOptions, ToolCallsSource};
 use std::path::PathBuf;
 
-fn task_dirs() -> Option<Vec<PathBuf>> {
-    if std::env::var_os("MEMQOS_TRACES").is_some_and(|v| v == "skip") {
-        eprintln!("MEMQOS_TRACES=skip: real traces not tested");
-        return None;
-    }
+fn task_dirs() -> Vec<PathBuf> {
     let dir = common::traces_dir();
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
-        panic!("{}: {e}; set MEMQOS_TRACES to the agent-haiku folder, or to \"skip\"", dir.display())
-    });
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let mut dirs: Vec<PathBuf> =
         entries.map(|e| e.unwrap().path()).filter(|p| p.join("resources.json").is_file()).collect();
     dirs.sort();
     assert!(!dirs.is_empty(), "{}: no */resources.json", dir.display());
-    Some(dirs)
+    dirs
 }
 
 #[test]
 fn every_real_trace_parses_or_says_where_it_is_broken() {
-    let Some(dirs) = task_dirs() else { return };
+    let dirs = task_dirs();
     let mut problems = Vec::new();
     let mut dropped = 0;
     for dir in &dirs {
@@ -62,7 +56,7 @@ fn every_real_trace_parses_or_says_where_it_is_broken() {
 
 #[test]
 fn every_real_trace_schedules_with_its_tool_calls() {
-    let Some(dirs) = task_dirs() else { return };
+    let dirs = task_dirs();
     let opts = ScheduleOptions { speed: 50.0, baseline_bytes: 100 << 20 };
     let (mut with_calls, mut marked) = (0, 0);
     for dir in &dirs {
@@ -85,8 +79,8 @@ fn every_real_trace_schedules_with_its_tool_calls() {
 
 #[test]
 fn the_seed_experiment_traces() {
-    let Some(_) = task_dirs() else { return };
-    let dir = common::traces_dir();
+    // The repository's own set: the figures below belong to these two traces.
+    let dir = common::repo_traces_dir();
     let opts = ScheduleOptions { speed: 50.0, baseline_bytes: 100 << 20 };
 
     let high = prepare(&dir.join("dask__dask-11628/resources.json"), ToolCallsSource::Auto, &opts).unwrap();
@@ -107,8 +101,7 @@ fn the_seed_experiment_traces() {
 
 #[test]
 fn a_damaged_real_trace_gets_a_located_error() {
-    let Some(_) = task_dirs() else { return };
-    let text = std::fs::read_to_string(common::traces_dir().join("dask__dask-11628/resources.json")).unwrap();
+    let text = std::fs::read_to_string(common::repo_traces_dir().join("dask__dask-11628/resources.json")).unwrap();
     let parse = |t: &str| memqos_replay::trace::parse_trace("resources.json", t).unwrap_err().to_string();
 
     // Sample 17's unit mangled.

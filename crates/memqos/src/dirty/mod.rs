@@ -1,5 +1,5 @@
 //! `memqos experiment dirty-noisy-neighbour`: the dirty-page noisy-neighbour reproducer
-//! (seeds/memcg-dirty-ratio-dirty-min-rfc.txt, issue 7) run in real-kernel guests, stock and
+//! (the dirty_ratio / dirty_min RFC, docs/references.md; issue 7) run in real-kernel guests, stock and
 //! with memqos's per-tier `dirty.max` / `dirty.min`, side by side. See docs/dirty-isolation.md.
 
 mod guest;

@@ -23,11 +23,12 @@ pub fn write_trace(dir: &Path, name: &str, points: &[(f64, f64)]) -> PathBuf {
     path
 }
 
-/// The real traces, unless MEMQOS_TRACES points elsewhere.
-/// `$MEMQOS_TRACES`, else `shared/traces/agent-haiku` beside the checkout (where CI puts it).
+/// The real traces: the repository's `traces/agent-haiku`, unless MEMQOS_TRACES points elsewhere.
 pub fn traces_dir() -> PathBuf {
-    std::env::var_os("MEMQOS_TRACES").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/agent-haiku"),
-        PathBuf::from,
-    )
+    memqos_replay::traces_dir::resolve(None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The repository's own trace set, whatever MEMQOS_TRACES says.
+pub fn repo_traces_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(memqos_replay::traces_dir::IN_REPO)
 }
