@@ -279,11 +279,10 @@ mod tests {
         let kv = parse_flat_keyed("anon 4096\nfile 0\n\nkernel 12\n").unwrap();
         assert_eq!(kv, vec![("anon", 4096), ("file", 0), ("kernel", 12)]);
         let err = parse_flat_keyed("anon 1\nfile x\n").unwrap_err();
-        assert_eq!(err, ParseError::Unexpected {
-            line: 2,
-            expected: "an unsigned number after the key",
-            found: "file x".into()
-        });
+        assert_eq!(
+            err,
+            ParseError::Unexpected { line: 2, expected: "an unsigned number after the key", found: "file x".into() }
+        );
         assert!(parse_flat_keyed("anon 1 2\n").is_err());
         // Fast and slow paths agree; 20-digit values are range-checked.
         assert_eq!(parse_flat_keyed("a  7\n\tb 18446744073709551615 \n").unwrap(), vec![("a", 7), ("b", u64::MAX)]);
@@ -297,7 +296,9 @@ mod tests {
     #[test]
     fn memory_events_6_12_and_unknown_keys() {
         // 6.12 layout; a future key must not break parsing.
-        let ev = MemoryEvents::parse("low 0\nhigh 1459\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\nsock_throttled 9\n").unwrap();
+        let ev =
+            MemoryEvents::parse("low 0\nhigh 1459\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\nsock_throttled 9\n")
+                .unwrap();
         assert_eq!(ev, MemoryEvents { low: 0, high: 1459, max: 3, oom: 1, oom_kill: 1, oom_group_kill: 0 });
         // Older kernels lack oom_group_kill.
         let old = MemoryEvents::parse("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n").unwrap();

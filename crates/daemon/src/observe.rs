@@ -54,7 +54,12 @@ fn events(d: MemoryEvents) -> MemEvents {
 /// A value the snapshot must have for a managed cgroup; missing means the memory controller
 /// is not enabled for it (or the kernel lacks the file).
 fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Result<T> {
-    v.ok_or_else(|| anyhow!("cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)", root.join(&c.path).display()))
+    v.ok_or_else(|| {
+        anyhow!(
+            "cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)",
+            root.join(&c.path).display()
+        )
+    })
 }
 
 fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
@@ -97,7 +102,13 @@ impl Sampler {
     /// Takes one snapshot of the managed tree and turns it into an observation. Cgroups
     /// that vanish while being read are left out by the snapshot; a managed cgroup without
     /// memory files is an error naming it.
-    pub fn sample(&mut self, cfg: &Config, root: &Cgroup, journal: &Journal, now_ms: u64) -> anyhow::Result<(Observation, Vec<Seen>)> {
+    pub fn sample(
+        &mut self,
+        cfg: &Config,
+        root: &Cgroup,
+        journal: &Journal,
+        now_ms: u64,
+    ) -> anyhow::Result<(Observation, Vec<Seen>)> {
         if self.source.as_ref().is_none_or(|(p, _)| p != root.path()) {
             let notes = &mut self.notes;
             let mut source = memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
@@ -130,7 +141,8 @@ impl Sampler {
                 continue;
             }
             let Some(tier) = cfg.tiers.classify(&c.path) else { continue };
-            let (mut obs, s) = Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
+            let (mut obs, s) =
+                Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {

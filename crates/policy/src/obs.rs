@@ -38,12 +38,7 @@ pub struct ParentObs {
 
 impl Default for ParentObs {
     fn default() -> Self {
-        ParentObs {
-            usage_bytes: 0,
-            max: Limit::Max,
-            high: Limit::Max,
-            events_delta: MemEvents::default(),
-        }
+        ParentObs { usage_bytes: 0, max: Limit::Max, high: Limit::Max, events_delta: MemEvents::default() }
     }
 }
 
@@ -120,13 +115,7 @@ pub struct Knobs {
 impl Default for Knobs {
     /// The kernel's defaults for a new cgroup.
     fn default() -> Self {
-        Knobs {
-            high: Limit::Max,
-            max: Limit::Max,
-            low: Limit::Bytes(0),
-            min: Limit::Bytes(0),
-            frozen: false,
-        }
+        Knobs { high: Limit::Max, max: Limit::Max, low: Limit::Bytes(0), min: Limit::Bytes(0), frozen: false }
     }
 }
 

@@ -121,9 +121,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, suffix) = t.split_at(digits_end);
     if num.is_empty() {
-        return Err(format!(
-            "invalid byte size {s:?}: expected digits then K/M/G/T"
-        ));
+        return Err(format!("invalid byte size {s:?}: expected digits then K/M/G/T"));
     }
     let shift = match suffix.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
@@ -131,11 +129,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mi" | "mib" | "mb" => 20,
         "g" | "gi" | "gib" | "gb" => 30,
         "t" | "ti" | "tib" | "tb" => 40,
-        _ => {
-            return Err(format!(
-                "invalid byte size {s:?}: unknown suffix {suffix:?}"
-            ))
-        }
+        _ => return Err(format!("invalid byte size {s:?}: unknown suffix {suffix:?}")),
     };
     num.parse::<u64>()
         .ok()
@@ -145,12 +139,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Human form for log lines: `300M`, `1.5G`, `4096` (binary units, one decimal at most).
 pub fn human(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [
-        (1 << 40, "T"),
-        (1 << 30, "G"),
-        (1 << 20, "M"),
-        (1 << 10, "K"),
-    ];
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (unit, name) in UNITS {
         if bytes >= unit {
             // (`is_multiple_of` would need Rust 1.87; the workspace supports 1.82.)
