@@ -69,8 +69,8 @@ fn stale_avg10_without_new_stall_is_not_pressure() {
     let mut sim = contention();
     sim.run(5_000, |s| {
         let c = s.cg("critical/db");
-        c.psi.some_avg10 = 30.0; // the tail of an old 10 s average
-        c.psi.some_total_delta_us = 0;
+        c.psi.some.avg10 = 30.0; // the tail of an old 10 s average
+        c.psi_some_delta_us = 0;
     });
     assert!(sim.log.iter().all(|(_, d)| d.knob() == Knob::Low));
 }
@@ -337,8 +337,8 @@ fn stall_rate_alone_triggers() {
     let mut sim = contention();
     sim.tick(); // the first tick has no elapsed time to compute a rate from
     let c = sim.cg("critical/db");
-    c.psi.some_avg10 = 0.5;
-    c.psi.some_total_delta_us = 100_000; // 100 ms of 500 ms = 20 %
+    c.psi.some.avg10 = 0.5;
+    c.psi_some_delta_us = 100_000; // 100 ms of 500 ms = 20 %
     let d = sim.tick();
     let Reason::ProtectedPressure { trigger: Trigger::StallRate { pct }, .. } = d[0].reason else { panic!("{d:?}") };
     assert!((pct - 20.0).abs() < 1e-9);

@@ -3,8 +3,9 @@
 use super::Ctx;
 use crate::config::TierIndex;
 use crate::decision::{Reason, Trigger};
-use crate::obs::{CgroupObs, MemEvents, SignalEvent};
+use crate::obs::{CgroupObs, SignalEvent};
 use crate::size::Limit;
+use memqos_cgroupfs::MemoryEvents;
 
 /// A protected cgroup under pressure.
 pub(crate) struct Pressured<'a> {
@@ -40,7 +41,7 @@ pub(crate) struct Pressure<'a> {
     pub protected: Vec<Pressured<'a>>,
     pub guard: Option<Guard>,
     /// Parent memory.events with `max` or `oom` hits.
-    pub parent_events: Option<MemEvents>,
+    pub parent_events: Option<MemoryEvents>,
 }
 
 impl Pressure<'_> {
@@ -108,11 +109,11 @@ fn trigger(ctx: &Ctx, c: &CgroupObs, elapsed_ms: Option<u64>) -> Option<Trigger>
     if signals.psi {
         // avg10 is a 10 s average: after we relieve the pressure it stays high for seconds.
         // Requiring some stall since the previous tick keeps us from cutting on its tail.
-        if c.psi.some_avg10 >= policy.pressure_psi_some_avg10 && c.psi.some_total_delta_us > 0 {
-            return Some(Trigger::PsiSomeAvg10 { value: c.psi.some_avg10 });
+        if c.psi.some.avg10 >= policy.pressure_psi_some_avg10 && c.psi_some_delta_us > 0 {
+            return Some(Trigger::PsiSomeAvg10 { value: c.psi.some.avg10 });
         }
         if let Some(e) = elapsed_ms {
-            let pct = c.psi.some_total_delta_us as f64 / (e as f64 * 10.0);
+            let pct = c.psi_some_delta_us as f64 / (e as f64 * 10.0);
             if pct >= policy.pressure_stall_pct {
                 return Some(Trigger::StallRate { pct });
             }

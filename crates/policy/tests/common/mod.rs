@@ -87,8 +87,8 @@ impl Sim {
     pub fn set_stall(&mut self, id: &str, pct: f64) {
         let tick_ms = self.tick_ms;
         let c = self.cg(id);
-        c.psi.some_avg10 = pct;
-        c.psi.some_total_delta_us = (pct * tick_ms as f64 * 10.0) as u64;
+        c.psi.some.avg10 = pct;
+        c.psi_some_delta_us = (pct * tick_ms as f64 * 10.0) as u64;
     }
 
     /// One observation -> decisions; checks invariants, applies the writes, advances time.
