@@ -18,7 +18,6 @@ pub mod journal;
 mod observe;
 mod oom_adj;
 pub mod proc_stat;
-pub mod process;
 mod signals;
 pub mod status;
 

@@ -5,9 +5,10 @@
 //! - [`stats`]: medians with bootstrap intervals;
 //! - [`summary`]: paired ratios, target verdicts and the markdown report.
 //!
-//! The host side (booting guests per kernel, progress, plots) is `memqos experiment` in the
-//! memqos binary.
+//! - [`host`]: the host side of `memqos experiment` (a guest per scenario and kernel, the
+//!   copy of its results, the report and plots).
 
+pub mod host;
 pub mod runner;
 pub mod scenario;
 pub mod stats;

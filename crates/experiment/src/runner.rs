@@ -10,7 +10,7 @@
 use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
-use memqos_daemon::process::DaemonProcess;
+use memqos_lab::daemon_process::DaemonProcess;
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
 use serde::{Deserialize, Serialize};

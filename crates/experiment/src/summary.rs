@@ -83,7 +83,7 @@ pub fn load_results(dir: &Path) -> Result<Vec<ArmResult>> {
     Ok(out)
 }
 
-fn task<'a>(r: &'a ArmResult, tier: Tier) -> impl Iterator<Item = &'a TaskResult> {
+fn task(r: &ArmResult, tier: Tier) -> impl Iterator<Item = &TaskResult> {
     r.tasks.iter().filter(move |t| t.tier == tier)
 }
 

@@ -1,17 +1,13 @@
 //! memqos: priority memory QoS for cgroup v2 hosts.
 
-mod bench_reaction;
-mod bench_stats;
 mod daemon_cmd;
-mod demo;
-mod dirty;
-mod doctor;
 mod experiment_cmd;
 mod replay_cmd;
-mod scenario;
 mod stat;
 mod vm_cmd;
-mod workload;
+
+use memqos_doctor as doctor;
+use memqos_lab::{bench, demo, workload};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -69,10 +65,10 @@ enum Cmd {
 #[derive(Subcommand)]
 enum BenchCmd {
     /// Reading memcg statistics: the seeds' C/fscanf control vs memqos's text and BPF backends.
-    Stats(bench_stats::BenchStatsArgs),
+    Stats(bench::stats::BenchStatsArgs),
     /// Delay from a protected cgroup starting to reclaim to the first memory.high write on a
     /// lower tier, per signal source (BPF, PSI, memory.events).
-    Reaction(bench_reaction::ReactionArgs),
+    Reaction(bench::reaction::ReactionArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,10 +82,10 @@ fn main() -> ExitCode {
         Cmd::Replay(args) => replay_cmd::run(args),
         Cmd::Status(a) => daemon_cmd::status(a),
         Cmd::Stat(a) => stat::run(a),
-        Cmd::Bench(BenchCmd::Stats(a)) => bench_stats::run(a),
+        Cmd::Bench(BenchCmd::Stats(a)) => bench::stats::run(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),
-        Cmd::Bench(BenchCmd::Reaction(a)) => bench_reaction::run(a),
+        Cmd::Bench(BenchCmd::Reaction(a)) => bench::reaction::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,12 +1,14 @@
-//! A `memqos daemon` run as a child process: for the demo, the experiments and the benches,
-//! which all need "start it, wait until it is really running, stop it, read what it did".
+//! A `memqos daemon` run as a child process: for the demo, the experiments, the benches and
+//! the guest tests, which all need "start it, wait until it is really running, stop it, read
+//! what it did".
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::status::STATUS_FILE;
+use memqos_daemon::proc_stat;
+use memqos_daemon::status::STATUS_FILE;
 
 /// Start-up is over when the first status.json exists: the config was valid, the journal
 /// of an earlier run restored and the first tick done.
@@ -56,7 +58,7 @@ impl DaemonProcess {
 
     /// CPU time (user + system) the daemon has used so far, in seconds; None once it is gone.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        crate::proc_stat::cpu_ticks(self.pid()).map(|t| t as f64 / crate::proc_stat::ticks_per_second())
+        proc_stat::cpu_ticks(self.pid()).map(|t| t as f64 / proc_stat::ticks_per_second())
     }
 
     /// SIGTERM and wait: the daemon restores every knob it changed before it exits. Returns
@@ -67,6 +69,15 @@ impl DaemonProcess {
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let status = child.wait().context("waiting for the memqos daemon")?;
         Ok((status, self.events()))
+    }
+
+    /// SIGKILL and wait: the daemon gets no chance to restore anything (the guardian, unless
+    /// disabled, or the next start does).
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// The daemon's event log so far; empty if it wrote none.

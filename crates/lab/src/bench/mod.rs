@@ -1,0 +1,4 @@
+//! `memqos bench`: figures with medians and spread, never pass/fail.
+
+pub mod reaction;
+pub mod stats;
