@@ -6,7 +6,7 @@ use memqos_cgroupfs::{Cgroup, MemoryEvents};
 use memqos_policy::{CgroupObs, Config, Knobs, Limit, MemEvents, Observation, ParentObs, Psi};
 use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Reads the tree through memqos-stats (one snapshot per tick) and keeps the counters
@@ -17,9 +17,12 @@ pub struct Sampler {
     snap: Snapshot,
     /// Messages about the stats backend (e.g. BPF unavailable, text used), for the log.
     pub notes: Vec<String>,
-    prev_events: HashMap<String, MemoryEvents>,
-    prev_psi_total: HashMap<String, u64>,
+    /// Keyed by cgroup id: a re-created cgroup starts without history.
+    prev_events: HashMap<u64, MemoryEvents>,
+    prev_psi_total: HashMap<u64, u64>,
     prev_parent_events: Option<MemoryEvents>,
+    /// Ids of the managed cgroups of the last sample.
+    pub alive: HashSet<u64>,
 }
 
 impl Default for Sampler {
@@ -32,6 +35,7 @@ impl Default for Sampler {
 #[derive(Clone, Debug, Serialize)]
 pub struct Seen {
     pub cgroup: String,
+    pub cgroup_id: u64,
     pub tier: String,
     pub usage_bytes: u64,
     pub knobs: Knobs,
@@ -48,7 +52,13 @@ fn limit(l: memqos_cgroupfs::Limit) -> Limit {
 }
 
 fn events(d: MemoryEvents) -> MemEvents {
-    MemEvents { low: d.low, high: d.high, max: d.max, oom: d.oom, oom_kill: d.oom_kill }
+    MemEvents {
+        low: d.low,
+        high: d.high,
+        max: d.max,
+        oom: d.oom,
+        oom_kill: d.oom_kill,
+    }
 }
 
 /// A value the snapshot must have for a managed cgroup; missing means the memory controller
@@ -70,14 +80,22 @@ fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
 }
 
 /// Originals: the journaled value where memqos has written the knob, else the current one.
-fn originals(journal: &Journal, id: &str, current: &Knobs) -> Knobs {
-    let get = |file: &str, cur: Limit| journal.original(id, file).and_then(Limit::parse).unwrap_or(cur);
+fn originals(journal: &Journal, id: u64, current: &Knobs) -> Knobs {
+    let get = |file: &str, cur: Limit| {
+        journal
+            .original(id, file)
+            .and_then(Limit::parse)
+            .unwrap_or(cur)
+    };
     Knobs {
         high: get("memory.high", current.high),
         max: current.max,
         low: get("memory.low", current.low),
         min: get("memory.min", current.min),
-        frozen: journal.original(id, "cgroup.freeze").map(|v| v == "1").unwrap_or(current.frozen),
+        frozen: journal
+            .original(id, "cgroup.freeze")
+            .map(|v| v == "1")
+            .unwrap_or(current.frozen),
     }
 }
 
@@ -91,17 +109,25 @@ impl Sampler {
             prev_events: HashMap::new(),
             prev_psi_total: HashMap::new(),
             prev_parent_events: None,
+            alive: HashSet::new(),
         }
     }
 
     /// Takes one snapshot of the managed tree and turns it into an observation. Cgroups
     /// that vanish while being read are left out by the snapshot; a managed cgroup without
     /// memory files is an error naming it.
-    pub fn sample(&mut self, cfg: &Config, root: &Cgroup, journal: &Journal, now_ms: u64) -> anyhow::Result<(Observation, Vec<Seen>)> {
+    pub fn sample(
+        &mut self,
+        cfg: &Config,
+        root: &Cgroup,
+        journal: &Journal,
+        now_ms: u64,
+    ) -> anyhow::Result<(Observation, Vec<Seen>)> {
         if self.source.as_ref().is_none_or(|(p, _)| p != root.path()) {
             let notes = &mut self.notes;
-            let mut source = memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
-                .with_context(|| format!("opening stats for {}", root.path().display()))?;
+            let mut source =
+                memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
+                    .with_context(|| format!("opening stats for {}", root.path().display()))?;
             // The engine uses usage, events, limits and PSI; memory.stat would be read (and the
             // kernel's counters flushed) every tick for nothing.
             source.skip_statistics();
@@ -110,45 +136,77 @@ impl Sampler {
         let (_, source) = self.source.as_mut().expect("opened above");
         source.refresh(&mut self.snap)?;
         let snap = &self.snap;
-        let top = snap.cgroups.first().ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+        let top = snap
+            .cgroups
+            .first()
+            .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
         let parent_ev = need(top.events, root.path(), top, "memory.events")?;
         let parent = ParentObs {
             usage_bytes: need(top.current, root.path(), top, "memory.current")?,
             max: limit(need(top.max, root.path(), top, "memory.max")?),
             high: limit(need(top.high, root.path(), top, "memory.high")?),
-            events_delta: self.prev_parent_events.map(|p| events(parent_ev.delta_since(&p))).unwrap_or_default(),
+            events_delta: self
+                .prev_parent_events
+                .map(|p| events(parent_ev.delta_since(&p)))
+                .unwrap_or_default(),
         };
         self.prev_parent_events = Some(parent_ev);
 
         let mut cgroups = Vec::new();
         let mut seen = Vec::new();
-        let mut alive = Vec::new();
+        let mut alive = HashSet::new();
         for (i, c) in snap.cgroups.iter().enumerate().skip(1) {
             // Pre-order: a leaf is followed by a cgroup no deeper than itself (or nothing).
-            let leaf = snap.cgroups.get(i + 1).is_none_or(|next| next.depth <= c.depth);
+            let leaf = snap
+                .cgroups
+                .get(i + 1)
+                .is_none_or(|next| next.depth <= c.depth);
             if !leaf {
                 continue;
             }
-            let Some(tier) = cfg.tiers.classify(&c.path) else { continue };
-            let (mut obs, s) = Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
+            let Some(tier) = cfg.tiers.classify(&c.path) else {
+                continue;
+            };
+            let (mut obs, s) = Self::observe_one(
+                &mut self.prev_events,
+                &mut self.prev_psi_total,
+                root.path(),
+                c,
+                journal,
+            )?;
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
                 obs.populated = Cgroup::new(root.path().join(&c.path)).is_populated().ok();
             }
-            let tier_name = cfg.tiers.get(tier).map(|t| t.name.clone()).unwrap_or_default();
-            seen.push(Seen { tier: tier_name, ..s });
-            alive.push(c.path.clone());
+            let tier_name = cfg
+                .tiers
+                .get(tier)
+                .map(|t| t.name.clone())
+                .unwrap_or_default();
+            seen.push(Seen {
+                tier: tier_name,
+                ..s
+            });
+            alive.insert(c.id);
             cgroups.push(obs);
         }
         self.prev_events.retain(|k, _| alive.contains(k));
         self.prev_psi_total.retain(|k, _| alive.contains(k));
-        Ok((Observation { now_ms, parent, cgroups }, seen))
+        self.alive = alive;
+        Ok((
+            Observation {
+                now_ms,
+                parent,
+                cgroups,
+            },
+            seen,
+        ))
     }
 
     fn observe_one(
-        prev_events: &mut HashMap<String, MemoryEvents>,
-        prev_psi_total: &mut HashMap<String, u64>,
+        prev_events: &mut HashMap<u64, MemoryEvents>,
+        prev_psi_total: &mut HashMap<u64, u64>,
         root: &Path,
         c: &CgroupStats,
         journal: &Journal,
@@ -158,12 +216,19 @@ impl Sampler {
         let ev = need(c.events, root, c, "memory.events")?;
         let psi = need(c.pressure, root, c, "memory.pressure")?;
         let current = knobs(root, c)?;
-        let delta = prev_events.get(id).map(|p| events(ev.delta_since(p))).unwrap_or_default();
-        let psi_delta = prev_psi_total.get(id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
-        prev_events.insert(id.to_owned(), ev);
-        prev_psi_total.insert(id.to_owned(), psi.some.total_us);
-        let original = originals(journal, id, &current);
+        let delta = prev_events
+            .get(&c.id)
+            .map(|p| events(ev.delta_since(p)))
+            .unwrap_or_default();
+        let psi_delta = prev_psi_total
+            .get(&c.id)
+            .map(|p| psi.some.total_us.saturating_sub(*p))
+            .unwrap_or(0);
+        prev_events.insert(c.id, ev);
+        prev_psi_total.insert(c.id, psi.some.total_us);
+        let original = originals(journal, c.id, &current);
         let mut obs = CgroupObs::new(id, memqos_policy::TierIndex(0), usage);
+        obs.cgroup_id = c.id;
         obs.current = current;
         obs.original = original;
         obs.events_delta = delta;
@@ -174,6 +239,7 @@ impl Sampler {
         };
         let seen = Seen {
             cgroup: id.to_owned(),
+            cgroup_id: c.id,
             tier: String::new(),
             usage_bytes: usage,
             knobs: current,

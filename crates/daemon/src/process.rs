@@ -21,9 +21,20 @@ impl DaemonProcess {
     /// Runs `exe daemon --config CONFIG --state-dir STATE_DIR EXTRA...` with stdout going to
     /// `stdout`, and waits for its first status.json. A stale status.json and event log from
     /// an earlier run in `state_dir` are removed first, so neither is mistaken for this one's.
-    pub fn start(exe: &Path, config: &Path, state_dir: &Path, extra: &[&str], stdout: Stdio) -> Result<DaemonProcess> {
-        std::fs::create_dir_all(state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
-        for stale in [STATUS_FILE, "events.jsonl"] {
+    pub fn start(
+        exe: &Path,
+        config: &Path,
+        state_dir: &Path,
+        extra: &[&str],
+        stdout: Stdio,
+    ) -> Result<DaemonProcess> {
+        std::fs::create_dir_all(state_dir)
+            .with_context(|| format!("creating {}", state_dir.display()))?;
+        for stale in [
+            STATUS_FILE,
+            crate::events::EVENTS_FILE,
+            crate::events::ROTATED_FILE,
+        ] {
             let _ = std::fs::remove_file(state_dir.join(stale));
         }
         let mut child = Command::new(exe)
@@ -38,16 +49,25 @@ impl DaemonProcess {
         let t0 = Instant::now();
         while !state_dir.join(STATUS_FILE).exists() {
             if let Some(st) = child.try_wait()? {
-                bail!("memqos daemon exited during start-up ({st}); config {}", config.display());
+                bail!(
+                    "memqos daemon exited during start-up ({st}); config {}",
+                    config.display()
+                );
             }
             if t0.elapsed() > START_TIMEOUT {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("memqos daemon did not write {STATUS_FILE} within {} s", START_TIMEOUT.as_secs());
+                bail!(
+                    "memqos daemon did not write {STATUS_FILE} within {} s",
+                    START_TIMEOUT.as_secs()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(DaemonProcess { child: Some(child), state_dir: state_dir.to_owned() })
+        Ok(DaemonProcess {
+            child: Some(child),
+            state_dir: state_dir.to_owned(),
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -56,7 +76,8 @@ impl DaemonProcess {
 
     /// CPU time (user + system) the daemon has used so far, in seconds; None once it is gone.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        crate::proc_stat::cpu_ticks(self.pid()).map(|t| t as f64 / crate::proc_stat::ticks_per_second())
+        crate::proc_stat::cpu_ticks(self.pid())
+            .map(|t| t as f64 / crate::proc_stat::ticks_per_second())
     }
 
     /// SIGTERM and wait: the daemon restores every knob it changed before it exits. Returns
@@ -69,9 +90,15 @@ impl DaemonProcess {
         Ok((status, self.events()))
     }
 
-    /// The daemon's event log so far; empty if it wrote none.
+    /// The daemon's event log so far (rotated part first); empty if it wrote none.
     pub fn events(&self) -> String {
-        std::fs::read_to_string(self.state_dir.join("events.jsonl")).unwrap_or_default()
+        let dir = &self.state_dir;
+        let mut text =
+            std::fs::read_to_string(dir.join(crate::events::ROTATED_FILE)).unwrap_or_default();
+        text.push_str(
+            &std::fs::read_to_string(dir.join(crate::events::EVENTS_FILE)).unwrap_or_default(),
+        );
+        text
     }
 }
 
@@ -89,5 +116,5 @@ impl Drop for DaemonProcess {
 
 /// How many knob writes an event log records.
 pub fn count_writes(events: &str) -> usize {
-    events.lines().filter(|l| l.contains("\"event\":\"write\"")).count()
+    crate::events::writes(&crate::events::parse(events)).count()
 }
