@@ -48,9 +48,7 @@ impl Target {
     fn cgroup(&self) -> (&str, CgroupId) {
         match self {
             Target::Cgroup { path, id } => (path, *id),
-            Target::Process {
-                cgroup, cgroup_id, ..
-            } => (cgroup, *cgroup_id),
+            Target::Process { cgroup, cgroup_id, .. } => (cgroup, *cgroup_id),
         }
     }
 }
@@ -73,21 +71,8 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn new(
-        target: Target,
-        file: &'static str,
-        value: impl Into<String>,
-        why: impl Into<String>,
-    ) -> Request {
-        Request {
-            target,
-            file,
-            value: value.into(),
-            reason: None,
-            why: why.into(),
-            original: None,
-            restores: false,
-        }
+    pub fn new(target: Target, file: &'static str, value: impl Into<String>, why: impl Into<String>) -> Request {
+        Request { target, file, value: value.into(), reason: None, why: why.into(), original: None, restores: false }
     }
 }
 
@@ -108,15 +93,7 @@ enum Dir {
 
 impl Actuator {
     pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
-        Actuator {
-            root,
-            dirs: HashMap::new(),
-            journal,
-            log,
-            dry_run,
-            dry_logged: HashMap::new(),
-            restored: false,
-        }
+        Actuator { root, dirs: HashMap::new(), journal, log, dry_run, dry_logged: HashMap::new(), restored: false }
     }
 
     pub fn journal(&self) -> &Journal {
@@ -147,15 +124,11 @@ impl Actuator {
                 Err(OpenError::Vanished) => Err(Outcome::Vanished),
                 Err(e) => Err(Outcome::Error(format!("cgroup {path}: {e}"))),
             },
-            Target::Process { process, .. } => {
-                match beneath::open_process(process.pid, process.start_time) {
-                    Ok(fd) => Ok(Dir::Process(fd)),
-                    Err(FileError::Vanished) => Err(Outcome::Vanished),
-                    Err(FileError::Io(e)) => {
-                        Err(Outcome::Error(format!("/proc/{}: {e}", process.pid)))
-                    }
-                }
-            }
+            Target::Process { process, .. } => match beneath::open_process(process.pid, process.start_time) {
+                Ok(fd) => Ok(Dir::Process(fd)),
+                Err(FileError::Vanished) => Err(Outcome::Vanished),
+                Err(FileError::Io(e)) => Err(Outcome::Error(format!("/proc/{}: {e}", process.pid))),
+            },
         }
     }
 
@@ -271,10 +244,7 @@ impl Actuator {
             .cloned()
             .collect();
         for e in stale {
-            if matches!(
-                self.root.open_dir(&e.cgroup, Some(e.cgroup_id)),
-                Err(OpenError::Vanished)
-            ) {
+            if matches!(self.root.open_dir(&e.cgroup, Some(e.cgroup_id)), Err(OpenError::Vanished)) {
                 self.journal.stage_forget(&e.key());
             }
         }
@@ -284,16 +254,13 @@ impl Actuator {
     /// Forgets processes that exited (nothing to put back).
     pub fn forget_processes(&mut self, gone: &[Process], file: &str) {
         for p in gone {
-            self.journal
-                .stage_forget(&Key::Process(*p, file.to_owned()));
+            self.journal.stage_forget(&Key::Process(*p, file.to_owned()));
         }
     }
 
     /// The journaled original of a process knob.
     pub fn process_original(&self, process: Process, file: &str) -> Option<&str> {
-        self.journal
-            .get(&Key::Process(process, file.to_owned()))
-            .map(|e| e.original.as_str())
+        self.journal.get(&Key::Process(process, file.to_owned())).map(|e| e.original.as_str())
     }
 
     /// Writes every journaled original back (see `Journal::restore`).
@@ -316,14 +283,8 @@ impl Drop for Actuator {
             return;
         }
         match self.restore() {
-            Ok(r) if r.failed.is_empty() => eprintln!(
-                "memqos: restored {} knob(s) while unwinding",
-                r.restored.len()
-            ),
-            Ok(r) => eprintln!(
-                "memqos: restore while unwinding failed for: {}",
-                r.failures().join("; ")
-            ),
+            Ok(r) if r.failed.is_empty() => eprintln!("memqos: restored {} knob(s) while unwinding", r.restored.len()),
+            Ok(r) => eprintln!("memqos: restore while unwinding failed for: {}", r.failures().join("; ")),
             Err(e) => eprintln!("memqos: restore while unwinding failed: {e:#}"),
         }
     }

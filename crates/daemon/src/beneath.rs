@@ -21,9 +21,7 @@ pub type CgroupId = u64;
 /// Why a relative cgroup path is refused; the message names the path.
 pub fn check_relative(rel: &str) -> Result<(), String> {
     if rel.starts_with('/') {
-        return Err(format!(
-            "{rel:?} is an absolute path (must be relative to cgroup_root)"
-        ));
+        return Err(format!("{rel:?} is an absolute path (must be relative to cgroup_root)"));
     }
     if rel.is_empty() {
         return Ok(()); // the root itself
@@ -31,11 +29,7 @@ pub fn check_relative(rel: &str) -> Result<(), String> {
     for comp in rel.split('/') {
         match comp {
             "" => return Err(format!("{rel:?} has an empty path component")),
-            "." | ".." => {
-                return Err(format!(
-                    "{rel:?} has a {comp:?} component (must stay beneath cgroup_root)"
-                ))
-            }
+            "." | ".." => return Err(format!("{rel:?} has a {comp:?} component (must stay beneath cgroup_root)")),
             _ if comp.contains('\0') => return Err(format!("{rel:?} has a NUL byte")),
             _ => {}
         }
@@ -70,10 +64,7 @@ impl std::fmt::Display for OpenError {
 }
 
 fn is_vanished_errno(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ESRCH)
-    )
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ESRCH))
 }
 
 fn cstr(s: &str) -> CString {
@@ -86,16 +77,8 @@ impl Root {
             .read(true)
             .custom_flags_dir()
             .open(path)
-            .map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("opening cgroup_root {}: {e}", path.display()),
-                )
-            })?;
-        Ok(Root {
-            path: path.to_owned(),
-            fd: f.into(),
-        })
+            .map_err(|e| std::io::Error::new(e.kind(), format!("opening cgroup_root {}: {e}", path.display())))?;
+        Ok(Root { path: path.to_owned(), fd: f.into() })
     }
 
     pub fn path(&self) -> &Path {
@@ -105,11 +88,7 @@ impl Root {
     /// Opens the cgroup directory `rel` (relative, "" = the root) beneath the root and returns
     /// it with its cgroup id. With `expect`, a different id means the name now belongs to
     /// another cgroup: `Vanished`.
-    pub fn open_dir(
-        &self,
-        rel: &str,
-        expect: Option<CgroupId>,
-    ) -> Result<(OwnedFd, CgroupId), OpenError> {
+    pub fn open_dir(&self, rel: &str, expect: Option<CgroupId>) -> Result<(OwnedFd, CgroupId), OpenError> {
         check_relative(rel).map_err(OpenError::Refused)?;
         let fd = if rel.is_empty() {
             dup(&self.fd).map_err(OpenError::Io)?
@@ -203,13 +182,7 @@ fn open_beneath(root: &OwnedFd, rel: &str) -> std::io::Result<OwnedFd> {
 fn open_file(dir: &OwnedFd, file: &str, flags: i32) -> std::io::Result<std::fs::File> {
     let c = cstr(file);
     // SAFETY: valid fd and NUL-terminated name.
-    let r = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
+    let r = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -288,27 +261,17 @@ mod tests {
         std::os::unix::fs::symlink(base.join("outside"), base.join("root/link")).unwrap();
         std::os::unix::fs::symlink("a", base.join("root/rel-link")).unwrap();
         std::fs::write(base.join("root/a/b/memory.high"), "max\n").unwrap();
-        std::os::unix::fs::symlink(base.join("outside/x"), base.join("root/a/memory.high"))
-            .unwrap();
+        std::os::unix::fs::symlink(base.join("outside/x"), base.join("root/a/memory.high")).unwrap();
         let root = Root::open(&base.join("root")).unwrap();
 
         let (dir, id) = root.open_dir("a/b", None).unwrap();
         assert_eq!(id, std::fs::metadata(base.join("root/a/b")).unwrap().ino());
         write_at(&dir, "memory.high", "1234").unwrap();
         assert_eq!(read_at(&dir, "memory.high").ok().as_deref(), Some("1234"));
-        assert!(
-            matches!(root.open_dir("a/b", Some(id + 1)), Err(OpenError::Vanished)),
-            "another id is another cgroup"
-        );
-        assert!(matches!(
-            root.open_dir("gone", None),
-            Err(OpenError::Vanished)
-        ));
+        assert!(matches!(root.open_dir("a/b", Some(id + 1)), Err(OpenError::Vanished)), "another id is another cgroup");
+        assert!(matches!(root.open_dir("gone", None), Err(OpenError::Vanished)));
         for bad in ["link", "rel-link", "../outside", "/tmp"] {
-            assert!(
-                matches!(root.open_dir(bad, None), Err(OpenError::Refused(_))),
-                "{bad}"
-            );
+            assert!(matches!(root.open_dir(bad, None), Err(OpenError::Refused(_))), "{bad}");
         }
         let (a, _) = root.open_dir("a", None).unwrap();
         assert!(
@@ -316,10 +279,7 @@ mod tests {
             "a symlinked knob file is not followed"
         );
         assert!(!base.join("outside/x").exists());
-        assert!(
-            matches!(write_at(&a, "memory.low", "1"), Err(FileError::Vanished)),
-            "files are never created"
-        );
+        assert!(matches!(write_at(&a, "memory.low", "1"), Err(FileError::Vanished)), "files are never created");
         std::fs::remove_dir_all(&base).unwrap();
     }
 
@@ -328,9 +288,6 @@ mod tests {
         let me = std::process::id();
         let start = crate::proc_stat::start_time(me).unwrap();
         assert!(open_process(me, start).is_ok());
-        assert!(matches!(
-            open_process(me, start + 1),
-            Err(FileError::Vanished)
-        ));
+        assert!(matches!(open_process(me, start + 1), Err(FileError::Vanished)));
     }
 }

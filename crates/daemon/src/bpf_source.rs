@@ -33,14 +33,9 @@ impl BpfSource {
         let path = std::env::var_os("MEMQOS_VMLINUX_BTF")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| memqos_bpf::btf::VMLINUX_BTF.into());
-        let btf =
-            Btf::load(&path).map_err(|e| pressure::LoadError::NoBtf(format!("{e}")).to_string())?;
+        let btf = Btf::load(&path).map_err(|e| pressure::LoadError::NoBtf(format!("{e}")).to_string())?;
         let src = PressureSource::load(&btf, Options::default()).map_err(|e| e.to_string())?;
-        Ok(BpfSource {
-            src,
-            watched: HashMap::new(),
-            by_id: HashMap::new(),
-        })
+        Ok(BpfSource { src, watched: HashMap::new(), by_id: HashMap::new() })
     }
 
     /// `program -> target` of every attached program, and attach errors, for the log.
@@ -67,14 +62,9 @@ impl BpfSource {
     /// Watches exactly the `protected` cgroups (path, id) (a recreated cgroup has a new id
     /// and is re-watched); forgets vanished ones.
     pub fn sync(&mut self, protected: &[(String, u64)]) {
-        let wanted: HashMap<&str, u64> =
-            protected.iter().map(|(p, id)| (p.as_str(), *id)).collect();
-        let gone: Vec<String> = self
-            .watched
-            .iter()
-            .filter(|(p, id)| wanted.get(p.as_str()) != Some(id))
-            .map(|(p, _)| p.clone())
-            .collect();
+        let wanted: HashMap<&str, u64> = protected.iter().map(|(p, id)| (p.as_str(), *id)).collect();
+        let gone: Vec<String> =
+            self.watched.iter().filter(|(p, id)| wanted.get(p.as_str()) != Some(id)).map(|(p, _)| p.clone()).collect();
         for p in gone {
             if let Some(cg) = self.watched.remove(&p) {
                 self.by_id.remove(&cg);
@@ -120,10 +110,7 @@ impl BpfSource {
 
     /// Counters of every watched cgroup (for status and tests).
     pub fn counters(&self) -> Vec<(String, pressure::Counters)> {
-        self.watched
-            .iter()
-            .filter_map(|(id, &cg)| Some((id.clone(), self.src.counters(cg)?)))
-            .collect()
+        self.watched.iter().filter_map(|(id, &cg)| Some((id.clone(), self.src.counters(cg)?))).collect()
     }
 
     pub fn stats(&self) -> pressure::Stats {

@@ -24,10 +24,7 @@ impl CpuWeights {
         cfg.tiers
             .iter()
             .any(|(_, t)| t.cpu_weight.is_some())
-            .then(|| CpuWeights {
-                reported: HashSet::new(),
-                notes: Vec::new(),
-            })
+            .then(|| CpuWeights { reported: HashSet::new(), notes: Vec::new() })
     }
 
     /// The writes that bring each observed cgroup's cpu.weight to its tier's value. Read on
@@ -58,16 +55,8 @@ impl CpuWeights {
             if current == weight.to_string() {
                 continue;
             }
-            let target = Target::Cgroup {
-                path: c.id.clone(),
-                id: c.cgroup_id,
-            };
-            writes.push(Request::new(
-                target,
-                FILE,
-                weight.to_string(),
-                "tier cpu_weight",
-            ));
+            let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
+            writes.push(Request::new(target, FILE, weight.to_string(), "tier cpu_weight"));
         }
         writes
     }

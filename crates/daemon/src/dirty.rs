@@ -29,10 +29,7 @@ const HYSTERESIS: u64 = 1 << 20;
 impl DirtyEnforcer {
     /// `None` when no tier has a `dirty` bound: the daemon then behaves exactly as before.
     pub fn new(cfg: &Config) -> Option<DirtyEnforcer> {
-        cfg.tiers
-            .iter()
-            .any(|(_, t)| t.dirty.is_set())
-            .then(DirtyEnforcer::default)
+        cfg.tiers.iter().any(|(_, t)| t.dirty.is_set()).then(DirtyEnforcer::default)
     }
 
     /// Merges the dirty ceilings into the engine's decisions.
@@ -59,12 +56,7 @@ impl DirtyEnforcer {
             let Ok(stat) = root.child(&c.id).memory_stat() else {
                 continue;
             };
-            let get = |k: &str| {
-                stat.iter()
-                    .find(|(n, _)| n == k)
-                    .map(|(_, v)| *v)
-                    .unwrap_or(0)
-            };
+            let get = |k: &str| stat.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap_or(0);
             observed.push(DirtyObs {
                 id: c.id.clone(),
                 tier: c.tier,
@@ -80,17 +72,15 @@ impl DirtyEnforcer {
             self.warn(&key, w);
         }
         let capped: HashSet<&str> = p.caps.iter().map(|c| c.id.as_str()).collect();
-        self.engine_high
-            .retain(|id, _| capped.contains(id.as_str()));
+        self.engine_high.retain(|id, _| capped.contains(id.as_str()));
         for cap in &p.caps {
             let Some(c) = obs.cgroups.iter().find(|c| c.id == cap.id) else {
                 continue;
             };
             // The engine's wish for this cgroup: this tick's decision, else its last one,
             // else the original value.
-            let engine_decision = decisions
-                .iter()
-                .position(|d| d.cgroup == cap.id && matches!(d.action, Action::High(_)));
+            let engine_decision =
+                decisions.iter().position(|d| d.cgroup == cap.id && matches!(d.action, Action::High(_)));
             let engine_reason = engine_decision.map(|i| {
                 let d = decisions.remove(i);
                 if let Action::High(l) = d.action {
@@ -98,23 +88,14 @@ impl DirtyEnforcer {
                 }
                 d.reason
             });
-            let engine = *self
-                .engine_high
-                .entry(cap.id.clone())
-                .or_insert(c.original.high);
+            let engine = *self.engine_high.entry(cap.id.clone()).or_insert(c.original.high);
             let (target, reason) = match (cap.high, engine) {
-                (Some(h), Limit::Bytes(e)) if e <= h => {
-                    (Limit::Bytes(e), engine_reason.unwrap_or(Reason::Restore))
-                }
+                (Some(h), Limit::Bytes(e)) if e <= h => (Limit::Bytes(e), engine_reason.unwrap_or(Reason::Restore)),
                 (Some(h), _) => (
                     Limit::Bytes(h),
                     Reason::DirtyCeiling {
                         cap_bytes: cap.cap_bytes,
-                        dirty_bytes: observed
-                            .iter()
-                            .find(|o| o.id == cap.id)
-                            .map(|o| o.dirty_bytes)
-                            .unwrap_or(0),
+                        dirty_bytes: observed.iter().find(|o| o.id == cap.id).map(|o| o.dirty_bytes).unwrap_or(0),
                         budget_bytes: p.budget_bytes,
                     },
                 ),
@@ -122,11 +103,7 @@ impl DirtyEnforcer {
                 (None, e) => (e, engine_reason.unwrap_or(Reason::Restore)),
             };
             if differs(c.current.high, target) {
-                decisions.push(Decision {
-                    cgroup: cap.id.clone(),
-                    action: Action::High(target),
-                    reason,
-                });
+                decisions.push(Decision { cgroup: cap.id.clone(), action: Action::High(target), reason });
             }
         }
         decisions
@@ -147,8 +124,7 @@ fn differs(current: Limit, target: Limit) -> bool {
 }
 
 fn read_host() -> anyhow::Result<HostDirty> {
-    let vmstat = std::fs::read_to_string("/proc/vmstat")
-        .map_err(|e| anyhow::anyhow!("reading /proc/vmstat: {e}"))?;
+    let vmstat = std::fs::read_to_string("/proc/vmstat").map_err(|e| anyhow::anyhow!("reading /proc/vmstat: {e}"))?;
     let zoneinfo = std::fs::read_to_string("/proc/zoneinfo").unwrap_or_default();
     host_from(&vmstat, &zoneinfo)
 }
@@ -160,32 +136,19 @@ pub fn host_from(vmstat: &str, zoneinfo: &str) -> anyhow::Result<HostDirty> {
     let get = |k: &str| -> anyhow::Result<u64> {
         vmstat
             .lines()
-            .find_map(|l| {
-                l.strip_prefix(k)
-                    .and_then(|r| r.strip_prefix(' '))
-                    .and_then(|v| v.trim().parse().ok())
-            })
+            .find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
             .ok_or_else(|| anyhow::anyhow!("/proc/vmstat has no {k}"))
     };
     let mut reserve = 0u64;
     for zone in zoneinfo.split("Node ").skip(1) {
         let high = zone
             .lines()
-            .find_map(|l| {
-                l.trim()
-                    .strip_prefix("high")
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-            })
+            .find_map(|l| l.trim().strip_prefix("high").and_then(|v| v.trim().parse::<u64>().ok()))
             .unwrap_or(0);
         let protection = zone
             .lines()
             .find_map(|l| l.trim().strip_prefix("protection:"))
-            .map(|p| {
-                p.split(|c: char| !c.is_ascii_digit())
-                    .filter_map(|n| n.parse::<u64>().ok())
-                    .max()
-                    .unwrap_or(0)
-            })
+            .map(|p| p.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u64>().ok()).max().unwrap_or(0))
             .unwrap_or(0);
         reserve += high + protection;
     }
@@ -213,10 +176,7 @@ mod tests {
 
     #[test]
     fn hysteresis() {
-        assert!(!differs(
-            Limit::Bytes(100 << 20),
-            Limit::Bytes((100 << 20) + 4096)
-        ));
+        assert!(!differs(Limit::Bytes(100 << 20), Limit::Bytes((100 << 20) + 4096)));
         assert!(differs(Limit::Bytes(100 << 20), Limit::Bytes(102 << 20)));
         assert!(differs(Limit::Max, Limit::Bytes(100 << 20)));
     }

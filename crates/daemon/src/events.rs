@@ -27,18 +27,9 @@ pub struct LogLine {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     /// The daemon runs: config valid, root checked, lock taken, earlier journal restored.
-    Started {
-        pid: u32,
-        cgroup_root: PathBuf,
-        config: PathBuf,
-        dry_run: bool,
-    },
+    Started { pid: u32, cgroup_root: PathBuf, config: PathBuf, dry_run: bool },
     /// A journal left by an earlier run (crash, SIGKILL) was restored at start-up.
-    Recovered {
-        restored: usize,
-        vanished: usize,
-        failed: Vec<String>,
-    },
+    Recovered { restored: usize, vanished: usize, failed: Vec<String> },
     /// The BPF pressure source started: what it attached.
     BpfSource { hooks: serde_json::Value },
     /// Something works less well than configured (a source off, a controller missing).
@@ -46,23 +37,11 @@ pub enum Event {
     /// One knob write (or, in a dry run, one write that would have been made).
     Write(WriteEvent),
     /// A BPF threshold crossing on a protected cgroup.
-    Bpf {
-        cgroup: String,
-        cgroup_id: u64,
-        kind: String,
-        value: u64,
-        ktime_ns: u64,
-        mono_ns: u64,
-    },
+    Bpf { cgroup: String, cgroup_id: u64, kind: String, value: u64, ktime_ns: u64, mono_ns: u64 },
     /// The BPF source's counters at stop.
     BpfSummary { bpf: serde_json::Value },
     /// The daemon stopped and restored what it wrote.
-    Stopped {
-        restored: usize,
-        vanished: usize,
-        failed: Vec<String>,
-        error: Option<String>,
-    },
+    Stopped { restored: usize, vanished: usize, failed: Vec<String>, error: Option<String> },
 }
 
 /// How a write went.
@@ -115,35 +94,18 @@ pub struct EventLog {
 impl EventLog {
     /// `echo`: also print each line on stdout (the daemon does; tests need not).
     pub fn open(state_dir: &Path, max_bytes: u64, echo: bool) -> EventLog {
-        let mut log = EventLog {
-            dir: state_dir.to_owned(),
-            file: None,
-            size: 0,
-            max_bytes,
-            echo,
-        };
+        let mut log = EventLog { dir: state_dir.to_owned(), file: None, size: 0, max_bytes, echo };
         log.reopen();
         log
     }
 
     fn reopen(&mut self) {
-        self.file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(EVENTS_FILE))
-            .ok();
-        self.size = self
-            .file
-            .as_ref()
-            .and_then(|f| f.metadata().ok())
-            .map_or(0, |m| m.len());
+        self.file = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(EVENTS_FILE)).ok();
+        self.size = self.file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
     }
 
     pub fn emit(&mut self, event: Event) {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
+        let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
         let Ok(line) = serde_json::to_string(&LogLine { event, ts }) else {
             return;
         };
@@ -167,9 +129,7 @@ impl EventLog {
 /// Parses a log's text; lines that are not events of this schema (a torn last line, another
 /// version's event) are skipped.
 pub fn parse(text: &str) -> Vec<LogLine> {
-    text.lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 /// The whole log of a state directory, rotated part first.
@@ -214,9 +174,7 @@ mod tests {
         for _ in 0..5 {
             log.emit(Event::Write(w.clone()));
         }
-        log.emit(Event::Degraded {
-            message: "x".into(),
-        });
+        log.emit(Event::Degraded { message: "x".into() });
         let size = |f: &str| std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
         assert!(
             size(EVENTS_FILE) <= 600 && size(ROTATED_FILE) <= 600,
@@ -226,21 +184,13 @@ mod tests {
         );
         assert!(size(ROTATED_FILE) > 0, "rotated");
         let all = read(&dir);
-        assert_eq!(
-            all.last().unwrap().event,
-            Event::Degraded {
-                message: "x".into()
-            }
-        );
+        assert_eq!(all.last().unwrap().event, Event::Degraded { message: "x".into() });
         let ws: Vec<_> = writes(&all).collect();
         assert!(!ws.is_empty());
         assert_eq!(ws[0].1, &w);
         // The JSON keeps the field names older readers look up.
         let text = std::fs::read_to_string(dir.join(ROTATED_FILE)).unwrap();
-        assert!(
-            text.contains(r#""event":"write","cgroup":"low/a""#),
-            "{text}"
-        );
+        assert!(text.contains(r#""event":"write","cgroup":"low/a""#), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -79,14 +79,8 @@ impl Entry {
     /// "low/a/memory.high (cgroup id 1234)", for messages.
     pub fn describe(&self) -> String {
         match self.process {
-            Some(p) => format!(
-                "pid {} ({}) {} in {}",
-                p.pid, p.start_time, self.file, self.cgroup
-            ),
-            None => format!(
-                "{}/{} (cgroup id {})",
-                self.cgroup, self.file, self.cgroup_id
-            ),
+            Some(p) => format!("pid {} ({}) {} in {}", p.pid, p.start_time, self.file, self.cgroup),
+            None => format!("{}/{} (cgroup id {})", self.cgroup, self.file, self.cgroup_id),
         }
     }
 }
@@ -122,23 +116,14 @@ pub struct RestoreReport {
 impl RestoreReport {
     /// One line per knob that could not be restored, naming it.
     pub fn failures(&self) -> Vec<String> {
-        self.failed
-            .iter()
-            .map(|(e, err)| format!("{}: {err}", e.describe()))
-            .collect()
+        self.failed.iter().map(|(e, err)| format!("{}: {err}", e.describe())).collect()
     }
 }
 
 /// The knobs a journal may name: anything else is refused (a tampered journal must not
 /// write arbitrary files).
-const CGROUP_KNOBS: [&str; 6] = [
-    "memory.high",
-    "memory.low",
-    "memory.min",
-    "memory.max",
-    "cgroup.freeze",
-    "cpu.weight",
-];
+const CGROUP_KNOBS: [&str; 6] =
+    ["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight"];
 
 impl Journal {
     /// Opens (or starts) the journal in `state_dir`; an existing journal is loaded as is.
@@ -185,15 +170,8 @@ impl Journal {
             count += 1;
             match (rec, &cgroup_root) {
                 (Record::Root { cgroup_root: r }, None) => cgroup_root = Some(r),
-                (Record::Root { .. }, Some(_)) => {
-                    return Err(corrupt(i + 1, "a second root line".into()))
-                }
-                (_, None) => {
-                    return Err(corrupt(
-                        i + 1,
-                        "the first line must name the cgroup root".into(),
-                    ))
-                }
+                (Record::Root { .. }, Some(_)) => return Err(corrupt(i + 1, "a second root line".into())),
+                (_, None) => return Err(corrupt(i + 1, "the first line must name the cgroup root".into())),
                 (Record::Set(e), Some(_)) => {
                     entries.entry(e.key()).or_insert(e);
                 }
@@ -205,14 +183,7 @@ impl Journal {
         let Some(cgroup_root) = cgroup_root else {
             return Ok(None);
         };
-        Ok(Some(Journal {
-            path: path.to_owned(),
-            cgroup_root,
-            entries,
-            lines: count,
-            pending: Vec::new(),
-            file: None,
-        }))
+        Ok(Some(Journal { path: path.to_owned(), cgroup_root, entries, lines: count, pending: Vec::new(), file: None }))
     }
 
     /// A journal with no entries at the same place (what is left after a restore).
@@ -245,9 +216,7 @@ impl Journal {
 
     /// The journaled original of a cgroup knob.
     pub fn original(&self, id: CgroupId, file: &str) -> Option<&str> {
-        self.entries
-            .get(&Key::Cgroup(id, file.to_owned()))
-            .map(|e| e.original.as_str())
+        self.entries.get(&Key::Cgroup(id, file.to_owned())).map(|e| e.original.as_str())
     }
 
     /// Stages `entry` unless its key is already journaled; durable after [`Journal::commit`].
@@ -290,35 +259,23 @@ impl Journal {
             self.lines += 1;
         }
         let f = self.file.as_mut().expect("checked");
-        f.write_all(&buf)
-            .with_context(|| format!("appending to {}", self.path.display()))?;
-        f.sync_data()
-            .with_context(|| format!("fsync {}", self.path.display()))?;
+        f.write_all(&buf).with_context(|| format!("appending to {}", self.path.display()))?;
+        f.sync_data().with_context(|| format!("fsync {}", self.path.display()))?;
         Ok(())
     }
 
     /// Writes the live entries to a fresh file and renames it over the journal.
     fn rewrite(&mut self) -> Result<()> {
-        let dir = self
-            .path
-            .parent()
-            .expect("journal has a directory")
-            .to_owned();
+        let dir = self.path.parent().expect("journal has a directory").to_owned();
         let tmp = self.path.with_extension("json.tmp");
         let mut buf = Vec::new();
-        serde_json::to_writer(
-            &mut buf,
-            &Record::Root {
-                cgroup_root: self.cgroup_root.clone(),
-            },
-        )?;
+        serde_json::to_writer(&mut buf, &Record::Root { cgroup_root: self.cgroup_root.clone() })?;
         buf.push(b'\n');
         for e in self.entries.values() {
             serde_json::to_writer(&mut buf, &Record::Set(e.clone()))?;
             buf.push(b'\n');
         }
-        let mut f =
-            std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+        let mut f = std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
         f.write_all(&buf)?;
         f.sync_all()?;
         std::fs::rename(&tmp, &self.path)
@@ -354,16 +311,10 @@ impl Journal {
             match std::fs::remove_file(&self.path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("removing {}", self.path.display()))
-                }
+                Err(e) => return Err(e).with_context(|| format!("removing {}", self.path.display())),
             }
         } else {
-            self.entries = report
-                .failed
-                .iter()
-                .map(|(e, _)| (e.key(), e.clone()))
-                .collect();
+            self.entries = report.failed.iter().map(|(e, _)| (e.key(), e.clone())).collect();
             self.rewrite()?;
         }
         Ok(report)
@@ -376,14 +327,8 @@ fn restore_entry(root: Option<&Root>, e: &Entry) -> std::result::Result<bool, St
         if e.file != "oom_score_adj" {
             return Err(format!("unknown process knob {:?} (not written)", e.file));
         }
-        if e.original
-            .parse::<i32>()
-            .map_or(true, |v| !(-1000..=1000).contains(&v))
-        {
-            return Err(format!(
-                "oom_score_adj {:?} is not in -1000..=1000 (not written)",
-                e.original
-            ));
+        if e.original.parse::<i32>().map_or(true, |v| !(-1000..=1000).contains(&v)) {
+            return Err(format!("oom_score_adj {:?} is not in -1000..=1000 (not written)", e.original));
         }
         let dir = match beneath::open_process(p.pid, p.start_time) {
             Ok(d) => d,
@@ -443,8 +388,7 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     fn tree(name: &str) -> (PathBuf, PathBuf) {
-        let base =
-            std::env::temp_dir().join(format!("memqos-journal-{name}-{}", std::process::id()));
+        let base = std::env::temp_dir().join(format!("memqos-journal-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let root = base.join("cg");
         for d in ["low/a", "low/b"] {
@@ -460,16 +404,8 @@ mod tests {
     }
 
     fn entry(root: &Path, cgroup: &str, file: &str, original: &str) -> Entry {
-        let cgroup_id = std::fs::metadata(root.join(cgroup))
-            .map(|m| m.ino())
-            .unwrap_or(999_999);
-        Entry {
-            cgroup: cgroup.into(),
-            cgroup_id,
-            file: file.into(),
-            original: original.into(),
-            process: None,
-        }
+        let cgroup_id = std::fs::metadata(root.join(cgroup)).map(|m| m.ino()).unwrap_or(999_999);
+        Entry { cgroup: cgroup.into(), cgroup_id, file: file.into(), original: original.into(), process: None }
     }
 
     #[test]
@@ -477,10 +413,7 @@ mod tests {
         let (root, state) = tree("restore");
         let mut j = Journal::open(&state, &root).unwrap();
         assert!(j.stage(entry(&root, "low/a", "memory.high", "max")));
-        assert!(
-            !j.stage(entry(&root, "low/a", "memory.high", "12345")),
-            "the first original stays"
-        );
+        assert!(!j.stage(entry(&root, "low/a", "memory.high", "12345")), "the first original stays");
         j.stage(entry(&root, "low/a", "cgroup.freeze", "0"));
         j.stage(entry(&root, "low/gone", "memory.high", "max"));
         j.commit().unwrap();
@@ -490,34 +423,17 @@ mod tests {
         std::fs::write(root.join("low/a/cgroup.freeze"), "1").unwrap();
         std::fs::write(root.join("low/b/memory.high"), "1234").unwrap();
         drop(j);
-        assert_eq!(
-            Journal::open(&state, &root)
-                .unwrap()
-                .original(id(&root, "low/a"), "memory.high"),
-            Some("max")
-        );
+        assert_eq!(Journal::open(&state, &root).unwrap().original(id(&root, "low/a"), "memory.high"), Some("max"));
 
         let report = restore_state_dir(&state).unwrap().expect("journal present");
-        assert_eq!(
-            std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(),
-            "max"
-        );
-        assert_eq!(
-            std::fs::read_to_string(root.join("low/a/cgroup.freeze")).unwrap(),
-            "0"
-        );
-        assert_eq!(
-            std::fs::read_to_string(root.join("low/b/memory.high")).unwrap(),
-            "max"
-        );
+        assert_eq!(std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(), "max");
+        assert_eq!(std::fs::read_to_string(root.join("low/a/cgroup.freeze")).unwrap(), "0");
+        assert_eq!(std::fs::read_to_string(root.join("low/b/memory.high")).unwrap(), "max");
         assert_eq!(report.restored.len(), 3);
         assert_eq!(report.restored[0].file, "cgroup.freeze", "thaw comes first");
         assert_eq!(report.vanished.len(), 1);
         assert!(report.failed.is_empty());
-        assert!(
-            !state.join(JOURNAL_FILE).exists(),
-            "a fully restored journal is removed"
-        );
+        assert!(!state.join(JOURNAL_FILE).exists(), "a fully restored journal is removed");
         assert!(restore_state_dir(&state).unwrap().is_none());
     }
 
@@ -552,13 +468,8 @@ mod tests {
         let outside_id = id(&base, "outside");
         let mut j = Journal::open(&state, &root).unwrap();
         // Distinct ids: entries are keyed by (id, file).
-        for (i, cgroup) in [
-            "../outside",
-            "low/link",
-            &base.join("outside").display().to_string(),
-        ]
-        .into_iter()
-        .enumerate()
+        for (i, cgroup) in
+            ["../outside", "low/link", &base.join("outside").display().to_string()].into_iter().enumerate()
         {
             j.stage(Entry {
                 cgroup: cgroup.into(),
@@ -574,10 +485,7 @@ mod tests {
         std::fs::write(root.join("low/a/memory.high"), "5").unwrap();
         drop(j);
         let report = restore_state_dir(&state).unwrap().unwrap();
-        assert_eq!(
-            std::fs::read_to_string(base.join("outside/memory.high")).unwrap(),
-            "untouched"
-        );
+        assert_eq!(std::fs::read_to_string(base.join("outside/memory.high")).unwrap(), "untouched");
         assert_eq!(
             std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(),
             "max",
@@ -585,12 +493,7 @@ mod tests {
         );
         let failures = report.failures().join("\n");
         assert_eq!(report.failed.len(), 4, "{failures}");
-        for what in [
-            "\"..\" component",
-            "symbolic link",
-            "absolute path",
-            "unknown knob \"cgroup.procs\"",
-        ] {
+        for what in ["\"..\" component", "symbolic link", "absolute path", "unknown knob \"cgroup.procs\""] {
             assert!(failures.contains(what), "{what} missing in:\n{failures}");
         }
         let left = Journal::open(&state, &root).unwrap();
@@ -600,10 +503,7 @@ mod tests {
     #[test]
     fn process_entries_restore_only_the_same_process() {
         let (root, state) = tree("process");
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let live = Process::current(child.id()).expect("child is running");
         let adj = format!("/proc/{}/oom_score_adj", live.pid);
         let original = std::fs::read_to_string(&adj).unwrap().trim().to_string();
@@ -619,10 +519,7 @@ mod tests {
         // Raising oom_score_adj needs no privilege, so this runs unprivileged too.
         std::fs::write(&adj, "700").unwrap();
         // The same pid with another start time is another process: never written.
-        let recycled = Process {
-            pid: live.pid,
-            start_time: live.start_time + 1,
-        };
+        let recycled = Process { pid: live.pid, start_time: live.start_time + 1 };
         j.stage(pe(recycled, "-900"));
         j.commit().unwrap();
         drop(j);
@@ -640,10 +537,7 @@ mod tests {
     fn forgets_compaction_and_torn_tail() {
         let (root, state) = tree("forget");
         let mut j = Journal::open(&state, &root).unwrap();
-        let p = Process {
-            pid: 1,
-            start_time: 1,
-        };
+        let p = Process { pid: 1, start_time: 1 };
         j.stage(Entry {
             cgroup: "high".into(),
             cgroup_id: 1,
@@ -661,16 +555,10 @@ mod tests {
         }
         j.stage_forget(&Key::Process(p, "oom_score_adj".into()));
         j.commit().unwrap();
-        let lines = std::fs::read_to_string(state.join(JOURNAL_FILE))
-            .unwrap()
-            .lines()
-            .count();
+        let lines = std::fs::read_to_string(state.join(JOURNAL_FILE)).unwrap().lines().count();
         assert!(lines < 100, "compacted: {lines} lines");
         // A crash mid-append leaves a torn last line: ignored.
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(state.join(JOURNAL_FILE))
-            .unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(state.join(JOURNAL_FILE)).unwrap();
         f.write_all(br#"{"op":"set","cgr"#).unwrap();
         let reopened = Journal::open(&state, &root).unwrap();
         let files: Vec<&str> = reopened.entries().map(|e| e.file.as_str()).collect();
@@ -684,9 +572,6 @@ mod tests {
         std::fs::create_dir_all(&state).unwrap();
         std::fs::write(state.join(JOURNAL_FILE), "{not json\n{}\n").unwrap();
         let err = Journal::open(&state, &root).err().unwrap();
-        assert!(
-            format!("{err:#}").contains("corrupt journal at line 1"),
-            "{err:#}"
-        );
+        assert!(format!("{err:#}").contains("corrupt journal at line 1"), "{err:#}");
     }
 }

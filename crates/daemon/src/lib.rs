@@ -83,8 +83,7 @@ pub struct Options {
 
 /// Loads and validates the config; nothing is touched.
 pub fn load_config(path: &Path) -> Result<Config> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading config {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
     Config::from_str(&text, &path.to_string_lossy()).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
@@ -107,10 +106,7 @@ fn check_root(root: &Cgroup) -> Result<()> {
 /// One managed cgroup's fd per knob file is cached, plus the text backend's: lift the soft
 /// open-file limit to the hard one so a thousand cgroups fit.
 fn raise_fd_limit() {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: valid out-pointer; setrlimit with values the kernel gave us.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
@@ -130,7 +126,11 @@ fn recover(state_dir: &Path, log: &mut EventLog) -> Result<()> {
             failed: failed.clone(),
         });
         if !failed.is_empty() {
-            bail!("could not restore knobs left by the previous run (the journal in {} keeps them): {}", state_dir.display(), failed.join("; "));
+            bail!(
+                "could not restore knobs left by the previous run (the journal in {} keeps them): {}",
+                state_dir.display(),
+                failed.join("; ")
+            );
         }
     }
     Ok(())
@@ -138,10 +138,7 @@ fn recover(state_dir: &Path, log: &mut EventLog) -> Result<()> {
 
 pub fn run(opts: Options) -> Result<()> {
     let cfg = load_config(&opts.config_path)?;
-    let state_dir = opts
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| cfg.state_dir.clone());
+    let state_dir = opts.state_dir.clone().unwrap_or_else(|| cfg.state_dir.clone());
     let root = Cgroup::new(&cfg.cgroup_root);
     check_root(&root)?;
     // A guardian restoring after a crash holds the lock for a moment: wait that long.
@@ -163,11 +160,7 @@ pub fn run(opts: Options) -> Result<()> {
     let journal = Journal::open(&state_dir, root.path())?;
     let root_dir = beneath::Root::open(root.path())?;
     let mut act = Actuator::new(root_dir, journal, log, opts.dry_run);
-    let _guardian = if opts.guardian && !opts.dry_run {
-        Some(Guardian::start(&opts.exe, &state_dir)?)
-    } else {
-        None
-    };
+    let _guardian = if opts.guardian && !opts.dry_run { Some(Guardian::start(&opts.exe, &state_dir)?) } else { None };
     install_signal_handlers();
 
     let mut signals = Signals::new(cfg.signals.psi, cfg.signals.events, cfg.signals.bpf);
@@ -202,22 +195,14 @@ pub fn run(opts: Options) -> Result<()> {
         Ok(r) => (r.restored.len(), r.vanished.len(), r.failures()),
         Err(e) => (0, 0, vec![format!("{e:#}")]),
     };
-    act.emit(Event::Stopped {
-        restored,
-        vanished,
-        failed: failed.clone(),
-        error,
-    });
+    act.emit(Event::Stopped { restored, vanished, failed: failed.clone(), error });
     status::remove(&state_dir);
     match result {
         Err(panic) => std::panic::resume_unwind(panic),
         Ok(Err(e)) if failed.is_empty() => Err(e),
         Ok(r) if failed.is_empty() => r,
         Ok(r) => {
-            let also = r
-                .err()
-                .map(|e| format!(" (the loop had stopped on: {e:#})"))
-                .unwrap_or_default();
+            let also = r.err().map(|e| format!(" (the loop had stopped on: {e:#})")).unwrap_or_default();
             bail!(
                 "restore failed for {} knob(s), kept in the journal for `memqos restore`: {}{also}",
                 failed.len(),
@@ -255,22 +240,13 @@ fn run_loop(
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
-        let index: HashMap<String, usize> = obs
-            .cgroups
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.id.clone(), i))
-            .collect();
+        let index: HashMap<String, usize> = obs.cgroups.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
         for (id, ev) in pending.drain(..) {
             if let Some(&i) = index.get(id.as_str()) {
                 obs.cgroups[i].signals.push(ev);
             }
         }
-        let ids: HashMap<String, u64> = obs
-            .cgroups
-            .iter()
-            .map(|c| (c.id.clone(), c.cgroup_id))
-            .collect();
+        let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
         let mut decisions = engine.tick(&obs);
         if let Some(d) = dirty.as_mut() {
             decisions = d.adjust(cfg, root, &obs, decisions);
@@ -308,10 +284,7 @@ fn run_loop(
             act.emit(Event::Bpf {
                 cgroup: c.cgroup,
                 cgroup_id: c.cgroup_id,
-                kind: serde_json::to_value(c.kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                kind: serde_json::to_value(c.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
                 value: c.value,
                 ktime_ns: c.ktime_ns,
                 mono_ns: woke_ns,
@@ -338,16 +311,7 @@ fn run_loop(
             let adjusted = oom_adj.as_ref().map_or(0, |a| a.adjusted());
             status::write(
                 state_dir,
-                &status::Snapshot::new(
-                    cfg,
-                    &opts.config_path,
-                    act.dry_run(),
-                    &obs,
-                    &seen,
-                    &engine,
-                    &recent,
-                    adjusted,
-                ),
+                &status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted),
             )?;
             last_status = Some(Instant::now());
         }
@@ -362,10 +326,7 @@ fn run_loop(
 fn request(d: &Decision, ids: &HashMap<String, u64>) -> Option<Request> {
     let id = *ids.get(&d.cgroup)?;
     let mut r = Request::new(
-        Target::Cgroup {
-            path: d.cgroup.clone(),
-            id,
-        },
+        Target::Cgroup { path: d.cgroup.clone(), id },
         d.action.file(),
         d.action.value(),
         d.reason.to_string(),
@@ -379,10 +340,7 @@ const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 /// CLOCK_MONOTONIC in nanoseconds: the clock BPF's ktime and workloads' timestamps share,
 /// so reaction delays can be measured across processes.
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

@@ -105,21 +105,11 @@ mod tests {
         let held = StateLock::try_acquire(&dir, "memqos daemon").unwrap();
         // flock locks belong to the open file description: a second open conflicts even in
         // the same process, as another process's would.
-        let err = StateLock::try_acquire(&dir, "memqos restore")
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(
-            err.contains("memqos restore") && err.contains(&format!("pid {}", std::process::id())),
-            "{err}"
-        );
-        assert!(StateLock::acquire_within(&dir, Duration::from_millis(50))
-            .unwrap()
-            .is_none());
+        let err = StateLock::try_acquire(&dir, "memqos restore").err().unwrap().to_string();
+        assert!(err.contains("memqos restore") && err.contains(&format!("pid {}", std::process::id())), "{err}");
+        assert!(StateLock::acquire_within(&dir, Duration::from_millis(50)).unwrap().is_none());
         drop(held);
-        assert!(StateLock::acquire_within(&dir, Duration::from_millis(50))
-            .unwrap()
-            .is_some());
+        assert!(StateLock::acquire_within(&dir, Duration::from_millis(50)).unwrap().is_some());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -3,7 +3,7 @@
 use crate::journal::Journal;
 use anyhow::{anyhow, Context};
 use memqos_cgroupfs::{Cgroup, MemoryEvents};
-use memqos_policy::{CgroupObs, Config, Knobs, Limit, MemEvents, Observation, ParentObs, Psi};
+use memqos_policy::{CgroupObs, Config, Knobs, Limit, Observation, ParentObs};
 use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -44,35 +44,23 @@ pub struct Seen {
     pub events: MemoryEvents,
 }
 
-fn limit(l: memqos_cgroupfs::Limit) -> Limit {
-    match l {
-        memqos_cgroupfs::Limit::Bytes(b) => Limit::Bytes(b),
-        memqos_cgroupfs::Limit::Max => Limit::Max,
-    }
-}
-
-fn events(d: MemoryEvents) -> MemEvents {
-    MemEvents {
-        low: d.low,
-        high: d.high,
-        max: d.max,
-        oom: d.oom,
-        oom_kill: d.oom_kill,
-    }
-}
-
 /// A value the snapshot must have for a managed cgroup; missing means the memory controller
 /// is not enabled for it (or the kernel lacks the file).
 fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Result<T> {
-    v.ok_or_else(|| anyhow!("cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)", root.join(&c.path).display()))
+    v.ok_or_else(|| {
+        anyhow!(
+            "cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)",
+            root.join(&c.path).display()
+        )
+    })
 }
 
 fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
     Ok(Knobs {
-        high: limit(need(c.high, root, c, "memory.high")?),
-        max: limit(need(c.max, root, c, "memory.max")?),
-        low: limit(need(c.low, root, c, "memory.low")?),
-        min: limit(need(c.min, root, c, "memory.min")?),
+        high: need(c.high, root, c, "memory.high")?,
+        max: need(c.max, root, c, "memory.max")?,
+        low: need(c.low, root, c, "memory.low")?,
+        min: need(c.min, root, c, "memory.min")?,
         // cgroup.freeze is a knob, not a memory statistic: read here, per managed leaf. The
         // root of a hierarchy has none; leaves always do.
         frozen: Cgroup::new(root.join(&c.path)).is_frozen().unwrap_or(false),
@@ -81,21 +69,13 @@ fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
 
 /// Originals: the journaled value where memqos has written the knob, else the current one.
 fn originals(journal: &Journal, id: u64, current: &Knobs) -> Knobs {
-    let get = |file: &str, cur: Limit| {
-        journal
-            .original(id, file)
-            .and_then(Limit::parse)
-            .unwrap_or(cur)
-    };
+    let get = |file: &str, cur: Limit| journal.original(id, file).and_then(|v| v.parse().ok()).unwrap_or(cur);
     Knobs {
         high: get("memory.high", current.high),
         max: current.max,
         low: get("memory.low", current.low),
         min: get("memory.min", current.min),
-        frozen: journal
-            .original(id, "cgroup.freeze")
-            .map(|v| v == "1")
-            .unwrap_or(current.frozen),
+        frozen: journal.original(id, "cgroup.freeze").map(|v| v == "1").unwrap_or(current.frozen),
     }
 }
 
@@ -125,9 +105,8 @@ impl Sampler {
     ) -> anyhow::Result<(Observation, Vec<Seen>)> {
         if self.source.as_ref().is_none_or(|(p, _)| p != root.path()) {
             let notes = &mut self.notes;
-            let mut source =
-                memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
-                    .with_context(|| format!("opening stats for {}", root.path().display()))?;
+            let mut source = memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
+                .with_context(|| format!("opening stats for {}", root.path().display()))?;
             // The engine uses usage, events, limits and PSI; memory.stat would be read (and the
             // kernel's counters flushed) every tick for nothing.
             source.skip_statistics();
@@ -136,19 +115,13 @@ impl Sampler {
         let (_, source) = self.source.as_mut().expect("opened above");
         source.refresh(&mut self.snap)?;
         let snap = &self.snap;
-        let top = snap
-            .cgroups
-            .first()
-            .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+        let top = snap.cgroups.first().ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
         let parent_ev = need(top.events, root.path(), top, "memory.events")?;
         let parent = ParentObs {
             usage_bytes: need(top.current, root.path(), top, "memory.current")?,
-            max: limit(need(top.max, root.path(), top, "memory.max")?),
-            high: limit(need(top.high, root.path(), top, "memory.high")?),
-            events_delta: self
-                .prev_parent_events
-                .map(|p| events(parent_ev.delta_since(&p)))
-                .unwrap_or_default(),
+            max: need(top.max, root.path(), top, "memory.max")?,
+            high: need(top.high, root.path(), top, "memory.high")?,
+            events_delta: self.prev_parent_events.map(|p| parent_ev.delta_since(&p)).unwrap_or_default(),
         };
         self.prev_parent_events = Some(parent_ev);
 
@@ -157,51 +130,29 @@ impl Sampler {
         let mut alive = HashSet::new();
         for (i, c) in snap.cgroups.iter().enumerate().skip(1) {
             // Pre-order: a leaf is followed by a cgroup no deeper than itself (or nothing).
-            let leaf = snap
-                .cgroups
-                .get(i + 1)
-                .is_none_or(|next| next.depth <= c.depth);
+            let leaf = snap.cgroups.get(i + 1).is_none_or(|next| next.depth <= c.depth);
             if !leaf {
                 continue;
             }
             let Some(tier) = cfg.tiers.classify(&c.path) else {
                 continue;
             };
-            let (mut obs, s) = Self::observe_one(
-                &mut self.prev_events,
-                &mut self.prev_psi_total,
-                root.path(),
-                c,
-                journal,
-            )?;
+            let (mut obs, s) =
+                Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
                 obs.populated = Cgroup::new(root.path().join(&c.path)).is_populated().ok();
             }
-            let tier_name = cfg
-                .tiers
-                .get(tier)
-                .map(|t| t.name.clone())
-                .unwrap_or_default();
-            seen.push(Seen {
-                tier: tier_name,
-                ..s
-            });
+            let tier_name = cfg.tiers.get(tier).map(|t| t.name.clone()).unwrap_or_default();
+            seen.push(Seen { tier: tier_name, ..s });
             alive.insert(c.id);
             cgroups.push(obs);
         }
         self.prev_events.retain(|k, _| alive.contains(k));
         self.prev_psi_total.retain(|k, _| alive.contains(k));
         self.alive = alive;
-        Ok((
-            Observation {
-                now_ms,
-                parent,
-                cgroups,
-            },
-            seen,
-        ))
+        Ok((Observation { now_ms, parent, cgroups }, seen))
     }
 
     fn observe_one(
@@ -216,14 +167,8 @@ impl Sampler {
         let ev = need(c.events, root, c, "memory.events")?;
         let psi = need(c.pressure, root, c, "memory.pressure")?;
         let current = knobs(root, c)?;
-        let delta = prev_events
-            .get(&c.id)
-            .map(|p| events(ev.delta_since(p)))
-            .unwrap_or_default();
-        let psi_delta = prev_psi_total
-            .get(&c.id)
-            .map(|p| psi.some.total_us.saturating_sub(*p))
-            .unwrap_or(0);
+        let delta = prev_events.get(&c.id).map(|p| ev.delta_since(p)).unwrap_or_default();
+        let psi_delta = prev_psi_total.get(&c.id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
         prev_events.insert(c.id, ev);
         prev_psi_total.insert(c.id, psi.some.total_us);
         let original = originals(journal, c.id, &current);
@@ -232,11 +177,8 @@ impl Sampler {
         obs.current = current;
         obs.original = original;
         obs.events_delta = delta;
-        obs.psi = Psi {
-            some_avg10: psi.some.avg10,
-            full_avg10: psi.full.map(|f| f.avg10).unwrap_or(0.0),
-            some_total_delta_us: psi_delta,
-        };
+        obs.psi = psi;
+        obs.psi_some_delta_us = psi_delta;
         let seen = Seen {
             cgroup: id.to_owned(),
             cgroup_id: c.id,

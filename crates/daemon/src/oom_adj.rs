@@ -49,30 +49,20 @@ fn wants(current: i32, target: i32) -> bool {
 /// A process as it is now, its parent's pid and its oom_score_adj; None if it is gone.
 fn inspect(pid: u32) -> Option<(Process, u32, i32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let process = Process {
-        pid,
-        start_time: crate::proc_stat::start_time_of(&stat)?,
-    };
+    let process = Process { pid, start_time: crate::proc_stat::start_time_of(&stat)? };
     let ppid = crate::proc_stat::ppid_of(&stat)?;
-    let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).ok()?.trim().parse().ok()?;
     Some((process, ppid, adj))
 }
 
 impl OomAdjuster {
     /// None when no tier sets `oom_score_adj`: the daemon then never reads a process.
     pub fn new(cfg: &Config) -> Option<OomAdjuster> {
-        cfg.tiers
-            .iter()
-            .any(|(_, t)| t.oom_score_adj.is_some())
-            .then(|| OomAdjuster {
-                handled: HashMap::new(),
-                notes: Vec::new(),
-                reported_failure: false,
-            })
+        cfg.tiers.iter().any(|(_, t)| t.oom_score_adj.is_some()).then(|| OomAdjuster {
+            handled: HashMap::new(),
+            notes: Vec::new(),
+            reported_failure: false,
+        })
     }
 
     /// Processes whose value we changed and that are still in a tier's cgroups.
@@ -102,16 +92,8 @@ impl OomAdjuster {
                 let Some((process, ppid, current)) = inspect(pid) else {
                     continue;
                 };
-                let inherited = self
-                    .handled
-                    .get(&ppid)
-                    .filter(|p| p.wrote && current == target)
-                    .map(|p| p.original);
-                let target_proc = Target::Process {
-                    cgroup: c.id.clone(),
-                    cgroup_id: c.cgroup_id,
-                    process,
-                };
+                let inherited = self.handled.get(&ppid).filter(|p| p.wrote && current == target).map(|p| p.original);
+                let target_proc = Target::Process { cgroup: c.id.clone(), cgroup_id: c.cgroup_id, process };
                 let (wrote, original) = if let Some(original) = inherited {
                     let mut r = Request::new(
                         target_proc,
@@ -123,24 +105,12 @@ impl OomAdjuster {
                     writes.push(r);
                     (true, original)
                 } else if wants(current, target) {
-                    writes.push(Request::new(
-                        target_proc,
-                        FILE,
-                        target.to_string(),
-                        "tier oom_score_adj",
-                    ));
+                    writes.push(Request::new(target_proc, FILE, target.to_string(), "tier oom_score_adj"));
                     (true, current)
                 } else {
                     (false, current)
                 };
-                self.handled.insert(
-                    pid,
-                    Handled {
-                        process,
-                        wrote,
-                        original,
-                    },
-                );
+                self.handled.insert(pid, Handled { process, wrote, original });
             }
         }
         // Processes that left: exited (forget them) or moved out of the tier (put back).
@@ -151,11 +121,7 @@ impl OomAdjuster {
             }
             if h.wrote && h.process.is_alive() {
                 let mut r = Request::new(
-                    Target::Process {
-                        cgroup: String::new(),
-                        cgroup_id: 0,
-                        process: h.process,
-                    },
+                    Target::Process { cgroup: String::new(), cgroup_id: 0, process: h.process },
                     FILE,
                     h.original.to_string(),
                     "process left its tier: original put back",

@@ -21,20 +21,9 @@ impl DaemonProcess {
     /// Runs `exe daemon --config CONFIG --state-dir STATE_DIR EXTRA...` with stdout going to
     /// `stdout`, and waits for its first status.json. A stale status.json and event log from
     /// an earlier run in `state_dir` are removed first, so neither is mistaken for this one's.
-    pub fn start(
-        exe: &Path,
-        config: &Path,
-        state_dir: &Path,
-        extra: &[&str],
-        stdout: Stdio,
-    ) -> Result<DaemonProcess> {
-        std::fs::create_dir_all(state_dir)
-            .with_context(|| format!("creating {}", state_dir.display()))?;
-        for stale in [
-            STATUS_FILE,
-            crate::events::EVENTS_FILE,
-            crate::events::ROTATED_FILE,
-        ] {
+    pub fn start(exe: &Path, config: &Path, state_dir: &Path, extra: &[&str], stdout: Stdio) -> Result<DaemonProcess> {
+        std::fs::create_dir_all(state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
+        for stale in [STATUS_FILE, crate::events::EVENTS_FILE, crate::events::ROTATED_FILE] {
             let _ = std::fs::remove_file(state_dir.join(stale));
         }
         let mut child = Command::new(exe)
@@ -49,25 +38,16 @@ impl DaemonProcess {
         let t0 = Instant::now();
         while !state_dir.join(STATUS_FILE).exists() {
             if let Some(st) = child.try_wait()? {
-                bail!(
-                    "memqos daemon exited during start-up ({st}); config {}",
-                    config.display()
-                );
+                bail!("memqos daemon exited during start-up ({st}); config {}", config.display());
             }
             if t0.elapsed() > START_TIMEOUT {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!(
-                    "memqos daemon did not write {STATUS_FILE} within {} s",
-                    START_TIMEOUT.as_secs()
-                );
+                bail!("memqos daemon did not write {STATUS_FILE} within {} s", START_TIMEOUT.as_secs());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(DaemonProcess {
-            child: Some(child),
-            state_dir: state_dir.to_owned(),
-        })
+        Ok(DaemonProcess { child: Some(child), state_dir: state_dir.to_owned() })
     }
 
     pub fn pid(&self) -> u32 {
@@ -76,8 +56,7 @@ impl DaemonProcess {
 
     /// CPU time (user + system) the daemon has used so far, in seconds; None once it is gone.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        crate::proc_stat::cpu_ticks(self.pid())
-            .map(|t| t as f64 / crate::proc_stat::ticks_per_second())
+        crate::proc_stat::cpu_ticks(self.pid()).map(|t| t as f64 / crate::proc_stat::ticks_per_second())
     }
 
     /// SIGTERM and wait: the daemon restores every knob it changed before it exits. Returns
@@ -93,11 +72,8 @@ impl DaemonProcess {
     /// The daemon's event log so far (rotated part first); empty if it wrote none.
     pub fn events(&self) -> String {
         let dir = &self.state_dir;
-        let mut text =
-            std::fs::read_to_string(dir.join(crate::events::ROTATED_FILE)).unwrap_or_default();
-        text.push_str(
-            &std::fs::read_to_string(dir.join(crate::events::EVENTS_FILE)).unwrap_or_default(),
-        );
+        let mut text = std::fs::read_to_string(dir.join(crate::events::ROTATED_FILE)).unwrap_or_default();
+        text.push_str(&std::fs::read_to_string(dir.join(crate::events::EVENTS_FILE)).unwrap_or_default());
         text
     }
 }

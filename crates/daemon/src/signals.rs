@@ -54,9 +54,9 @@ impl Signals {
                     s.bpf_started = Some(src.describe());
                     s.bpf = Some(src);
                 }
-                Err(why) => s.degraded.push(format!(
-                    "BPF pressure source off: {why}; continuing on PSI and memory.events"
-                )),
+                Err(why) => {
+                    s.degraded.push(format!("BPF pressure source off: {why}; continuing on PSI and memory.events"))
+                }
             }
         }
         if events {
@@ -98,12 +98,8 @@ impl Signals {
             }
         }
         if let (true, Some(ino)) = (self.events_enabled, &self.inotify) {
-            let stale: Vec<String> = self
-                .watched
-                .keys()
-                .filter(|id| !id.is_empty() && !all.contains(id))
-                .cloned()
-                .collect();
+            let stale: Vec<String> =
+                self.watched.keys().filter(|id| !id.is_empty() && !all.contains(id)).cloned().collect();
             for id in stale {
                 if let Some(wd) = self.watched.remove(&id) {
                     // The kernel drops watches of removed cgroups itself; ignore errors.
@@ -118,17 +114,10 @@ impl Signals {
                 if self.watched.contains_key(id) {
                     continue;
                 }
-                let Ok(path) = CString::new(
-                    root.join(id)
-                        .join("memory.events")
-                        .to_string_lossy()
-                        .as_bytes(),
-                ) else {
+                let Ok(path) = CString::new(root.join(id).join("memory.events").to_string_lossy().as_bytes()) else {
                     continue;
                 };
-                let wd = unsafe {
-                    libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY)
-                };
+                let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) };
                 if wd >= 0 {
                     self.watches.insert(wd, id.clone());
                     self.watched.insert(id.clone(), wd);
@@ -140,11 +129,8 @@ impl Signals {
     /// The BPF source's counters per watched cgroup and its global stats (None when off).
     pub fn bpf_summary(&self) -> Option<serde_json::Value> {
         let b = self.bpf.as_ref()?;
-        let counters: serde_json::Map<String, serde_json::Value> = b
-            .counters()
-            .into_iter()
-            .map(|(id, c)| (id, serde_json::json!(c)))
-            .collect();
+        let counters: serde_json::Map<String, serde_json::Value> =
+            b.counters().into_iter().map(|(id, c)| (id, serde_json::json!(c))).collect();
         Some(serde_json::json!({"counters": counters, "stats": b.stats()}))
     }
 
@@ -160,27 +146,15 @@ impl Signals {
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut ids: Vec<Option<&String>> = Vec::new();
         for (id, fd) in &self.psi {
-            fds.push(libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLPRI,
-                revents: 0,
-            });
+            fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLPRI, revents: 0 });
             ids.push(Some(id));
         }
         if let Some(ino) = &self.inotify {
-            fds.push(libc::pollfd {
-                fd: ino.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+            fds.push(libc::pollfd { fd: ino.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             ids.push(None);
         }
         if let Some(bpf) = &self.bpf {
-            fds.push(libc::pollfd {
-                fd: bpf.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+            fds.push(libc::pollfd { fd: bpf.fd(), events: libc::POLLIN, revents: 0 });
         }
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
@@ -203,9 +177,7 @@ impl Signals {
         for (p, id) in fds.iter().zip(ids) {
             match id {
                 Some(id) if p.revents & libc::POLLERR != 0 => gone.push(id.clone()), // cgroup removed
-                Some(id) if p.revents & libc::POLLPRI != 0 => {
-                    out.push((id.clone(), SignalEvent::PsiTrigger))
-                }
+                Some(id) if p.revents & libc::POLLPRI != 0 => out.push((id.clone(), SignalEvent::PsiTrigger)),
                 None if p.revents & libc::POLLIN != 0 => out.extend(self.drain_inotify()),
                 _ => {}
             }
@@ -230,8 +202,7 @@ impl Signals {
             let mut off = 0usize;
             while off + std::mem::size_of::<libc::inotify_event>() <= n as usize {
                 // SAFETY: the kernel writes whole inotify_event records; read unaligned.
-                let ev: libc::inotify_event =
-                    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
+                let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
                 if let Some(id) = self.watches.get(&ev.wd) {
                     let item = (id.clone(), SignalEvent::EventsChanged);
                     if !out.contains(&item) {
@@ -247,10 +218,7 @@ impl Signals {
 
 fn psi_trigger(path: &Path) -> std::io::Result<OwnedFd> {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)?;
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
     f.write_all(PSI_TRIGGER.as_bytes())?;
     Ok(f.into())
 }

@@ -87,11 +87,7 @@ impl Snapshot {
         let cgroups = seen
             .iter()
             .map(|s| {
-                let mine: Vec<DecisionRecord> = recent
-                    .iter()
-                    .filter(|d| d.cgroup == s.cgroup)
-                    .cloned()
-                    .collect();
+                let mine: Vec<DecisionRecord> = recent.iter().filter(|d| d.cgroup == s.cgroup).cloned().collect();
                 CgroupStatus {
                     cgroup: s.cgroup.clone(),
                     cgroup_id: s.cgroup_id,
@@ -125,10 +121,8 @@ impl Snapshot {
 
 pub(crate) fn write(state_dir: &Path, snap: &Snapshot) -> Result<()> {
     let tmp = state_dir.join("status.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(snap)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, state_dir.join(STATUS_FILE))
-        .with_context(|| format!("renaming {}", tmp.display()))?;
+    std::fs::write(&tmp, serde_json::to_vec_pretty(snap)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, state_dir.join(STATUS_FILE)).with_context(|| format!("renaming {}", tmp.display()))?;
     Ok(())
 }
 
@@ -139,9 +133,9 @@ pub(crate) fn remove(state_dir: &Path) {
 pub fn read(state_dir: &Path) -> Result<Option<Snapshot>> {
     let path = state_dir.join(STATUS_FILE);
     match std::fs::read(&path) {
-        Ok(b) => Ok(Some(serde_json::from_slice(&b).with_context(|| {
-            format!("{}: not a memqos status file", path.display())
-        })?)),
+        Ok(b) => Ok(Some(
+            serde_json::from_slice(&b).with_context(|| format!("{}: not a memqos status file", path.display()))?,
+        )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
@@ -166,11 +160,7 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
         (true, false) => "running",
         (false, _) => "NOT RUNNING: stale status",
     };
-    let _ = writeln!(
-        out,
-        "memqos daemon pid {} ({state}), config {}",
-        s.pid, s.config
-    );
+    let _ = writeln!(out, "memqos daemon pid {} ({state}), config {}", s.pid, s.config);
     let _ = writeln!(
         out,
         "cgroup root {}: usage {} / max {}",
@@ -206,31 +196,13 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
         );
     }
     if s.oom_score_adj_processes > 0 {
-        let _ = writeln!(
-            out,
-            "oom_score_adj set on {} process(es) of tiers with oom_score_adj",
-            s.oom_score_adj_processes
-        );
+        let _ =
+            writeln!(out, "oom_score_adj set on {} process(es) of tiers with oom_score_adj", s.oom_score_adj_processes);
     }
-    let _ = writeln!(
-        out,
-        "\nlast decisions{}:",
-        if s.dry_run {
-            " (dry run: not written)"
-        } else {
-            ""
-        }
-    );
+    let _ = writeln!(out, "\nlast decisions{}:", if s.dry_run { " (dry run: not written)" } else { "" });
     for d in &s.recent_decisions {
-        let _ = writeln!(
-            out,
-            "  {:>8.1} s  {}/{} = {}  ({})",
-            d.at_ms as f64 / 1000.0,
-            d.cgroup,
-            d.file,
-            d.value,
-            d.why
-        );
+        let _ =
+            writeln!(out, "  {:>8.1} s  {}/{} = {}  ({})", d.at_ms as f64 / 1000.0, d.cgroup, d.file, d.value, d.why);
     }
     out
 }
@@ -268,15 +240,8 @@ mod tests {
                     cgroup_id: 7,
                     tier: "critical".into(),
                     usage_bytes: 200 << 20,
-                    knobs: Knobs {
-                        high: Limit::Max,
-                        low: Limit::Bytes(256 << 20),
-                        ..knobs
-                    },
-                    original: Knobs {
-                        high: Limit::Max,
-                        ..knobs
-                    },
+                    knobs: Knobs { high: Limit::Max, low: Limit::Bytes(256 << 20), ..knobs },
+                    original: Knobs { high: Limit::Max, ..knobs },
                     psi_some_avg10: 1.5,
                     events: MemoryEvents::default(),
                     last_decisions: vec![],
@@ -287,10 +252,7 @@ mod tests {
                     tier: "batch".into(),
                     usage_bytes: 200 << 20,
                     knobs,
-                    original: Knobs {
-                        high: Limit::Bytes(1 << 30),
-                        ..knobs
-                    },
+                    original: Knobs { high: Limit::Bytes(1 << 30), ..knobs },
                     psi_some_avg10: 0.0,
                     events: MemoryEvents::default(),
                     last_decisions: vec![d.clone()],

@@ -35,7 +35,10 @@ fn write_cgroup(dir: &Path, current: u64, max: &str) {
         ("memory.low", "0\n".into()),
         ("memory.min", "0\n".into()),
         ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n".into()),
-        ("memory.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n".into()),
+        (
+            "memory.pressure",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n".into(),
+        ),
         ("memory.stat", "anon 0\nfile 0\n".into()),
     ];
     for (f, v) in files {
@@ -80,12 +83,7 @@ hold_ms = 60000
         state.display()
     );
     std::fs::write(&config, text).unwrap();
-    Fake {
-        base,
-        root,
-        state,
-        config,
-    }
+    Fake { base, root, state, config }
 }
 
 impl Fake {
@@ -103,10 +101,7 @@ impl Fake {
     }
 
     fn knob(&self, cg: &str, file: &str) -> String {
-        std::fs::read_to_string(self.root.join(cg).join(file))
-            .unwrap()
-            .trim()
-            .to_string()
+        std::fs::read_to_string(self.root.join(cg).join(file)).unwrap().trim().to_string()
     }
 
     fn id(&self, cg: &str) -> u64 {
@@ -114,29 +109,16 @@ impl Fake {
     }
 
     fn events(&self) -> Vec<Event> {
-        events::read(&self.state)
-            .into_iter()
-            .map(|l| l.event)
-            .collect()
+        events::read(&self.state).into_iter().map(|l| l.event).collect()
     }
 
     /// What a daemon killed by SIGKILL leaves: knobs written, a journal, no restore.
     fn crash_after_writing(&self, cg: &str, file: &'static str, value: &str) {
         let journal = Journal::open(&self.state, &self.root).unwrap();
         let log = events::EventLog::open(&self.state, events::DEFAULT_MAX_BYTES, false);
-        let mut act = Actuator::new(
-            beneath::Root::open(&self.root).unwrap(),
-            journal,
-            log,
-            false,
-        );
-        let target = Target::Cgroup {
-            path: cg.into(),
-            id: self.id(cg),
-        };
-        let ev = act
-            .apply(vec![Request::new(target, file, value, "test")])
-            .unwrap();
+        let mut act = Actuator::new(beneath::Root::open(&self.root).unwrap(), journal, log, false);
+        let target = Target::Cgroup { path: cg.into(), id: self.id(cg) };
+        let ev = act.apply(vec![Request::new(target, file, value, "test")]).unwrap();
         assert_eq!(ev[0].outcome, Outcome::Ok);
         std::mem::forget(act); // no Drop, no restore: as after SIGKILL
     }
@@ -161,61 +143,36 @@ fn samples_decides_journals_writes_and_restores() {
     let f = fake("loop", 480 * MIB);
     let opts = f.options(3.0, false);
     let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
-    poll("low1 throttled", Duration::from_secs(10), || {
-        f.knob("low1", "memory.high") != "max"
-    });
+    poll("low1 throttled", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
     let throttled: u64 = f.knob("low1", "memory.high").parse().unwrap();
     assert!(throttled < 300 * MIB, "cut below its usage: {throttled}");
     // Journal first: the original is durable before the knob changed.
     let journal = Journal::open(&f.state, &f.root).unwrap();
     assert_eq!(journal.original(f.id("low1"), "memory.high"), Some("max"));
     // The lock is held while the daemon runs: a manual restore is refused.
-    let err = StateLock::try_acquire(&f.state, "memqos restore")
-        .err()
-        .expect("lock held")
-        .to_string();
-    assert!(
-        err.contains("memqos restore") && err.contains("stop it first"),
-        "{err}"
-    );
+    let err = StateLock::try_acquire(&f.state, "memqos restore").err().expect("lock held").to_string();
+    assert!(err.contains("memqos restore") && err.contains("stop it first"), "{err}");
     poll("status.json", Duration::from_secs(5), || {
-        status::read(&f.state)
-            .ok()
-            .flatten()
-            .is_some_and(|s| !s.cgroups.is_empty())
+        status::read(&f.state).ok().flatten().is_some_and(|s| !s.cgroups.is_empty())
     });
     let snap = status::read(&f.state).unwrap().unwrap();
     assert!(!snap.dry_run);
     let low1 = snap.cgroups.iter().find(|c| c.cgroup == "low1").unwrap();
-    assert_eq!(
-        (low1.tier.as_str(), low1.cgroup_id),
-        ("batch", f.id("low1"))
-    );
+    assert_eq!((low1.tier.as_str(), low1.cgroup_id), ("batch", f.id("low1")));
     assert_eq!(low1.original.high, memqos_policy::Limit::Max);
 
     daemon.join().unwrap().expect("daemon run");
     assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
-    assert!(
-        !f.state.join(JOURNAL_FILE).exists(),
-        "journal removed after a full restore"
-    );
+    assert!(!f.state.join(JOURNAL_FILE).exists(), "journal removed after a full restore");
     let evs = f.events();
-    assert!(
-        matches!(evs.first(), Some(Event::Started { dry_run: false, .. })),
-        "{evs:?}"
-    );
+    assert!(matches!(evs.first(), Some(Event::Started { dry_run: false, .. })), "{evs:?}");
     let w = evs.iter().find_map(|e| match e {
         Event::Write(w) if w.cgroup == "low1" => Some(w),
         _ => None,
     });
     let w = w.expect("a write event for low1");
     assert_eq!(
-        (
-            w.file.as_str(),
-            w.previous.as_deref(),
-            &w.outcome,
-            w.cgroup_id
-        ),
+        (w.file.as_str(), w.previous.as_deref(), &w.outcome, w.cgroup_id),
         ("memory.high", Some("max"), &Outcome::Ok, f.id("low1"))
     );
     assert!(w.reason.is_some(), "the engine's reason is logged");
@@ -224,10 +181,7 @@ fn samples_decides_journals_writes_and_restores() {
         "{:?}",
         evs.last()
     );
-    assert!(
-        StateLock::try_acquire(&f.state, "test").is_ok(),
-        "lock released at exit"
-    );
+    assert!(StateLock::try_acquire(&f.state, "test").is_ok(), "lock released at exit");
 }
 
 #[test]
@@ -238,7 +192,10 @@ fn restart_restores_a_left_journal_and_logs_recovered() {
     memqos_daemon::run(f.options(0.3, false)).expect("daemon run");
     assert_eq!(f.knob("low1", "memory.high"), "max");
     let evs = f.events();
-    assert!(evs.iter().any(|e| matches!(e, Event::Recovered { restored: 1, vanished: 0, failed } if failed.is_empty())), "{evs:?}");
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::Recovered { restored: 1, vanished: 0, failed } if failed.is_empty())),
+        "{evs:?}"
+    );
     assert!(!f.state.join(JOURNAL_FILE).exists());
 }
 
@@ -253,23 +210,9 @@ fn a_recreated_name_is_not_restored_into() {
     std::fs::write(f.root.join("low1/memory.high"), "777\n").unwrap();
     assert_ne!(f.id("low1"), old);
     memqos_daemon::run(f.options(0.3, false)).expect("daemon run");
-    assert_eq!(
-        f.knob("low1", "memory.high"),
-        "777",
-        "the new low1 is another cgroup"
-    );
+    assert_eq!(f.knob("low1", "memory.high"), "777", "the new low1 is another cgroup");
     let evs = f.events();
-    assert!(
-        evs.iter().any(|e| matches!(
-            e,
-            Event::Recovered {
-                restored: 0,
-                vanished: 1,
-                ..
-            }
-        )),
-        "{evs:?}"
-    );
+    assert!(evs.iter().any(|e| matches!(e, Event::Recovered { restored: 0, vanished: 1, .. })), "{evs:?}");
 }
 
 #[test]
@@ -280,18 +223,10 @@ fn a_tampered_journal_is_refused_and_nothing_is_written() {
     std::os::unix::fs::symlink(f.base.join("outside"), f.root.join("link")).unwrap();
     let outside = std::fs::metadata(f.base.join("outside")).unwrap().ino();
     std::fs::create_dir_all(&f.state).unwrap();
-    let mut text = format!(
-        "{}\n",
-        serde_json::json!({"op": "root", "cgroup_root": f.root})
-    );
+    let mut text = format!("{}\n", serde_json::json!({"op": "root", "cgroup_root": f.root}));
     // Distinct ids: entries are keyed by (id, file).
-    for (i, cgroup) in [
-        "../outside".to_string(),
-        "link".into(),
-        f.base.join("outside").display().to_string(),
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, cgroup) in
+        ["../outside".to_string(), "link".into(), f.base.join("outside").display().to_string()].into_iter().enumerate()
     {
         text += &format!(
             "{}\n",
@@ -299,31 +234,15 @@ fn a_tampered_journal_is_refused_and_nothing_is_written() {
         );
     }
     std::fs::write(f.state.join(JOURNAL_FILE), text).unwrap();
-    let err = format!(
-        "{:#}",
-        memqos_daemon::run(f.options(1.0, false)).expect_err("refused")
-    );
-    for what in [
-        "\"..\" component",
-        "symbolic link",
-        "absolute path",
-        "could not restore knobs left by the previous run",
-    ] {
+    let err = format!("{:#}", memqos_daemon::run(f.options(1.0, false)).expect_err("refused"));
+    for what in
+        ["\"..\" component", "symbolic link", "absolute path", "could not restore knobs left by the previous run"]
+    {
         assert!(err.contains(what), "{what} missing: {err}");
     }
-    assert_eq!(
-        std::fs::read_to_string(f.base.join("outside/memory.high")).unwrap(),
-        "untouched"
-    );
-    assert_eq!(
-        f.knob("low1", "memory.high"),
-        "max",
-        "the daemon did not start managing"
-    );
-    assert!(
-        f.state.join(JOURNAL_FILE).exists(),
-        "the journal is kept for a person to look at"
-    );
+    assert_eq!(std::fs::read_to_string(f.base.join("outside/memory.high")).unwrap(), "untouched");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "the daemon did not start managing");
+    assert!(f.state.join(JOURNAL_FILE).exists(), "the journal is kept for a person to look at");
 }
 
 #[test]
@@ -332,22 +251,15 @@ fn dry_run_decides_logs_and_writes_nothing() {
     let opts = f.options(1.5, true);
     let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
     poll("a dry write event", Duration::from_secs(10), || {
-        f.events()
-            .iter()
-            .any(|e| matches!(e, Event::Write(w) if w.cgroup == "low1"))
+        f.events().iter().any(|e| matches!(e, Event::Write(w) if w.cgroup == "low1"))
     });
-    poll("status.json", Duration::from_secs(5), || {
-        status::read(&f.state).ok().flatten().is_some()
-    });
+    poll("status.json", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
     let snap = status::read(&f.state).unwrap().unwrap();
     assert!(snap.dry_run);
     assert!(status::render(&snap, true).contains("DRY RUN"));
     daemon.join().unwrap().expect("daemon run");
     assert_eq!(f.knob("low1", "memory.high"), "max");
-    assert!(
-        !f.state.join(JOURNAL_FILE).exists(),
-        "a dry run writes no journal"
-    );
+    assert!(!f.state.join(JOURNAL_FILE).exists(), "a dry run writes no journal");
     let evs = f.events();
     let dry: Vec<_> = evs
         .iter()
@@ -356,11 +268,7 @@ fn dry_run_decides_logs_and_writes_nothing() {
             _ => None,
         })
         .collect();
-    assert!(
-        dry.iter()
-            .all(|w| w.dry_run && w.outcome == Outcome::DryRun),
-        "{dry:?}"
-    );
+    assert!(dry.iter().all(|w| w.dry_run && w.outcome == Outcome::DryRun), "{dry:?}");
     assert!(dry.iter().any(|w| w.cgroup == "low1"
         && w.file == "memory.high"
         && w.previous.as_deref() == Some("max")
@@ -376,20 +284,12 @@ fn dropping_the_actuator_restores() {
     let fr = &f;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         let (mut act, f) = (act, fr);
-        let target = Target::Cgroup {
-            path: "low1".into(),
-            id: f.id("low1"),
-        };
-        act.apply(vec![Request::new(target, "cgroup.freeze", "1", "test")])
-            .unwrap();
+        let target = Target::Cgroup { path: "low1".into(), id: f.id("low1") };
+        act.apply(vec![Request::new(target, "cgroup.freeze", "1", "test")]).unwrap();
         assert_eq!(f.knob("low1", "cgroup.freeze"), "1");
         panic!("boom");
     }));
     assert!(result.is_err());
-    assert_eq!(
-        f.knob("low1", "cgroup.freeze"),
-        "0",
-        "unwinding restored the knob"
-    );
+    assert_eq!(f.knob("low1", "cgroup.freeze"), "0", "unwinding restored the knob");
     assert!(!f.state.join(JOURNAL_FILE).exists());
 }

@@ -68,12 +68,7 @@ fn state_dir(state_dir: Option<PathBuf>, config: Option<PathBuf>) -> Result<Path
 pub fn daemon(a: DaemonArgs) -> Result<u8> {
     if a.check {
         let cfg = memqos_daemon::load_config(&a.config)?;
-        println!(
-            "{}: ok ({} tiers, cgroup_root {})",
-            a.config.display(),
-            cfg.tiers.len(),
-            cfg.cgroup_root.display()
-        );
+        println!("{}: ok ({} tiers, cgroup_root {})", a.config.display(), cfg.tiers.len(), cfg.cgroup_root.display());
         return Ok(0);
     }
     memqos_daemon::run(memqos_daemon::Options {
@@ -98,11 +93,7 @@ pub fn restore(a: RestoreArgs) -> Result<u8> {
             libc::signal(libc::SIGTERM, libc::SIG_IGN);
         }
         let mut sink = [0u8; 64];
-        while std::io::stdin()
-            .read(&mut sink)
-            .map(|n| n > 0)
-            .unwrap_or(false)
-        {}
+        while std::io::stdin().read(&mut sink).map(|n| n > 0).unwrap_or(false) {}
         // The daemon is gone; the kernel releases its lock as it exits, possibly a moment
         // after our pipe's EOF. If the lock stays taken, a restarted daemon holds it and has
         // restored (or will restore) the journal itself: nothing for us to do.
@@ -125,10 +116,7 @@ pub fn restore(a: RestoreArgs) -> Result<u8> {
                 println!("restored {} = {}", e.describe(), e.original);
             }
             for e in &r.vanished {
-                println!(
-                    "skipped {}: gone (or re-created: another cgroup now)",
-                    e.describe()
-                );
+                println!("skipped {}: gone (or re-created: another cgroup now)", e.describe());
             }
             for f in r.failures() {
                 eprintln!("FAILED {f}");
@@ -154,10 +142,7 @@ pub fn status(a: StatusArgs) -> Result<u8> {
         if a.json {
             println!("null");
         } else {
-            println!(
-                "no memqos daemon is running with state directory {}",
-                dir.display()
-            );
+            println!("no memqos daemon is running with state directory {}", dir.display());
         }
         return Ok(3);
     };

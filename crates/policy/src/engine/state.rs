@@ -25,13 +25,7 @@ pub(crate) struct CgState {
 }
 
 impl CgState {
-    pub fn new(
-        tier: TierIndex,
-        cgroup_id: u64,
-        window_ms: u64,
-        original: Knobs,
-        current: Knobs,
-    ) -> CgState {
+    pub fn new(tier: TierIndex, cgroup_id: u64, window_ms: u64, original: Knobs, current: Knobs) -> CgState {
         CgState {
             tier,
             cgroup_id,
@@ -76,10 +70,7 @@ pub(crate) struct WindowMax {
 
 impl WindowMax {
     pub fn new(window_ms: u64) -> WindowMax {
-        WindowMax {
-            window_ms,
-            samples: VecDeque::new(),
-        }
+        WindowMax { window_ms, samples: VecDeque::new() }
     }
 
     pub fn push(&mut self, now: u64, value: u64) {
@@ -87,11 +78,7 @@ impl WindowMax {
             self.samples.pop_back();
         }
         self.samples.push_back((now, value));
-        while self
-            .samples
-            .front()
-            .is_some_and(|&(t, _)| now.saturating_sub(t) >= self.window_ms)
-        {
+        while self.samples.front().is_some_and(|&(t, _)| now.saturating_sub(t) >= self.window_ms) {
             self.samples.pop_front();
         }
     }
