@@ -233,9 +233,19 @@ fn run_loop(
     let mut last_status: Option<Instant> = None;
     // When the last wait returned: BPF crossings are logged with it.
     let mut woke_ns = 0u64;
+    let mut last_periodic: Option<Instant> = None;
     while !SHUTDOWN.load(Ordering::SeqCst) {
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
+        }
+        let tick_started = Instant::now();
+        // A wakeup by a pressure signal is the fast path: the engine reacts and its writes
+        // go out; per-tier settings (cpu_weight, oom_score_adj, which read every process),
+        // fd and journal housekeeping and the signal set-up wait for the periodic tick (a
+        // timeout, or a sampling interval since the last periodic one).
+        let periodic = pending.is_empty() || last_periodic.is_none_or(|t: Instant| t.elapsed() >= interval);
+        if periodic {
+            last_periodic = Some(tick_started);
         }
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
@@ -253,11 +263,11 @@ fn run_loop(
             notes.append(&mut d.notes);
         }
         let mut batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
-        if let Some(w) = cpu_weights.as_mut() {
+        if let Some(w) = cpu_weights.as_mut().filter(|_| periodic) {
             batch.extend(w.plan(cfg, &obs, act));
             notes.append(&mut w.notes);
         }
-        if let Some(adj) = oom_adj.as_mut() {
+        if let Some(adj) = oom_adj.as_mut().filter(|_| periodic) {
             batch.extend(adj.plan(cfg, &obs, act));
         }
         let wrote = act.apply(batch)?;
@@ -278,8 +288,10 @@ fn run_loop(
                 recent.pop_front();
             }
         }
-        let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.cgroup_id).collect();
-        act.retain_cgroups(&observed)?;
+        if periodic {
+            let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.cgroup_id).collect();
+            act.retain_cgroups(&observed)?;
+        }
         for c in signals.bpf_crossings.drain(..) {
             act.emit(Event::Bpf {
                 cgroup: c.cgroup,
@@ -290,17 +302,19 @@ fn run_loop(
                 mono_ns: woke_ns,
             });
         }
-        let protected: Vec<(String, u64)> = obs
-            .cgroups
-            .iter()
-            .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected()))
-            .map(|c| (c.id.clone(), c.cgroup_id))
-            .collect();
-        let protected_paths: Vec<String> = protected.iter().map(|(p, _)| p.clone()).collect();
-        // memory.events wakeups only from protected cgroups: a throttled lower tier bumps
-        // its `high` counter on every charge, and watching it made the daemon re-sample in
-        // a tight loop exactly when it had throttled someone (found by the experiments).
-        signals.sync(root.path(), &protected, &protected_paths);
+        if periodic {
+            let protected: Vec<(String, u64)> = obs
+                .cgroups
+                .iter()
+                .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected()))
+                .map(|c| (c.id.clone(), c.cgroup_id))
+                .collect();
+            let protected_paths: Vec<String> = protected.iter().map(|(p, _)| p.clone()).collect();
+            // memory.events wakeups only from protected cgroups: a throttled lower tier bumps
+            // its `high` counter on every charge, and watching it made the daemon re-sample
+            // in a tight loop exactly when it had throttled someone (found by the experiments).
+            signals.sync(root.path(), &protected, &protected_paths);
+        }
         notes.extend(signals.degraded[reported_degraded..].iter().cloned());
         reported_degraded = signals.degraded.len();
         for message in notes {
@@ -316,6 +330,17 @@ fn run_loop(
             last_status = Some(Instant::now());
         }
         pending = signals.wait(interval);
+        // Coalescing: a storm of signals becomes at most one reaction per COALESCE window.
+        // The first signal after a quiet spell is handled at once; one arriving sooner than
+        // COALESCE after the last tick waits out the window, gathering what else arrives.
+        let since = tick_started.elapsed();
+        if !pending.is_empty() && since < COALESCE && !SHUTDOWN.load(Ordering::SeqCst) {
+            for item in signals.wait(COALESCE - since) {
+                if !pending.contains(&item) {
+                    pending.push(item);
+                }
+            }
+        }
         // Logged after the next tick's writes (the log costs time on the reaction path).
         woke_ns = mono_ns();
     }
@@ -337,6 +362,8 @@ fn request(d: &Decision, ids: &HashMap<String, u64>) -> Option<Request> {
 
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+/// At most one reaction to pressure signals per window.
+const COALESCE: Duration = Duration::from_millis(20);
 /// CLOCK_MONOTONIC in nanoseconds: the clock BPF's ktime and workloads' timestamps share,
 /// so reaction delays can be measured across processes.
 pub fn mono_ns() -> u64 {

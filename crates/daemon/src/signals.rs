@@ -162,13 +162,16 @@ impl Signals {
         let mut out = Vec::new();
         // The ring is drained on every wakeup (cheap, never blocks), not only when its fd
         // fired: a crossing that raced with another wakeup is not left for the next one.
-        self.bpf_crossings = self.bpf.as_mut().map(|b| b.drain()).unwrap_or_default();
-        for c in &self.bpf_crossings {
+        // Appended, not replaced: a coalesced wait (two calls before the daemon drains them)
+        // keeps every crossing for the log.
+        let fresh = self.bpf.as_mut().map(|b| b.drain()).unwrap_or_default();
+        for c in &fresh {
             let item = (c.cgroup.clone(), BpfSource::signal(c));
             if !out.contains(&item) {
                 out.push(item);
             }
         }
+        self.bpf_crossings.extend(fresh);
         if n <= 0 {
             return out;
         }

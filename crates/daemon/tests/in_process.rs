@@ -293,3 +293,55 @@ fn dropping_the_actuator_restores() {
     assert_eq!(f.knob("low1", "cgroup.freeze"), "0", "unwinding restored the knob");
     assert!(!f.state.join(JOURNAL_FILE).exists());
 }
+
+fn adj(pid: u32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap().trim().parse().unwrap()
+}
+
+// A child forked after memqos set its parent's oom_score_adj inherits the value: memqos
+// journals the parent's original for it, so the stop restores the child too.
+#[test]
+fn children_that_inherited_oom_score_adj_get_the_original_back() {
+    let f = fake("inherit", 100 * MIB);
+    let text =
+        std::fs::read_to_string(&f.config).unwrap().replace("throttle = true", "throttle = true\noom_score_adj = 500");
+    std::fs::write(&f.config, text).unwrap();
+    let go = f.base.join("fork-now");
+    let script = format!("while [ ! -e {} ]; do sleep 0.02; done; sleep 30 & wait", go.display());
+    let mut parent = std::process::Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let ppid = parent.id();
+    let original = adj(ppid);
+    assert!(original < 500, "the test needs a parent below 500, found {original}");
+    std::fs::write(f.root.join("low1/cgroup.procs"), format!("{ppid}\n")).unwrap();
+
+    let opts = f.options(4.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("parent adjusted", Duration::from_secs(10), || adj(ppid) == 500);
+    std::fs::write(&go, "").unwrap();
+    let children = format!("/proc/{ppid}/task/{ppid}/children");
+    let mut child = 0;
+    // The shell's polling `sleep 0.02` children come and go; the one we want is `sleep 30`.
+    poll("child forked", Duration::from_secs(5), || {
+        let kids = std::fs::read_to_string(&children).unwrap_or_default();
+        child = kids
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .find(|p: &u32| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == b"sleep\x0030\x00"))
+            .unwrap_or(0);
+        child != 0
+    });
+    assert_eq!(adj(child), 500, "inherited");
+    std::fs::write(f.root.join("low1/cgroup.procs"), format!("{ppid}\n{child}\n")).unwrap();
+    poll("child journaled", Duration::from_secs(10), || {
+        Journal::open(&f.state, &f.root)
+            .unwrap()
+            .entries()
+            .any(|e| e.process.is_some_and(|p| p.pid == child) && e.original == original.to_string())
+    });
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!((adj(ppid), adj(child)), (original, original), "both restored at stop");
+    let _ = parent.kill();
+    let _ = parent.wait();
+    // SAFETY: kill(2) on the sleep the test's shell started.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+}
