@@ -8,7 +8,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::Source;
-use super::{Config, ConfigError, Dirty, DirtyMax, Policy, Protect, Signals, Tier, Tiers};
+use super::{
+    Config, ConfigError, Dirty, DirtyMax, Policy, Protect, Signals, StallAction, StallBound, Tier,
+    Tiers,
+};
 use crate::size::{parse_size, ByteSize};
 
 #[derive(Deserialize)]
@@ -46,6 +49,14 @@ struct RawTier {
     dirty: Option<RawDirty>,
     oom_score_adj: Option<Spanned<i64>>,
     cpu_weight: Option<Spanned<i64>>,
+    stall: Option<Spanned<RawStall>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStall {
+    after_ms: Option<Spanned<u64>>,
+    action: Option<StallAction>,
 }
 
 #[derive(Deserialize)]
@@ -94,7 +105,9 @@ impl<'de> Deserialize<'de> for RawDirtyMax {
 const MIN_DIRTY_MAX: u64 = 64 << 10;
 
 fn dirty(src: &Source, i: usize, d: Option<RawDirty>) -> Result<Dirty, ConfigError> {
-    let Some(d) = d else { return Ok(Dirty::default()) };
+    let Some(d) = d else {
+        return Ok(Dirty::default());
+    };
     let field = |f: &str| format!("tier[{i}].dirty.{f}");
     let max = match d.max {
         None => None,
@@ -120,11 +133,21 @@ fn dirty(src: &Source, i: usize, d: Option<RawDirty>) -> Result<Dirty, ConfigErr
     let min = match d.min {
         None => None,
         Some(m) if m.get_ref().0 >= 4096 => Some(m.get_ref().0),
-        Some(m) => return Err(src.at(Some(m.span()), &field("min"), format!("{} bytes is too small (at least 4096)", m.get_ref().0))),
+        Some(m) => {
+            return Err(src.at(
+                Some(m.span()),
+                &field("min"),
+                format!("{} bytes is too small (at least 4096)", m.get_ref().0),
+            ))
+        }
     };
     if let (Some(DirtyMax::Bytes(hi)), Some(lo)) = (max, min) {
         if lo > hi {
-            return Err(src.at(min_span, &field("min"), format!("dirty.min ({lo} bytes) is above dirty.max ({hi} bytes)")));
+            return Err(src.at(
+                min_span,
+                &field("min"),
+                format!("dirty.min ({lo} bytes) is above dirty.max ({hi} bytes)"),
+            ));
         }
     }
     Ok(Dirty { max, min })
@@ -143,6 +166,7 @@ struct RawPolicy {
     min_write_interval_ms: Option<Spanned<u64>>,
     freeze_after_ms: Option<Spanned<u64>>,
     kill_after_ms: Option<Spanned<u64>>,
+    stall_psi_full_avg10: Option<Spanned<f64>>,
     ws_window_ms: Option<Spanned<u64>>,
     ws_margin: Option<Spanned<f64>>,
     ws_granularity: Option<Spanned<ByteSize>>,
@@ -290,17 +314,43 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
                 ))
             }
         };
-        let cpu_weight = match t.cpu_weight {
-            None => None,
-            Some(v) if (1..=10000).contains(v.get_ref()) => Some(*v.get_ref() as u32),
-            Some(v) => {
-                return Err(at(
+        let cpu_weight =
+            match t.cpu_weight {
+                None => None,
+                Some(v) if (1..=10000).contains(v.get_ref()) => Some(*v.get_ref() as u32),
+                Some(v) => return Err(at(
                     v.span(),
                     "cpu_weight",
-                    format!("{} is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)", v.get_ref()),
-                ))
-            }
-        };
+                    format!(
+                        "{} is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)",
+                        v.get_ref()
+                    ),
+                )),
+            };
+        let stall =
+            match t.stall {
+                None => StallBound::default(),
+                Some(s) if !throttle => return Err(at(
+                    s.span(),
+                    "stall",
+                    "needs throttle = true (memqos bounds the stalls its own memory.high causes)"
+                        .into(),
+                )),
+                Some(s) => {
+                    let s = s.into_inner();
+                    let d = StallBound::default();
+                    StallBound {
+                        after_ms: int(
+                            src,
+                            s.after_ms,
+                            &format!("tier[{i}].stall.after_ms"),
+                            d.after_ms,
+                            1_000..=86_400_000,
+                        )?,
+                        action: s.action.unwrap_or(d.action),
+                    }
+                }
+            };
         tiers.push(Tier {
             name: name.to_string(),
             patterns: t
@@ -316,6 +366,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             dirty,
             oom_score_adj,
             cpu_weight,
+            stall,
         });
         matchers.push(set);
     }
@@ -387,6 +438,14 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
             &f("kill_after_ms"),
             d.kill_after_ms,
             1..=86_400_000,
+        )?,
+        stall_psi_full_avg10: ratio(
+            src,
+            r.stall_psi_full_avg10,
+            &f("stall_psi_full_avg10"),
+            d.stall_psi_full_avg10,
+            (0.0, 100.0),
+            true,
         )?,
         ws_window_ms: int(
             src,

@@ -174,8 +174,8 @@ impl Sim {
                     } else {
                         assert!(l <= c.original.high, "raised above the original: {at}");
                         assert!(
-                            matches!(d.reason, Reason::Release { .. }),
-                            "raise without release: {at}"
+                            matches!(d.reason, Reason::Release { .. } | Reason::StallBound { .. }),
+                            "raise without release or stall bound: {at}"
                         );
                     }
                 }
@@ -193,7 +193,14 @@ impl Sim {
                 Action::Freeze(false) => {
                     assert!(!seen_other, "thaw after another write in one tick: {at}")
                 }
-                Action::Kill => assert!(tier.kill, "killed in a tier without kill = true: {at}"),
+                Action::Kill => {
+                    let stall_kill = matches!(d.reason, Reason::StallBound { .. })
+                        && tier.stall.action == memqos_policy::StallAction::Kill;
+                    assert!(
+                        tier.kill || stall_kill,
+                        "killed in a tier without kill = true or stall.action = \"kill\": {at}"
+                    )
+                }
             }
             if d.action != Action::Freeze(false) {
                 seen_other = true;
