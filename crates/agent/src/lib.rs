@@ -16,6 +16,7 @@ pub mod hint;
 pub mod layout;
 pub mod report;
 pub mod run;
+pub mod session_config;
 pub mod shell;
 pub mod spawn;
 #[cfg(test)]

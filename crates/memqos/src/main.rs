@@ -9,6 +9,7 @@ mod experiment_cmd;
 mod replay_cmd;
 mod stat;
 mod bench_stats;
+mod bench_run;
 mod scenario;
 mod vm_cmd;
 mod workload;
@@ -132,6 +133,8 @@ enum BenchCmd {
     /// Delay from a protected cgroup starting to reclaim to the first memory.high write on a
     /// lower tier, per signal source (BPF, PSI, memory.events).
     Reaction(bench_reaction::ReactionArgs),
+    /// What `memqos run` adds to a call vs a plain exec, in guests (docs/agent/run-overhead.json).
+    Run(bench_run::BenchRunArgs),
 }
 
 fn main() -> ExitCode {
@@ -156,6 +159,7 @@ fn main() -> ExitCode {
         Cmd::Workload(cmd) => workload::run(cmd),
         Cmd::Run(a) => Ok(memqos_agent::run(&a.into())),
         Cmd::Bench(BenchCmd::Reaction(a)) => bench_reaction::run(a),
+        Cmd::Bench(BenchCmd::Run(a)) => bench_run::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -139,8 +139,8 @@ fn a_workload_that_keeps_growing_stalls_at_most_one_bound_at_a_time() {
 
 #[test]
 fn progress_restarts_the_bound() {
-    // Same livelock, but every 20 s the workload gets through one tick: it never stalls 30 s
-    // in a row, so memqos never acts.
+    // Same livelock, but every 20 s the workload gets through for a moment (its PSI full
+    // drops): it never stalls 30 s in a row, so memqos never acts.
     let mut sim = Sim::new(config(THREE_TIERS, ""));
     sim.add("critical/db", 500 * MB);
     sim.add("low/a", 300 * MB);
@@ -150,10 +150,32 @@ fn progress_restarts_the_bound() {
         s.set_stall("critical/db", 20.0);
         let c = s.cg("low/a");
         let progress = n % 40 == 0;
-        c.events_delta.high = if progress { 0 } else { 10 };
-        c.psi.full_avg10 = 90.0;
+        c.events_delta.high = 10;
+        c.psi.full_avg10 = if progress { 5.0 } else { 90.0 };
     });
     assert!(stall_actions(&sim).is_empty(), "{:?}", stall_actions(&sim));
+}
+
+#[test]
+fn high_events_every_few_seconds_are_enough_but_none_for_long_is_progress() {
+    // A task far over high sleeps up to 2 s between charges: events in one sample of four
+    // still count as stalling; none for over 5 s means it no longer hits high.
+    let run = |every: u64| {
+        let mut sim = Sim::new(config(THREE_TIERS, ""));
+        sim.add("critical/db", 500 * MB);
+        sim.add("low/a", 300 * MB);
+        let mut n = 0;
+        sim.run(60_000, |s| {
+            n += 1;
+            s.set_stall("critical/db", 20.0);
+            let c = s.cg("low/a");
+            c.events_delta.high = if n % every == 0 { 3 } else { 0 };
+            c.psi.full_avg10 = 90.0;
+        });
+        stall_actions(&sim).len()
+    };
+    assert!(run(4) >= 1, "events every 2 s: a stall");
+    assert_eq!(run(12), 0, "events every 6 s: not a stall");
 }
 
 #[test]

@@ -8,7 +8,9 @@
 //!
 //! A throttle-tier cgroup *makes no progress* in a tick when all of these hold:
 //! - memqos lowered its memory.high (below the original) and it is not frozen;
-//! - memory.events `high` rose since the previous sample (it keeps hitting high);
+//! - memory.events `high` rose within the last 5 s (it keeps hitting high; a task far over
+//!   high sleeps up to 2 s per return to user mode between charges, so a single sample
+//!   interval may see none);
 //! - its usage is pinned at high (within 1/32 of it);
 //! - its own memory.pressure `full avg10` is at or above `policy.stall_psi_full_avg10`
 //!   (all of its tasks stalled on memory at once, most of the time).
@@ -33,22 +35,28 @@ pub(crate) struct Stalls {
     by_id: BTreeMap<String, Track>,
 }
 
+/// How recent the last memory.events `high` increment must be for a stall to go on: over
+/// twice the kernel's longest over-high sleep (MEMCG_MAX_HIGH_DELAY_JIFFIES, 2 s).
+const HIGH_EVENT_WINDOW_MS: u64 = 5_000;
+
 #[derive(Debug, Default)]
 struct Track {
     /// Start of the current uninterrupted stall (or of the bound after the last action).
     since_ms: Option<u64>,
+    /// Last sample whose memory.events `high` had risen.
+    last_high_event_ms: Option<u64>,
     /// Cuts of memory.high are dropped until then: the last relief's grace.
     no_cuts_until_ms: Option<u64>,
 }
 
-/// True when `c` makes no progress this tick (see the module doc).
-pub(crate) fn no_progress(c: &CgroupObs, psi_full_threshold: f64) -> bool {
+/// True when `c` sits at a memory.high memqos lowered and stalls on memory (see the module
+/// doc); with recent `high` events, it makes no progress.
+pub(crate) fn pinned(c: &CgroupObs, psi_full_threshold: f64) -> bool {
     let Limit::Bytes(high) = c.current.high else {
         return false;
     };
     c.current.high < c.original.high
         && !c.current.frozen
-        && c.events_delta.high > 0
         && c.usage_bytes.saturating_add(high / 32) >= high
         && c.psi.full_avg10 >= psi_full_threshold
 }
@@ -69,7 +77,11 @@ impl Stalls {
             if t.no_cuts_until_ms.is_some_and(|u| ctx.now < u) {
                 plan.drop_cuts(c);
             }
-            if !no_progress(c, policy.stall_psi_full_avg10) {
+            if c.events_delta.high > 0 {
+                t.last_high_event_ms = Some(ctx.now);
+            }
+            let hitting_high = t.last_high_event_ms.is_some_and(|e| ctx.now - e <= HIGH_EVENT_WINDOW_MS);
+            if !(hitting_high && pinned(c, policy.stall_psi_full_avg10)) {
                 t.since_ms = None;
                 continue;
             }
@@ -143,11 +155,10 @@ mod tests {
     }
 
     #[test]
-    fn no_progress_needs_every_sign() {
+    fn pinned_needs_every_sign() {
         let m = 1 << 20;
-        assert!(no_progress(&stuck(100 * m), 40.0));
-        let variants: [(&str, fn(&mut CgroupObs)); 6] = [
-            ("high events flat", |c| c.events_delta.high = 0),
+        assert!(pinned(&stuck(100 * m), 40.0));
+        let variants: [(&str, fn(&mut CgroupObs)); 5] = [
             ("usage well below high", |c| c.usage_bytes = 90 << 20),
             ("psi full low", |c| c.psi.full_avg10 = 10.0),
             ("frozen", |c| c.current.frozen = true),
@@ -159,7 +170,7 @@ mod tests {
         for (what, f) in variants {
             let mut c = stuck(100 * m);
             f(&mut c);
-            assert!(!no_progress(&c, 40.0), "{what}");
+            assert!(!pinned(&c, 40.0), "{what}");
         }
     }
 
