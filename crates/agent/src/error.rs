@@ -29,10 +29,7 @@ pub enum SetupError {
     #[error("invalid {what} name {name:?}: use 1-64 letters, digits, '-', '_' ('.' only in session names, not first; no tier is called \"runtime\")")]
     BadName { what: &'static str, name: String },
     #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
+    Io { what: String, source: std::io::Error },
     #[error(transparent)]
     Cgroup(#[from] memqos_cgroupfs::Error),
     #[error("{0}")]

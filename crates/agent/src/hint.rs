@@ -39,9 +39,7 @@ impl Hint {
             "medium" => Ok(Hint::Medium),
             "high" => Ok(Hint::High),
             _ => parse_size(s).map(Hint::Size).map_err(|e| {
-                SetupError::Usage(format!(
-                    "--hint {s:?}: expected low, medium, high or a size such as 512M ({e})"
-                ))
+                SetupError::Usage(format!("--hint {s:?}: expected low, medium, high or a size such as 512M ({e})"))
             }),
         }
     }
@@ -68,12 +66,9 @@ impl Hint {
 /// tier only if they agree; a size hint combines with any tier.
 pub fn resolve_tier(tier: Option<&str>, hint: Option<Hint>) -> Result<String, SetupError> {
     match (tier, hint) {
-        (Some(t), Some(h @ (Hint::Low | Hint::Medium | Hint::High))) if t != h.tier() => {
-            Err(SetupError::Usage(format!(
-                "--tier {t} and --hint {h:?} disagree (that hint means tier {}); give one of them",
-                h.tier()
-            )))
-        }
+        (Some(t), Some(h @ (Hint::Low | Hint::Medium | Hint::High))) if t != h.tier() => Err(SetupError::Usage(
+            format!("--tier {t} and --hint {h:?} disagree (that hint means tier {}); give one of them", h.tier()),
+        )),
         (Some(t), _) => Ok(t.to_owned()),
         (None, Some(h)) => Ok(h.tier().to_owned()),
         (None, None) => Ok(DEFAULT_TIER.to_owned()),
@@ -90,24 +85,12 @@ mod tests {
         assert_eq!(Hint::parse("high").unwrap().tier(), "tool-high");
         assert_eq!(Hint::parse("512M").unwrap(), Hint::Size(512 << 20));
         assert_eq!(Hint::parse("512M").unwrap().low_bytes(), Some(512 << 20));
-        assert!(Hint::parse("huge")
-            .unwrap_err()
-            .to_string()
-            .contains("expected low, medium, high"));
+        assert!(Hint::parse("huge").unwrap_err().to_string().contains("expected low, medium, high"));
 
         assert_eq!(resolve_tier(None, None).unwrap(), "tool");
         assert_eq!(resolve_tier(None, Some(Hint::Low)).unwrap(), "tool-low");
-        assert_eq!(
-            resolve_tier(Some("build"), Some(Hint::Size(1))).unwrap(),
-            "build"
-        );
-        assert_eq!(
-            resolve_tier(Some("tool-high"), Some(Hint::High)).unwrap(),
-            "tool-high"
-        );
-        assert!(resolve_tier(Some("build"), Some(Hint::Low))
-            .unwrap_err()
-            .to_string()
-            .contains("disagree"));
+        assert_eq!(resolve_tier(Some("build"), Some(Hint::Size(1))).unwrap(), "build");
+        assert_eq!(resolve_tier(Some("tool-high"), Some(Hint::High)).unwrap(), "tool-high");
+        assert!(resolve_tier(Some("build"), Some(Hint::Low)).unwrap_err().to_string().contains("disagree"));
     }
 }

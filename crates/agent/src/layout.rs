@@ -48,34 +48,23 @@ impl Root {
 
     fn open_with(path: &Path, check_fs: bool) -> Result<Root, SetupError> {
         if !path.is_dir() {
-            return Err(SetupError::RootMissing {
-                root: path.to_owned(),
-            });
+            return Err(SetupError::RootMissing { root: path.to_owned() });
         }
         if check_fs {
-            let magic = fs_magic(path).map_err(|e| SetupError::Io {
-                what: format!("statfs {}", path.display()),
-                source: e,
-            })?;
+            let magic =
+                fs_magic(path).map_err(|e| SetupError::Io { what: format!("statfs {}", path.display()), source: e })?;
             if magic != CGROUP2_MAGIC {
-                return Err(SetupError::NotCgroup2 {
-                    root: path.to_owned(),
-                    magic,
-                });
+                return Err(SetupError::NotCgroup2 { root: path.to_owned(), magic });
             }
         }
         let cg = Cgroup::new(path);
         let controllers = cg.controllers().map_err(SetupError::Cgroup)?;
         if !controllers.iter().any(|c| c == "memory") {
-            return Err(SetupError::MemoryUnavailable {
-                root: path.to_owned(),
-            });
+            return Err(SetupError::MemoryUnavailable { root: path.to_owned() });
         }
         let enabled = cg.subtree_control().map_err(SetupError::Cgroup)?;
         if !enabled.iter().any(|c| c == "memory") {
-            return Err(SetupError::MemoryNotDelegated {
-                root: path.to_owned(),
-            });
+            return Err(SetupError::MemoryNotDelegated { root: path.to_owned() });
         }
         Ok(Root { cg })
     }
@@ -109,21 +98,12 @@ impl Root {
 pub fn create_call(session: &Cgroup, tier: &str, pid: u32) -> Result<Cgroup, SetupError> {
     check_name("tier", tier)?;
     for n in 0..100u32 {
-        let name = if n == 0 {
-            format!("{tier}.{pid}")
-        } else {
-            format!("{tier}.{pid}-{n}")
-        };
+        let name = if n == 0 { format!("{tier}.{pid}") } else { format!("{tier}.{pid}-{n}") };
         let cg = session.child(&name);
         match std::fs::create_dir(cg.path()) {
             Ok(()) => return Ok(cg),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(SetupError::Io {
-                    what: format!("mkdir {}", cg.path().display()),
-                    source: e,
-                })
-            }
+            Err(e) => return Err(SetupError::Io { what: format!("mkdir {}", cg.path().display()), source: e }),
         }
     }
     Err(SetupError::Io {
@@ -158,10 +138,7 @@ pub fn leftovers(session: &Cgroup, alive: impl Fn(u32) -> bool) -> Vec<Cgroup> {
 /// Removes [`leftovers`]; returns how many. Errors are ignored: a concurrent call may sweep
 /// the same cgroup, or a process may have entered it meanwhile (rmdir then fails with EBUSY).
 pub fn sweep(session: &Cgroup) -> usize {
-    leftovers(session, pid_alive)
-        .iter()
-        .filter(|cg| cg.remove().is_ok())
-        .count()
+    leftovers(session, pid_alive).iter().filter(|cg| cg.remove().is_ok()).count()
 }
 
 /// The pid in a call cgroup's name `<tier>.<pid>` or `<tier>.<pid>-<n>`.
@@ -183,17 +160,12 @@ pub fn check_name(what: &'static str, name: &str) -> Result<(), SetupError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && !(what == "tier" && (name.contains('.') || name == RUNTIME));
     if ok {
         Ok(())
     } else {
-        Err(SetupError::BadName {
-            what,
-            name: name.to_owned(),
-        })
+        Err(SetupError::BadName { what, name: name.to_owned() })
     }
 }
 
@@ -224,13 +196,8 @@ pub fn position(root: &Path, proc_cgroup: &str, mountinfo: &str) -> Position {
     };
     let parts: Vec<&str> = below.iter().filter_map(|p| p.to_str()).collect();
     match parts.as_slice() {
-        [session, RUNTIME, ..] => Position::Runtime {
-            session: session.to_string(),
-        },
-        [session, call, ..] => Position::Call {
-            session: session.to_string(),
-            call: call.to_string(),
-        },
+        [session, RUNTIME, ..] => Position::Runtime { session: session.to_string() },
+        [session, call, ..] => Position::Call { session: session.to_string(), call: call.to_string() },
         _ => Position::Outside,
     }
 }
@@ -245,9 +212,7 @@ fn cgroup2_mount_for(root: &Path, mountinfo: &str) -> Option<PathBuf> {
             if post.split_whitespace().next()? != "cgroup2" {
                 return None;
             }
-            Some(PathBuf::from(unescape_octal(
-                pre.split_whitespace().nth(4)?,
-            )))
+            Some(PathBuf::from(unescape_octal(pre.split_whitespace().nth(4)?)))
         })
         .filter(|m| root.starts_with(m))
         .max_by_key(|m| m.as_os_str().len())
@@ -259,10 +224,7 @@ fn unescape_octal(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 4 <= b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -275,8 +237,7 @@ fn unescape_octal(s: &str) -> String {
 
 fn fs_magic(path: &Path) -> std::io::Result<i64> {
     use std::os::unix::ffi::OsStrExt;
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: statfs fills the zeroed struct; the path is a valid C string.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
@@ -294,13 +255,8 @@ mod tests {
     #[test]
     fn root_checks_name_the_problem() {
         let dir = tempfile::tempdir().unwrap();
-        let missing = Root::open_unchecked_fs(&dir.path().join("nope"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            missing.contains("nope") && missing.contains("does not exist"),
-            "{missing}"
-        );
+        let missing = Root::open_unchecked_fs(&dir.path().join("nope")).unwrap_err().to_string();
+        assert!(missing.contains("nope") && missing.contains("does not exist"), "{missing}");
 
         // The host's /tmp is not cgroup2.
         let not_v2 = Root::open(dir.path()).unwrap_err().to_string();
@@ -309,10 +265,7 @@ mod tests {
         std::fs::write(dir.path().join("cgroup.controllers"), "cpu io\n").unwrap();
         std::fs::write(dir.path().join("cgroup.subtree_control"), "").unwrap();
         let unavailable = Root::open_unchecked_fs(dir.path()).unwrap_err().to_string();
-        assert!(
-            unavailable.contains("memory controller is not available"),
-            "{unavailable}"
-        );
+        assert!(unavailable.contains("memory controller is not available"), "{unavailable}");
 
         std::fs::write(dir.path().join("cgroup.controllers"), "cpu io memory\n").unwrap();
         let not_delegated = Root::open_unchecked_fs(dir.path()).unwrap_err().to_string();
@@ -329,26 +282,16 @@ mod tests {
     fn session_gets_controllers_and_calls_get_unique_names() {
         let (_dir, root) = fake_root();
         let s = fake_session(&root, "s1");
-        assert_eq!(
-            std::fs::read_to_string(s.path().join("cgroup.subtree_control")).unwrap(),
-            "+memory +cpu +pids"
-        );
+        assert_eq!(std::fs::read_to_string(s.path().join("cgroup.subtree_control")).unwrap(), "+memory +cpu +pids");
 
         let a = create_call(&s, "tool", 42).unwrap();
         let b = create_call(&s, "tool", 42).unwrap();
-        assert!(
-            a.path().ends_with("s1/tool.42") && b.path().ends_with("s1/tool.42-1"),
-            "{a:?} {b:?}"
-        );
+        assert!(a.path().ends_with("s1/tool.42") && b.path().ends_with("s1/tool.42-1"), "{a:?} {b:?}");
         assert_eq!(creator_pid("tool.42-1"), Some(42));
         assert_eq!(creator_pid("tool-low.7"), Some(7));
         assert_eq!(creator_pid(RUNTIME), None);
 
-        assert!(root
-            .session("../x")
-            .unwrap_err()
-            .to_string()
-            .contains("session name"));
+        assert!(root.session("../x").unwrap_err().to_string().contains("session name"));
         assert!(create_call(&s, "a.b", 1).is_err() && create_call(&s, RUNTIME, 1).is_err());
     }
 
@@ -365,19 +308,13 @@ mod tests {
         ] {
             std::fs::create_dir(s.path().join(name)).unwrap();
             if let Some(p) = events {
-                std::fs::write(
-                    s.path().join(name).join("cgroup.events"),
-                    format!("populated {p}\nfrozen 0\n"),
-                )
-                .unwrap();
+                std::fs::write(s.path().join(name).join("cgroup.events"), format!("populated {p}\nfrozen 0\n"))
+                    .unwrap();
             }
         }
         // tool.11 is populated, tool.12's creator is alive, tool.13 cannot be read, the
         // runtime has no creator.
-        let found: Vec<_> = leftovers(&s, |pid| pid == 12)
-            .iter()
-            .map(|c| c.path().to_owned())
-            .collect();
+        let found: Vec<_> = leftovers(&s, |pid| pid == 12).iter().map(|c| c.path().to_owned()).collect();
         assert_eq!(found, vec![s.path().join("tool.10")]);
     }
 
@@ -385,36 +322,16 @@ mod tests {
     fn position_from_proc_files() {
         let mountinfo = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n30 23 0:27 / /sys/fs/cgroup/unified rw - cgroup2 none rw\n";
         let root = Path::new("/sys/fs/cgroup/agents");
-        assert_eq!(
-            position(root, "0::/agents/s1/runtime\n", mountinfo),
-            Position::Runtime {
-                session: "s1".into()
-            }
-        );
+        assert_eq!(position(root, "0::/agents/s1/runtime\n", mountinfo), Position::Runtime { session: "s1".into() });
         assert_eq!(
             position(root, "0::/agents/s1/tool.5\n", mountinfo),
-            Position::Call {
-                session: "s1".into(),
-                call: "tool.5".into()
-            }
+            Position::Call { session: "s1".into(), call: "tool.5".into() }
         );
-        assert_eq!(
-            position(root, "0::/agents/s1\n", mountinfo),
-            Position::Outside
-        );
-        assert_eq!(
-            position(root, "0::/user.slice\n", mountinfo),
-            Position::Outside
-        );
-        assert_eq!(
-            position(root, "12:memory:/x\n", mountinfo),
-            Position::Outside
-        );
+        assert_eq!(position(root, "0::/agents/s1\n", mountinfo), Position::Outside);
+        assert_eq!(position(root, "0::/user.slice\n", mountinfo), Position::Outside);
+        assert_eq!(position(root, "12:memory:/x\n", mountinfo), Position::Outside);
         // A root under a v1 mount point only: no cgroup2 mount contains it.
-        assert_eq!(
-            position(Path::new("/cg/agents"), "0::/agents/s/runtime\n", mountinfo),
-            Position::Outside
-        );
+        assert_eq!(position(Path::new("/cg/agents"), "0::/agents/s/runtime\n", mountinfo), Position::Outside);
         assert_eq!(unescape_octal("/a\\040b"), "/a b");
     }
 }

@@ -137,11 +137,7 @@ pub struct CallInfo<'a> {
 /// report. Files that cannot be read leave their field empty: a report is never an error.
 pub fn collect(info: &CallInfo) -> CallReport {
     let ev = info.call.memory_events().unwrap_or_default();
-    let events = CallEvents {
-        high: ev.high,
-        max: ev.max,
-        oom_kill: ev.oom_kill,
-    };
+    let events = CallEvents { high: ev.high, max: ev.max, oom_kill: ev.oom_kill };
     let peak_bytes = info.call.memory_peak().ok();
     let signal = match info.exit {
         Exit::Signal(s) => Some(s),
@@ -209,16 +205,8 @@ fn largest_holders(scope: &Path, exclude: &Path, n: usize) -> Vec<Holder> {
         .filter(|cg| cg.path() != exclude && cg.children().map(|k| k.is_empty()).unwrap_or(false))
         .filter_map(|cg| {
             let bytes = cg.memory_current().ok()?;
-            let name = cg
-                .path()
-                .strip_prefix(scope)
-                .unwrap_or(cg.path())
-                .display()
-                .to_string();
-            Some(Holder {
-                cgroup: name,
-                bytes,
-            })
+            let name = cg.path().strip_prefix(scope).unwrap_or(cg.path()).display().to_string();
+            Some(Holder { cgroup: name, bytes })
         })
         .filter(|h| h.bytes > 0)
         .collect();
@@ -247,16 +235,16 @@ fn advice(f: &Facts) -> Vec<String> {
         Some(_) => {
             let others: u64 = f.others.iter().map(|h| h.bytes).sum();
             if others > f.peak.unwrap_or(0) / 4 {
-                out.push("run it again when the other tool calls holding memory have finished, or run fewer things at once".into());
+                out.push(
+                    "run it again when the other tool calls holding memory have finished, or run fewer things at once"
+                        .into(),
+                );
             }
             out.push(LESS_MEMORY.into());
             out.push("with the memqos daemon managing this root, `--hint high` (MEMQOS_HINT=high for memqos-shell) makes other tool calls give memory up first".into());
         }
         None => {
-            out.push(
-                "the whole host ran out of memory: wait for other work to finish, then retry"
-                    .into(),
-            );
+            out.push("the whole host ran out of memory: wait for other work to finish, then retry".into());
             out.push(LESS_MEMORY.into());
         }
     }
@@ -264,11 +252,7 @@ fn advice(f: &Facts) -> Vec<String> {
         if p > h {
             out.insert(
                 0,
-                format!(
-                    "it used {} although it declared --hint {}: declare what it really needs",
-                    human(p),
-                    human(h)
-                ),
+                format!("it used {} although it declared --hint {}: declare what it really needs", human(p), human(h)),
             );
         }
     }
@@ -284,10 +268,7 @@ pub fn oom_text(r: &CallReport, command: &str) -> String {
     let who = if o.command_killed {
         format!("`{command}` was killed by the kernel's out-of-memory (OOM) killer")
     } else {
-        format!(
-            "{} process(es) of `{command}` were killed by the kernel's out-of-memory (OOM) killer",
-            o.killed
-        )
+        format!("{} process(es) of `{command}` were killed by the kernel's out-of-memory (OOM) killer", o.killed)
     };
     t.push_str(&format!("memqos: {who} (exit status {}).\n", r.status));
     match &o.limit {
@@ -300,20 +281,10 @@ pub fn oom_text(r: &CallReport, command: &str) -> String {
         None => t.push_str("memqos: no cgroup limit was reached: the host ran out of memory.\n"),
     }
     let peak = r.peak_bytes.map_or("unknown".into(), human);
-    t.push_str(&format!(
-        "memqos: this command used at most {peak} in {:.1} s.\n",
-        r.wall_ms as f64 / 1000.0
-    ));
+    t.push_str(&format!("memqos: this command used at most {peak} in {:.1} s.\n", r.wall_ms as f64 / 1000.0));
     if !o.others.is_empty() {
-        let list: Vec<String> = o
-            .others
-            .iter()
-            .map(|h| format!("{} {}", h.cgroup, human(h.bytes)))
-            .collect();
-        t.push_str(&format!(
-            "memqos: others holding memory under that limit now: {}.\n",
-            list.join(", ")
-        ));
+        let list: Vec<String> = o.others.iter().map(|h| format!("{} {}", h.cgroup, human(h.bytes))).collect();
+        t.push_str(&format!("memqos: others holding memory under that limit now: {}.\n", list.join(", ")));
     }
     for a in &o.advice {
         t.push_str(&format!("memqos: try: {a}.\n"));
@@ -323,10 +294,7 @@ pub fn oom_text(r: &CallReport, command: &str) -> String {
 
 /// The one-line summary of `--stats`.
 pub fn stats_text(r: &CallReport) -> String {
-    let name = PathBuf::from(&r.cgroup)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = PathBuf::from(&r.cgroup).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut t = format!(
         "memqos: {name} (session {}, tier {}): status {}, {:.3} s, peak {}",
         r.session,
@@ -336,10 +304,7 @@ pub fn stats_text(r: &CallReport) -> String {
         r.peak_bytes.map_or("unknown".into(), human)
     );
     if r.events.high > 0 {
-        t.push_str(&format!(
-            ", throttled at memory.high {} times",
-            r.events.high
-        ));
+        t.push_str(&format!(", throttled at memory.high {} times", r.events.high));
     }
     if r.kept {
         t.push_str(", cgroup kept: processes still run in it");
@@ -365,11 +330,7 @@ mod tests {
             (&root.join("t/tool.3"), 50 << 20),
         ] {
             std::fs::create_dir_all(p).unwrap();
-            std::fs::write(
-                p.join("memory.events.local"),
-                "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n",
-            )
-            .unwrap();
+            std::fs::write(p.join("memory.events.local"), "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n").unwrap();
             std::fs::write(p.join("memory.current"), format!("{current}\n")).unwrap();
             std::fs::write(p.join("memory.max"), "max\n").unwrap();
         }
@@ -378,22 +339,8 @@ mod tests {
         (Cgroup::new(call), root)
     }
 
-    fn info<'a>(
-        call: &'a Cgroup,
-        root: &'a Path,
-        before: &'a Ancestry,
-        exit: Exit,
-    ) -> CallInfo<'a> {
-        CallInfo {
-            call,
-            session: "s",
-            tier: "tool",
-            root,
-            exit,
-            wall_ms: 2500,
-            hint_bytes: Some(64 << 20),
-            before,
-        }
+    fn info<'a>(call: &'a Cgroup, root: &'a Path, before: &'a Ancestry, exit: Exit) -> CallInfo<'a> {
+        CallInfo { call, session: "s", tier: "tool", root, exit, wall_ms: 2500, hint_bytes: Some(64 << 20), before }
     }
 
     #[test]
@@ -403,53 +350,22 @@ mod tests {
         let before = Ancestry::read(&call);
         // The ancestry stops below the first cgroup without memory.events.local.
         assert_eq!(before.levels.len(), 3);
-        std::fs::write(
-            call.path().join("memory.events"),
-            "low 0\nhigh 4\nmax 9\noom 1\noom_kill 1\n",
-        )
-        .unwrap();
-        std::fs::write(
-            root.join("s/memory.events.local"),
-            "low 0\nhigh 0\nmax 9\noom 1\noom_kill 0\n",
-        )
-        .unwrap();
-        std::fs::write(
-            root.join("memory.events.local"),
-            "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n",
-        )
-        .unwrap();
+        std::fs::write(call.path().join("memory.events"), "low 0\nhigh 4\nmax 9\noom 1\noom_kill 1\n").unwrap();
+        std::fs::write(root.join("s/memory.events.local"), "low 0\nhigh 0\nmax 9\noom 1\noom_kill 0\n").unwrap();
+        std::fs::write(root.join("memory.events.local"), "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n").unwrap();
 
         let r = collect(&info(&call, &root, &before, Exit::Signal(libc::SIGKILL)));
-        assert_eq!(
-            (r.status, r.signal, r.peak_bytes),
-            (137, Some(9), Some(200 << 20))
-        );
-        assert_eq!(
-            r.events,
-            CallEvents {
-                high: 4,
-                max: 9,
-                oom_kill: 1
-            }
-        );
+        assert_eq!((r.status, r.signal, r.peak_bytes), (137, Some(9), Some(200 << 20)));
+        assert_eq!(r.events, CallEvents { high: 4, max: 9, oom_kill: 1 });
         let o = r.oom.as_ref().expect("an OOM account");
         let limit = o.limit.as_ref().unwrap();
-        assert_eq!(
-            (limit.role.as_str(), limit.max_bytes),
-            ("its session", Some(512 << 20))
-        );
+        assert_eq!((limit.role.as_str(), limit.max_bytes), ("its session", Some(512 << 20)));
         assert!(limit.cgroup.ends_with("root/s"));
         assert_eq!(
             o.others,
             vec![
-                Holder {
-                    cgroup: "runtime".into(),
-                    bytes: 300 << 20
-                },
-                Holder {
-                    cgroup: "tool.2".into(),
-                    bytes: 100 << 20
-                }
+                Holder { cgroup: "runtime".into(), bytes: 300 << 20 },
+                Holder { cgroup: "tool.2".into(), bytes: 100 << 20 }
             ]
         );
         let text = oom_text(&r, "pytest -x");
@@ -472,30 +388,20 @@ mod tests {
         let (call, root) = tree(dir.path());
         let before = Ancestry::read(&call);
         std::fs::write(call.path().join("memory.events"), "oom_kill 2\n").unwrap();
-        std::fs::write(
-            call.path().join("memory.events.local"),
-            "oom 1\noom_kill 2\n",
-        )
-        .unwrap();
+        std::fs::write(call.path().join("memory.events.local"), "oom 1\noom_kill 2\n").unwrap();
         let r = collect(&info(&call, &root, &before, Exit::Code(1)));
         let o = r.oom.as_ref().unwrap();
         assert_eq!(o.limit.as_ref().unwrap().role, "this call");
         assert!(!o.command_killed && o.killed == 2);
         assert!(oom_text(&r, "make").contains("2 process(es) of `make` were killed"));
         assert!(
-            o.advice
-                .iter()
-                .any(|a| a.contains("raise this call's own limit (memqos run --max)")),
+            o.advice.iter().any(|a| a.contains("raise this call's own limit (memqos run --max)")),
             "{:?}",
             o.advice
         );
 
         // No level counted an OOM: the host ran out.
-        std::fs::write(
-            call.path().join("memory.events.local"),
-            "oom 0\noom_kill 2\n",
-        )
-        .unwrap();
+        std::fs::write(call.path().join("memory.events.local"), "oom 0\noom_kill 2\n").unwrap();
         let r = collect(&info(&call, &root, &before, Exit::Signal(9)));
         assert!(r.oom.as_ref().unwrap().limit.is_none());
         assert!(oom_text(&r, "x").contains("the host ran out of memory"));
@@ -506,14 +412,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (call, root) = tree(dir.path());
         let before = Ancestry::read(&call);
-        std::fs::write(
-            call.path().join("memory.events"),
-            "high 3\nmax 0\noom_kill 0\n",
-        )
-        .unwrap();
+        std::fs::write(call.path().join("memory.events"), "high 3\nmax 0\noom_kill 0\n").unwrap();
         let r = collect(&info(&call, &root, &before, Exit::Code(0)));
         assert!(r.oom.is_none() && oom_text(&r, "x").is_empty());
-        assert_eq!(stats_text(&r), "memqos: tool.1 (session s, tier tool): status 0, 2.500 s, peak 200M, throttled at memory.high 3 times\n");
+        assert_eq!(
+            stats_text(&r),
+            "memqos: tool.1 (session s, tier tool): status 0, 2.500 s, peak 200M, throttled at memory.high 3 times\n"
+        );
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["peak_bytes"], 200u64 << 20);
         assert_eq!(json["events"]["high"], 3);

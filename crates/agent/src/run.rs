@@ -47,9 +47,7 @@ pub fn run(req: &Request) -> u8 {
         Ok(Prepared::Nested) => exec_here(&req.command),
         Ok(Prepared::Call(call)) => call.run(req),
         Err(e) if fallback => {
-            eprintln!(
-                "memqos run: {e}; running the command without a cgroup (MEMQOS_FALLBACK=exec)"
-            );
+            eprintln!("memqos run: {e}; running the command without a cgroup (MEMQOS_FALLBACK=exec)");
             exec_here(&req.command)
         }
         Err(e) => {
@@ -77,29 +75,20 @@ struct Call {
 
 fn prepare(req: &Request) -> Result<Prepared, SetupError> {
     if req.command.is_empty() {
-        return Err(SetupError::Usage(
-            "no command given: memqos run [OPTIONS] -- CMD [ARGS...]".into(),
-        ));
+        return Err(SetupError::Usage("no command given: memqos run [OPTIONS] -- CMD [ARGS...]".into()));
     }
     let hint = req.hint.as_deref().map(Hint::parse).transpose()?;
     let max = req
         .max
         .as_deref()
-        .map(|m| {
-            memqos_policy::size::parse_size(m).map_err(|e| SetupError::Usage(format!("--max: {e}")))
-        })
+        .map(|m| memqos_policy::size::parse_size(m).map_err(|e| SetupError::Usage(format!("--max: {e}"))))
         .transpose()?;
     if req.runtime && (req.tier.is_some() || hint.is_some()) {
         return Err(SetupError::Usage(
-            "--runtime runs the agent runtime in <session>/runtime: it takes no --tier or --hint"
-                .into(),
+            "--runtime runs the agent runtime in <session>/runtime: it takes no --tier or --hint".into(),
         ));
     }
-    let tier = if req.runtime {
-        RUNTIME.to_owned()
-    } else {
-        resolve_tier(req.tier.as_deref(), hint)?
-    };
+    let tier = if req.runtime { RUNTIME.to_owned() } else { resolve_tier(req.tier.as_deref(), hint)? };
     let (root_path, config) = resolve_root(req)?;
     let root = Root::open(&root_path)?;
 
@@ -116,11 +105,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
             Position::Runtime { session } | Position::Call { session, .. } => Some(session.clone()),
             Position::Outside => None,
         })
-        .or_else(|| {
-            std::env::var("MEMQOS_SESSION")
-                .ok()
-                .filter(|s| !s.is_empty())
-        })
+        .or_else(|| std::env::var("MEMQOS_SESSION").ok().filter(|s| !s.is_empty()))
         .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
     let session = root.session(&session_name)?;
     let cg = if req.runtime {
@@ -155,19 +140,14 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
 /// The root from --root, --config, $MEMQOS_ROOT, $MEMQOS_CONFIG, or the default; the config
 /// too when one was named.
 fn resolve_root(req: &Request) -> Result<(PathBuf, Option<(PathBuf, Config)>), SetupError> {
-    let config_path = req.config.clone().or_else(|| {
-        std::env::var_os("MEMQOS_CONFIG")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    });
+    let config_path =
+        req.config.clone().or_else(|| std::env::var_os("MEMQOS_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from));
     let config = match config_path {
         Some(p) => {
-            let text = std::fs::read_to_string(&p).map_err(|e| SetupError::Io {
-                what: format!("reading config {}", p.display()),
-                source: e,
-            })?;
-            let cfg = Config::from_str(&text, &p.display().to_string())
-                .map_err(|e| SetupError::Usage(e.to_string()))?;
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| SetupError::Io { what: format!("reading config {}", p.display()), source: e })?;
+            let cfg =
+                Config::from_str(&text, &p.display().to_string()).map_err(|e| SetupError::Usage(e.to_string()))?;
             Some((p, cfg))
         }
         None => None,
@@ -176,11 +156,7 @@ fn resolve_root(req: &Request) -> Result<(PathBuf, Option<(PathBuf, Config)>), S
         .root
         .clone()
         .or_else(|| config.as_ref().map(|c| c.1.cgroup_root.clone()))
-        .or_else(|| {
-            std::env::var_os("MEMQOS_ROOT")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
+        .or_else(|| std::env::var_os("MEMQOS_ROOT").filter(|v| !v.is_empty()).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
     Ok((root, config))
 }
@@ -189,18 +165,8 @@ impl Call {
     /// Warns when the daemon config would place the call in another tier than asked for:
     /// the call still runs, but the operator should know its globs do not match.
     fn check_tier(&self, file: &Path, cfg: &Config) {
-        let rel = self
-            .cg
-            .path()
-            .strip_prefix(&self.root)
-            .unwrap_or(self.cg.path())
-            .display()
-            .to_string();
-        let got = cfg
-            .tiers
-            .classify(&rel)
-            .and_then(|i| cfg.tiers.get(i))
-            .map(|t| t.name.as_str());
+        let rel = self.cg.path().strip_prefix(&self.root).unwrap_or(self.cg.path()).display().to_string();
+        let got = cfg.tiers.classify(&rel).and_then(|i| cfg.tiers.get(i)).map(|t| t.name.as_str());
         if got != Some(self.tier.as_str()) {
             eprintln!(
                 "memqos run: warning: {rel} is in tier {} of {}, not {:?}: add a pattern such as \"*/{}.*\" to that tier's match",
@@ -216,20 +182,16 @@ impl Call {
         let env = [
             ("MEMQOS_ROOT".to_owned(), self.root.display().to_string()),
             ("MEMQOS_SESSION".to_owned(), self.session.clone()),
-            (
-                "MEMQOS_CGROUP".to_owned(),
-                self.cg.path().display().to_string(),
-            ),
+            ("MEMQOS_CGROUP".to_owned(), self.cg.path().display().to_string()),
         ];
-        let (exit, wall) =
-            match spawn::run_in(self.cg.path(), &req.command, &env, SpawnMode::IntoCgroup) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("memqos run: {e}");
-                    self.remove();
-                    return e.shell_code();
-                }
-            };
+        let (exit, wall) = match spawn::run_in(self.cg.path(), &req.command, &env, SpawnMode::IntoCgroup) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("memqos run: {e}");
+                self.remove();
+                return e.shell_code();
+            }
+        };
         let mut r = report::collect(&CallInfo {
             call: &self.cg,
             session: &self.session,
@@ -241,12 +203,7 @@ impl Call {
             before: &self.before,
         });
         r.kept = !self.remove();
-        let command = req
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ");
+        let command = req.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
         let mut err = std::io::stderr().lock();
         let mut text = report::oom_text(&r, &command);
         if req.stats {
@@ -285,9 +242,7 @@ fn exec_here(command: &[OsString]) -> u8 {
     if command.is_empty() {
         return 125;
     }
-    let err = std::process::Command::new(&command[0])
-        .args(&command[1..])
-        .exec();
+    let err = std::process::Command::new(&command[0]).args(&command[1..]).exec();
     eprintln!("memqos run: {}: {err}", command[0].to_string_lossy());
     if err.kind() == std::io::ErrorKind::NotFound {
         127

@@ -19,7 +19,10 @@ mod tests {
             cfg.tiers.get(i).unwrap().clone()
         };
         let runtime = tier_of(&format!("s1/{RUNTIME}"));
-        assert_eq!((runtime.name.as_str(), runtime.protect, runtime.oom_score_adj), ("runtime", Protect::Low, Some(-900)));
+        assert_eq!(
+            (runtime.name.as_str(), runtime.protect, runtime.oom_score_adj),
+            ("runtime", Protect::Low, Some(-900))
+        );
         for hint in [None, Some(Hint::Low), Some(Hint::Medium), Some(Hint::High), Some(Hint::Size(1 << 30))] {
             let tier = resolve_tier(None, hint).unwrap();
             let got = tier_of(&format!("agent-7/{tier}.4711"));

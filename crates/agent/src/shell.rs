@@ -24,22 +24,14 @@ pub const SHELL_NAME: &str = "memqos-shell";
 
 /// True when argv[0]'s file name is `memqos-shell`.
 pub fn invoked_as_shell(argv0: &std::ffi::OsStr) -> bool {
-    Path::new(argv0)
-        .file_name()
-        .is_some_and(|n| n == SHELL_NAME)
+    Path::new(argv0).file_name().is_some_and(|n| n == SHELL_NAME)
 }
 
 /// The `memqos run` request for `memqos-shell ARGS...`; `env` looks variables up.
 pub fn request(args: &[OsString], env: impl Fn(&str) -> Option<String>) -> Request {
     let var = |k: &str| env(k).filter(|v| !v.is_empty());
-    let real = var("MEMQOS_SHELL_REAL").unwrap_or_else(|| {
-        if Path::new("/bin/bash").exists() {
-            "/bin/bash"
-        } else {
-            "/bin/sh"
-        }
-        .to_owned()
-    });
+    let real = var("MEMQOS_SHELL_REAL")
+        .unwrap_or_else(|| if Path::new("/bin/bash").exists() { "/bin/bash" } else { "/bin/sh" }.to_owned());
     let mut command = vec![OsString::from(real)];
     command.extend(args.iter().cloned());
     let flag = |k: &str| var(k).is_some_and(|v| v != "0");
@@ -63,24 +55,12 @@ mod tests {
     fn shell_args_become_a_run_of_the_real_shell() {
         assert!(invoked_as_shell("/usr/local/bin/memqos-shell".as_ref()));
         assert!(!invoked_as_shell("/usr/bin/memqos".as_ref()));
-        let env: HashMap<&str, &str> = [
-            ("MEMQOS_SHELL_REAL", "/bin/sh"),
-            ("MEMQOS_HINT", "low"),
-            ("MEMQOS_RUN_STATS", "1"),
-            ("MEMQOS_TIER", ""),
-        ]
-        .into();
-        let r = request(&["-c".into(), "echo hi".into()], |k| {
-            env.get(k).map(|v| v.to_string())
-        });
-        assert_eq!(
-            r.command,
-            vec![OsString::from("/bin/sh"), "-c".into(), "echo hi".into()]
-        );
-        assert_eq!(
-            (r.hint.as_deref(), r.tier.as_deref(), r.stats, r.json),
-            (Some("low"), None, true, false)
-        );
+        let env: HashMap<&str, &str> =
+            [("MEMQOS_SHELL_REAL", "/bin/sh"), ("MEMQOS_HINT", "low"), ("MEMQOS_RUN_STATS", "1"), ("MEMQOS_TIER", "")]
+                .into();
+        let r = request(&["-c".into(), "echo hi".into()], |k| env.get(k).map(|v| v.to_string()));
+        assert_eq!(r.command, vec![OsString::from("/bin/sh"), "-c".into(), "echo hi".into()]);
+        assert_eq!((r.hint.as_deref(), r.tier.as_deref(), r.stats, r.json), (Some("low"), None, true, false));
         assert!(!r.runtime && r.root.is_none());
     }
 }

@@ -54,10 +54,7 @@ pub enum SpawnError {
     #[error("cannot move the command into {cgroup}: {source}")]
     Join { cgroup: PathBuf, source: io::Error },
     #[error("{what}: {source}")]
-    Sys {
-        what: &'static str,
-        source: io::Error,
-    },
+    Sys { what: &'static str, source: io::Error },
 }
 
 impl SpawnError {
@@ -75,15 +72,8 @@ impl SpawnError {
 /// Signals passed on to the command when another process sent them to us. Signals from the
 /// terminal (Ctrl-C) already reach the whole foreground process group, the command included,
 /// so forwarding those would deliver them twice.
-const FORWARDED: [libc::c_int; 7] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGTERM,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGWINCH,
-];
+const FORWARDED: [libc::c_int; 7] =
+    [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2, libc::SIGWINCH];
 
 /// Runs `argv` in `cgroup` with `extra_env` added to this process's environment; returns how
 /// it ended and the wall time from spawn to exit.
@@ -93,27 +83,14 @@ pub fn run_in(
     extra_env: &[(String, String)],
     mode: SpawnMode,
 ) -> Result<(Exit, Duration), SpawnError> {
-    let cmd_name = argv
-        .first()
-        .map(|a| a.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let program =
-        resolve(argv.first().map(OsString::as_os_str).unwrap_or_default()).ok_or_else(|| {
-            SpawnError::NotFound {
-                cmd: cmd_name.clone(),
-            }
-        })?;
+    let cmd_name = argv.first().map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
+    let program = resolve(argv.first().map(OsString::as_os_str).unwrap_or_default())
+        .ok_or_else(|| SpawnError::NotFound { cmd: cmd_name.clone() })?;
     let prepared = Prepared::new(&program, argv, extra_env)?;
-    let dir =
-        open(cgroup, libc::O_RDONLY | libc::O_DIRECTORY).map_err(|source| SpawnError::Join {
-            cgroup: cgroup.to_owned(),
-            source,
-        })?;
-    let procs =
-        open(&cgroup.join("cgroup.procs"), libc::O_WRONLY).map_err(|source| SpawnError::Join {
-            cgroup: cgroup.to_owned(),
-            source,
-        })?;
+    let dir = open(cgroup, libc::O_RDONLY | libc::O_DIRECTORY)
+        .map_err(|source| SpawnError::Join { cgroup: cgroup.to_owned(), source })?;
+    let procs = open(&cgroup.join("cgroup.procs"), libc::O_WRONLY)
+        .map_err(|source| SpawnError::Join { cgroup: cgroup.to_owned(), source })?;
     let (err_r, err_w) = pipe()?;
 
     let mask = SignalMask::block()?;
@@ -127,15 +104,9 @@ pub fn run_in(
         reap(pid);
         let source = io::Error::from_raw_os_error(errno);
         return Err(match stage {
-            STAGE_JOIN => SpawnError::Join {
-                cgroup: cgroup.to_owned(),
-                source,
-            },
+            STAGE_JOIN => SpawnError::Join { cgroup: cgroup.to_owned(), source },
             _ if errno == libc::ENOENT => SpawnError::NotFound { cmd: cmd_name },
-            _ => SpawnError::Exec {
-                cmd: cmd_name,
-                source,
-            },
+            _ => SpawnError::Exec { cmd: cmd_name, source },
         });
     }
     let exit = wait_forwarding(pid, &mask.set)?;
@@ -151,9 +122,7 @@ fn resolve(cmd: &OsStr) -> Option<PathBuf> {
         return Some(PathBuf::from(cmd));
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join(cmd))
-        .find(|p| is_executable(p))
+    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| is_executable(p))
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -174,25 +143,16 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(
-        program: &Path,
-        argv: &[OsString],
-        extra_env: &[(String, String)],
-    ) -> Result<Prepared, SpawnError> {
-        let nul = |what: &'static str| SpawnError::Sys {
-            what,
-            source: io::Error::from_raw_os_error(libc::EINVAL),
-        };
-        let program = CString::new(program.as_os_str().as_bytes())
-            .map_err(|_| nul("program path contains NUL"))?;
+    fn new(program: &Path, argv: &[OsString], extra_env: &[(String, String)]) -> Result<Prepared, SpawnError> {
+        let nul = |what: &'static str| SpawnError::Sys { what, source: io::Error::from_raw_os_error(libc::EINVAL) };
+        let program = CString::new(program.as_os_str().as_bytes()).map_err(|_| nul("program path contains NUL"))?;
         let argv: Vec<CString> = argv
             .iter()
             .map(|a| CString::new(a.as_bytes()))
             .collect::<Result<_, _>>()
             .map_err(|_| nul("an argument contains NUL"))?;
-        let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-            .filter(|(k, _)| !extra_env.iter().any(|(e, _)| OsStr::new(e) == k))
-            .collect();
+        let mut env: Vec<(OsString, OsString)> =
+            std::env::vars_os().filter(|(k, _)| !extra_env.iter().any(|(e, _)| OsStr::new(e) == k)).collect();
         env.extend(extra_env.iter().map(|(k, v)| (k.into(), v.into())));
         let envp: Vec<CString> = env
             .iter()
@@ -204,19 +164,8 @@ impl Prepared {
             })
             .collect::<Result<_, _>>()
             .map_err(|_| nul("an environment variable contains NUL"))?;
-        let ptrs = |v: &[CString]| {
-            v.iter()
-                .map(|c| c.as_ptr())
-                .chain(std::iter::once(std::ptr::null()))
-                .collect()
-        };
-        Ok(Prepared {
-            program,
-            argv_ptrs: ptrs(&argv),
-            envp_ptrs: ptrs(&envp),
-            _argv: argv,
-            _envp: envp,
-        })
+        let ptrs = |v: &[CString]| v.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        Ok(Prepared { program, argv_ptrs: ptrs(&argv), envp_ptrs: ptrs(&envp), _argv: argv, _envp: envp })
     }
 }
 
@@ -260,13 +209,7 @@ fn spawn(
         };
         // SAFETY: without CLONE_VM, clone3 duplicates the process like fork; the child only
         // runs `child_exec`, which makes async-signal-safe calls.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &args as *const CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
+        let r = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
         if r >= 0 {
             r as libc::pid_t
         } else {
@@ -277,12 +220,7 @@ fn spawn(
                     move_self = true;
                     fork()?
                 }
-                _ => {
-                    return Err(SpawnError::Join {
-                        cgroup: PathBuf::from("(clone3)"),
-                        source: e,
-                    })
-                }
+                _ => return Err(SpawnError::Join { cgroup: PathBuf::from("(clone3)"), source: e }),
             }
         }
     } else {
@@ -298,22 +236,13 @@ fn fork() -> Result<libc::pid_t, SpawnError> {
     // SAFETY: the child only runs `child_exec` (async-signal-safe calls).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(SpawnError::Sys {
-            what: "fork",
-            source: io::Error::last_os_error(),
-        });
+        return Err(SpawnError::Sys { what: "fork", source: io::Error::last_os_error() });
     }
     Ok(pid)
 }
 
 /// In the child: join the cgroup if needed, restore signal state, exec. Never returns.
-fn child_exec(
-    move_self: bool,
-    procs: libc::c_int,
-    err_w: libc::c_int,
-    p: &Prepared,
-    old_mask: &libc::sigset_t,
-) -> ! {
+fn child_exec(move_self: bool, procs: libc::c_int, err_w: libc::c_int, p: &Prepared, old_mask: &libc::sigset_t) -> ! {
     // SAFETY: only async-signal-safe calls on memory prepared before fork.
     unsafe {
         if move_self && libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
@@ -323,11 +252,7 @@ fn child_exec(
         // with std's Command, and the signal mask it had before memqos blocked anything.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         libc::pthread_sigmask(libc::SIG_SETMASK, old_mask, std::ptr::null_mut());
-        libc::execve(
-            p.program.as_ptr(),
-            p.argv_ptrs.as_ptr(),
-            p.envp_ptrs.as_ptr(),
-        );
+        libc::execve(p.program.as_ptr(), p.argv_ptrs.as_ptr(), p.envp_ptrs.as_ptr());
         report_and_exit(err_w, STAGE_EXEC, 127)
     }
 }
@@ -371,10 +296,7 @@ fn reap(pid: libc::pid_t) {
 /// the blocked set, so its arrival wakes the wait at once; the timeout only matters where
 /// SIGCHLD is taken by another thread (tests run in a threaded harness).
 fn wait_forwarding(pid: libc::pid_t, set: &libc::sigset_t) -> Result<Exit, SpawnError> {
-    let timeout = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 50_000_000,
-    };
+    let timeout = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
     loop {
         let mut status = 0;
         // SAFETY: our own child; WNOHANG never blocks.
@@ -387,10 +309,7 @@ fn wait_forwarding(pid: libc::pid_t, set: &libc::sigset_t) -> Result<Exit, Spawn
             });
         }
         if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return Err(SpawnError::Sys {
-                what: "waitpid",
-                source: io::Error::last_os_error(),
-            });
+            return Err(SpawnError::Sys { what: "waitpid", source: io::Error::last_os_error() });
         }
         // SAFETY: siginfo is plain data filled by the kernel.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -422,10 +341,7 @@ impl SignalMask {
             }
             let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
             if r != 0 {
-                return Err(SpawnError::Sys {
-                    what: "pthread_sigmask",
-                    source: io::Error::from_raw_os_error(r),
-                });
+                return Err(SpawnError::Sys { what: "pthread_sigmask", source: io::Error::from_raw_os_error(r) });
             }
             Ok(SignalMask { set, old })
         }
@@ -440,8 +356,7 @@ impl Drop for SignalMask {
 }
 
 fn open(path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: a valid C string; the fd is owned by the returned OwnedFd.
     let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -454,10 +369,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two fds that we then own.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(SpawnError::Sys {
-            what: "pipe2",
-            source: io::Error::last_os_error(),
-        });
+        return Err(SpawnError::Sys { what: "pipe2", source: io::Error::last_os_error() });
     }
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
@@ -479,11 +391,7 @@ mod tests {
     #[test]
     fn exit_codes_and_signals_come_back_as_a_shell_reports_them() {
         let cg = fake_cgroup();
-        let run = |s: &str| {
-            run_in(cg.path(), &sh(s), &[], SpawnMode::ForkThenMove)
-                .unwrap()
-                .0
-        };
+        let run = |s: &str| run_in(cg.path(), &sh(s), &[], SpawnMode::ForkThenMove).unwrap().0;
         assert_eq!(run("exit 0"), Exit::Code(0));
         assert_eq!(run("exit 3").shell_code(), 3);
         let killed = run("kill -TERM $$");
@@ -491,10 +399,7 @@ mod tests {
         assert_eq!(killed.shell_code(), 128 + 15);
         assert_eq!(Exit::Signal(libc::SIGKILL).shell_code(), 137);
         // The child wrote itself into the (fake) cgroup.procs before exec.
-        assert_eq!(
-            std::fs::read_to_string(cg.path().join("cgroup.procs")).unwrap(),
-            "0"
-        );
+        assert_eq!(std::fs::read_to_string(cg.path().join("cgroup.procs")).unwrap(), "0");
     }
 
     #[test]
@@ -514,51 +419,25 @@ mod tests {
         let mut lines = text.lines();
         assert_eq!(lines.next(), Some("s1"));
         let ign = u64::from_str_radix(lines.next().unwrap().trim(), 16).unwrap();
-        assert_eq!(
-            ign & (1 << (libc::SIGPIPE - 1)),
-            0,
-            "SIGPIPE still ignored in the command: {ign:x}"
-        );
+        assert_eq!(ign & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE still ignored in the command: {ign:x}");
     }
 
     #[test]
     fn missing_and_unexecutable_commands_get_127_and_126() {
         let cg = fake_cgroup();
-        let e = run_in(
-            cg.path(),
-            &["no-such-command-memqos".into()],
-            &[],
-            SpawnMode::ForkThenMove,
-        )
-        .unwrap_err();
+        let e = run_in(cg.path(), &["no-such-command-memqos".into()], &[], SpawnMode::ForkThenMove).unwrap_err();
         assert_eq!(e.shell_code(), 127, "{e}");
-        assert!(
-            e.to_string()
-                .contains("no-such-command-memqos: command not found"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("no-such-command-memqos: command not found"), "{e}");
         let file = cg.path().join("not-exec");
         std::fs::write(&file, "#!/bin/sh\n").unwrap();
-        let e = run_in(
-            cg.path(),
-            &[file.into_os_string()],
-            &[],
-            SpawnMode::ForkThenMove,
-        )
-        .unwrap_err();
+        let e = run_in(cg.path(), &[file.into_os_string()], &[], SpawnMode::ForkThenMove).unwrap_err();
         assert_eq!(e.shell_code(), 126, "{e}");
     }
 
     #[test]
     fn a_cgroup_that_cannot_be_joined_is_an_error_naming_it() {
         let d = tempfile::tempdir().unwrap();
-        let e = run_in(
-            &d.path().join("gone"),
-            &sh("exit 0"),
-            &[],
-            SpawnMode::ForkThenMove,
-        )
-        .unwrap_err();
+        let e = run_in(&d.path().join("gone"), &sh("exit 0"), &[], SpawnMode::ForkThenMove).unwrap_err();
         assert_eq!(e.shell_code(), 125);
         assert!(e.to_string().contains("gone"), "{e}");
     }

@@ -69,34 +69,23 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
     }
     if a.in_guest {
         let r = in_guest(a.calls)?;
-        let out = std::env::var_os("MEMQOS_RESULTS")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/tmp"));
-        std::fs::write(
-            out.join("run-overhead.json"),
-            serde_json::to_string_pretty(&r)?,
-        )?;
+        let out = std::env::var_os("MEMQOS_RESULTS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+        std::fs::write(out.join("run-overhead.json"), serde_json::to_string_pretty(&r)?)?;
         return Ok(0);
     }
     let mut all = Vec::new();
     for series in Series::parse_list(&a.kernel)? {
         let kernel = kernels::ensure(series)?;
-        eprintln!(
-            "bench run: booting {} ({} calls per arm)",
-            kernel.release(),
-            a.calls
-        );
+        eprintln!("bench run: booting {} ({} calls per arm)", kernel.release(), a.calls);
         let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-        let run = Guest::new(kernel.clone())
-            .timeout(Duration::from_secs(1200))
-            .run(&[
-                exe,
-                "bench".into(),
-                "run".into(),
-                "--in-guest".into(),
-                "--calls".into(),
-                a.calls.to_string(),
-            ])?;
+        let run = Guest::new(kernel.clone()).timeout(Duration::from_secs(1200)).run(&[
+            exe,
+            "bench".into(),
+            "run".into(),
+            "--in-guest".into(),
+            "--calls".into(),
+            a.calls.to_string(),
+        ])?;
         let file = run.results_dir.join("run-overhead.json");
         let text = std::fs::read_to_string(&file).with_context(|| {
             format!(
@@ -111,16 +100,12 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
         print_table(&r);
         all.push(r);
     }
-    if let Some(old) = std::fs::read_to_string(&a.out)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+    if let Some(old) =
+        std::fs::read_to_string(&a.out).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
     {
-        let earlier: Vec<KernelResult> =
-            serde_json::from_value(old["kernels"].clone()).unwrap_or_default();
-        let mut kept: Vec<KernelResult> = earlier
-            .into_iter()
-            .filter(|k| !all.iter().any(|n| n.kernel == k.kernel))
-            .collect();
+        let earlier: Vec<KernelResult> = serde_json::from_value(old["kernels"].clone()).unwrap_or_default();
+        let mut kept: Vec<KernelResult> =
+            earlier.into_iter().filter(|k| !all.iter().any(|n| n.kernel == k.kernel)).collect();
         kept.extend(all);
         kept.sort_by(|a, b| a.kernel.cmp(&b.kernel));
         all = kept;
@@ -142,9 +127,7 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
 }
 
 fn in_guest(calls: usize) -> Result<KernelResult> {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")?
-        .trim()
-        .to_string();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim().to_string();
     let root = Cgroup::new(ROOT);
     root.create()?;
     root.enable_controllers(&["memory"])?;
@@ -159,15 +142,7 @@ fn in_guest(calls: usize) -> Result<KernelResult> {
             }
             _ => {
                 let mut c = Command::new(&exe);
-                c.args([
-                    "run",
-                    "--root",
-                    ROOT,
-                    "--session",
-                    "bench",
-                    "--",
-                    "/bin/true",
-                ]);
+                c.args(["run", "--root", ROOT, "--session", "bench", "--", "/bin/true"]);
                 if arm == "run-fork" {
                     c.env("MEMQOS_RUN_SPAWN", "fork");
                 }
@@ -200,11 +175,7 @@ fn in_guest(calls: usize) -> Result<KernelResult> {
     if leftovers != 0 {
         bail!("{leftovers} call cgroups left under {ROOT}/bench");
     }
-    let paired: Vec<f64> = samples[2]
-        .iter()
-        .zip(&samples[0])
-        .map(|(r, p)| r - p)
-        .collect();
+    let paired: Vec<f64> = samples[2].iter().zip(&samples[0]).map(|(r, p)| r - p).collect();
     let dists: Vec<Dist> = samples.iter().map(|s| dist(s)).collect();
     Ok(KernelResult {
         kernel,
@@ -219,15 +190,7 @@ fn dist(v: &[f64]) -> Dist {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.total_cmp(b));
     let q = |p: f64| s[((s.len() - 1) as f64 * p).round() as usize];
-    Dist {
-        n: s.len(),
-        p10: q(0.10),
-        p50: q(0.50),
-        p90: q(0.90),
-        p99: q(0.99),
-        min: s[0],
-        max: s[s.len() - 1],
-    }
+    Dist { n: s.len(), p10: q(0.10), p50: q(0.50), p90: q(0.90), p99: q(0.99), min: s[0], max: s[s.len() - 1] }
 }
 
 fn print_table(r: &KernelResult) {
@@ -237,10 +200,7 @@ fn print_table(r: &KernelResult) {
         "arm", "N", "p10 ms", "p50 ms", "p90 ms", "p99 ms", "max ms"
     );
     for (name, d) in &r.arms {
-        println!(
-            "  {:<9} {:>4} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-            name, d.n, d.p10, d.p50, d.p90, d.p99, d.max
-        );
+        println!("  {:<9} {:>4} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}", name, d.n, d.p10, d.p50, d.p90, d.p99, d.max);
     }
     let p = &r.added_paired;
     println!(

@@ -53,14 +53,7 @@ fn start(after_ms: u64, tag: &str) -> Setup {
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("memqos.toml");
     std::fs::write(&cfg, CONFIG.replace("AFTER_MS", &after_ms.to_string())).unwrap();
-    let daemon = DaemonProcess::start(
-        Path::new(memqos_bin()),
-        &cfg,
-        &dir.join("state"),
-        &[],
-        Stdio::null(),
-    )
-    .unwrap();
+    let daemon = DaemonProcess::start(Path::new(memqos_bin()), &cfg, &dir.join("state"), &[], Stdio::null()).unwrap();
     let prot = spawn_workload(&prot_cg, "alloc", &["--mb", "150", "--hold-ms", "600000"]);
     let deadline = Instant::now() + Duration::from_secs(120);
     while prot_cg.memory_current().unwrap() < 150 * MIB {
@@ -73,12 +66,7 @@ fn start(after_ms: u64, tag: &str) -> Setup {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    Setup {
-        daemon,
-        prot,
-        low,
-        low_cg,
-    }
+    Setup { daemon, prot, low, low_cg }
 }
 
 /// Stops the daemon (restoring every knob) and prot; returns the event log and low, still
@@ -103,18 +91,12 @@ fn remove_tree() {
 fn wait_pinned(s: &Setup) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        if let (Ok(Limit::Bytes(h)), Ok(u)) =
-            (s.low_cg.limit("memory.high"), s.low_cg.memory_current())
-        {
+        if let (Ok(Limit::Bytes(h)), Ok(u)) = (s.low_cg.limit("memory.high"), s.low_cg.memory_current()) {
             if u + h / 32 >= h && events(&s.low_cg).high > 0 {
                 return h;
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "low never got throttled: high {:?}",
-            s.low_cg.limit("memory.high")
-        );
+        assert!(Instant::now() < deadline, "low never got throttled: high {:?}", s.low_cg.limit("memory.high"));
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -128,17 +110,9 @@ guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g, {
     let mut full_max: f64 = 0.0;
     // Watch 40 s: low must neither finish nor grow past its high.
     while t0.elapsed() < Duration::from_secs(40) {
-        assert!(
-            s.low.try_wait().unwrap().is_none(),
-            "low finished although pinned at {high}"
-        );
+        assert!(s.low.try_wait().unwrap().is_none(), "low finished although pinned at {high}");
         let u = s.low_cg.memory_current().unwrap();
-        assert!(
-            u <= high + high / 32,
-            "low grew to {} MiB past its high {} MiB",
-            mib(u),
-            mib(high)
-        );
+        assert!(u <= high + high / 32, "low grew to {} MiB past its high {} MiB", mib(u), mib(high));
         if let Ok(p) = s.low_cg.memory_pressure() {
             full_max = full_max.max(p.full.map_or(0.0, |f| f.avg10));
         }
@@ -152,14 +126,8 @@ guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g, {
         ev1.high - ev0.high,
         ev1.oom_kill
     );
-    assert!(
-        ev1.high > ev0.high,
-        "no high events while pinned: {ev0:?} -> {ev1:?}"
-    );
-    assert!(
-        full_max >= 40.0,
-        "psi full avg10 of the stalled cgroup only reached {full_max}"
-    );
+    assert!(ev1.high > ev0.high, "no high events while pinned: {ev0:?} -> {ev1:?}");
+    assert!(full_max >= 40.0, "psi full avg10 of the stalled cgroup only reached {full_max}");
     assert_eq!(ev1.oom_kill + ev1.max, 0, "memory.max was reached: {ev1:?}");
     // Stopping the daemon restores memory.high: then low finishes.
     let (events_log, mut low) = stop(s);
@@ -173,15 +141,11 @@ guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g, {
     let mut s = start(10_000, "bounded");
     let high = wait_pinned(&s);
     let t0 = Instant::now();
-    let st = wait_timeout(&mut s.low, Duration::from_secs(240))
-        .expect("low still stalled 240 s after being pinned");
+    let st = wait_timeout(&mut s.low, Duration::from_secs(240)).expect("low still stalled 240 s after being pinned");
     let took = t0.elapsed();
     let ev = events(&s.low_cg);
     let log = s.daemon.events();
-    let bound: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("stall_bound") && l.contains("\"low\""))
-        .collect();
+    let bound: Vec<&str> = log.lines().filter(|l| l.contains("stall_bound") && l.contains("\"low\"")).collect();
     println!(
         "RESULT bounded (10 s): pinned at {:.0} MiB, finished {:.1} s later, {} stall_bound action(s), oom_kill {}; first: {}",
         mib(high),
@@ -191,10 +155,7 @@ guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g, {
         bound.first().unwrap_or(&"none")
     );
     assert!(st.success(), "low: {st:?}");
-    assert!(
-        !bound.is_empty(),
-        "no stall_bound write in the event log:\n{log}"
-    );
+    assert!(!bound.is_empty(), "no stall_bound write in the event log:\n{log}");
     assert_eq!(ev.oom_kill, 0, "{ev:?}");
     let (_, mut low) = stop(s);
     let _ = low.wait();

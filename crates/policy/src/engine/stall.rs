@@ -27,7 +27,8 @@ use super::{Ctx, Plan};
 use crate::config::StallAction;
 use crate::decision::{Action, Decision, Reason};
 use crate::obs::CgroupObs;
-use crate::size::{page_down, Limit};
+use crate::size::page_down;
+use crate::Limit;
 
 /// Per-cgroup stall tracking, dropped with the cgroup.
 #[derive(Debug, Default)]
@@ -58,7 +59,7 @@ pub(crate) fn pinned(c: &CgroupObs, psi_full_threshold: f64) -> bool {
     c.current.high < c.original.high
         && !c.current.frozen
         && c.usage_bytes.saturating_add(high / 32) >= high
-        && c.psi.full_avg10 >= psi_full_threshold
+        && full_avg10(c) >= psi_full_threshold
 }
 
 impl Stalls {
@@ -95,7 +96,7 @@ impl Stalls {
                 bound_ms: tier.stall.after_ms,
                 usage_bytes: c.usage_bytes,
                 high_bytes: c.current.high.bytes().unwrap_or(u64::MAX),
-                psi_full_avg10: c.psi.full_avg10,
+                psi_full_avg10: full_avg10(c),
             };
             match tier.stall.action {
                 StallAction::Relieve => {
@@ -124,15 +125,15 @@ impl Stalls {
     }
 }
 
+/// memory.pressure `full avg10`; 0 where the kernel has no `full` line.
+fn full_avg10(c: &CgroupObs) -> f64 {
+    c.psi.full.map_or(0.0, |f| f.avg10)
+}
+
 /// One release step above where the cgroup is stuck (its high, or its usage when that is
 /// above), at most the original: room to allocate, not just the memory it already holds.
 fn relief(c: &CgroupObs, release_ratio: f64) -> Limit {
-    let stuck_at = c
-        .current
-        .high
-        .bytes()
-        .unwrap_or(u64::MAX)
-        .max(c.usage_bytes);
+    let stuck_at = c.current.high.bytes().unwrap_or(u64::MAX).max(c.usage_bytes);
     let stepped = (stuck_at as f64 * (1.0 + release_ratio)) as u64;
     Limit::Bytes(page_down(stepped)).min(c.original.high)
 }
@@ -145,12 +146,9 @@ mod tests {
 
     fn stuck(high: u64) -> CgroupObs {
         let mut c = CgroupObs::new("low/a", TierIndex(1), high);
-        c.current = Knobs {
-            high: Limit::Bytes(high),
-            ..Knobs::default()
-        };
+        c.current = Knobs { high: Limit::Bytes(high), ..Knobs::default() };
         c.events_delta.high = 12;
-        c.psi.full_avg10 = 85.0;
+        c.psi.full = Some(crate::PressureLine { avg10: 85.0, ..Default::default() });
         c
     }
 
@@ -160,11 +158,9 @@ mod tests {
         assert!(pinned(&stuck(100 * m), 40.0));
         let variants: [(&str, fn(&mut CgroupObs)); 5] = [
             ("usage well below high", |c| c.usage_bytes = 90 << 20),
-            ("psi full low", |c| c.psi.full_avg10 = 10.0),
+            ("psi full low", |c| c.psi.full = Some(crate::PressureLine { avg10: 10.0, ..Default::default() })),
             ("frozen", |c| c.current.frozen = true),
-            ("high not lowered by us", |c| {
-                c.original.high = c.current.high
-            }),
+            ("high not lowered by us", |c| c.original.high = c.current.high),
             ("no high", |c| c.current.high = Limit::Max),
         ];
         for (what, f) in variants {
