@@ -5,8 +5,9 @@
 //!   512 MiB parent, run alone, unmanaged and under memqos) the demo shows and
 //!   `crates/memqos/tests/controller.rs` asserts on;
 //! - [`demo`]: `memqos demo`, the guest-side tour and the controller scenario per kernel;
-//! - [`bench`]: `memqos bench stats` (memcg statistics backends) and `memqos bench reaction`
-//!   (delay from reclaim to the first memory.high write, daemon CPU cost);
+//! - [`bench`]: `memqos bench stats` (memcg statistics backends), `memqos bench reaction`
+//!   (delay from reclaim to the first memory.high write, daemon CPU cost) and `memqos bench
+//!   run` (what `memqos run` adds to a call);
 //! - [`dirty`]: the dirty-page noisy-neighbour reproducer;
 //! - [`workload`]: small deterministic memory workloads (`memqos workload`);
 //! - [`configs`]: the daemon configs all of these run with (`crates/lab/configs/`);

@@ -1,6 +1,6 @@
 //! The priority controller against real kernels (no swap): a protected cgroup and two
 //! low-tier cgroups under a parent memory.max that forces contention (the scenario is in
-//! crates/memqos/src/scenario.rs). Without memqos the kernel OOM-kills a task; with memqos
+//! crates/lab/src/controller.rs). Without memqos the kernel OOM-kills a task; with memqos
 //! the low tier is throttled through memory.high while the protected cgroup may grow back
 //! into its working set, nobody is killed, and the low tier finishes later.
 
@@ -129,6 +129,12 @@ guest_test!(sigkill_mid_throttle_then_restart_restores_every_knob, |g| g.memory_
         });
         let knobs = || (knob(&low1, "memory.high"), knob(&low2, "memory.high"), knob(&high, "memory.low"));
         let throttled = knobs();
+        // A manual restore beside a live daemon is refused (the state directory's lock) and
+        // leaves its knobs alone.
+        let out = Command::new(memqos_bin()).arg("restore").arg("--state-dir").arg(&state).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("stop it first"), "restore beside a live daemon: {stderr}");
+        assert_eq!(knobs(), throttled, "a refused restore leaves the knobs alone");
         daemon.kill(); // SIGKILL: no chance to clean up
         let after_kill = knobs();
         let originals = (Limit::Max, Limit::Max, Limit::Bytes(0));
