@@ -192,11 +192,13 @@ fn sync<'a>(
             seen.entry(c.id.as_str()).or_insert(c);
         }
     }
-    states.retain(|id, s| seen.get(id.as_str()).is_some_and(|c| c.tier == s.tier));
+    // A changed tier or a changed kernel id (removed and re-created under the same name)
+    // starts from scratch.
+    states.retain(|id, s| seen.get(id.as_str()).is_some_and(|c| c.tier == s.tier && c.cgroup_id == s.cgroup_id));
     for c in seen.values() {
         let s = states
             .entry(c.id.clone())
-            .or_insert_with(|| CgState::new(c.tier, cfg.policy.ws_window_ms, c.original, c.current));
+            .or_insert_with(|| CgState::new(c.tier, c.cgroup_id, cfg.policy.ws_window_ms, c.original, c.current));
         s.original = c.original;
         s.current = c.current;
         s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));

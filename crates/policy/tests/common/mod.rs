@@ -73,6 +73,8 @@ impl Sim {
 
     pub fn remove(&mut self, id: &str) {
         self.cgs.remove(id);
+        // A cgroup created later under this name is another cgroup: no rate limit carried.
+        self.last_write.retain(|(c, _), _| c != id);
     }
 
     pub fn cg(&mut self, id: &str) -> &mut CgroupObs {
