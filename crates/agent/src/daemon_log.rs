@@ -2,7 +2,8 @@
 //! (`<state_dir>/events.jsonl`, one JSON object per line), so `memqos run` can tell the agent
 //! why its command was slowed down, relieved or killed.
 //!
-//! Only `write` events whose reason is `stall_bound` for the call's cgroup are used; lines
+//! Only `write` events that were carried out (`outcome` ok) whose reason is `stall_bound`
+//! for the call's cgroup are used (the schema of `memqos_daemon::events::WriteEvent`); lines
 //! that do not parse are skipped, so a log from another daemon version costs nothing but the
 //! note.
 
@@ -40,7 +41,12 @@ pub fn stall_actions(events: &Path, cgroup: &str) -> Vec<StallAction> {
     let lines = text.lines().skip(usize::from(start > 0));
     lines
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["event"] == "write" && e["cgroup"] == cgroup && e["reason"]["kind"] == "stall_bound")
+        .filter(|e| {
+            e["event"] == "write"
+                && e["cgroup"] == cgroup
+                && e["reason"]["kind"] == "stall_bound"
+                && e["outcome"] == "ok"
+        })
         .map(|e| StallAction {
             file: e["file"].as_str().unwrap_or_default().to_owned(),
             value: e["value"].as_str().unwrap_or_default().to_owned(),
@@ -75,10 +81,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("events.jsonl");
         let lines = [
-            r#"{"event":"write","cgroup":"s/tool.7","file":"memory.high","value":"100","reason":{"kind":"headroom_guard"},"why":"guard"}"#,
-            r#"{"event":"write","cgroup":"s/tool.8","file":"cgroup.kill","value":"1","reason":{"kind":"stall_bound"},"why":"other call"}"#,
+            r#"{"event":"write","cgroup":"s/tool.7","file":"memory.high","value":"100","outcome":"ok","reason":{"kind":"headroom_guard"},"why":"guard"}"#,
+            r#"{"event":"write","cgroup":"s/tool.8","file":"cgroup.kill","value":"1","outcome":"ok","reason":{"kind":"stall_bound"},"why":"other call"}"#,
             "not json",
-            r#"{"event":"write","cgroup":"s/tool.7","file":"cgroup.kill","value":"1","reason":{"kind":"stall_bound"},"why":"no progress for 20000 ms (bound 20000 ms)"}"#,
+            r#"{"event":"write","cgroup":"s/tool.7","file":"memory.high","value":"9","outcome":"dry_run","reason":{"kind":"stall_bound"},"why":"dry"}"#,
+            r#"{"event":"write","cgroup":"s/tool.7","file":"cgroup.kill","value":"1","outcome":"ok","reason":{"kind":"stall_bound"},"why":"no progress for 20000 ms (bound 20000 ms)"}"#,
         ];
         std::fs::write(&log, lines.join("\n") + "\n").unwrap();
         let got = stall_actions(&log, "s/tool.7");
