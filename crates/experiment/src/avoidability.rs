@@ -149,6 +149,59 @@ pub fn min_kills(p: &Problem) -> Result<Bound, BoundError> {
     unreachable!("with no survivors the protected task is alone and, truncated at its kill, fits")
 }
 
+/// When a non-clairvoyant "park every low task" decision must come, at the latest.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum ParkDeadline {
+    /// Every task can run unpaused to the end: nothing ever needs parking.
+    Never,
+    /// Letting every task run at its own pace until `trace_s` (trace seconds) and only then
+    /// parking every low task where it stands (each keeps what it holds, the protected task
+    /// runs on, the lows finish after it) is the first such moment that can no longer avoid a
+    /// kill. `share` is `trace_s` over the protected task's duration.
+    At { trace_s: f64, share: f64 },
+}
+
+/// The park deadline of `p` with all its lows (see [`ParkDeadline`]). It tells a policy how
+/// early it has to act when it acts once and parks everyone: the clairvoyant bound says
+/// whether a kill is avoidable at all, this says until when.
+pub fn park_deadline(p: &Problem) -> Result<ParkDeadline, BoundError> {
+    p.high.check()?;
+    for l in &p.lows {
+        l.check()?;
+    }
+    let high = HighTrack::new(&p.high, p.limit);
+    let grids: Vec<LowGrid> = p.lows.iter().map(LowGrid::new).collect();
+    let index_at = |times: &[f64], t: f64| times.partition_point(|&x| x <= t).saturating_sub(1);
+    let mut events: Vec<f64> = high.times_s.clone();
+    events.push(high.end_s);
+    events.extend(p.lows.iter().flat_map(|l| l.times_s.iter().copied()));
+    events.sort_by(f64::total_cmp);
+    events.dedup();
+    // The first event after which parking no longer works is the deadline; parking at t also
+    // requires what runs at t to fit, so every earlier success means the unpaused run fit.
+    for &t in &events {
+        let ks: Vec<usize> = p.lows.iter().map(|l| index_at(&l.times_s, t)).collect();
+        let held: u64 = ks.iter().zip(&grids).map(|(&k, g)| g.held[k]).sum();
+        let high_rest = if t >= high.end_s || high.sizes.is_empty() {
+            0
+        } else {
+            high.sizes[index_at(&high.times_s, t)..]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0)
+        };
+        if high_rest.saturating_add(held) > p.limit || !lows_can_finish(&grids, vec![ks], p.limit) {
+            return Ok(ParkDeadline::At {
+                trace_s: t,
+                share: t / high.end_s.max(f64::MIN_POSITIVE),
+            });
+        }
+    }
+    Ok(ParkDeadline::Never)
+}
+
 /// The protected task's sizes up to when it finishes or is killed.
 struct HighTrack {
     times_s: Vec<f64>,
@@ -633,6 +686,39 @@ mod tests {
             searched >= 30,
             "only {searched} of 300 cases needed the grid search"
         );
+    }
+
+    #[test]
+    fn the_park_deadline_is_the_first_moment_parking_everyone_fails() {
+        let lows = |v: &[&[u64]]| {
+            v.iter()
+                .enumerate()
+                .map(|(i, s)| task(&format!("low{i}"), s))
+                .collect()
+        };
+        // Nothing to park: everything fits running together.
+        let p = Problem {
+            limit: 100,
+            high: task("high", &[10, 20, 0]),
+            lows: lows(&[&[10, 20, 0]]),
+        };
+        assert_eq!(park_deadline(&p).unwrap(), ParkDeadline::Never);
+        // The low grows to 30 at t = 2; the protected task peaks at 75 at t = 4. Parked at
+        // t = 0 or 1 (10 held) the low fits beside the peak; from t = 2 on it holds 30.
+        let p = Problem {
+            limit: 100,
+            high: task("high", &[10, 10, 10, 10, 75, 0]),
+            lows: lows(&[&[10, 10, 30, 30, 30, 30, 30, 0]]),
+        };
+        assert_eq!(
+            park_deadline(&p).unwrap(),
+            ParkDeadline::At {
+                trace_s: 2.0,
+                share: 0.4
+            }
+        );
+        // The clairvoyant bound agrees that a kill was avoidable (park at t < 2).
+        assert_eq!(min_kills(&p).unwrap().kills, 0);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! only on a run's traces, tiers, baseline and parent limit (not on the arm or the speed), so
 //! it is computed once per distinct set and looked up for every run.
 
-use crate::avoidability::{min_kills, Bound, Problem, Profile};
+use crate::avoidability::{min_kills, park_deadline, Bound, ParkDeadline, Problem, Profile};
 use crate::runner::{trace_path, ArmResult};
 use crate::scenario::Tier;
 use anyhow::{Context, Result};
@@ -23,7 +23,7 @@ pub fn task_kills(r: &ArmResult) -> u64 {
 #[derive(Debug, Default, Clone)]
 pub struct KillBounds {
     /// `Err` holds why no bound could be computed (a search too large); the report shows "–".
-    bounds: BTreeMap<String, Result<Bound, String>>,
+    bounds: BTreeMap<String, Result<(Bound, ParkDeadline), String>>,
 }
 
 fn key(r: &ArmResult) -> String {
@@ -70,12 +70,16 @@ impl KillBounds {
                 }
             }
             let bound = match high {
-                Some(high) => min_kills(&Problem {
-                    limit: r.parent_max_bytes,
-                    high,
-                    lows: lows.into_iter().map(|l| l.1).collect(),
-                })
-                .map_err(|e| e.to_string()),
+                Some(high) => {
+                    let p = Problem {
+                        limit: r.parent_max_bytes,
+                        high,
+                        lows: lows.into_iter().map(|l| l.1).collect(),
+                    };
+                    min_kills(&p)
+                        .and_then(|b| Ok((b, park_deadline(&p)?)))
+                        .map_err(|e| e.to_string())
+                }
                 None => Err("no protected task".to_string()),
             };
             bounds.insert(k, bound);
@@ -85,7 +89,18 @@ impl KillBounds {
 
     /// The bound for this run's traces and limit, if it was computed.
     pub fn for_run(&self, r: &ArmResult) -> Option<&Bound> {
-        self.bounds.get(&key(r)).and_then(|b| b.as_ref().ok())
+        self.bounds
+            .get(&key(r))
+            .and_then(|b| b.as_ref().ok())
+            .map(|b| &b.0)
+    }
+
+    /// The latest moment a one-shot "park every low task" could come (see [`ParkDeadline`]).
+    pub fn park_deadline(&self, r: &ArmResult) -> Option<ParkDeadline> {
+        self.bounds
+            .get(&key(r))
+            .and_then(|b| b.as_ref().ok())
+            .map(|b| b.1)
     }
 
     /// Why a run has no bound (`None` if it has one or was never computed).

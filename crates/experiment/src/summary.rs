@@ -1,7 +1,7 @@
 //! From per-arm JSON results to the summary (medians with 95% intervals over runs, paired
 //! ratios against the solo and none arms of the same run) and the markdown report.
 
-use crate::avoidability::Proof;
+use crate::avoidability::{ParkDeadline, Proof};
 use crate::kills::{task_kills, KillBounds};
 use crate::runner::{ArmResult, TaskResult};
 use crate::scenario::Tier;
@@ -68,6 +68,10 @@ pub struct ArmSummary {
     pub avoidable_kills: Option<u64>,
     #[serde(default)]
     pub runs_with_avoidable_kill: Option<usize>,
+    /// The latest moment parking every low task where it stands still avoids every kill
+    /// (avoidability.rs, `ParkDeadline`); a property of the traces and limit, not of the arm.
+    #[serde(default)]
+    pub park_deadline: Option<ParkDeadline>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -292,6 +296,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 runs_with_avoidable_kill: run_bounds
                     .as_ref()
                     .map(|v| v.iter().filter(|b| b.0 > b.1).count()),
+                park_deadline: runs.values().next().and_then(|r| bounds.park_deadline(r)),
             });
         }
         // Report order: solo arms, then none, static-max, static-high, memqos.
@@ -551,12 +556,14 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
         "Kills: tasks OOM-killed, summed over runs. Bound: the fewest kills any policy could achieve on the same \
          traces and limit if it could pause any low task at any instant but never take back memory a task holds \
          (docs/experiments.md, \"Kill avoidability\"), summed over runs; \"exact\" where a schedule with that many kills \
-         exists, else a lower bound. Avoidable: kills above the bound (per run, summed). Priority ratio: the seed's \
+         exists, else a lower bound. Avoidable: kills above the bound (per run, summed). Park by: the latest moment, as a \
+         share of the protected task's run, at which letting every task run unpaused and then parking every low task \
+         where it stands still avoids every kill (\"never\": no parking needed). Priority ratio: the seed's \
          mean low-task completion / protected completion (runs where every low finished).\n"
     );
     let _ = writeln!(
         s,
-        "| scenario | kernel | arm | runs | kills | bound | avoidable (runs) | high/solo | priority ratio | lows finished |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| scenario | kernel | arm | runs | kills | bound | avoidable (runs) | park by | high/solo | priority ratio | lows finished |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for g in groups {
         for a in g.arms.iter().filter(|a| !a.arm.starts_with("solo:")) {
@@ -569,9 +576,14 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
                 (Some(k), Some(r)) => format!("{k} ({r})"),
                 _ => "–".into(),
             };
+            let park = match a.park_deadline {
+                Some(ParkDeadline::Never) => "never".to_string(),
+                Some(ParkDeadline::At { share, .. }) => format!("{:.0}%", share * 100.0),
+                None => "–".into(),
+            };
             let _ = writeln!(
                 s,
-                "| {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 g.scenario,
                 g.variant,
                 g.kernel,
@@ -580,6 +592,7 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
                 a.task_kills,
                 bound,
                 avoidable,
+                park,
                 ratio(&a.high_wall_vs_solo),
                 ratio(&a.priority_ratio),
                 if a.low_started > 0 {
