@@ -215,7 +215,11 @@ mod tests {
     use super::*;
 
     fn fake_tree() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("memqos-cgroupfs-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let dir = std::env::temp_dir().join(format!(
+            "memqos-cgroupfs-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("a/x")).unwrap();
         std::fs::create_dir_all(dir.join("b")).unwrap();
@@ -248,7 +252,12 @@ mod tests {
         let missing = a.memory_pressure().unwrap_err();
         assert!(!missing.is_vanished() && missing.to_string().contains("memory.pressure"), "{missing}");
 
-        let names: Vec<_> = Cgroup::new(&root).descendants().unwrap().iter().map(|c| c.path().strip_prefix(&root).unwrap().to_owned()).collect();
+        let names: Vec<_> = Cgroup::new(&root)
+            .descendants()
+            .unwrap()
+            .iter()
+            .map(|c| c.path().strip_prefix(&root).unwrap().to_owned())
+            .collect();
         assert_eq!(names, vec![PathBuf::from("a"), PathBuf::from("a/x"), PathBuf::from("b")]);
         std::fs::remove_dir_all(root).unwrap();
     }

@@ -53,21 +53,12 @@ impl Profile {
         Profile {
             name: trace.name.clone(),
             times_s: trace.samples.iter().map(|s| s.epoch - t0).collect(),
-            sizes: trace
-                .samples
-                .iter()
-                .map(|s| s.used_bytes.saturating_add(baseline_bytes))
-                .collect(),
+            sizes: trace.samples.iter().map(|s| s.used_bytes.saturating_add(baseline_bytes)).collect(),
         }
     }
 
     fn check(&self) -> Result<(), BoundError> {
-        let bad = |why: &str| {
-            Err(BoundError::BadProfile {
-                task: self.name.clone(),
-                why: why.to_string(),
-            })
-        };
+        let bad = |why: &str| Err(BoundError::BadProfile { task: self.name.clone(), why: why.to_string() });
         if self.times_s.is_empty() || self.times_s.len() != self.sizes.len() {
             return bad("needs as many times as sizes, and at least one");
         }
@@ -186,17 +177,10 @@ pub fn park_deadline(p: &Problem) -> Result<ParkDeadline, BoundError> {
         let high_rest = if t >= high.end_s || high.sizes.is_empty() {
             0
         } else {
-            high.sizes[index_at(&high.times_s, t)..]
-                .iter()
-                .copied()
-                .max()
-                .unwrap_or(0)
+            high.sizes[index_at(&high.times_s, t)..].iter().copied().max().unwrap_or(0)
         };
         if high_rest.saturating_add(held) > p.limit || !lows_can_finish(&grids, vec![ks], p.limit) {
-            return Ok(ParkDeadline::At {
-                trace_s: t,
-                share: t / high.end_s.max(f64::MIN_POSITIVE),
-            });
+            return Ok(ParkDeadline::At { trace_s: t, share: t / high.end_s.max(f64::MIN_POSITIVE) });
         }
     }
     Ok(ParkDeadline::Never)
@@ -263,13 +247,7 @@ impl LowGrid {
         let mut held = p.sizes.clone();
         held[n - 1] = 0;
         let wait: Vec<usize> = (0..n)
-            .map(|k| {
-                if k + 1 < n {
-                    ((p.times_s[k + 1] - p.times_s[k]) / TICK_S).floor() as usize
-                } else {
-                    0
-                }
-            })
+            .map(|k| if k + 1 < n { ((p.times_s[k + 1] - p.times_s[k]) / TICK_S).floor() as usize } else { 0 })
             .collect();
         let mut offset = Vec::with_capacity(n);
         let mut decode = Vec::new();
@@ -277,12 +255,7 @@ impl LowGrid {
             offset.push(decode.len());
             decode.extend((0..=w).map(|c| (k, c)));
         }
-        LowGrid {
-            held,
-            wait,
-            offset,
-            decode,
-        }
+        LowGrid { held, wait, offset, decode }
     }
 
     fn last(&self) -> usize {
@@ -312,10 +285,7 @@ impl LowGrid {
 
 /// Exact: lows wait at their first sample while the protected task lives, then finish.
 fn parking_works(high: &HighTrack, lows: &[&Profile], limit: u64) -> bool {
-    let parked: u64 = lows
-        .iter()
-        .map(|l| if l.sizes.len() == 1 { 0 } else { l.sizes[0] })
-        .sum();
+    let parked: u64 = lows.iter().map(|l| if l.sizes.len() == 1 { 0 } else { l.sizes[0] }).sum();
     let high_peak = high.sizes.iter().copied().max().unwrap_or(0);
     if high_peak.saturating_add(parked) > limit {
         return false;
@@ -360,39 +330,22 @@ fn lows_can_finish(grids: &[LowGrid], starts: Vec<Vec<usize>>, limit: u64) -> bo
 fn grid_search(high: &HighTrack, lows: &[&Profile], limit: u64) -> Result<bool, BoundError> {
     let grids: Vec<LowGrid> = lows.iter().map(|l| LowGrid::new(l)).collect();
     let dims: Vec<usize> = grids.iter().map(|g| g.decode.len()).collect();
-    let total = dims
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .unwrap_or(usize::MAX);
+    let total = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX);
     if total > MAX_SEARCH_STATES {
         return Err(BoundError::TooLarge { states: total });
     }
-    let encode = |locals: &[usize]| {
-        locals
-            .iter()
-            .zip(&dims)
-            .fold(0, |acc, (&l, &d)| acc * d + l)
-    };
+    let encode = |locals: &[usize]| locals.iter().zip(&dims).fold(0, |acc, (&l, &d)| acc * d + l);
     let decode = |mut idx: usize, out: &mut [usize]| {
         for (o, &d) in out.iter_mut().zip(&dims).rev() {
             *o = idx % d;
             idx /= d;
         }
     };
-    let held = |locals: &[usize]| -> u64 {
-        locals
-            .iter()
-            .zip(&grids)
-            .map(|(&l, g)| g.held[g.decode[l].0])
-            .sum()
-    };
+    let held = |locals: &[usize]| -> u64 { locals.iter().zip(&grids).map(|(&l, g)| g.held[g.decode[l].0]).sum() };
     let end_tick = (high.end_s / TICK_S).ceil() as usize;
     // Tick 0: every low at its first sample (or past a chain of sub-tick gaps).
     let mut now = vec![0u64; total.div_ceil(64)];
-    let mut options: Vec<Vec<usize>> = grids
-        .iter()
-        .map(|g| g.chain(0).map(|k| g.offset[k]).collect())
-        .collect();
+    let mut options: Vec<Vec<usize>> = grids.iter().map(|g| g.chain(0).map(|k| g.offset[k]).collect()).collect();
     for_each_combination(&options, &mut |locals| {
         if high.at(0.0).saturating_add(held(locals)) <= limit {
             let i = encode(locals);
@@ -434,13 +387,7 @@ fn grid_search(high: &HighTrack, lows: &[&Profile], limit: u64) -> Result<bool, 
             let idx = w * 64 + bits.trailing_zeros() as usize;
             bits &= bits - 1;
             decode(idx, &mut locals);
-            starts.insert(
-                locals
-                    .iter()
-                    .zip(&grids)
-                    .map(|(&l, g)| g.decode[l].0)
-                    .collect::<Vec<_>>(),
-            );
+            starts.insert(locals.iter().zip(&grids).map(|(&l, g)| g.decode[l].0).collect::<Vec<_>>());
         }
     }
     let mut starts: Vec<Vec<usize>> = starts.into_iter().collect();
@@ -471,34 +418,18 @@ mod tests {
 
     /// A profile with one sample per second.
     fn task(name: &str, sizes: &[u64]) -> Profile {
-        Profile {
-            name: name.into(),
-            times_s: (0..sizes.len()).map(|i| i as f64).collect(),
-            sizes: sizes.to_vec(),
-        }
+        Profile { name: name.into(), times_s: (0..sizes.len()).map(|i| i as f64).collect(), sizes: sizes.to_vec() }
     }
 
     fn bound(limit: u64, high: &[u64], lows: &[&[u64]]) -> Bound {
-        let lows = lows
-            .iter()
-            .enumerate()
-            .map(|(i, s)| task(&format!("low{}", i + 1), s))
-            .collect();
-        min_kills(&Problem {
-            limit,
-            high: task("high", high),
-            lows,
-        })
-        .unwrap()
+        let lows = lows.iter().enumerate().map(|(i, s)| task(&format!("low{}", i + 1), s)).collect();
+        min_kills(&Problem { limit, high: task("high", high), lows }).unwrap()
     }
 
     #[test]
     fn everything_fits_without_pausing() {
         let b = bound(100, &[10, 20, 30, 0], &[&[10, 20, 30, 0], &[10, 20, 30, 0]]);
-        assert_eq!(
-            (b.kills, b.high_killed, b.proof),
-            (0, false, Proof::Parking)
-        );
+        assert_eq!((b.kills, b.high_killed, b.proof), (0, false, Proof::Parking));
         assert_eq!(b.survivors, [0, 1]);
     }
 
@@ -517,11 +448,7 @@ mod tests {
         let b = bound(100, &[10, 10, 10, 10, 10, 80, 0], &[&[30, 30, 0]]);
         assert_eq!((b.kills, b.proof), (0, Proof::Search));
         // The same low with a trace too long to end before t = 5 must die.
-        let b = bound(
-            100,
-            &[10, 10, 10, 10, 10, 80, 0],
-            &[&[30, 30, 30, 30, 30, 30, 30, 0]],
-        );
+        let b = bound(100, &[10, 10, 10, 10, 10, 80, 0], &[&[30, 30, 30, 30, 30, 30, 30, 0]]);
         assert_eq!((b.kills, b.survivors.len()), (1, 0));
     }
 
@@ -550,10 +477,7 @@ mod tests {
     fn the_protected_task_alone_over_the_limit_is_an_unavoidable_kill() {
         let b = bound(100, &[10, 120, 10, 0], &[&[10, 0]]);
         assert!(b.high_killed);
-        assert_eq!(
-            b.kills, 1,
-            "only the protected task; the low fits beside what it held before"
-        );
+        assert_eq!(b.kills, 1, "only the protected task; the low fits beside what it held before");
     }
 
     #[test]
@@ -568,34 +492,13 @@ mod tests {
     fn the_grid_never_lets_a_low_outrun_its_trace() {
         // The low needs 3 s of running to finish (samples 1.2 s apart: 3 ticks each); the
         // protected peak of 90 comes at t = 2.5, so the low cannot be gone by then.
-        let low = Profile {
-            name: "low".into(),
-            times_s: vec![0.0, 1.2, 2.4, 3.6],
-            sizes: vec![20, 20, 20, 0],
-        };
-        let high = Profile {
-            name: "high".into(),
-            times_s: vec![0.0, 2.5, 4.0],
-            sizes: vec![10, 90, 0],
-        };
-        let b = min_kills(&Problem {
-            limit: 100,
-            high: high.clone(),
-            lows: vec![low.clone()],
-        })
-        .unwrap();
+        let low = Profile { name: "low".into(), times_s: vec![0.0, 1.2, 2.4, 3.6], sizes: vec![20, 20, 20, 0] };
+        let high = Profile { name: "high".into(), times_s: vec![0.0, 2.5, 4.0], sizes: vec![10, 90, 0] };
+        let b = min_kills(&Problem { limit: 100, high: high.clone(), lows: vec![low.clone()] }).unwrap();
         assert_eq!(b.kills, 1);
         // With the peak at t = 4, after the low's 3.6 s, it finishes first: no kill.
-        let high = Profile {
-            times_s: vec![0.0, 4.0, 5.0],
-            ..high
-        };
-        let b = min_kills(&Problem {
-            limit: 100,
-            high,
-            lows: vec![low],
-        })
-        .unwrap();
+        let high = Profile { times_s: vec![0.0, 4.0, 5.0], ..high };
+        let b = min_kills(&Problem { limit: 100, high, lows: vec![low] }).unwrap();
         assert_eq!((b.kills, b.proof), (0, Proof::Search));
     }
 
@@ -622,27 +525,17 @@ mod tests {
                     sizes.push(rand(100));
                     t += 0.6 + rand(100) as f64 / 100.0;
                 }
-                Profile {
-                    name: name.into(),
-                    times_s,
-                    sizes,
-                }
+                Profile { name: name.into(), times_s, sizes }
             };
             let high = profile("high", 3 + rand(6), &mut rand);
-            let lows: Vec<Profile> = (0..2)
-                .map(|i| profile(&format!("low{i}"), 2 + rand(5), &mut rand))
-                .collect();
+            let lows: Vec<Profile> = (0..2).map(|i| profile(&format!("low{i}"), 2 + rand(5), &mut rand)).collect();
             // Each low's step times: its gaps plus random pauses.
             let steps: Vec<Vec<f64>> = lows
                 .iter()
                 .map(|l| {
                     let mut e = vec![0.0];
                     for k in 1..l.times_s.len() {
-                        let pause = if rand(2) == 0 {
-                            0.0
-                        } else {
-                            rand(300) as f64 / 100.0
-                        };
+                        let pause = if rand(2) == 0 { 0.0 } else { rand(300) as f64 / 100.0 };
                         e.push(e[k - 1] + (l.times_s[k] - l.times_s[k - 1]) + pause);
                     }
                     e
@@ -661,47 +554,23 @@ mod tests {
                 .iter()
                 .map(|&t| {
                     held(&high.times_s, &high.sizes, t)
-                        + lows
-                            .iter()
-                            .zip(&steps)
-                            .map(|(l, e)| held(e, &l.sizes, t))
-                            .sum::<u64>()
+                        + lows.iter().zip(&steps).map(|(l, e)| held(e, &l.sizes, t)).sum::<u64>()
                 })
                 .max()
                 .unwrap();
-            let b = min_kills(&Problem {
-                limit: peak,
-                high: high.clone(),
-                lows: lows.clone(),
-            })
-            .unwrap();
-            assert_eq!(
-                b.kills, 0,
-                "case {case}: {high:?} {lows:?} steps {steps:?} limit {peak}"
-            );
+            let b = min_kills(&Problem { limit: peak, high: high.clone(), lows: lows.clone() }).unwrap();
+            assert_eq!(b.kills, 0, "case {case}: {high:?} {lows:?} steps {steps:?} limit {peak}");
             searched += usize::from(b.proof == Proof::Search);
         }
         // Parking alone would pass trivially; the grid search must have been exercised.
-        assert!(
-            searched >= 30,
-            "only {searched} of 300 cases needed the grid search"
-        );
+        assert!(searched >= 30, "only {searched} of 300 cases needed the grid search");
     }
 
     #[test]
     fn the_park_deadline_is_the_first_moment_parking_everyone_fails() {
-        let lows = |v: &[&[u64]]| {
-            v.iter()
-                .enumerate()
-                .map(|(i, s)| task(&format!("low{i}"), s))
-                .collect()
-        };
+        let lows = |v: &[&[u64]]| v.iter().enumerate().map(|(i, s)| task(&format!("low{i}"), s)).collect();
         // Nothing to park: everything fits running together.
-        let p = Problem {
-            limit: 100,
-            high: task("high", &[10, 20, 0]),
-            lows: lows(&[&[10, 20, 0]]),
-        };
+        let p = Problem { limit: 100, high: task("high", &[10, 20, 0]), lows: lows(&[&[10, 20, 0]]) };
         assert_eq!(park_deadline(&p).unwrap(), ParkDeadline::Never);
         // The low grows to 30 at t = 2; the protected task peaks at 75 at t = 4. Parked at
         // t = 0 or 1 (10 held) the low fits beside the peak; from t = 2 on it holds 30.
@@ -710,13 +579,7 @@ mod tests {
             high: task("high", &[10, 10, 10, 10, 75, 0]),
             lows: lows(&[&[10, 10, 30, 30, 30, 30, 30, 0]]),
         };
-        assert_eq!(
-            park_deadline(&p).unwrap(),
-            ParkDeadline::At {
-                trace_s: 2.0,
-                share: 0.4
-            }
-        );
+        assert_eq!(park_deadline(&p).unwrap(), ParkDeadline::At { trace_s: 2.0, share: 0.4 });
         // The clairvoyant bound agrees that a kill was avoidable (park at t < 2).
         assert_eq!(min_kills(&p).unwrap().kills, 0);
     }
@@ -725,11 +588,7 @@ mod tests {
     fn bad_profiles_are_named() {
         let p = Problem {
             limit: 1,
-            high: Profile {
-                name: "h".into(),
-                times_s: vec![0.0, 2.0, 1.0],
-                sizes: vec![0, 0, 0],
-            },
+            high: Profile { name: "h".into(), times_s: vec![0.0, 2.0, 1.0], sizes: vec![0, 0, 0] },
             lows: vec![],
         };
         let e = min_kills(&p).unwrap_err();
@@ -737,11 +596,7 @@ mod tests {
         let p = Problem {
             limit: 1,
             high: task("h", &[0]),
-            lows: vec![Profile {
-                name: "l".into(),
-                times_s: vec![],
-                sizes: vec![],
-            }],
+            lows: vec![Profile { name: "l".into(), times_s: vec![], sizes: vec![] }],
         };
         assert!(min_kills(&p).unwrap_err().to_string().contains("task l"));
     }
@@ -754,22 +609,11 @@ mod tests {
             let t = memqos_replay::trace::load_trace(&dir.join(n).join("resources.json")).unwrap();
             Profile::from_trace(&t, 100 << 20)
         };
-        let (high, low) = (
-            load("dask__dask-11628"),
-            load("sigmavirus24__github3.py-673"),
-        );
-        let p = Problem {
-            limit: 1100 << 20,
-            high: high.clone(),
-            lows: vec![low.clone(), low.clone()],
-        };
+        let (high, low) = (load("dask__dask-11628"), load("sigmavirus24__github3.py-673"));
+        let p = Problem { limit: 1100 << 20, high: high.clone(), lows: vec![low.clone(), low.clone()] };
         assert_eq!(min_kills(&p).unwrap().kills, 0);
         // Under a limit below the protected task's own peak, its kill is certain.
-        let p = Problem {
-            limit: high.sizes.iter().max().unwrap() - 1,
-            high,
-            lows: vec![low.clone(), low],
-        };
+        let p = Problem { limit: high.sizes.iter().max().unwrap() - 1, high, lows: vec![low.clone(), low] };
         let b = min_kills(&p).unwrap();
         assert!(b.high_killed && b.kills >= 1, "{b:?}");
     }

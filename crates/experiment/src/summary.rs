@@ -95,10 +95,9 @@ pub fn load_results(dir: &Path) -> Result<Vec<ArmResult>> {
             if path.is_dir() {
                 stack.push(path);
             } else if path.extension().is_some_and(|e| e == "json") {
-                let bytes =
-                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-                let r: ArmResult = serde_json::from_slice(&bytes)
-                    .with_context(|| format!("{}: not an arm result", path.display()))?;
+                let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                let r: ArmResult =
+                    serde_json::from_slice(&bytes).with_context(|| format!("{}: not an arm result", path.display()))?;
                 out.push(r);
             }
         }
@@ -134,10 +133,7 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
 pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSummary> {
     let mut groups: BTreeMap<(String, String, String), Vec<&ArmResult>> = BTreeMap::new();
     for r in results {
-        groups
-            .entry((r.scenario.clone(), r.variant.clone(), r.kernel.clone()))
-            .or_default()
-            .push(r);
+        groups.entry((r.scenario.clone(), r.variant.clone(), r.kernel.clone())).or_default().push(r);
     }
     let mut out = Vec::new();
     for ((scenario, variant, kernel), rs) in groups {
@@ -150,41 +146,31 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
         let none = by_arm.get("none").cloned().unwrap_or_default();
         let mut arms = Vec::new();
         for (arm, runs) in &by_arm {
-            let highs: Vec<(usize, &TaskResult)> = runs
-                .iter()
-                .filter_map(|(k, r)| high(r).map(|h| (*k, h)))
-                .collect();
-            let fin: Vec<(usize, &TaskResult)> =
-                highs.iter().filter(|(_, h)| finished(h)).cloned().collect();
+            let highs: Vec<(usize, &TaskResult)> = runs.iter().filter_map(|(k, r)| high(r).map(|h| (*k, h))).collect();
+            let fin: Vec<(usize, &TaskResult)> = highs.iter().filter(|(_, h)| finished(h)).cloned().collect();
             let pick = |f: &dyn Fn(&TaskResult) -> Option<f64>| -> Option<Estimate> {
                 estimate(&fin.iter().filter_map(|(_, h)| f(h)).collect::<Vec<_>>())
             };
-            let ratio_to = |base: &BTreeMap<usize, &ArmResult>,
-                            f: &dyn Fn(&TaskResult) -> Option<f64>|
-             -> Option<Estimate> {
-                let v: Vec<f64> = fin
-                    .iter()
-                    .filter_map(|(k, h)| {
-                        let b = base.get(k).and_then(|r| high(r)).filter(|b| finished(b))?;
-                        Some(f(h)? / f(b)?)
-                    })
-                    .collect();
-                estimate(&v)
-            };
+            let ratio_to =
+                |base: &BTreeMap<usize, &ArmResult>, f: &dyn Fn(&TaskResult) -> Option<f64>| -> Option<Estimate> {
+                    let v: Vec<f64> = fin
+                        .iter()
+                        .filter_map(|(k, h)| {
+                            let b = base.get(k).and_then(|r| high(r)).filter(|b| finished(b))?;
+                            Some(f(h)? / f(b)?)
+                        })
+                        .collect();
+                    estimate(&v)
+                };
             let wall = |t: &TaskResult| Some(t.wall_s);
             let p50 = |t: &TaskResult| t.latency.map(|l| l.p50_ms);
             let p95 = |t: &TaskResult| t.latency.map(|l| l.p95_ms);
             let is_policy = !arm.starts_with("solo:");
             let low_started: usize = runs.values().map(|r| task(r, Tier::Low).count()).sum();
-            let low_finished: usize = runs
-                .values()
-                .map(|r| task(r, Tier::Low).filter(|t| finished(t)).count())
-                .sum();
+            let low_finished: usize = runs.values().map(|r| task(r, Tier::Low).filter(|t| finished(t)).count()).sum();
             let low_walls: Vec<f64> = runs.values().filter_map(|r| low_mean_wall(r)).collect();
-            let low_vs_none: Vec<f64> = runs
-                .iter()
-                .filter_map(|(k, r)| Some(low_mean_wall(r)? / low_mean_wall(none.get(k)?)?))
-                .collect();
+            let low_vs_none: Vec<f64> =
+                runs.iter().filter_map(|(k, r)| Some(low_mean_wall(r)? / low_mean_wall(none.get(k)?)?)).collect();
             let prio: Vec<f64> = runs
                 .values()
                 .filter_map(|r| Some(low_mean_wall(r)? / high(r).filter(|h| finished(h))?.wall_s))
@@ -194,28 +180,16 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 .values()
                 .filter_map(|r| {
                     let span = r.tasks.iter().map(|t| t.wall_s).fold(0.0, f64::max);
-                    r.daemon_cpu_s
-                        .filter(|_| span > 0.0)
-                        .map(|c| c / span * 100.0)
+                    r.daemon_cpu_s.filter(|_| span > 0.0).map(|c| c / span * 100.0)
                 })
                 .collect();
             let parent_peaks: Vec<f64> = runs
                 .values()
-                .filter_map(|r| {
-                    r.timeline
-                        .parent_current
-                        .iter()
-                        .max()
-                        .map(|&b| (b >> 20) as f64)
-                })
+                .filter_map(|r| r.timeline.parent_current.iter().max().map(|&b| (b >> 20) as f64))
                 .collect();
             let run_bounds: Option<Vec<(u64, u64, bool)>> = runs
                 .values()
-                .map(|r| {
-                    bounds
-                        .for_run(r)
-                        .map(|b| (task_kills(r), b.kills as u64, b.proof == Proof::Parking))
-                })
+                .map(|r| bounds.for_run(r).map(|b| (task_kills(r), b.kills as u64, b.proof == Proof::Parking)))
                 .collect();
             arms.push(ArmSummary {
                 arm: arm.to_string(),
@@ -223,10 +197,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 runs_with_oom_kill: runs
                     .values()
                     .filter(|r| {
-                        r.parent_oom_kills > 0
-                            || r.tasks
-                                .iter()
-                                .any(|t| matches!(t.outcome, Outcome::OomKilled { .. }))
+                        r.parent_oom_kills > 0 || r.tasks.iter().any(|t| matches!(t.outcome, Outcome::OomKilled { .. }))
                     })
                     .count(),
                 oom_kills: runs.values().map(|r| r.parent_oom_kills).sum(),
@@ -236,66 +207,27 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 high_p95_ms: pick(&p95),
                 high_p99_ms: pick(&|t| t.latency.map(|l| l.p99_ms)),
                 high_max_ms: pick(&|t| t.latency.map(|l| l.max_ms)),
-                high_wall_vs_solo: if is_policy {
-                    ratio_to(&solo_high, &wall)
-                } else {
-                    None
-                },
-                high_p50_vs_solo: if is_policy {
-                    ratio_to(&solo_high, &p50)
-                } else {
-                    None
-                },
-                high_p95_vs_solo: if is_policy {
-                    ratio_to(&solo_high, &p95)
-                } else {
-                    None
-                },
-                high_p95_vs_none: if is_policy && *arm != "none" {
-                    ratio_to(&none, &p95)
-                } else {
-                    None
-                },
-                high_wall_vs_none: if is_policy && *arm != "none" {
-                    ratio_to(&none, &wall)
-                } else {
-                    None
-                },
-                high_p50_vs_none: if is_policy && *arm != "none" {
-                    ratio_to(&none, &p50)
-                } else {
-                    None
-                },
+                high_wall_vs_solo: if is_policy { ratio_to(&solo_high, &wall) } else { None },
+                high_p50_vs_solo: if is_policy { ratio_to(&solo_high, &p50) } else { None },
+                high_p95_vs_solo: if is_policy { ratio_to(&solo_high, &p95) } else { None },
+                high_p95_vs_none: if is_policy && *arm != "none" { ratio_to(&none, &p95) } else { None },
+                high_wall_vs_none: if is_policy && *arm != "none" { ratio_to(&none, &wall) } else { None },
+                high_p50_vs_none: if is_policy && *arm != "none" { ratio_to(&none, &p50) } else { None },
                 low_finished,
                 low_started,
                 low_wall_s: estimate(&low_walls),
-                low_wall_vs_none: if *arm != "none" {
-                    estimate(&low_vs_none)
-                } else {
-                    None
-                },
+                low_wall_vs_none: if *arm != "none" { estimate(&low_vs_none) } else { None },
                 priority_ratio: estimate(&prio),
-                daemon_writes: if *arm == "memqos" {
-                    estimate(&writes)
-                } else {
-                    None
-                },
+                daemon_writes: if *arm == "memqos" { estimate(&writes) } else { None },
                 daemon_cpu_pct: estimate(&daemon_cpu),
                 parent_peak_mb: estimate(&parent_peaks),
-                knobs_restored_runs: (*arm == "memqos").then(|| {
-                    runs.values()
-                        .filter(|r| r.knobs_restored == Some(true))
-                        .count()
-                }),
+                knobs_restored_runs: (*arm == "memqos")
+                    .then(|| runs.values().filter(|r| r.knobs_restored == Some(true)).count()),
                 task_kills: runs.values().map(|r| task_kills(r)).sum(),
                 kill_bound: run_bounds.as_ref().map(|v| v.iter().map(|b| b.1).sum()),
                 kill_bound_exact: run_bounds.as_ref().map(|v| v.iter().all(|b| b.2)),
-                avoidable_kills: run_bounds
-                    .as_ref()
-                    .map(|v| v.iter().map(|b| b.0.saturating_sub(b.1)).sum()),
-                runs_with_avoidable_kill: run_bounds
-                    .as_ref()
-                    .map(|v| v.iter().filter(|b| b.0 > b.1).count()),
+                avoidable_kills: run_bounds.as_ref().map(|v| v.iter().map(|b| b.0.saturating_sub(b.1)).sum()),
+                runs_with_avoidable_kill: run_bounds.as_ref().map(|v| v.iter().filter(|b| b.0 > b.1).count()),
                 park_deadline: runs.values().next().and_then(|r| bounds.park_deadline(r)),
             });
         }
@@ -334,10 +266,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
 
 fn est(e: &Option<Estimate>, digits: usize) -> String {
     match e {
-        Some(e) if e.n > 1 => format!(
-            "{:.*} [{:.*}–{:.*}]",
-            digits, e.median, digits, e.ci_low, digits, e.ci_high
-        ),
+        Some(e) if e.n > 1 => format!("{:.*} [{:.*}–{:.*}]", digits, e.median, digits, e.ci_low, digits, e.ci_high),
         Some(e) => format!("{:.*}", digits, e.median),
         None => "–".into(),
     }
@@ -384,10 +313,7 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
         if base != "overhead" {
             push(
                 "memqos: no OOM kill in any run",
-                format!(
-                    "{} of {} runs with an OOM kill ({} kills)",
-                    m.runs_with_oom_kill, m.runs, m.oom_kills
-                ),
+                format!("{} of {} runs with an OOM kill ({} kills)", m.runs_with_oom_kill, m.runs, m.oom_kills),
                 m.runs_with_oom_kill == 0,
             );
             push(
@@ -401,17 +327,9 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                 m.low_finished == m.low_started,
             );
             let w = med(&m.high_wall_vs_solo);
-            push(
-                "memqos: high completion ≤ 1.05x solo",
-                ratio(&m.high_wall_vs_solo),
-                w.is_some_and(|w| w <= 1.05),
-            );
+            push("memqos: high completion ≤ 1.05x solo", ratio(&m.high_wall_vs_solo), w.is_some_and(|w| w <= 1.05));
             let p = med(&m.high_p95_vs_solo);
-            push(
-                "memqos: high P95 latency ≤ 1.2x solo",
-                ratio(&m.high_p95_vs_solo),
-                p.is_some_and(|p| p <= 1.2),
-            );
+            push("memqos: high P95 latency ≤ 1.2x solo", ratio(&m.high_p95_vs_solo), p.is_some_and(|p| p <= 1.2));
             if let (Some(bound), Some(avoidable)) = (m.kill_bound, m.avoidable_kills) {
                 push(
                     "memqos: no avoidable kill (kills above the clairvoyant bound)",
@@ -431,21 +349,14 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
             if let Some(n) = arm("none") {
                 push(
                     "none shows OOM kills (the seed's baseline)",
-                    format!(
-                        "{} of {} runs with an OOM kill",
-                        n.runs_with_oom_kill, n.runs
-                    ),
+                    format!("{} of {} runs with an OOM kill", n.runs_with_oom_kill, n.runs),
                     n.runs_with_oom_kill > 0,
                 );
             }
         }
         if base == "contention" {
             let p = med(&m.high_p95_vs_none);
-            push(
-                "memqos: high P95 ≥ 50% below none",
-                ratio(&m.high_p95_vs_none),
-                p.is_some_and(|p| p <= 0.5),
-            );
+            push("memqos: high P95 ≥ 50% below none", ratio(&m.high_p95_vs_none), p.is_some_and(|p| p <= 0.5));
         }
         if base == "overhead" {
             let p = med(&m.high_p50_vs_none);
@@ -476,10 +387,7 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
          baseline allocation included); latencies are per growth step of the protected (high) task.\n"
     );
     let _ = writeln!(s, "## Targets\n");
-    let _ = writeln!(
-        s,
-        "| scenario | kernel | target | measured | met |\n|---|---|---|---|---|"
-    );
+    let _ = writeln!(s, "| scenario | kernel | target | measured | met |\n|---|---|---|---|---|");
     for v in verdicts {
         let _ = writeln!(
             s,
@@ -506,10 +414,7 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
             s,
             "| arm | runs | runs w/ OOM kill | high time s | high/solo | high P50 ms | high P95 ms | P95/solo | P95/none | lows finished | low time s | low/none | low/high | parent peak MiB | daemon writes | daemon CPU % |"
         );
-        let _ = writeln!(
-            s,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for a in &g.arms {
             let _ = writeln!(
                 s,
@@ -523,11 +428,7 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
                 est(&a.high_p95_ms, 1),
                 ratio(&a.high_p95_vs_solo),
                 ratio(&a.high_p95_vs_none),
-                if a.low_started > 0 {
-                    format!("{}/{}", a.low_finished, a.low_started)
-                } else {
-                    "–".into()
-                },
+                if a.low_started > 0 { format!("{}/{}", a.low_finished, a.low_started) } else { "–".into() },
                 est(&a.low_wall_s, 2),
                 ratio(&a.low_wall_vs_none),
                 ratio(&a.priority_ratio),
@@ -547,10 +448,7 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
 /// Kills against the clairvoyant bound, and both halves of the priority trade-off (the
 /// protected task's time vs solo, the seed's priority ratio), for every policy arm.
 fn render_kills(s: &mut String, groups: &[GroupSummary]) {
-    let _ = writeln!(
-        s,
-        "\n## Kills, the clairvoyant bound, and the priority trade-off\n"
-    );
+    let _ = writeln!(s, "\n## Kills, the clairvoyant bound, and the priority trade-off\n");
     let _ = writeln!(
         s,
         "Kills: tasks OOM-killed, summed over runs. Bound: the fewest kills any policy could achieve on the same \
@@ -595,11 +493,7 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
                 park,
                 ratio(&a.high_wall_vs_solo),
                 ratio(&a.priority_ratio),
-                if a.low_started > 0 {
-                    format!("{}/{}", a.low_finished, a.low_started)
-                } else {
-                    "–".into()
-                },
+                if a.low_started > 0 { format!("{}/{}", a.low_finished, a.low_started) } else { "–".into() },
             );
         }
     }
@@ -622,14 +516,7 @@ mod tests {
             completion_s: Some(wall),
             schedule_s: Some(1.0),
             latencies_ms: vec![1.0, p95],
-            latency: Some(LatencyStats {
-                count: 2,
-                p50_ms: 1.0,
-                p95_ms: p95,
-                p99_ms: p95,
-                max_ms: p95,
-                mean_ms: 1.0,
-            }),
+            latency: Some(LatencyStats { count: 2, p50_ms: 1.0, p95_ms: p95, p99_ms: p95, max_ms: p95, mean_ms: 1.0 }),
             peak_rss_bytes: None,
             events: MemoryEvents::default(),
         }
@@ -661,24 +548,13 @@ mod tests {
         let mut rs = Vec::new();
         for run in 1..=5 {
             let k = run as f64 * 0.1; // drift shared by all arms of a run
-            rs.push(arm(
-                "solo:high",
-                run,
-                vec![task("high", Tier::High, 2.0 + k, 10.0, Outcome::Finished)],
-                0,
-            ));
+            rs.push(arm("solo:high", run, vec![task("high", Tier::High, 2.0 + k, 10.0, Outcome::Finished)], 0));
             rs.push(arm(
                 "none",
                 run,
                 vec![
                     task("high", Tier::High, 3.0 + k, 40.0, Outcome::Finished),
-                    task(
-                        "low1",
-                        Tier::Low,
-                        2.0,
-                        5.0,
-                        Outcome::OomKilled { signal: 9 },
-                    ),
+                    task("low1", Tier::Low, 2.0, 5.0, Outcome::OomKilled { signal: 9 }),
                 ],
                 1,
             ));
@@ -702,10 +578,7 @@ mod tests {
         assert_eq!(m.knobs_restored_runs, Some(5));
         let n = g[0].arms.iter().find(|a| a.arm == "none").unwrap();
         assert_eq!(n.runs_with_oom_kill, 5);
-        assert_eq!(
-            n.low_wall_s, None,
-            "lows that were killed have no completion time"
-        );
+        assert_eq!(n.low_wall_s, None, "lows that were killed have no completion time");
         let v = verdicts(&g);
         let met = |t: &str| v.iter().find(|x| x.target.starts_with(t)).unwrap().met;
         assert!(met("memqos: no OOM kill"));
@@ -715,18 +588,8 @@ mod tests {
         let md = render_markdown(&g, &v, &[]);
         assert!(md.contains("| memqos | 5 | 0 |"), "{md}");
         // A policy that lets an OOM kill happen fails the target.
-        rs.push(arm(
-            "memqos",
-            6,
-            vec![task("high", Tier::High, 2.0, 11.0, Outcome::Finished)],
-            1,
-        ));
+        rs.push(arm("memqos", 6, vec![task("high", Tier::High, 2.0, 11.0, Outcome::Finished)], 1));
         let v = verdicts(&summarize(&rs));
-        assert!(
-            !v.iter()
-                .find(|x| x.target.starts_with("memqos: no OOM kill"))
-                .unwrap()
-                .met
-        );
+        assert!(!v.iter().find(|x| x.target.starts_with("memqos: no OOM kill")).unwrap().met);
     }
 }

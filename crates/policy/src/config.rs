@@ -60,12 +60,7 @@ pub struct Signals {
 
 impl Default for Signals {
     fn default() -> Self {
-        Signals {
-            psi: true,
-            events: true,
-            bpf: false,
-            sampling_interval_ms: 500,
-        }
+        Signals { psi: true, events: true, bpf: false, sampling_interval_ms: 500 }
     }
 }
 
@@ -191,10 +186,7 @@ impl Tiers {
     /// A leading `/` is ignored, so `"/prod/a"` and `"prod/a"` classify alike.
     pub fn classify(&self, relative_path: &str) -> Option<TierIndex> {
         let p = relative_path.trim_start_matches('/');
-        self.matchers
-            .iter()
-            .position(|m| m.is_match(p))
-            .map(TierIndex)
+        self.matchers.iter().position(|m| m.is_match(p)).map(TierIndex)
     }
 
     /// The tier at `index`, if it exists.
@@ -204,10 +196,7 @@ impl Tiers {
 
     /// The index of the tier called `name`.
     pub fn by_name(&self, name: &str) -> Option<TierIndex> {
-        self.tiers
-            .iter()
-            .position(|t| t.name == name)
-            .map(TierIndex)
+        self.tiers.iter().position(|t| t.name == name).map(TierIndex)
     }
 
     /// Number of tiers (at least one).
@@ -222,10 +211,7 @@ impl Tiers {
 
     /// Tiers with their indexes, highest priority first.
     pub fn iter(&self) -> impl Iterator<Item = (TierIndex, &Tier)> {
-        self.tiers
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (TierIndex(i), t))
+        self.tiers.iter().enumerate().map(|(i, t)| (TierIndex(i), t))
     }
 }
 

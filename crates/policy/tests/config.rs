@@ -13,11 +13,7 @@ fn err(text: &str) -> String {
 
 #[test]
 fn example_file_parses_and_matches_the_defaults() {
-    let cfg = Config::from_str(
-        include_str!("../memqos.example.toml"),
-        "memqos.example.toml",
-    )
-    .unwrap();
+    let cfg = Config::from_str(include_str!("../memqos.example.toml"), "memqos.example.toml").unwrap();
     assert_eq!(cfg.cgroup_root.to_str(), Some("/sys/fs/cgroup/agents"));
     assert_eq!(cfg.state_dir.to_str(), Some("/var/lib/memqos"));
     assert_eq!(cfg.signals, Signals::default());
@@ -27,22 +23,12 @@ fn example_file_parses_and_matches_the_defaults() {
 
 #[test]
 fn minimal_config_gets_documented_defaults() {
-    let cfg = Config::from_str(
-        &format!("{ROOT}[[tier]]\nname = \"all\"\nmatch = [\"**\"]\n"),
-        "m.toml",
-    )
-    .unwrap();
+    let cfg = Config::from_str(&format!("{ROOT}[[tier]]\nname = \"all\"\nmatch = [\"**\"]\n"), "m.toml").unwrap();
     assert_eq!(cfg.state_dir.to_str(), Some("/var/lib/memqos"));
     let p = &cfg.policy;
-    assert_eq!(
-        (p.headroom_guard, p.min_high, p.hold_ms),
-        (64 << 20, 32 << 20, 5000)
-    );
+    assert_eq!((p.headroom_guard, p.min_high, p.hold_ms), (64 << 20, 32 << 20, 5000));
     let (_, t) = cfg.tiers.iter().next().unwrap();
-    assert_eq!(
-        (t.protect, t.throttle, t.freeze, t.kill),
-        (Protect::None, false, false, false)
-    );
+    assert_eq!((t.protect, t.throttle, t.freeze, t.kill), (Protect::None, false, false, false));
     assert!(cfg.signals.psi && cfg.signals.events && !cfg.signals.bpf);
 }
 
@@ -52,10 +38,7 @@ fn sizes_and_numbers() {
         "{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"*\"]\n[policy]\nheadroom_guard = \"1G\"\nmin_high = 8388608\nws_granularity = \"4M\"\nstep_ratio = 0.25\n"
     );
     let p = Config::from_str(&text, "m.toml").unwrap().policy;
-    assert_eq!(
-        (p.headroom_guard, p.min_high, p.ws_granularity),
-        (1 << 30, 8 << 20, 4 << 20)
-    );
+    assert_eq!((p.headroom_guard, p.min_high, p.ws_granularity), (1 << 30, 8 << 20, 4 << 20));
     assert_eq!(p.step_ratio, 0.25);
 }
 
