@@ -238,6 +238,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             "static-high" => 12,
             "memqos" => 13,
             "cpu-weight" => 14,
+            "kube-memoryqos" => 15,
             _ => 0,
         };
         arms.sort_by_key(|a| (rank(&a.arm), a.arm.clone()));
