@@ -545,6 +545,43 @@ mod tests {
     }
 
     #[test]
+    fn kills_are_counted_against_the_bound_of_the_runs_traces() {
+        // The seed's oom traces under 1100 MiB: the bound is 0 (parking suffices), so a
+        // memqos run that lost a low task has one avoidable kill.
+        let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/agent-haiku");
+        let with_trace = |mut t: TaskResult, trace: &str| {
+            t.trace = trace.into();
+            t
+        };
+        let (h, l) = ("dask__dask-11628", "sigmavirus24__github3.py-673");
+        let rs = vec![
+            arm("solo:high", 1, vec![with_trace(task("high", Tier::High, 2.0, 10.0, Outcome::Finished), h)], 0),
+            arm(
+                "memqos",
+                1,
+                vec![
+                    with_trace(task("high", Tier::High, 2.0, 10.0, Outcome::Finished), h),
+                    with_trace(task("low1", Tier::Low, 3.0, 5.0, Outcome::OomKilled { signal: 9 }), l),
+                    with_trace(task("low2", Tier::Low, 3.0, 5.0, Outcome::Finished), l),
+                ],
+                1,
+            ),
+        ];
+        let bounds = KillBounds::compute(&rs, &traces).unwrap();
+        let g = summarize_with(&rs, &bounds);
+        let m = g[0].arms.iter().find(|a| a.arm == "memqos").unwrap();
+        assert_eq!((m.task_kills, m.kill_bound, m.kill_bound_exact), (1, Some(0), Some(true)));
+        assert_eq!((m.avoidable_kills, m.runs_with_avoidable_kill), (Some(1), Some(1)));
+        assert_eq!(m.park_deadline, Some(ParkDeadline::Never));
+        let v = verdicts(&g);
+        assert!(!v.iter().find(|x| x.target.contains("no avoidable kill")).unwrap().met);
+        assert!(render_markdown(&g, &v, &[]).contains("| oom/v | 7.2 | memqos | 1 | 1 | 0 (exact) | 1 (1) | never |"));
+        // Without traces there is no bound, and the report says so rather than guessing.
+        let m = summarize(&rs)[0].arms.iter().find(|a| a.arm == "memqos").cloned().unwrap();
+        assert_eq!((m.kill_bound, m.avoidable_kills), (None, None));
+    }
+
+    #[test]
     fn ratios_are_paired_by_run_and_targets_are_checked() {
         let mut rs = Vec::new();
         for run in 1..=5 {
