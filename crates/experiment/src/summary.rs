@@ -355,6 +355,23 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                 );
             }
         }
+        if base == "sweep-tight" {
+            let w = med(&m.high_wall_vs_solo);
+            push(
+                "tight sweep: protected finishes in every run at ≤ 1.10x solo",
+                format!("{} of {} runs, {}", m.high_finished, m.runs, ratio(&m.high_wall_vs_solo)),
+                m.high_finished == m.runs && w.is_some_and(|w| w <= 1.10),
+            );
+            // The bound's kills are the lows that no policy could save (or the protected task).
+            if let Some(bound) = m.kill_bound {
+                let allowed = (m.low_started as u64).saturating_sub(bound);
+                push(
+                    "tight sweep: ≥ 90% of the low tasks the bound allows finish",
+                    format!("{} of {} allowed", m.low_finished, allowed),
+                    allowed == 0 || m.low_finished as f64 >= 0.9 * allowed as f64,
+                );
+            }
+        }
         if base == "contention" {
             let p = med(&m.high_p95_vs_none);
             push("memqos: high P95 ≥ 50% below none", ratio(&m.high_p95_vs_none), p.is_some_and(|p| p <= 0.5));
