@@ -306,7 +306,7 @@ fn run_arm(
                     let knobs =
                         if guaranteed { kube::guaranteed(request) } else { kube::burstable(request, parent_max) };
                     let why = if guaranteed {
-                        "kubelet: Guaranteed pod, request = limit = peak"
+                        "kubelet: Guaranteed pod, request = limit = peak + 10%"
                     } else {
                         "kubelet: Burstable pod, request = median usage, no limit"
                     };
