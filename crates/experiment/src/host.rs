@@ -92,13 +92,13 @@ pub fn run(args: &Options) -> Result<u8> {
                 }
             }
         }
-        let code = report(&args.out, !args.no_plots)?;
+        let code = report(&args.out, &traces, !args.no_plots)?;
         if !failed.is_empty() {
             bail!("{} scenario run(s) failed: {} (the report covers the others)", failed.len(), failed.join(", "));
         }
         return Ok(code);
     }
-    report(&args.out, !args.no_plots)
+    report(&args.out, &traces, !args.no_plots)
 }
 
 fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -241,13 +241,14 @@ fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
 }
 
 /// Summary, report and plots from everything under `out/runs`.
-fn report(out: &Path, plots: bool) -> Result<u8> {
+fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     let runs = out.join("runs");
     let results = summary::load_results(&runs)?;
     if results.is_empty() {
         bail!("no results under {}", runs.display());
     }
-    let groups = summary::summarize(&results);
+    let bounds = crate::kills::KillBounds::compute(&results, traces)?;
+    let groups = summary::summarize_with(&results, &bounds);
     let verdicts = summary::verdicts(&groups);
     std::fs::write(
         out.join("summary.json"),
