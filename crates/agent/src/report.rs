@@ -119,6 +119,9 @@ pub struct CallReport {
     /// place (a later `memqos run` in the session removes it once they are gone).
     pub kept: bool,
     pub oom: Option<OomAccount>,
+    /// What the memqos daemon did because the call stalled at its memory.high (from its event
+    /// log; only when `memqos run` knows the daemon's config).
+    pub daemon_stall_actions: Vec<crate::daemon_log::StallAction>,
 }
 
 /// What the caller knows about the call, for [`collect`].
@@ -180,6 +183,7 @@ pub fn collect(info: &CallInfo) -> CallReport {
         hint_bytes: info.hint_bytes,
         kept: false,
         oom,
+        daemon_stall_actions: Vec::new(),
     }
 }
 

@@ -71,6 +71,8 @@ struct Call {
     cg: Cgroup,
     hint_bytes: Option<u64>,
     before: Ancestry,
+    /// The daemon's event log, when a config named its state_dir.
+    events_log: Option<PathBuf>,
 }
 
 fn prepare(req: &Request) -> Result<Prepared, SetupError> {
@@ -121,6 +123,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         before: Ancestry::read(&cg),
         cg,
         hint_bytes: hint.and_then(Hint::low_bytes),
+        events_log: config.as_ref().map(|c| c.1.state_dir.join("events.jsonl")),
     };
     if let Some(cfg) = &config {
         call.check_tier(cfg.0.as_path(), &cfg.1);
@@ -202,10 +205,15 @@ impl Call {
             hint_bytes: self.hint_bytes,
             before: &self.before,
         });
+        if let Some(log) = &self.events_log {
+            let rel = self.cg.path().strip_prefix(&self.root).unwrap_or(self.cg.path()).display().to_string();
+            r.daemon_stall_actions = crate::daemon_log::stall_actions(log, &rel);
+        }
         r.kept = !self.remove();
         let command = req.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
         let mut err = std::io::stderr().lock();
         let mut text = report::oom_text(&r, &command);
+        text.push_str(&crate::daemon_log::stall_text(&r.daemon_stall_actions));
         if req.stats {
             text.push_str(&report::stats_text(&r));
         }

@@ -95,10 +95,7 @@ pub fn run_in(
 
     let mask = SignalMask::block()?;
     let start = Instant::now();
-    let pid = match spawn(mode, &dir, &procs, &err_w, &prepared, &mask.old) {
-        Ok(pid) => pid,
-        Err(e) => return Err(e),
-    };
+    let pid = spawn(mode, &dir, &procs, &err_w, &prepared, &mask.old)?;
     drop(err_w);
     if let Some((stage, errno)) = read_child_error(&err_r) {
         reap(pid);

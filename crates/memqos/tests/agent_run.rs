@@ -33,7 +33,7 @@ fn children(cg: &Cgroup) -> Vec<String> {
 /// The last stderr line, parsed as the --json report.
 fn report(out: &Output) -> serde_json::Value {
     let err = text(&out.stderr);
-    let line = err.lines().last().unwrap_or_else(|| panic!("no --json line on stderr: {err}"));
+    let line = err.lines().next_back().unwrap_or_else(|| panic!("no --json line on stderr: {err}"));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
 }
 

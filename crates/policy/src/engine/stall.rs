@@ -156,7 +156,8 @@ mod tests {
     fn pinned_needs_every_sign() {
         let m = 1 << 20;
         assert!(pinned(&stuck(100 * m), 40.0));
-        let variants: [(&str, fn(&mut CgroupObs)); 5] = [
+        type Variant = (&'static str, fn(&mut CgroupObs));
+        let variants: [Variant; 5] = [
             ("usage well below high", |c| c.usage_bytes = 90 << 20),
             ("psi full low", |c| c.psi.full = Some(crate::PressureLine { avg10: 10.0, ..Default::default() })),
             ("frozen", |c| c.current.frozen = true),
