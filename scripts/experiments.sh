@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates docs/experiments/ (per-arm JSON, summary.json, report.md, plots): every
-# scenario in experiments/, 5 runs, on the 7.x and 6.12 kernels, in QEMU guests.
-# About 1.5 h of guest time on a 2-core TCG host (measured 2026-11-22: ~45 min per kernel); progress
-# and an estimate are printed.
+# scenario in experiments/ (incl. sweep-tight, issue 18's 70% sweep), 5 runs, on the 7.x and
+# 6.12 kernels, in QEMU guests.
+# About 2.5 h of guest time on a 2-core TCG host (measured 2026-11-22: ~45 min per kernel
+# without sweep-tight; sweep-tight alone took ~10 min per run on 2026-11-23); progress and an
+# estimate are printed. The report's kill bound (avoidability.rs) reads the traces, no guest.
 # Extra arguments go to `memqos experiment` (e.g. `oom --runs 1 --kernel 7`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

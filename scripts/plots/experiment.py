@@ -16,9 +16,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ARM_ORDER = ["solo:high", "none", "static-max", "static-high", "memqos", "cpu-weight"]
+ARM_ORDER = ["solo:high", "none", "static-max", "static-high", "memqos", "cpu-weight", "kube-memoryqos"]
 COLORS = {"solo:high": "#555555", "none": "#d62728", "static-max": "#ff7f0e",
-          "static-high": "#9467bd", "memqos": "#2ca02c", "cpu-weight": "#1f77b4"}
+          "static-high": "#9467bd", "memqos": "#2ca02c", "cpu-weight": "#1f77b4", "kube-memoryqos": "#8c564b"}
 
 
 def arm_rank(arm):

@@ -3,11 +3,17 @@
 //! - [`scenario`]: `experiments/*.toml` (traces per tier, parent limit, speed, policies);
 //! - [`runner`]: the in-guest loop (runs × arms, rotated order, one JSON per arm);
 //! - [`stats`]: medians with bootstrap intervals;
-//! - [`summary`]: paired ratios, target verdicts and the markdown report.
+//! - [`summary`]: paired ratios, target verdicts and the markdown report;
+//! - [`avoidability`]: the fewest kills any pausing policy could achieve (a clairvoyant bound);
+//! - [`kills`]: that bound for each run's traces, and the kills above it.
+//! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm).
 //!
 //! The host side (booting guests per kernel, progress, plots) is `memqos experiment` in the
 //! memqos binary.
 
+pub mod avoidability;
+pub mod kills;
+pub mod kube;
 pub mod runner;
 pub mod scenario;
 pub mod stats;

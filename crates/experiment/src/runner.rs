@@ -7,6 +7,7 @@
 //! sampled every 50 ms, then everything torn down. Each arm's result is written as JSON the
 //! moment it ends, so an interrupted experiment keeps what it measured.
 
+use crate::kube;
 use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
@@ -282,7 +283,9 @@ fn run_arm(
         }
         parent.set_limit("memory.max", Limit::Bytes(parent_max))?;
         let mut cgroups = Vec::new();
-        for (name, tier, _) in &tasks {
+        let mut static_writes = Vec::new();
+        let mut oom_score_adj = vec![None; tasks.len()];
+        for (i, (name, tier, trace)) in tasks.iter().enumerate() {
             let cg = parent.child(name);
             cg.create()?;
             match arm {
@@ -295,6 +298,44 @@ fn run_arm(
                 Arm::Policy(Policy::CpuWeight) => {
                     cg.write_string("cpu.weight", if *tier == Tier::High { "10000" } else { "1" })?
                 }
+                Arm::Policy(Policy::KubeMemoryqos) => {
+                    let t = memqos_replay::trace::load_trace(&trace_path(&opts.traces_dir, trace))?;
+                    let sizes: Vec<u64> = t.samples.iter().map(|x| x.used_bytes + s.baseline_mb * MIB).collect();
+                    let guaranteed = *tier == Tier::High;
+                    let request = kube::request(&sizes, guaranteed);
+                    let knobs =
+                        if guaranteed { kube::guaranteed(request) } else { kube::burstable(request, parent_max) };
+                    let why = if guaranteed {
+                        "kubelet: Guaranteed pod, request = limit = peak + 10%"
+                    } else {
+                        "kubelet: Burstable pod, request = median usage, no limit"
+                    };
+                    for (file, value) in [
+                        ("memory.min", knobs.memory_min),
+                        ("memory.low", knobs.memory_low),
+                        ("memory.high", knobs.memory_high),
+                        ("memory.max", knobs.memory_max),
+                    ] {
+                        if let Some(b) = value {
+                            cg.set_limit(file, Limit::Bytes(b))?;
+                            static_writes.push(DecisionMark {
+                                t_s: 0.0,
+                                cgroup: name.clone(),
+                                file: file.into(),
+                                value: b.to_string(),
+                                reason: why.into(),
+                            });
+                        }
+                    }
+                    oom_score_adj[i] = Some(knobs.oom_score_adj);
+                    static_writes.push(DecisionMark {
+                        t_s: 0.0,
+                        cgroup: name.clone(),
+                        file: "oom_score_adj".into(),
+                        value: knobs.oom_score_adj.to_string(),
+                        reason: why.into(),
+                    });
+                }
                 _ => {}
             }
             cgroups.push(cg);
@@ -303,7 +344,7 @@ fn run_arm(
             Arm::Policy(Policy::Memqos) => Some(Daemon::start(opts, &parent)?),
             _ => None,
         };
-        let outcome = run_tasks(opts, &tasks, &cgroups, &parent);
+        let outcome = run_tasks(opts, &tasks, &cgroups, &oom_score_adj, &parent);
         let (decisions, knobs_restored, daemon_cpu_s) = match daemon {
             Some(d) => {
                 let (log, stopped_ok, cpu_s) = d.stop()?;
@@ -323,12 +364,12 @@ fn run_arm(
             None => (Vec::new(), None, None),
         };
         let (started_epoch, task_results, timeline) = outcome?;
-        let decisions = decisions
+        let decisions = static_writes
             .into_iter()
-            .map(|mut d| {
+            .chain(decisions.into_iter().map(|mut d| {
                 d.t_s -= started_epoch;
                 d
-            })
+            }))
             .collect();
         Ok(ArmResult {
             scenario: s.name.clone(),
@@ -361,6 +402,7 @@ fn run_tasks(
     opts: &RunnerOptions,
     tasks: &[(String, Tier, String)],
     cgroups: &[Cgroup],
+    oom_score_adj: &[Option<i32>],
     parent: &Cgroup,
 ) -> Result<TaskRun> {
     let s = &opts.scenario;
@@ -368,10 +410,20 @@ fn run_tasks(
     let started_epoch = epoch_now();
     let t0 = Instant::now();
     let mut children: Vec<(Child, Option<f64>)> = Vec::new();
-    for ((name, _, trace), cg) in tasks.iter().zip(cgroups) {
+    for (((name, _, trace), cg), adj) in tasks.iter().zip(cgroups).zip(oom_score_adj) {
         let json = Path::new(WORK_DIR).join(format!("{name}.json"));
         let _ = std::fs::remove_file(&json);
-        let child = Command::new(&opts.exe)
+        // oom_score_adj is per process and inherited: set it in a shell that then becomes the
+        // replay, so the replay and its worker carry it from their first allocation.
+        let mut command = match adj {
+            Some(adj) => {
+                let mut c = Command::new("/bin/sh");
+                c.args(["-c", &format!("echo {adj} > /proc/self/oom_score_adj && exec \"$0\" \"$@\"")]).arg(&opts.exe);
+                c
+            }
+            None => Command::new(&opts.exe),
+        };
+        let child = command
             .arg("replay")
             .arg(trace_path(&opts.traces_dir, trace))
             .args(["--speed", &s.speed.to_string(), "--baseline-mb", &s.baseline_mb.to_string(), "-q", "--cgroup"])

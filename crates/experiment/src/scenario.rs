@@ -37,6 +37,9 @@ pub enum Policy {
     /// 10000 and the others 1. Shows how much of the protected task's slowdown is CPU (the
     /// replays fault in and zero every page they grow by) rather than memory.
     CpuWeight,
+    /// The knobs a v1.37 kubelet writes with MemoryQoS, throttling factor 0.9 and tiered
+    /// reservation: protected = Guaranteed, lows = Burstable (see kube.rs).
+    KubeMemoryqos,
 }
 
 impl Policy {
@@ -50,6 +53,7 @@ impl Policy {
             Policy::StaticHigh => "static-high",
             Policy::Memqos => "memqos",
             Policy::CpuWeight => "cpu-weight",
+            Policy::KubeMemoryqos => "kube-memoryqos",
         }
     }
 }
@@ -187,7 +191,10 @@ impl Scenario {
             return Err(err(format!("speed: must be a positive number, got {}", raw.speed)));
         }
         if raw.policies.is_empty() {
-            return Err(err("policies: list at least one of none, static-max, static-high, memqos, cpu-weight".into()));
+            return Err(err(
+                "policies: list at least one of none, static-max, static-high, memqos, cpu-weight, kube-memoryqos"
+                    .into(),
+            ));
         }
         let mut seen = Vec::new();
         for p in &raw.policies {

@@ -1,6 +1,8 @@
 //! From per-arm JSON results to the summary (medians with 95% intervals over runs, paired
 //! ratios against the solo and none arms of the same run) and the markdown report.
 
+use crate::avoidability::{ParkDeadline, Proof};
+use crate::kills::{task_kills, KillBounds};
 use crate::runner::{ArmResult, TaskResult};
 use crate::scenario::Tier;
 use crate::stats::{estimate, Estimate};
@@ -50,6 +52,26 @@ pub struct ArmSummary {
     pub parent_peak_mb: Option<Estimate>,
     /// memqos arm: runs after which every knob was back to its original value.
     pub knobs_restored_runs: Option<usize>,
+    /// Tasks OOM-killed, summed over runs.
+    #[serde(default)]
+    pub task_kills: u64,
+    /// The clairvoyant bound (the fewest kills any pausing policy could achieve on these
+    /// traces, see avoidability.rs), summed over runs; `None` where it was not computed.
+    #[serde(default)]
+    pub kill_bound: Option<u64>,
+    /// Whether the bound is exact (a schedule with that many kills exists), not only a lower
+    /// bound from the relaxed search.
+    #[serde(default)]
+    pub kill_bound_exact: Option<bool>,
+    /// Kills above the bound, summed over runs (each run: max(0, kills - bound)).
+    #[serde(default)]
+    pub avoidable_kills: Option<u64>,
+    #[serde(default)]
+    pub runs_with_avoidable_kill: Option<usize>,
+    /// The latest moment parking every low task where it stands still avoids every kill
+    /// (avoidability.rs, `ParkDeadline`); a property of the traces and limit, not of the arm.
+    #[serde(default)]
+    pub park_deadline: Option<ParkDeadline>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,7 +105,7 @@ pub fn load_results(dir: &Path) -> Result<Vec<ArmResult>> {
     Ok(out)
 }
 
-fn task<'a>(r: &'a ArmResult, tier: Tier) -> impl Iterator<Item = &'a TaskResult> {
+fn task(r: &ArmResult, tier: Tier) -> impl Iterator<Item = &TaskResult> {
     r.tasks.iter().filter(move |t| t.tier == tier)
 }
 
@@ -102,7 +124,13 @@ fn low_mean_wall(r: &ArmResult) -> Option<f64> {
         .then(|| lows.iter().map(|t| t.wall_s).sum::<f64>() / lows.len() as f64)
 }
 
+/// [`summarize_with`] without kill bounds.
 pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
+    summarize_with(results, &KillBounds::default())
+}
+
+/// Every group's arms over their runs; `bounds` supplies each run's kill bound.
+pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSummary> {
     let mut groups: BTreeMap<(String, String, String), Vec<&ArmResult>> = BTreeMap::new();
     for r in results {
         groups.entry((r.scenario.clone(), r.variant.clone(), r.kernel.clone())).or_default().push(r);
@@ -159,6 +187,10 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
                 .values()
                 .filter_map(|r| r.timeline.parent_current.iter().max().map(|&b| (b >> 20) as f64))
                 .collect();
+            let run_bounds: Option<Vec<(u64, u64, bool)>> = runs
+                .values()
+                .map(|r| bounds.for_run(r).map(|b| (task_kills(r), b.kills as u64, b.proof == Proof::Parking)))
+                .collect();
             arms.push(ArmSummary {
                 arm: arm.to_string(),
                 runs: runs.len(),
@@ -191,6 +223,12 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
                 parent_peak_mb: estimate(&parent_peaks),
                 knobs_restored_runs: (*arm == "memqos")
                     .then(|| runs.values().filter(|r| r.knobs_restored == Some(true)).count()),
+                task_kills: runs.values().map(|r| task_kills(r)).sum(),
+                kill_bound: run_bounds.as_ref().map(|v| v.iter().map(|b| b.1).sum()),
+                kill_bound_exact: run_bounds.as_ref().map(|v| v.iter().all(|b| b.2)),
+                avoidable_kills: run_bounds.as_ref().map(|v| v.iter().map(|b| b.0.saturating_sub(b.1)).sum()),
+                runs_with_avoidable_kill: run_bounds.as_ref().map(|v| v.iter().filter(|b| b.0 > b.1).count()),
+                park_deadline: runs.values().next().and_then(|r| bounds.park_deadline(r)),
             });
         }
         // Report order: solo arms, then none, static-max, static-high, memqos.
@@ -200,6 +238,7 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
             "static-high" => 12,
             "memqos" => 13,
             "cpu-weight" => 14,
+            "kube-memoryqos" => 15,
             _ => 0,
         };
         arms.sort_by_key(|a| (rank(&a.arm), a.arm.clone()));
@@ -292,6 +331,20 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
             push("memqos: high completion ≤ 1.05x solo", ratio(&m.high_wall_vs_solo), w.is_some_and(|w| w <= 1.05));
             let p = med(&m.high_p95_vs_solo);
             push("memqos: high P95 latency ≤ 1.2x solo", ratio(&m.high_p95_vs_solo), p.is_some_and(|p| p <= 1.2));
+            if let (Some(bound), Some(avoidable)) = (m.kill_bound, m.avoidable_kills) {
+                push(
+                    "memqos: no avoidable kill (kills above the clairvoyant bound)",
+                    format!(
+                        "{} kills, bound {}, {} avoidable in {} of {} runs",
+                        m.task_kills,
+                        bound,
+                        avoidable,
+                        m.runs_with_avoidable_kill.unwrap_or(0),
+                        m.runs
+                    ),
+                    avoidable == 0,
+                );
+            }
         }
         if base == "oom" {
             if let Some(n) = arm("none") {
@@ -299,6 +352,23 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                     "none shows OOM kills (the seed's baseline)",
                     format!("{} of {} runs with an OOM kill", n.runs_with_oom_kill, n.runs),
                     n.runs_with_oom_kill > 0,
+                );
+            }
+        }
+        if base == "sweep-tight" {
+            let w = med(&m.high_wall_vs_solo);
+            push(
+                "tight sweep: protected finishes in every run at ≤ 1.10x solo",
+                format!("{} of {} runs, {}", m.high_finished, m.runs, ratio(&m.high_wall_vs_solo)),
+                m.high_finished == m.runs && w.is_some_and(|w| w <= 1.10),
+            );
+            // The bound's kills are the lows that no policy could save (or the protected task).
+            if let Some(bound) = m.kill_bound {
+                let allowed = (m.low_started as u64).saturating_sub(bound);
+                push(
+                    "tight sweep: ≥ 90% of the low tasks the bound allows finish",
+                    format!("{} of {} allowed", m.low_finished, allowed),
+                    allowed == 0 || m.low_finished as f64 >= 0.9 * allowed as f64,
                 );
             }
         }
@@ -348,6 +418,7 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
             if v.met { "yes" } else { "**no**" }
         );
     }
+    render_kills(&mut s, groups);
     for g in groups {
         let _ = writeln!(s, "\n## {} / {} on {}\n", g.scenario, g.variant, g.kernel);
         let _ = writeln!(
@@ -392,6 +463,60 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
     s
 }
 
+/// Kills against the clairvoyant bound, and both halves of the priority trade-off (the
+/// protected task's time vs solo, the seed's priority ratio), for every policy arm.
+fn render_kills(s: &mut String, groups: &[GroupSummary]) {
+    let _ = writeln!(s, "\n## Kills, the clairvoyant bound, and the priority trade-off\n");
+    let _ = writeln!(
+        s,
+        "Kills: tasks OOM-killed, summed over runs. Bound: the fewest kills any policy could achieve on the same \
+         traces and limit if it could pause any low task at any instant but never take back memory a task holds \
+         (docs/experiments.md, \"Kill avoidability\"), summed over runs; \"exact\" where a schedule with that many kills \
+         exists, else a lower bound. Avoidable: kills above the bound (per run, summed). Park by: the latest moment, as a \
+         share of the protected task's run, at which letting every task run unpaused and then parking every low task \
+         where it stands still avoids every kill (\"never\": no parking needed). Priority ratio: the seed's \
+         mean low-task completion / protected completion (runs where every low finished).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| scenario | kernel | arm | runs | kills | bound | avoidable (runs) | park by | high/solo | priority ratio | lows finished |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for g in groups {
+        for a in g.arms.iter().filter(|a| !a.arm.starts_with("solo:")) {
+            let bound = match (a.kill_bound, a.kill_bound_exact) {
+                (Some(b), Some(true)) => format!("{b} (exact)"),
+                (Some(b), _) => format!("≥ {b}"),
+                (None, _) => "–".into(),
+            };
+            let avoidable = match (a.avoidable_kills, a.runs_with_avoidable_kill) {
+                (Some(k), Some(r)) => format!("{k} ({r})"),
+                _ => "–".into(),
+            };
+            let park = match a.park_deadline {
+                Some(ParkDeadline::Never) => "never".to_string(),
+                Some(ParkDeadline::At { share, .. }) => format!("{:.0}%", share * 100.0),
+                None => "–".into(),
+            };
+            let _ = writeln!(
+                s,
+                "| {}/{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                g.scenario,
+                g.variant,
+                g.kernel,
+                a.arm,
+                a.runs,
+                a.task_kills,
+                bound,
+                avoidable,
+                park,
+                ratio(&a.high_wall_vs_solo),
+                ratio(&a.priority_ratio),
+                if a.low_started > 0 { format!("{}/{}", a.low_finished, a.low_started) } else { "–".into() },
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,6 +559,43 @@ mod tests {
             knobs_restored: (arm == "memqos").then_some(true),
             daemon_cpu_s: None,
         }
+    }
+
+    #[test]
+    fn kills_are_counted_against_the_bound_of_the_runs_traces() {
+        // The seed's oom traces under 1100 MiB: the bound is 0 (parking suffices), so a
+        // memqos run that lost a low task has one avoidable kill.
+        let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/agent-haiku");
+        let with_trace = |mut t: TaskResult, trace: &str| {
+            t.trace = trace.into();
+            t
+        };
+        let (h, l) = ("dask__dask-11628", "sigmavirus24__github3.py-673");
+        let rs = vec![
+            arm("solo:high", 1, vec![with_trace(task("high", Tier::High, 2.0, 10.0, Outcome::Finished), h)], 0),
+            arm(
+                "memqos",
+                1,
+                vec![
+                    with_trace(task("high", Tier::High, 2.0, 10.0, Outcome::Finished), h),
+                    with_trace(task("low1", Tier::Low, 3.0, 5.0, Outcome::OomKilled { signal: 9 }), l),
+                    with_trace(task("low2", Tier::Low, 3.0, 5.0, Outcome::Finished), l),
+                ],
+                1,
+            ),
+        ];
+        let bounds = KillBounds::compute(&rs, &traces).unwrap();
+        let g = summarize_with(&rs, &bounds);
+        let m = g[0].arms.iter().find(|a| a.arm == "memqos").unwrap();
+        assert_eq!((m.task_kills, m.kill_bound, m.kill_bound_exact), (1, Some(0), Some(true)));
+        assert_eq!((m.avoidable_kills, m.runs_with_avoidable_kill), (Some(1), Some(1)));
+        assert_eq!(m.park_deadline, Some(ParkDeadline::Never));
+        let v = verdicts(&g);
+        assert!(!v.iter().find(|x| x.target.contains("no avoidable kill")).unwrap().met);
+        assert!(render_markdown(&g, &v, &[]).contains("| oom/v | 7.2 | memqos | 1 | 1 | 0 (exact) | 1 (1) | never |"));
+        // Without traces there is no bound, and the report says so rather than guessing.
+        let m = summarize(&rs)[0].arms.iter().find(|a| a.arm == "memqos").cloned().unwrap();
+        assert_eq!((m.kill_bound, m.avoidable_kills), (None, None));
     }
 
     #[test]

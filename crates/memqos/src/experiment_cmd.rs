@@ -129,13 +129,13 @@ pub fn run(args: ExperimentArgs) -> Result<u8> {
                 }
             }
         }
-        let code = report(&args.out, !args.no_plots)?;
+        let code = report(&args.out, &traces, !args.no_plots)?;
         if !failed.is_empty() {
             bail!("{} scenario run(s) failed: {} (the report covers the others)", failed.len(), failed.join(", "));
         }
         return Ok(code);
     }
-    report(&args.out, !args.no_plots)
+    report(&args.out, &traces, !args.no_plots)
 }
 
 fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -284,13 +284,14 @@ fn in_guest(args: &ExperimentArgs, traces: &Path) -> Result<u8> {
 }
 
 /// Summary, report and plots from everything under `out/runs`.
-fn report(out: &Path, plots: bool) -> Result<u8> {
+fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     let runs = out.join("runs");
     let results = summary::load_results(&runs)?;
     if results.is_empty() {
         bail!("no results under {}", runs.display());
     }
-    let groups = summary::summarize(&results);
+    let bounds = memqos_experiment::kills::KillBounds::compute(&results, traces)?;
+    let groups = summary::summarize_with(&results, &bounds);
     let verdicts = summary::verdicts(&groups);
     std::fs::write(
         out.join("summary.json"),
