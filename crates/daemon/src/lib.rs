@@ -19,6 +19,7 @@ mod observe;
 mod oom_adj;
 pub mod proc_stat;
 pub mod process;
+pub mod sd_notify;
 mod signals;
 pub mod status;
 
@@ -126,6 +127,7 @@ pub fn run(opts: Options) -> Result<()> {
     let mut last_status: Option<Instant> = None;
     // When the last wait returned: BPF crossings are logged with it.
     let mut woke_ns = 0u64;
+    let mut told_ready = false;
     log_event(&state_dir, serde_json::json!({"event": "started", "pid": std::process::id(), "cgroup_root": cfg.cgroup_root, "config": opts.config_path}));
     if let Some(bpf) = &signals.bpf_started {
         log_event(&state_dir, serde_json::json!({"event": "bpf_source", "hooks": bpf}));
@@ -202,6 +204,13 @@ pub fn run(opts: Options) -> Result<()> {
                 status::write(&state_dir, &status::Snapshot::new(&cfg, &opts.config_path, &obs, &seen, &engine, &recent, oom_adj.as_ref().map_or(0, |a| a.adjusted())))?;
                 last_status = Some(Instant::now());
             }
+            // Type=notify: systemd counts the unit started once the first tick is done.
+            if !told_ready {
+                told_ready = true;
+                if let Err(e) = sd_notify::notify(&format!("READY=1\nSTATUS=managing {}", cfg.cgroup_root.display())) {
+                    log_event(&state_dir, serde_json::json!({"event": "degraded", "message": format!("sd_notify READY=1: {e}")}));
+                }
+            }
             pending = signals.wait(interval);
             // Logged after the next tick's writes (the log costs time on the reaction path).
             woke_ns = mono_ns();
@@ -209,6 +218,7 @@ pub fn run(opts: Options) -> Result<()> {
         Ok(())
     })();
 
+    let _ = sd_notify::notify("STOPPING=1");
     if let Some(summary) = signals.bpf_summary() {
         log_event(&state_dir, serde_json::json!({"event": "bpf_summary", "bpf": summary}));
     }

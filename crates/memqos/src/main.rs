@@ -6,6 +6,7 @@ mod demo;
 mod dirty;
 mod doctor;
 mod experiment_cmd;
+mod generate;
 mod replay_cmd;
 mod stat;
 mod bench_stats;
@@ -13,7 +14,7 @@ mod scenario;
 mod vm_cmd;
 mod workload;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -64,6 +65,9 @@ enum Cmd {
     /// Small deterministic memory workloads (used by tests and the demo).
     #[command(subcommand, hide = true)]
     Workload(workload::WorkloadCmd),
+    /// Man pages and shell completions from this CLI definition (for packaging).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 #[derive(Subcommand)]
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),
         Cmd::Bench(BenchCmd::Reaction(a)) => bench_reaction::run(a),
+        Cmd::Generate(a) => generate::run(a, Cli::command()),
     };
     match result {
         Ok(code) => ExitCode::from(code),

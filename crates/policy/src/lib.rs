@@ -52,7 +52,7 @@ pub mod engine;
 pub mod obs;
 pub mod size;
 
-pub use config::{Config, ConfigError, Dirty, DirtyMax, Policy, Protect, Signals, Tier, TierIndex, Tiers};
+pub use config::{Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Policy, Protect, Signals, Tier, TierIndex, Tiers};
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status};
 pub use obs::{CgroupObs, Knobs, MemEvents, Observation, ParentObs, Psi, SignalEvent};

@@ -17,6 +17,8 @@ use std::process::Command;
 const WANTED_MODULES: &[&str] = &[
     "netfs", "9pnet", "9pnet_virtio", "9p", "virtio_blk",
     "crc32c_generic", "crc32c_intel", "crc32c_cryptoapi", "ext4",
+    // The writable root of systemd guests (`Guest::systemd`).
+    "overlay",
 ];
 
 /// Where the host's static busybox comes from (Debian package busybox-static).

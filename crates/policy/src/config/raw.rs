@@ -8,7 +8,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::Source;
-use super::{Config, ConfigError, Dirty, DirtyMax, Policy, Protect, Signals, Tier, Tiers};
+use super::{
+    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Policy, Protect, Signals, Tier, Tiers,
+};
 use crate::size::{parse_size, ByteSize};
 
 #[derive(Deserialize)]
@@ -46,6 +48,7 @@ struct RawTier {
     dirty: Option<RawDirty>,
     oom_score_adj: Option<Spanned<i64>>,
     cpu_weight: Option<Spanned<i64>>,
+    xattr: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -94,7 +97,9 @@ impl<'de> Deserialize<'de> for RawDirtyMax {
 const MIN_DIRTY_MAX: u64 = 64 << 10;
 
 fn dirty(src: &Source, i: usize, d: Option<RawDirty>) -> Result<Dirty, ConfigError> {
-    let Some(d) = d else { return Ok(Dirty::default()) };
+    let Some(d) = d else {
+        return Ok(Dirty::default());
+    };
     let field = |f: &str| format!("tier[{i}].dirty.{f}");
     let max = match d.max {
         None => None,
@@ -120,11 +125,21 @@ fn dirty(src: &Source, i: usize, d: Option<RawDirty>) -> Result<Dirty, ConfigErr
     let min = match d.min {
         None => None,
         Some(m) if m.get_ref().0 >= 4096 => Some(m.get_ref().0),
-        Some(m) => return Err(src.at(Some(m.span()), &field("min"), format!("{} bytes is too small (at least 4096)", m.get_ref().0))),
+        Some(m) => {
+            return Err(src.at(
+                Some(m.span()),
+                &field("min"),
+                format!("{} bytes is too small (at least 4096)", m.get_ref().0),
+            ))
+        }
     };
     if let (Some(DirtyMax::Bytes(hi)), Some(lo)) = (max, min) {
         if lo > hi {
-            return Err(src.at(min_span, &field("min"), format!("dirty.min ({lo} bytes) is above dirty.max ({hi} bytes)")));
+            return Err(src.at(
+                min_span,
+                &field("min"),
+                format!("dirty.min ({lo} bytes) is above dirty.max ({hi} bytes)"),
+            ));
         }
     }
     Ok(Dirty { max, min })
@@ -146,6 +161,7 @@ struct RawPolicy {
     ws_window_ms: Option<Spanned<u64>>,
     ws_margin: Option<Spanned<f64>>,
     ws_granularity: Option<Spanned<ByteSize>>,
+    foreign_knobs: Option<ForeignKnobs>,
 }
 
 pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
@@ -290,17 +306,20 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
                 ))
             }
         };
-        let cpu_weight = match t.cpu_weight {
-            None => None,
-            Some(v) if (1..=10000).contains(v.get_ref()) => Some(*v.get_ref() as u32),
-            Some(v) => {
-                return Err(at(
+        let cpu_weight =
+            match t.cpu_weight {
+                None => None,
+                Some(v) if (1..=10000).contains(v.get_ref()) => Some(*v.get_ref() as u32),
+                Some(v) => return Err(at(
                     v.span(),
                     "cpu_weight",
-                    format!("{} is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)", v.get_ref()),
-                ))
-            }
-        };
+                    format!(
+                        "{} is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)",
+                        v.get_ref()
+                    ),
+                )),
+            };
+        let xattrs = xattrs(src, i, t.xattr)?;
         tiers.push(Tier {
             name: name.to_string(),
             patterns: t
@@ -316,10 +335,43 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             dirty,
             oom_score_adj,
             cpu_weight,
+            xattrs,
         });
         matchers.push(set);
     }
     Ok(Tiers { tiers, matchers })
+}
+
+/// `xattr`: names in the `user.` namespace, the only one cgroupfs lets userspace set
+/// (systemd's `user.oomd_avoid`, `user.oomd_omit`).
+fn xattrs(
+    src: &Source,
+    i: usize,
+    raw: Option<Spanned<Vec<Spanned<String>>>>,
+) -> Result<Vec<String>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(Vec::new());
+    };
+    if raw.get_ref().is_empty() {
+        return Err(src.at(
+            Some(raw.span()),
+            &format!("tier[{i}].xattr"),
+            "needs at least one name (or leave xattr out)".into(),
+        ));
+    }
+    let mut out = Vec::new();
+    for x in raw.into_inner() {
+        let name = x.get_ref();
+        if !name.starts_with("user.") || name.len() == "user.".len() || name.contains(['/', '\0']) {
+            return Err(src.at(
+                Some(x.span()),
+                &format!("tier[{i}].xattr"),
+                format!("{name:?} is not a user.* extended attribute name (cgroupfs only has user.* ones, e.g. \"user.oomd_omit\")"),
+            ));
+        }
+        out.push(x.into_inner());
+    }
+    Ok(out)
 }
 
 fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
@@ -403,6 +455,7 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
             d.ws_granularity,
             4096,
         )?,
+        foreign_knobs: r.foreign_knobs.unwrap_or(d.foreign_knobs),
     })
 }
 
