@@ -12,16 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let json = args.iter().any(|a| a == "--json");
     args.retain(|a| a != "--json");
-    let path = args
-        .first()
-        .cloned()
-        .unwrap_or_else(|| VMLINUX_BTF.to_string());
-    let runs: usize = args
-        .get(1)
-        .map(|r| r.parse())
-        .transpose()?
-        .unwrap_or(9)
-        .max(1);
+    let path = args.first().cloned().unwrap_or_else(|| VMLINUX_BTF.to_string());
+    let runs: usize = args.get(1).map(|r| r.parse()).transpose()?.unwrap_or(9).max(1);
 
     let mut times = Vec::with_capacity(runs);
     let mut btf = None;

@@ -186,15 +186,8 @@ pub enum FormatError {
     UnsupportedVersion { version: u8 },
     #[error("header length {hdr_len} is shorter than {HEADER_LEN} or past the end of the file")]
     BadHeaderLength { hdr_len: u32 },
-    #[error(
-        "{section} section of {len} bytes at {start} runs past the end of the {file_len}-byte file"
-    )]
-    SectionOutOfBounds {
-        section: &'static str,
-        start: u64,
-        len: u64,
-        file_len: u64,
-    },
+    #[error("{section} section of {len} bytes at {start} runs past the end of the {file_len}-byte file")]
+    SectionOutOfBounds { section: &'static str, start: u64, len: u64, file_len: u64 },
     #[error("string section must start and end with a NUL byte")]
     StringsNotTerminated,
     #[error("string section is not valid UTF-8")]
@@ -204,11 +197,7 @@ pub enum FormatError {
     #[error("type {id} has unknown kind {kind} (newer BTF than this reader?)")]
     UnknownKind { id: u32, kind: u8 },
     #[error("type {id} names string offset {name_off}, outside the {str_len}-byte string section")]
-    NameOutOfBounds {
-        id: u32,
-        name_off: u32,
-        str_len: u32,
-    },
+    NameOutOfBounds { id: u32, name_off: u32, str_len: u32 },
     #[error("type {id} names string offset {name_off}, which splits a UTF-8 character")]
     NameNotCharBoundary { id: u32, name_off: u32 },
     #[error("file is {len} bytes; this reader handles BTF up to 4 GiB")]
@@ -376,11 +365,8 @@ impl<'a> TypeRef<'a> {
                 let at = self.trailer + i * 12;
                 let raw_offset = self.btf.u32_at(at + 8);
                 // With kind_flag set, the offset packs bitfield size (high 8) and bit offset.
-                let (bit_offset, bitfield_size) = if self.kind_flag {
-                    (raw_offset & 0x00ff_ffff, (raw_offset >> 24) as u8)
-                } else {
-                    (raw_offset, 0)
-                };
+                let (bit_offset, bitfield_size) =
+                    if self.kind_flag { (raw_offset & 0x00ff_ffff, (raw_offset >> 24) as u8) } else { (raw_offset, 0) };
                 Member {
                     name: self.btf.str_at(self.btf.u32_at(at)),
                     type_id: TypeId(self.btf.u32_at(at + 4)),
@@ -403,15 +389,8 @@ impl<'a> TypeRef<'a> {
                 .map(|i| {
                     let at = self.trailer + i * 8;
                     let raw = self.btf.u32_at(at + 4);
-                    let value = if signed {
-                        i128::from(raw as i32)
-                    } else {
-                        i128::from(raw)
-                    };
-                    Enumerator {
-                        name: self.btf.str_at(self.btf.u32_at(at)),
-                        value,
-                    }
+                    let value = if signed { i128::from(raw as i32) } else { i128::from(raw) };
+                    Enumerator { name: self.btf.str_at(self.btf.u32_at(at)), value }
                 })
                 .collect(),
             Kind::Enum64 => (0..self.vlen as usize)
@@ -420,15 +399,8 @@ impl<'a> TypeRef<'a> {
                     let lo = u64::from(self.btf.u32_at(at + 4));
                     let hi = u64::from(self.btf.u32_at(at + 8));
                     let raw = (hi << 32) | lo;
-                    let value = if signed {
-                        i128::from(raw as i64)
-                    } else {
-                        i128::from(raw)
-                    };
-                    Enumerator {
-                        name: self.btf.str_at(self.btf.u32_at(at)),
-                        value,
-                    }
+                    let value = if signed { i128::from(raw as i64) } else { i128::from(raw) };
+                    Enumerator { name: self.btf.str_at(self.btf.u32_at(at)), value }
                 })
                 .collect(),
             _ => Vec::new(),
@@ -450,10 +422,7 @@ impl Btf {
     /// Reads and parses a base (non-split) BTF file.
     pub fn load(path: impl AsRef<Path>) -> Result<Btf, BtfError> {
         let path = path.as_ref();
-        let data = std::fs::read(path).map_err(|source| BtfError::Io {
-            file: path.to_path_buf(),
-            source,
-        })?;
+        let data = std::fs::read(path).map_err(|source| BtfError::Io { file: path.to_path_buf(), source })?;
         Btf::parse(data, path)
     }
 
@@ -471,11 +440,7 @@ impl Btf {
                 names: layout.names,
                 decl_tags: layout.decl_tags,
             }),
-            Err((offset, problem)) => Err(BtfError::Format {
-                file,
-                offset,
-                problem,
-            }),
+            Err((offset, problem)) => Err(BtfError::Format { file, offset, problem }),
         }
     }
 
@@ -518,8 +483,7 @@ impl Btf {
             let off = self.u32_at(at as usize) as usize;
             strs.get(off..off + key.len()) == Some(key) && strs.get(off + key.len()) == Some(&0)
         });
-        ids.into_iter()
-            .filter_map(move |id| self.type_by_id(TypeId(id)))
+        ids.into_iter().filter_map(move |id| self.type_by_id(TypeId(id)))
     }
 
     /// The first type called `name` of kind `kind`.
@@ -529,8 +493,7 @@ impl Btf {
 
     /// The first STRUCT or UNION called `name` (forward declarations do not count).
     pub fn find_composite(&self, name: &str) -> Option<TypeRef<'_>> {
-        self.types_named(name)
-            .find(|t| matches!(t.kind, Kind::Struct | Kind::Union))
+        self.types_named(name).find(|t| matches!(t.kind, Kind::Struct | Kind::Union))
     }
 
     /// Whether a STRUCT or UNION called `name` exists.
@@ -550,13 +513,7 @@ impl Btf {
         self.find_member_in(outer, member, 0, 0)
     }
 
-    fn find_member_in<'a>(
-        &'a self,
-        t: TypeRef<'a>,
-        member: &str,
-        base_bits: u32,
-        depth: u32,
-    ) -> Option<Member<'a>> {
+    fn find_member_in<'a>(&'a self, t: TypeRef<'a>, member: &str, base_bits: u32, depth: u32) -> Option<Member<'a>> {
         // Anonymous nesting in real kernels is a few levels; the bound only stops cycles in
         // hostile input.
         if depth > 32 {
@@ -564,17 +521,12 @@ impl Btf {
         }
         for m in t.members() {
             if m.name == member {
-                return Some(Member {
-                    bit_offset: base_bits + m.bit_offset,
-                    ..m
-                });
+                return Some(Member { bit_offset: base_bits + m.bit_offset, ..m });
             }
             if m.name.is_empty() {
                 let inner = self.skip_modifiers(m.type_id)?;
                 if matches!(inner.kind, Kind::Struct | Kind::Union) {
-                    if let Some(found) =
-                        self.find_member_in(inner, member, base_bits + m.bit_offset, depth + 1)
-                    {
+                    if let Some(found) = self.find_member_in(inner, member, base_bits + m.bit_offset, depth + 1) {
                         return Some(found);
                     }
                 }
@@ -588,9 +540,7 @@ impl Btf {
         for _ in 0..64 {
             let t = self.type_by_id(id)?;
             match t.kind {
-                Kind::Typedef | Kind::Const | Kind::Volatile | Kind::Restrict | Kind::TypeTag => {
-                    id = t.referenced()
-                }
+                Kind::Typedef | Kind::Const | Kind::Volatile | Kind::Restrict | Kind::TypeTag => id = t.referenced(),
                 _ => return Some(t),
             }
         }
@@ -611,8 +561,7 @@ impl Btf {
 
     /// The first ENUM or ENUM64 called `name`.
     pub fn find_enum(&self, name: &str) -> Option<TypeRef<'_>> {
-        self.types_named(name)
-            .find(|t| matches!(t.kind, Kind::Enum | Kind::Enum64))
+        self.types_named(name).find(|t| matches!(t.kind, Kind::Enum | Kind::Enum64))
     }
 
     /// Whether an ENUM or ENUM64 called `name` exists.
@@ -642,18 +591,13 @@ impl Btf {
     /// Whether any FUNC called `name` carries the `bpf_kfunc` decl tag that pahole (1.25+)
     /// adds to registered kfuncs.
     pub fn is_tagged_kfunc(&self, name: &str) -> bool {
-        self.types_named(name)
-            .filter(|t| t.kind == Kind::Func)
-            .any(|t| self.decl_tags_of(t.id).contains(&"bpf_kfunc"))
+        self.types_named(name).filter(|t| t.kind == Kind::Func).any(|t| self.decl_tags_of(t.id).contains(&"bpf_kfunc"))
     }
 
     /// Whether this BTF has any `bpf_kfunc` decl tags at all (older pahole emits none, so a
     /// missing tag then says nothing).
     pub fn has_kfunc_tags(&self) -> bool {
-        self.decl_tags
-            .iter()
-            .filter_map(|&tag| self.type_by_id(TypeId(tag)))
-            .any(|t| t.name == "bpf_kfunc")
+        self.decl_tags.iter().filter_map(|&tag| self.type_by_id(TypeId(tag))).any(|t| t.name == "bpf_kfunc")
     }
 
     fn u32_at(&self, at: usize) -> u32 {
@@ -706,14 +650,7 @@ impl Parser {
         let big_endian = match [data[0], data[1]] {
             m if u16::from_le_bytes(m) == BTF_MAGIC => false,
             m if u16::from_be_bytes(m) == BTF_MAGIC => true,
-            m => {
-                return Err((
-                    0,
-                    FormatError::BadMagic {
-                        found: u16::from_le_bytes(m),
-                    },
-                ))
-            }
+            m => return Err((0, FormatError::BadMagic { found: u16::from_le_bytes(m) })),
         };
         if data[2] != 1 {
             return Err((2, FormatError::UnsupportedVersion { version: data[2] }));
@@ -728,15 +665,7 @@ impl Parser {
             let start = u64::from(hdr_len) + u64::from(u32_at(field_at));
             let len = u64::from(u32_at(field_at + 4));
             if start + len > file_len {
-                return Err((
-                    field_at as u64,
-                    FormatError::SectionOutOfBounds {
-                        section: name,
-                        start,
-                        len,
-                        file_len,
-                    },
-                ));
+                return Err((field_at as u64, FormatError::SectionOutOfBounds { section: name, start, len, file_len }));
             }
             Ok((start as usize, len as usize))
         };
@@ -747,12 +676,8 @@ impl Parser {
         if str_len > 0 && (strs[0] != 0 || strs[str_len - 1] != 0) {
             return Err((str_start as u64, FormatError::StringsNotTerminated));
         }
-        let strs = std::str::from_utf8(strs).map_err(|e| {
-            (
-                (str_start + e.valid_up_to()) as u64,
-                FormatError::StringsNotUtf8,
-            )
-        })?;
+        let strs = std::str::from_utf8(strs)
+            .map_err(|e| ((str_start + e.valid_up_to()) as u64, FormatError::StringsNotUtf8))?;
 
         // vmlinux averages ~40 bytes per record; reserve to avoid regrowth.
         let mut records = Vec::with_capacity(type_len / 32);
@@ -769,8 +694,7 @@ impl Parser {
             let name_off = u32_at(at);
             let info = u32_at(at + 4);
             let raw_kind = ((info >> 24) & 0x1f) as u8;
-            let kind = Kind::from_raw(raw_kind)
-                .ok_or((at as u64, FormatError::UnknownKind { id, kind: raw_kind }))?;
+            let kind = Kind::from_raw(raw_kind).ok_or((at as u64, FormatError::UnknownKind { id, kind: raw_kind }))?;
             let next = at as u64 + TYPE_LEN as u64 + kind.trailer_len(info & 0xffff);
             if next > end as u64 {
                 return Err((at as u64, FormatError::TruncatedType { id }));
@@ -778,14 +702,7 @@ impl Parser {
             if name_off != 0 {
                 let off = name_off as usize;
                 if off >= str_len {
-                    return Err((
-                        at as u64,
-                        FormatError::NameOutOfBounds {
-                            id,
-                            name_off,
-                            str_len: str_len as u32,
-                        },
-                    ));
+                    return Err((at as u64, FormatError::NameOutOfBounds { id, name_off, str_len: str_len as u32 }));
                 }
                 if !strs.is_char_boundary(off) {
                     return Err((at as u64, FormatError::NameNotCharBoundary { id, name_off }));
@@ -804,14 +721,7 @@ impl Parser {
 
         let names = NameIndex::build(&named);
 
-        Ok(Parser {
-            big_endian,
-            str_start,
-            str_len,
-            records,
-            names,
-            decl_tags,
-        })
+        Ok(Parser { big_endian, str_start, str_len, records, names, decl_tags })
     }
 }
 
@@ -822,28 +732,16 @@ mod tests {
 
     /// A blob with the shapes memqos probes for.
     fn sample(big_endian: bool) -> Vec<u8> {
-        let mut b = if big_endian {
-            Builder::new().big_endian()
-        } else {
-            Builder::new()
-        };
+        let mut b = if big_endian { Builder::new().big_endian() } else { Builder::new() };
         let int = b.int("int", 4);
         let long = b.int("long unsigned int", 8);
         let inner = b.composite(Kind::Struct, "", 8, &[("nested", long, 0)]);
-        let task = b.composite(
-            Kind::Struct,
-            "task_struct",
-            24,
-            &[("pid", int, 0), ("", inner, 64), ("flags", long, 128)],
-        );
+        let task =
+            b.composite(Kind::Struct, "task_struct", 24, &[("pid", int, 0), ("", inner, 64), ("flags", long, 128)]);
         b.ptr(task);
         b.composite(Kind::Union, "u", 8, &[("a", int, 0), ("b", long, 0)]);
         b.record("fwd_only", Kind::Fwd, 0, false, 0);
-        b.enum32(
-            "vm_event_item",
-            false,
-            &[("PGPGIN", 0), ("PGFAULT", 7), ("PGSCAN_DIRECT", 40)],
-        );
+        b.enum32("vm_event_item", false, &[("PGPGIN", 0), ("PGFAULT", 7), ("PGSCAN_DIRECT", 40)]);
         b.enum32("signed_e", true, &[("NEG", -2)]);
         b.enum64("big_e", false, &[("HUGE", u64::MAX)]);
         b.enum64("big_s", true, &[("MINUS", (-5i64) as u64)]);
@@ -866,10 +764,7 @@ mod tests {
             assert_eq!(btf.type_count(), 16);
             assert!(btf.has_struct("task_struct"));
             assert!(btf.has_struct("u"), "unions count as composites");
-            assert!(
-                !btf.has_struct("fwd_only"),
-                "a forward declaration is not a definition"
-            );
+            assert!(!btf.has_struct("fwd_only"), "a forward declaration is not a definition");
             assert!(btf.find(Kind::Fwd, "fwd_only").is_some());
             assert!(!btf.has_struct("nope"));
 
@@ -878,10 +773,7 @@ mod tests {
             assert_eq!(names, ["pid", "", "flags"]);
             assert_eq!(m[2].bit_offset, 128);
             let nested = btf.find_member("task_struct", "nested").unwrap();
-            assert_eq!(
-                nested.bit_offset, 64,
-                "offset accumulates through anonymous members"
-            );
+            assert_eq!(nested.bit_offset, 64, "offset accumulates through anonymous members");
             assert!(btf.find_member("task_struct", "missing").is_none());
 
             assert!(btf.has_func("bpf_mem_cgroup_usage"));
@@ -946,11 +838,7 @@ mod tests {
         assert_eq!(btf.types_named("s2000").count(), 0);
         assert_eq!(btf.types_named("s").count(), 0, "a prefix is not a match");
         assert_eq!(btf.types_named("s10x").count(), 0, "nor is a longer name");
-        assert_eq!(
-            btf.types_named("").count(),
-            0,
-            "anonymous types are not indexed"
-        );
+        assert_eq!(btf.types_named("").count(), 0, "anonymous types are not indexed");
     }
 
     #[test]
@@ -973,11 +861,7 @@ mod tests {
 
     fn problem(bytes: Vec<u8>) -> (u64, FormatError) {
         match parse(bytes) {
-            Err(BtfError::Format {
-                file,
-                offset,
-                problem,
-            }) => {
+            Err(BtfError::Format { file, offset, problem }) => {
                 assert_eq!(file, Path::new("test.btf"));
                 (offset, problem)
             }
@@ -995,30 +879,15 @@ mod tests {
 
         let mut bad = sample(false);
         bad[2] = 2;
-        assert_eq!(
-            problem(bad),
-            (2, FormatError::UnsupportedVersion { version: 2 })
-        );
+        assert_eq!(problem(bad), (2, FormatError::UnsupportedVersion { version: 2 }));
 
         let mut bad = sample(false);
         bad[4..8].copy_from_slice(&8u32.to_le_bytes());
-        assert_eq!(
-            problem(bad),
-            (4, FormatError::BadHeaderLength { hdr_len: 8 })
-        );
+        assert_eq!(problem(bad), (4, FormatError::BadHeaderLength { hdr_len: 8 }));
 
         let mut bad = sample(false);
         bad[20..24].copy_from_slice(&1_000_000u32.to_le_bytes());
-        assert!(matches!(
-            problem(bad),
-            (
-                16,
-                FormatError::SectionOutOfBounds {
-                    section: "string",
-                    ..
-                }
-            )
-        ));
+        assert!(matches!(problem(bad), (16, FormatError::SectionOutOfBounds { section: "string", .. })));
 
         let mut bad = sample(false);
         let last = bad.len() - 1;
@@ -1036,53 +905,32 @@ mod tests {
         let mut bytes = b.build();
         let second = 24 + 16;
         bytes[second + 7] = 31; // high byte of info (little endian)
-        assert_eq!(
-            problem(bytes),
-            (second as u64, FormatError::UnknownKind { id: 2, kind: 31 })
-        );
+        assert_eq!(problem(bytes), (second as u64, FormatError::UnknownKind { id: 2, kind: 31 }));
 
         // A struct that claims more members than the section holds.
         let mut b = Builder::new();
         b.record("s", Kind::Struct, 5, false, 4);
-        assert_eq!(
-            problem(b.build()),
-            (24, FormatError::TruncatedType { id: 1 })
-        );
+        assert_eq!(problem(b.build()), (24, FormatError::TruncatedType { id: 1 }));
 
         // A name offset past the string section.
         let mut b = Builder::new();
         b.int("int", 4);
         let mut bytes = b.build();
         bytes[24..28].copy_from_slice(&999u32.to_le_bytes());
-        assert!(matches!(
-            problem(bytes),
-            (
-                24,
-                FormatError::NameOutOfBounds {
-                    id: 1,
-                    name_off: 999,
-                    ..
-                }
-            )
-        ));
+        assert!(matches!(problem(bytes), (24, FormatError::NameOutOfBounds { id: 1, name_off: 999, .. })));
 
         // Trailing bytes shorter than a record.
         let mut b = Builder::new();
         b.int("int", 4);
         b.raw(&[0; 5]);
-        assert_eq!(
-            problem(b.build()),
-            (24 + 16, FormatError::TruncatedType { id: 2 })
-        );
+        assert_eq!(problem(b.build()), (24 + 16, FormatError::TruncatedType { id: 2 }));
     }
 
     #[test]
     fn io_errors_name_the_file() {
         let err = Btf::load("/nonexistent/memqos/vmlinux").unwrap_err();
         assert!(matches!(err, BtfError::Io { .. }));
-        assert!(err
-            .to_string()
-            .starts_with("/nonexistent/memqos/vmlinux: cannot read BTF"));
+        assert!(err.to_string().starts_with("/nonexistent/memqos/vmlinux: cannot read BTF"));
     }
 
     #[test]
@@ -1093,19 +941,12 @@ mod tests {
             return;
         }
         let btf = Btf::load(path).unwrap();
-        assert!(
-            btf.type_count() > 10_000,
-            "vmlinux has tens of thousands of types"
-        );
+        assert!(btf.type_count() > 10_000, "vmlinux has tens of thousands of types");
         assert!(btf.has_struct("task_struct"));
         assert!(btf.find_member("task_struct", "pid").is_some());
         assert!(btf.has_enum("vm_event_item"));
         assert!(btf.enum_value("vm_event_item", "PGFAULT").is_some());
-        assert_eq!(
-            btf.enum_value("vm_event_item", "PGPGIN"),
-            Some(0),
-            "first vm event"
-        );
+        assert_eq!(btf.enum_value("vm_event_item", "PGPGIN"), Some(0), "first vm event");
         assert!(btf.has_func("schedule"));
         assert!(btf.has_typedef("u32"));
         if btf.has_enum("memcg_memory_event") {

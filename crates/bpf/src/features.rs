@@ -183,40 +183,16 @@ pub struct TracepointSpec {
     pub event_struct: &'static str,
 }
 
-const fn tp(
-    name: &'static str,
-    btf_typedef: &'static str,
-    event_struct: &'static str,
-) -> TracepointSpec {
-    TracepointSpec {
-        name,
-        btf_typedef,
-        event_struct,
-    }
+const fn tp(name: &'static str, btf_typedef: &'static str, event_struct: &'static str) -> TracepointSpec {
+    TracepointSpec { name, btf_typedef, event_struct }
 }
 
 /// The `memcg:*` tracepoints (include/trace/events/memcg.h).
 pub const MEMCG_TRACEPOINTS: &[TracepointSpec] = &[
-    tp(
-        "memcg:mod_memcg_state",
-        "btf_trace_mod_memcg_state",
-        "trace_event_raw_memcg_rstat_stats",
-    ),
-    tp(
-        "memcg:mod_memcg_lruvec_state",
-        "btf_trace_mod_memcg_lruvec_state",
-        "trace_event_raw_memcg_rstat_stats",
-    ),
-    tp(
-        "memcg:count_memcg_events",
-        "btf_trace_count_memcg_events",
-        "trace_event_raw_memcg_rstat_events",
-    ),
-    tp(
-        "memcg:memcg_flush_stats",
-        "btf_trace_memcg_flush_stats",
-        "trace_event_raw_memcg_flush_stats",
-    ),
+    tp("memcg:mod_memcg_state", "btf_trace_mod_memcg_state", "trace_event_raw_memcg_rstat_stats"),
+    tp("memcg:mod_memcg_lruvec_state", "btf_trace_mod_memcg_lruvec_state", "trace_event_raw_memcg_rstat_stats"),
+    tp("memcg:count_memcg_events", "btf_trace_count_memcg_events", "trace_event_raw_memcg_rstat_events"),
+    tp("memcg:memcg_flush_stats", "btf_trace_memcg_flush_stats", "trace_event_raw_memcg_flush_stats"),
 ];
 
 /// The memcg kfuncs memqos's BPF stat backend calls.
@@ -259,11 +235,7 @@ pub const PRESSURE_TRACEPOINTS: &[TracepointSpec] = &[
         "btf_trace_mm_vmscan_memcg_reclaim_end",
         "trace_event_raw_mm_vmscan_direct_reclaim_end_template",
     ),
-    tp(
-        "writeback:balance_dirty_pages",
-        "btf_trace_balance_dirty_pages",
-        "trace_event_raw_balance_dirty_pages",
-    ),
+    tp("writeback:balance_dirty_pages", "btf_trace_balance_dirty_pages", "trace_event_raw_balance_dirty_pages"),
 ];
 
 fn tracepoints(btf: &Btf, table: &[TracepointSpec]) -> Vec<Tracepoint> {
@@ -284,10 +256,7 @@ impl KernelFeatures {
         let memcg_tracepoints = {
             let tps = tracepoints(btf, MEMCG_TRACEPOINTS);
             let found = tps.iter().filter(|t| t.present()).count();
-            TracepointSet {
-                availability: Availability::of(found, tps.len()),
-                tracepoints: tps,
-            }
+            TracepointSet { availability: Availability::of(found, tps.len()), tracepoints: tps }
         };
 
         let memcg_kfuncs = {
@@ -296,28 +265,18 @@ impl KernelFeatures {
                 .iter()
                 .map(|&name| {
                     let present = btf.has_func(name);
-                    Kfunc {
-                        name,
-                        present,
-                        tagged: (present && tags_known).then(|| btf.is_tagged_kfunc(name)),
-                    }
+                    Kfunc { name, present, tagged: (present && tags_known).then(|| btf.is_tagged_kfunc(name)) }
                 })
                 .collect();
             let found = kfuncs.iter().filter(|k| k.present).count();
-            KfuncSet {
-                availability: Availability::of(found, kfuncs.len()),
-                kfuncs,
-            }
+            KfuncSet { availability: Availability::of(found, kfuncs.len()), kfuncs }
         };
 
         let memcg_bpf_ops = {
             let struct_present = btf.has_struct(MEMCG_BPF_OPS);
             let members: Vec<Symbol> = MEMCG_BPF_OPS_MEMBERS
                 .iter()
-                .map(|&name| Symbol {
-                    name,
-                    present: struct_present && btf.find_member(MEMCG_BPF_OPS, name).is_some(),
-                })
+                .map(|&name| Symbol { name, present: struct_present && btf.find_member(MEMCG_BPF_OPS, name).is_some() })
                 .collect();
             let value_type_present = btf.has_struct(MEMCG_BPF_OPS_VALUE);
             let complete = members.iter().all(|m| m.present) && value_type_present;
@@ -335,13 +294,7 @@ impl KernelFeatures {
         };
 
         let pressure_hooks = PressureHooks {
-            fentry: PRESSURE_FENTRY
-                .iter()
-                .map(|&name| Symbol {
-                    name,
-                    present: btf.has_func(name),
-                })
-                .collect(),
+            fentry: PRESSURE_FENTRY.iter().map(|&name| Symbol { name, present: btf.has_func(name) }).collect(),
             tracepoints: tracepoints(btf, PRESSURE_TRACEPOINTS),
         };
 
@@ -362,12 +315,7 @@ impl KernelFeatures {
             out,
             "memcg tracepoints: {}{}",
             tp.availability.as_str(),
-            missing_list(
-                tp.tracepoints
-                    .iter()
-                    .filter(|t| !t.present())
-                    .map(|t| t.name)
-            )
+            missing_list(tp.tracepoints.iter().filter(|t| !t.present()).map(|t| t.name))
         );
         let kf = &self.memcg_kfuncs;
         let _ = writeln!(
@@ -378,75 +326,35 @@ impl KernelFeatures {
             kf.kfuncs.len(),
             missing_list(kf.kfuncs.iter().filter(|k| !k.present).map(|k| k.name))
         );
-        let untagged: Vec<_> = kf
-            .kfuncs
-            .iter()
-            .filter(|k| k.tagged == Some(false))
-            .map(|k| k.name)
-            .collect();
+        let untagged: Vec<_> = kf.kfuncs.iter().filter(|k| k.tagged == Some(false)).map(|k| k.name).collect();
         if !untagged.is_empty() {
-            let _ = writeln!(
-                out,
-                "  present but without the bpf_kfunc tag: {}",
-                untagged.join(", ")
-            );
+            let _ = writeln!(out, "  present but without the bpf_kfunc tag: {}", untagged.join(", "));
         }
         let ops = &self.memcg_bpf_ops;
-        let _ = write!(
-            out,
-            "{} struct_ops: {}",
-            ops.struct_name,
-            ops.availability.as_str()
-        );
+        let _ = write!(out, "{} struct_ops: {}", ops.struct_name, ops.availability.as_str());
         if ops.struct_present {
             let _ = write!(
                 out,
                 "{}{}",
                 missing_list(ops.members.iter().filter(|m| !m.present).map(|m| m.name)),
-                if ops.value_type_present {
-                    ""
-                } else {
-                    " (no bpf_struct_ops_memcg_bpf_ops)"
-                }
+                if ops.value_type_present { "" } else { " (no bpf_struct_ops_memcg_bpf_ops)" }
             );
         }
         out.push('\n');
-        let _ = writeln!(
-            out,
-            "cgroup iterator: {}",
-            if self.cgroup_iter {
-                "present"
-            } else {
-                "absent"
-            }
-        );
+        let _ = writeln!(out, "cgroup iterator: {}", if self.cgroup_iter { "present" } else { "absent" });
         let hooks = &self.pressure_hooks;
         let present: Vec<_> = hooks.present_fentry().collect();
-        let absent: Vec<_> = hooks
-            .fentry
-            .iter()
-            .filter(|s| !s.present)
-            .map(|s| s.name)
-            .collect();
+        let absent: Vec<_> = hooks.fentry.iter().filter(|s| !s.present).map(|s| s.name).collect();
         let _ = writeln!(
             out,
             "fentry pressure hooks: {} of {} in BTF: {}{}",
             present.len(),
             hooks.fentry.len(),
-            if present.is_empty() {
-                "none".to_string()
-            } else {
-                present.join(", ")
-            },
+            if present.is_empty() { "none".to_string() } else { present.join(", ") },
             missing_list(absent.into_iter())
         );
         for t in &hooks.tracepoints {
-            let _ = writeln!(
-                out,
-                "tracepoint {}: {}",
-                t.name,
-                if t.present() { "present" } else { "absent" }
-            );
+            let _ = writeln!(out, "tracepoint {}: {}", t.name, if t.present() { "present" } else { "absent" });
         }
         out
     }
@@ -476,12 +384,7 @@ mod tests {
         b.func("__mem_cgroup_handle_over_high", proto);
         b.func("balance_dirty_pages", proto);
         b.composite(Kind::Struct, "bpf_iter__cgroup", 16, &[("meta", int, 0)]);
-        b.composite(
-            Kind::Struct,
-            "trace_event_raw_balance_dirty_pages",
-            8,
-            &[("x", int, 0)],
-        );
+        b.composite(Kind::Struct, "trace_event_raw_balance_dirty_pages", 8, &[("x", int, 0)]);
         b.typedef("btf_trace_mm_vmscan_memcg_reclaim_begin", proto);
         Btf::parse(b.build(), "old.btf").unwrap()
     }
@@ -510,12 +413,7 @@ mod tests {
                 ("get_high_delay_ms", fp, 256),
             ],
         );
-        b.composite(
-            Kind::Struct,
-            "bpf_struct_ops_memcg_bpf_ops",
-            48,
-            &[("data", ops, 64)],
-        );
+        b.composite(Kind::Struct, "bpf_struct_ops_memcg_bpf_ops", 48, &[("data", ops, 64)]);
         Btf::parse(b.build(), "rfc.btf").unwrap()
     }
 
@@ -527,28 +425,13 @@ mod tests {
         assert_eq!(f.memcg_bpf_ops.availability, Availability::Absent);
         assert!(f.cgroup_iter);
         let hooks: Vec<_> = f.pressure_hooks.present_fentry().collect();
-        assert_eq!(
-            hooks,
-            [
-                "try_to_free_mem_cgroup_pages",
-                "__mem_cgroup_handle_over_high",
-                "balance_dirty_pages"
-            ]
-        );
-        let tps: Vec<_> = f
-            .pressure_hooks
-            .tracepoints
-            .iter()
-            .map(|t| t.present())
-            .collect();
+        assert_eq!(hooks, ["try_to_free_mem_cgroup_pages", "__mem_cgroup_handle_over_high", "balance_dirty_pages"]);
+        let tps: Vec<_> = f.pressure_hooks.tracepoints.iter().map(|t| t.present()).collect();
         assert_eq!(tps, [true, false, true]);
         let s = f.summary();
         assert!(s.contains("memcg kfuncs: absent (0/7)"), "{s}");
         assert!(s.contains("memcg_bpf_ops struct_ops: absent\n"), "{s}");
-        assert!(
-            s.contains("missing: mem_cgroup_handle_over_high, calculate_high_delay"),
-            "{s}"
-        );
+        assert!(s.contains("missing: mem_cgroup_handle_over_high, calculate_high_delay"), "{s}");
     }
 
     #[test]
@@ -568,21 +451,14 @@ mod tests {
     fn partial_kfuncs_name_the_missing_one() {
         let f = KernelFeatures::probe(&rfc_kernel(Some("bpf_mem_cgroup_memory_events")));
         assert_eq!(f.memcg_kfuncs.availability, Availability::Partial);
-        assert!(f
-            .summary()
-            .contains("(6/7) (missing: bpf_mem_cgroup_memory_events)"));
+        assert!(f.summary().contains("(6/7) (missing: bpf_mem_cgroup_memory_events)"));
     }
 
     #[test]
     fn struct_ops_of_another_shape_is_partial() {
         let mut b = Builder::new();
         let int = b.int("int", 4);
-        b.composite(
-            Kind::Struct,
-            "memcg_bpf_ops",
-            8,
-            &[("memcg_nr_pages_over_high", int, 0)],
-        );
+        b.composite(Kind::Struct, "memcg_bpf_ops", 8, &[("memcg_nr_pages_over_high", int, 0)]);
         let f = KernelFeatures::probe(&Btf::parse(b.build(), "v1.btf").unwrap());
         assert_eq!(f.memcg_bpf_ops.availability, Availability::Partial);
         assert!(f.summary().contains(
@@ -596,26 +472,17 @@ mod tests {
         let v = serde_json::to_value(&f).unwrap();
         assert_eq!(v["memcg_kfuncs"]["availability"], "absent");
         assert_eq!(v["cgroup_iter"], true);
-        assert_eq!(
-            v["pressure_hooks"]["fentry"][0]["name"],
-            "try_to_free_mem_cgroup_pages"
-        );
+        assert_eq!(v["pressure_hooks"]["fentry"][0]["name"], "try_to_free_mem_cgroup_pages");
     }
 
     #[test]
     fn host_probe_prints_summary() {
         let Ok(btf) = Btf::load_vmlinux() else {
-            eprintln!(
-                "SKIP host_probe_prints_summary: {} unreadable",
-                crate::btf::VMLINUX_BTF
-            );
+            eprintln!("SKIP host_probe_prints_summary: {} unreadable", crate::btf::VMLINUX_BTF);
             return;
         };
         let f = KernelFeatures::probe(&btf);
         eprintln!("{}", f.summary());
-        assert!(
-            f.cgroup_iter,
-            "every kernel memqos supports (>= 6.1) has the cgroup iterator"
-        );
+        assert!(f.cgroup_iter, "every kernel memqos supports (>= 6.1) has the cgroup iterator");
     }
 }

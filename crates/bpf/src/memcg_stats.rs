@@ -157,7 +157,8 @@ impl MemcgStats {
                 let skel = open.load().map_err(bpf("loading"))?;
                 let mut opts = CgroupIterOpts::from_fd(root_dir.as_fd());
                 opts.order = CgroupIterOrder::DescendantsPre;
-                let link = skel.progs.memcg_stats.attach_iter_with_opts(IterOpts::Cgroup(opts)).map_err(bpf("attaching"))?;
+                let link =
+                    skel.progs.memcg_stats.attach_iter_with_opts(IterOpts::Cgroup(opts)).map_err(bpf("attaching"))?;
                 Prog::Iterator { skel, link, _root: root_dir }
             }
         };

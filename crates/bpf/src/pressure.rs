@@ -149,19 +149,45 @@ pub fn plan(btf: &Btf) -> Vec<Hook> {
     let memcg_scan = (memcg_events && scan_is_vm_event) || lruvec;
 
     let hook = |program, target, kinds, present: bool, superseded: Option<&'static str>| {
-        let why_not = if !present {
-            Some("not in this kernel's BTF")
-        } else {
-            superseded
-        };
+        let why_not = if !present { Some("not in this kernel's BTF") } else { superseded };
         Hook { program, target, kinds, selected: why_not.is_none(), why_not, attached: None }
     };
     vec![
-        hook("memcg_reclaim_begin", "tracepoint vmscan:mm_vmscan_memcg_reclaim_begin", &[Kind::Reclaim], typedef("mm_vmscan_memcg_reclaim_begin"), None),
-        hook("direct_reclaim_begin", "tracepoint vmscan:mm_vmscan_direct_reclaim_begin", &[Kind::Reclaim], typedef("mm_vmscan_direct_reclaim_begin"), None),
-        hook("handle_over_high", "fentry mem_cgroup_handle_over_high", &[Kind::OverHigh], btf.has_func("mem_cgroup_handle_over_high"), None),
-        hook("handle_over_high_outline", "fentry __mem_cgroup_handle_over_high", &[Kind::OverHigh], btf.has_func("__mem_cgroup_handle_over_high"), None),
-        hook("count_memcg_events", "tracepoint memcg:count_memcg_events", if scan_is_vm_event { &[Kind::Fault, Kind::MajFault, Kind::Scan] } else { &[Kind::Fault, Kind::MajFault] }, memcg_events, None),
+        hook(
+            "memcg_reclaim_begin",
+            "tracepoint vmscan:mm_vmscan_memcg_reclaim_begin",
+            &[Kind::Reclaim],
+            typedef("mm_vmscan_memcg_reclaim_begin"),
+            None,
+        ),
+        hook(
+            "direct_reclaim_begin",
+            "tracepoint vmscan:mm_vmscan_direct_reclaim_begin",
+            &[Kind::Reclaim],
+            typedef("mm_vmscan_direct_reclaim_begin"),
+            None,
+        ),
+        hook(
+            "handle_over_high",
+            "fentry mem_cgroup_handle_over_high",
+            &[Kind::OverHigh],
+            btf.has_func("mem_cgroup_handle_over_high"),
+            None,
+        ),
+        hook(
+            "handle_over_high_outline",
+            "fentry __mem_cgroup_handle_over_high",
+            &[Kind::OverHigh],
+            btf.has_func("__mem_cgroup_handle_over_high"),
+            None,
+        ),
+        hook(
+            "count_memcg_events",
+            "tracepoint memcg:count_memcg_events",
+            if scan_is_vm_event { &[Kind::Fault, Kind::MajFault, Kind::Scan] } else { &[Kind::Fault, Kind::MajFault] },
+            memcg_events,
+            None,
+        ),
         hook(
             "mod_memcg_lruvec_state",
             "tracepoint memcg:mod_memcg_lruvec_state",
@@ -176,7 +202,13 @@ pub fn plan(btf: &Btf) -> Vec<Hook> {
             typedef("mm_vmscan_lru_shrink_inactive"),
             memcg_scan.then_some("the memcg tracepoints count scans per memcg"),
         ),
-        hook("handle_mm_fault_exit", "fexit handle_mm_fault", &[Kind::Fault, Kind::MajFault], btf.has_func("handle_mm_fault"), memcg_events.then_some("memcg:count_memcg_events counts faults per memcg")),
+        hook(
+            "handle_mm_fault_exit",
+            "fexit handle_mm_fault",
+            &[Kind::Fault, Kind::MajFault],
+            btf.has_func("handle_mm_fault"),
+            memcg_events.then_some("memcg:count_memcg_events counts faults per memcg"),
+        ),
     ]
 }
 
@@ -331,7 +363,8 @@ impl PressureSource {
         let mut s = Stats::default();
         for (i, slot) in [&mut s.emitted, &mut s.ring_full, &mut s.rate_limited].into_iter().enumerate() {
             if let Ok(Some(per_cpu)) = self.skel.maps.stats.lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY) {
-                *slot = per_cpu.iter().filter_map(|v| v.get(..8)).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).sum();
+                *slot =
+                    per_cpu.iter().filter_map(|v| v.get(..8)).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).sum();
             }
         }
         s
@@ -358,7 +391,12 @@ pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
 
 fn decode(data: &[u8]) -> Option<PressureEvent> {
     let raw: types::pressure_event = from_bytes(data)?;
-    Some(PressureEvent { cgroup_id: raw.cgroup_id, kind: Kind::from_raw(raw.kind)?, value: raw.value, ktime_ns: raw.ktime_ns })
+    Some(PressureEvent {
+        cgroup_id: raw.cgroup_id,
+        kind: Kind::from_raw(raw.kind)?,
+        value: raw.value,
+        ktime_ns: raw.ktime_ns,
+    })
 }
 
 fn as_bytes<T: Copy>(v: &T) -> &[u8] {
@@ -386,7 +424,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<types::pressure_event>(), 32);
         let header = include_str!("bpf/pressure.h");
         for (i, k) in Kind::ALL.iter().enumerate() {
-            let name = format!("PK_{} = {i},", k.as_str().replace('_', "").to_uppercase().replace("OVERHIGH", "OVER_HIGH"));
+            let name =
+                format!("PK_{} = {i},", k.as_str().replace('_', "").to_uppercase().replace("OVERHIGH", "OVER_HIGH"));
             assert!(header.contains(&name), "pressure.h lacks {name}");
         }
         assert!(header.contains(&format!("PK_NR = {KINDS},")));
@@ -418,7 +457,13 @@ mod tests {
         let hooks = plan(&kernel(false, false));
         assert_eq!(
             selected(&hooks),
-            ["memcg_reclaim_begin", "direct_reclaim_begin", "handle_over_high", "lru_shrink_inactive", "handle_mm_fault_exit"]
+            [
+                "memcg_reclaim_begin",
+                "direct_reclaim_begin",
+                "handle_over_high",
+                "lru_shrink_inactive",
+                "handle_mm_fault_exit"
+            ]
         );
         let missing = hooks.iter().find(|h| h.program == "count_memcg_events").unwrap();
         assert_eq!(missing.why_not, Some("not in this kernel's BTF"));
@@ -427,7 +472,10 @@ mod tests {
     #[test]
     fn memcg_tracepoints_replace_scan_and_fault_hooks() {
         let hooks = plan(&kernel(true, true));
-        assert_eq!(selected(&hooks), ["memcg_reclaim_begin", "direct_reclaim_begin", "handle_over_high_outline", "count_memcg_events"]);
+        assert_eq!(
+            selected(&hooks),
+            ["memcg_reclaim_begin", "direct_reclaim_begin", "handle_over_high_outline", "count_memcg_events"]
+        );
         let lruvec = hooks.iter().find(|h| h.program == "mod_memcg_lruvec_state").unwrap();
         assert!(lruvec.why_not.unwrap().contains("vm events"));
     }

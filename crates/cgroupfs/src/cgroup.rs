@@ -168,14 +168,17 @@ impl Cgroup {
     /// cgroup all read as unset: a hint, not a knob.
     pub fn xattr_flag(&self, name: &str) -> bool {
         use std::os::unix::ffi::OsStrExt;
-        let (Ok(path), Ok(name)) = (std::ffi::CString::new(self.path.as_os_str().as_bytes()), std::ffi::CString::new(name)) else {
+        let (Ok(path), Ok(name)) =
+            (std::ffi::CString::new(self.path.as_os_str().as_bytes()), std::ffi::CString::new(name))
+        else {
             return false;
         };
         let mut buf = [0u8; 16];
         // SAFETY: NUL-terminated strings and a buffer of the length given.
         let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
         // ERANGE (a long value) still means "set".
-        n >= 0 && &buf[..n as usize] != b"0" || n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE)
+        n >= 0 && &buf[..n as usize] != b"0"
+            || n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE)
     }
 
     /// Direct child cgroups (directories), sorted by name.
@@ -236,7 +239,11 @@ mod tests {
     use super::*;
 
     fn fake_tree() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("memqos-cgroupfs-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let dir = std::env::temp_dir().join(format!(
+            "memqos-cgroupfs-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("a/x")).unwrap();
         std::fs::create_dir_all(dir.join("b")).unwrap();
@@ -269,7 +276,12 @@ mod tests {
         let missing = a.memory_pressure().unwrap_err();
         assert!(!missing.is_vanished() && missing.to_string().contains("memory.pressure"), "{missing}");
 
-        let names: Vec<_> = Cgroup::new(&root).descendants().unwrap().iter().map(|c| c.path().strip_prefix(&root).unwrap().to_owned()).collect();
+        let names: Vec<_> = Cgroup::new(&root)
+            .descendants()
+            .unwrap()
+            .iter()
+            .map(|c| c.path().strip_prefix(&root).unwrap().to_owned())
+            .collect();
         assert_eq!(names, vec![PathBuf::from("a"), PathBuf::from("a/x"), PathBuf::from("b")]);
         std::fs::remove_dir_all(root).unwrap();
     }

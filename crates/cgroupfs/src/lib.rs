@@ -5,8 +5,8 @@
 //! path and file name to every error. "The cgroup vanished" is turned into
 //! [`Error::Vanished`] in one place so callers can treat it as a normal outcome.
 
-pub mod parse;
 mod cgroup;
+pub mod parse;
 
 pub use cgroup::{Cgroup, Error, Result};
 pub use parse::{Limit, MemoryEvents, Pressure, PressureLine};

@@ -11,10 +11,18 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A memory limit as written in memory.high/max/low/min: a byte count or `max` (no limit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// A memory limit as cgroup v2 files hold it (memory.high/max/low/min/swap.max): a byte count
+/// or `max` (no limit). The one limit type of memqos: cgroupfs reads it, stats reports it, the
+/// policy engine decides it and the daemon writes it.
+///
+/// The variant order makes `Bytes(_) < Max`, so `min`/`max`/`<` mean "tighter"/"looser" (an
+/// `Option<u64>` with `None = max` would order the other way round). Serialized as a JSON
+/// number or the string `"max"`, like the file contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Limit {
+    /// A finite limit in bytes.
     Bytes(u64),
+    /// No limit (`max` in the file).
     Max,
 }
 
@@ -27,6 +35,7 @@ impl Limit {
         }
     }
 
+    /// The finite value, or `None` for `max`.
     pub fn bytes(self) -> Option<u64> {
         match self {
             Limit::Bytes(b) => Some(b),
@@ -42,6 +51,45 @@ impl fmt::Display for Limit {
             Limit::Bytes(b) => write!(f, "{b}"),
             Limit::Max => f.write_str("max"),
         }
+    }
+}
+
+impl std::str::FromStr for Limit {
+    type Err = ParseError;
+    /// The file's text: `max` or a decimal byte count (surrounding whitespace ok).
+    fn from_str(s: &str) -> Result<Limit, ParseError> {
+        parse_limit(s)
+    }
+}
+
+impl Serialize for Limit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Limit::Bytes(b) => s.serialize_u64(*b),
+            Limit::Max => s.serialize_str("max"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Limit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte count or \"max\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Limit, E> {
+                Ok(Limit::Bytes(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Limit, E> {
+                match v {
+                    "max" => Ok(Limit::Max),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -153,14 +201,23 @@ fn parse_kv_line(line: &str, line_no: usize) -> Result<(&str, u64), ParseError> 
     Ok((key, val))
 }
 
-/// memory.events (or memory.events.local): how often each boundary was hit.
+/// memory.events (or memory.events.local): how often each boundary was hit, as totals or as
+/// increments between two readings ([`MemoryEvents::delta_since`]). The one events type of
+/// memqos, from the cgroupfs reader to the policy engine's observations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MemoryEvents {
+    /// Reclaimed despite being under memory.low: protection is overcommitted.
     pub low: u64,
+    /// Went over memory.high (throttled by the kernel).
     pub high: u64,
+    /// Hit memory.max (direct reclaim at the limit).
     pub max: u64,
+    /// The OOM killer was invoked.
     pub oom: u64,
+    /// Processes were OOM-killed.
     pub oom_kill: u64,
+    /// Whole cgroups were OOM-killed (memory.oom.group; absent before 5.17).
     pub oom_group_kill: u64,
 }
 
@@ -206,7 +263,8 @@ pub struct PressureLine {
     pub total_us: u64,
 }
 
-/// memory.pressure / /proc/pressure/memory. `full` is absent on some old kernels.
+/// memory.pressure, /proc/pressure/memory (and the cpu/io files of the same format). `full` is
+/// absent on some old kernels. The one pressure type of memqos.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pressure {
     pub some: PressureLine,
@@ -272,6 +330,16 @@ mod tests {
         assert!(matches!(parse_limit(""), Err(ParseError::Empty { .. })));
         assert!(matches!(parse_limit("-1"), Err(ParseError::Unexpected { .. })));
         assert!(Limit::Bytes(u64::MAX - 1) < Limit::Max);
+        assert_eq!("max\n".parse::<Limit>(), Ok(Limit::Max));
+    }
+
+    #[test]
+    fn limit_json_is_the_file_value() {
+        let j = serde_json::to_string(&[Limit::Bytes(5), Limit::Max]).unwrap();
+        assert_eq!(j, r#"[5,"max"]"#);
+        assert_eq!(serde_json::from_str::<Vec<Limit>>(&j).unwrap(), vec![Limit::Bytes(5), Limit::Max]);
+        assert!(serde_json::from_str::<Limit>(r#""64M""#).is_err());
+        assert!(serde_json::from_str::<Limit>("-1").is_err());
     }
 
     #[test]
@@ -279,11 +347,10 @@ mod tests {
         let kv = parse_flat_keyed("anon 4096\nfile 0\n\nkernel 12\n").unwrap();
         assert_eq!(kv, vec![("anon", 4096), ("file", 0), ("kernel", 12)]);
         let err = parse_flat_keyed("anon 1\nfile x\n").unwrap_err();
-        assert_eq!(err, ParseError::Unexpected {
-            line: 2,
-            expected: "an unsigned number after the key",
-            found: "file x".into()
-        });
+        assert_eq!(
+            err,
+            ParseError::Unexpected { line: 2, expected: "an unsigned number after the key", found: "file x".into() }
+        );
         assert!(parse_flat_keyed("anon 1 2\n").is_err());
         // Fast and slow paths agree; 20-digit values are range-checked.
         assert_eq!(parse_flat_keyed("a  7\n\tb 18446744073709551615 \n").unwrap(), vec![("a", 7), ("b", u64::MAX)]);
@@ -297,7 +364,9 @@ mod tests {
     #[test]
     fn memory_events_6_12_and_unknown_keys() {
         // 6.12 layout; a future key must not break parsing.
-        let ev = MemoryEvents::parse("low 0\nhigh 1459\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\nsock_throttled 9\n").unwrap();
+        let ev =
+            MemoryEvents::parse("low 0\nhigh 1459\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\nsock_throttled 9\n")
+                .unwrap();
         assert_eq!(ev, MemoryEvents { low: 0, high: 1459, max: 3, oom: 1, oom_kill: 1, oom_group_kill: 0 });
         // Older kernels lack oom_group_kill.
         let old = MemoryEvents::parse("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n").unwrap();

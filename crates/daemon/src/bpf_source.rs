@@ -29,7 +29,9 @@ impl BpfSource {
     /// Loads and attaches the programs this kernel supports. The error is one sentence for
     /// the log: why the source is off.
     pub fn start() -> Result<BpfSource, String> {
-        let path = std::env::var_os("MEMQOS_VMLINUX_BTF").map(std::path::PathBuf::from).unwrap_or_else(|| memqos_bpf::btf::VMLINUX_BTF.into());
+        let path = std::env::var_os("MEMQOS_VMLINUX_BTF")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| memqos_bpf::btf::VMLINUX_BTF.into());
         let btf = Btf::load(&path).map_err(|e| pressure::LoadError::NoBtf(format!("{e}")).to_string())?;
         let src = PressureSource::load(&btf, Options::default()).map_err(|e| e.to_string())?;
         Ok(BpfSource { src, watched: HashMap::new() })
@@ -37,7 +39,13 @@ impl BpfSource {
 
     /// `program -> target` of every attached program, and attach errors, for the log.
     pub fn describe(&self) -> serde_json::Value {
-        let attached: Vec<String> = self.src.hooks().iter().filter(|h| h.attached == Some(Ok(()))).map(|h| format!("{} ({})", h.program, h.target)).collect();
+        let attached: Vec<String> = self
+            .src
+            .hooks()
+            .iter()
+            .filter(|h| h.attached == Some(Ok(())))
+            .map(|h| format!("{} ({})", h.program, h.target))
+            .collect();
         let failed: Vec<String> = self
             .src
             .hooks()

@@ -37,7 +37,13 @@ impl CpuWeights {
 
     /// Brings each observed cgroup's cpu.weight to its tier's value. Read every tick (one
     /// small file per cgroup), so a cgroup recreated under the same name is caught too.
-    pub fn sync(&mut self, cfg: &Config, root: &Cgroup, obs: &Observation, journal: &mut Journal) -> anyhow::Result<Vec<WeightWrite>> {
+    pub fn sync(
+        &mut self,
+        cfg: &Config,
+        root: &Cgroup,
+        obs: &Observation,
+        journal: &mut Journal,
+    ) -> anyhow::Result<Vec<WeightWrite>> {
         let mut writes = Vec::new();
         for c in &obs.cgroups {
             let Some(weight) = cfg.tiers.get(c.tier).and_then(|t| t.cpu_weight) else { continue };

@@ -32,7 +32,14 @@ impl DirtyEnforcer {
     }
 
     /// Merges the dirty ceilings into the engine's decisions.
-    pub fn adjust(&mut self, cfg: &Config, root: &Cgroup, obs: &Observation, mut decisions: Vec<Decision>, state_dir: &Path) -> Vec<Decision> {
+    pub fn adjust(
+        &mut self,
+        cfg: &Config,
+        root: &Cgroup,
+        obs: &Observation,
+        mut decisions: Vec<Decision>,
+        state_dir: &Path,
+    ) -> Vec<Decision> {
         let host = match read_host() {
             Ok(h) => h,
             Err(e) => {
@@ -68,7 +75,8 @@ impl DirtyEnforcer {
             let Some(c) = obs.cgroups.iter().find(|c| c.id == cap.id) else { continue };
             // The engine's wish for this cgroup: this tick's decision, else its last one,
             // else the original value.
-            let engine_decision = decisions.iter().position(|d| d.cgroup == cap.id && matches!(d.action, Action::High(_)));
+            let engine_decision =
+                decisions.iter().position(|d| d.cgroup == cap.id && matches!(d.action, Action::High(_)));
             let engine_reason = engine_decision.map(|i| {
                 let d = decisions.remove(i);
                 if let Action::High(l) = d.action {

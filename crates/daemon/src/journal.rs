@@ -77,7 +77,8 @@ pub struct RestoreReport {
 impl Journal {
     /// Opens (or starts) the journal in `state_dir`; an existing journal is loaded as is.
     pub fn open(state_dir: &Path, cgroup_root: &Path) -> Result<Journal> {
-        std::fs::create_dir_all(state_dir).with_context(|| format!("creating state directory {}", state_dir.display()))?;
+        std::fs::create_dir_all(state_dir)
+            .with_context(|| format!("creating state directory {}", state_dir.display()))?;
         let path = state_dir.join(JOURNAL_FILE);
         let data = match Journal::load(&path)? {
             Some(d) => d,
@@ -111,11 +112,7 @@ impl Journal {
 
     /// The journaled original of a process's knob.
     pub fn process_original(&self, process: Process, file: &str) -> Option<&str> {
-        self.data
-            .entries
-            .iter()
-            .find(|e| e.process == Some(process) && e.file == file)
-            .map(|e| e.original.as_str())
+        self.data.entries.iter().find(|e| e.process == Some(process) && e.file == file).map(|e| e.original.as_str())
     }
 
     /// Records a process knob's original (unless already recorded), durably, before the
@@ -149,7 +146,12 @@ impl Journal {
         if self.original(cgroup, file).is_some() {
             return Ok(());
         }
-        self.data.entries.push(Entry { cgroup: cgroup.into(), file: file.into(), original: original.trim().into(), process: None });
+        self.data.entries.push(Entry {
+            cgroup: cgroup.into(),
+            file: file.into(),
+            original: original.trim().into(),
+            process: None,
+        });
         self.persist()
     }
 

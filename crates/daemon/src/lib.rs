@@ -101,10 +101,13 @@ pub fn run(opts: Options) -> Result<()> {
 
     // A journal here means the previous run did not finish its restore.
     if let Some(report) = restore_state_dir(&state_dir)? {
-        log_event(&state_dir, serde_json::json!({
-            "event": "recovered", "restored": report.restored.len(),
-            "vanished": report.vanished.len(), "failed": report.failed.len(),
-        }));
+        log_event(
+            &state_dir,
+            serde_json::json!({
+                "event": "recovered", "restored": report.restored.len(),
+                "vanished": report.vanished.len(), "failed": report.failed.len(),
+            }),
+        );
         if !report.failed.is_empty() {
             bail!("could not restore knobs left by the previous run: {:?}", report.failed);
         }
@@ -128,7 +131,10 @@ pub fn run(opts: Options) -> Result<()> {
     // When the last wait returned: BPF crossings are logged with it.
     let mut woke_ns = 0u64;
     let mut told_ready = false;
-    log_event(&state_dir, serde_json::json!({"event": "started", "pid": std::process::id(), "cgroup_root": cfg.cgroup_root, "config": opts.config_path}));
+    log_event(
+        &state_dir,
+        serde_json::json!({"event": "started", "pid": std::process::id(), "cgroup_root": cfg.cgroup_root, "config": opts.config_path}),
+    );
     if let Some(bpf) = &signals.bpf_started {
         log_event(&state_dir, serde_json::json!({"event": "bpf_source", "hooks": bpf}));
     }
@@ -161,11 +167,14 @@ pub fn run(opts: Options) -> Result<()> {
             }
             if let Some(adj) = oom_adj.as_mut() {
                 for w in adj.sync(&cfg, &root, &obs, &mut journal)? {
-                    log_event(&state_dir, serde_json::json!({
-                        "event": "write", "cgroup": w.cgroup, "pid": w.pid, "file": oom_adj::FILE,
-                        "value": w.value.to_string(), "previous": w.previous.to_string(), "outcome": w.outcome,
-                        "why": if w.cgroup.is_empty() { "process left its tier: original put back" } else { "tier oom_score_adj" },
-                    }));
+                    log_event(
+                        &state_dir,
+                        serde_json::json!({
+                            "event": "write", "cgroup": w.cgroup, "pid": w.pid, "file": oom_adj::FILE,
+                            "value": w.value.to_string(), "previous": w.previous.to_string(), "outcome": w.outcome,
+                            "why": if w.cgroup.is_empty() { "process left its tier: original put back" } else { "tier oom_score_adj" },
+                        }),
+                    );
                 }
                 for msg in adj.notes.drain(..) {
                     log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
@@ -173,17 +182,23 @@ pub fn run(opts: Options) -> Result<()> {
             }
             if let Some(w) = cpu_weights.as_mut() {
                 for wr in w.sync(&cfg, &root, &obs, &mut journal)? {
-                    log_event(&state_dir, serde_json::json!({
-                        "event": "write", "cgroup": wr.cgroup, "file": cpu_weight::FILE, "value": wr.value.to_string(),
-                        "previous": wr.previous, "outcome": wr.outcome, "why": "tier cpu_weight",
-                    }));
+                    log_event(
+                        &state_dir,
+                        serde_json::json!({
+                            "event": "write", "cgroup": wr.cgroup, "file": cpu_weight::FILE, "value": wr.value.to_string(),
+                            "previous": wr.previous, "outcome": wr.outcome, "why": "tier cpu_weight",
+                        }),
+                    );
                 }
                 for msg in w.notes.drain(..) {
                     log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
                 }
             }
             for c in signals.bpf_crossings.drain(..) {
-                log_event(&state_dir, serde_json::json!({"event": "bpf", "cgroup": c.cgroup, "kind": c.kind, "value": c.value, "ktime_ns": c.ktime_ns, "mono_ns": woke_ns}));
+                log_event(
+                    &state_dir,
+                    serde_json::json!({"event": "bpf", "cgroup": c.cgroup, "kind": c.kind, "value": c.value, "ktime_ns": c.ktime_ns, "mono_ns": woke_ns}),
+                );
             }
             let protected: Vec<String> = obs
                 .cgroups
@@ -201,14 +216,28 @@ pub fn run(opts: Options) -> Result<()> {
             reported_degraded = signals.degraded.len();
             // status.json is for people and `memqos status`: once a second, or when knobs change.
             if !decisions.is_empty() || last_status.is_none_or(|t: Instant| t.elapsed() >= STATUS_EVERY) {
-                status::write(&state_dir, &status::Snapshot::new(&cfg, &opts.config_path, &obs, &seen, &engine, &recent, oom_adj.as_ref().map_or(0, |a| a.adjusted())))?;
+                status::write(
+                    &state_dir,
+                    &status::Snapshot::new(
+                        &cfg,
+                        &opts.config_path,
+                        &obs,
+                        &seen,
+                        &engine,
+                        &recent,
+                        oom_adj.as_ref().map_or(0, |a| a.adjusted()),
+                    ),
+                )?;
                 last_status = Some(Instant::now());
             }
             // Type=notify: systemd counts the unit started once the first tick is done.
             if !told_ready {
                 told_ready = true;
                 if let Err(e) = sd_notify::notify(&format!("READY=1\nSTATUS=managing {}", cfg.cgroup_root.display())) {
-                    log_event(&state_dir, serde_json::json!({"event": "degraded", "message": format!("sd_notify READY=1: {e}")}));
+                    log_event(
+                        &state_dir,
+                        serde_json::json!({"event": "degraded", "message": format!("sd_notify READY=1: {e}")}),
+                    );
                 }
             }
             pending = signals.wait(interval);
@@ -225,11 +254,14 @@ pub fn run(opts: Options) -> Result<()> {
     // Detach the BPF programs before restoring, so the restore's own reclaim is not counted.
     drop(signals);
     let report = journal.restore()?;
-    log_event(&state_dir, serde_json::json!({
-        "event": "stopped", "restored": report.restored.len(), "vanished": report.vanished.len(),
-        "failed": report.failed.iter().map(|(e, err)| format!("{}/{}: {err}", e.cgroup, e.file)).collect::<Vec<_>>(),
-        "error": result.as_ref().err().map(|e| format!("{e:#}")),
-    }));
+    log_event(
+        &state_dir,
+        serde_json::json!({
+            "event": "stopped", "restored": report.restored.len(), "vanished": report.vanished.len(),
+            "failed": report.failed.iter().map(|(e, err)| format!("{}/{}: {err}", e.cgroup, e.file)).collect::<Vec<_>>(),
+            "error": result.as_ref().err().map(|e| format!("{e:#}")),
+        }),
+    );
     status::remove(&state_dir);
     result
 }
@@ -252,11 +284,14 @@ fn apply(root: &Cgroup, journal: &mut Journal, d: &Decision, state_dir: &Path) -
     }
     let started_ns = mono_ns();
     let outcome = write_knob(&cg, file, &d.action.value());
-    log_event(state_dir, serde_json::json!({
-        "event": "write", "cgroup": d.cgroup, "file": file, "value": d.action.value(),
-        "previous": previous, "outcome": outcome, "reason": d.reason, "why": d.reason.to_string(),
-        "mono_ns": started_ns, "mono_done_ns": mono_ns(),
-    }));
+    log_event(
+        state_dir,
+        serde_json::json!({
+            "event": "write", "cgroup": d.cgroup, "file": file, "value": d.action.value(),
+            "previous": previous, "outcome": outcome, "reason": d.reason, "why": d.reason.to_string(),
+            "mono_ns": started_ns, "mono_done_ns": mono_ns(),
+        }),
+    );
     Ok(())
 }
 

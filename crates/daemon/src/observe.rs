@@ -3,7 +3,7 @@
 use crate::journal::Journal;
 use anyhow::{anyhow, Context};
 use memqos_cgroupfs::{Cgroup, MemoryEvents};
-use memqos_policy::{CgroupObs, Config, Knobs, Limit, MemEvents, Observation, ParentObs, Psi};
+use memqos_policy::{CgroupObs, Config, Knobs, Limit, Observation, ParentObs};
 use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -40,29 +40,23 @@ pub struct Seen {
     pub events: MemoryEvents,
 }
 
-fn limit(l: memqos_cgroupfs::Limit) -> Limit {
-    match l {
-        memqos_cgroupfs::Limit::Bytes(b) => Limit::Bytes(b),
-        memqos_cgroupfs::Limit::Max => Limit::Max,
-    }
-}
-
-fn events(d: MemoryEvents) -> MemEvents {
-    MemEvents { low: d.low, high: d.high, max: d.max, oom: d.oom, oom_kill: d.oom_kill }
-}
-
 /// A value the snapshot must have for a managed cgroup; missing means the memory controller
 /// is not enabled for it (or the kernel lacks the file).
 fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Result<T> {
-    v.ok_or_else(|| anyhow!("cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)", root.join(&c.path).display()))
+    v.ok_or_else(|| {
+        anyhow!(
+            "cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)",
+            root.join(&c.path).display()
+        )
+    })
 }
 
 fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
     Ok(Knobs {
-        high: limit(need(c.high, root, c, "memory.high")?),
-        max: limit(need(c.max, root, c, "memory.max")?),
-        low: limit(need(c.low, root, c, "memory.low")?),
-        min: limit(need(c.min, root, c, "memory.min")?),
+        high: need(c.high, root, c, "memory.high")?,
+        max: need(c.max, root, c, "memory.max")?,
+        low: need(c.low, root, c, "memory.low")?,
+        min: need(c.min, root, c, "memory.min")?,
         // cgroup.freeze is a knob, not a memory statistic: read here, per managed leaf. The
         // root of a hierarchy has none; leaves always do.
         frozen: Cgroup::new(root.join(&c.path)).is_frozen().unwrap_or(false),
@@ -71,7 +65,7 @@ fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
 
 /// Originals: the journaled value where memqos has written the knob, else the current one.
 fn originals(journal: &Journal, id: &str, current: &Knobs) -> Knobs {
-    let get = |file: &str, cur: Limit| journal.original(id, file).and_then(Limit::parse).unwrap_or(cur);
+    let get = |file: &str, cur: Limit| journal.original(id, file).and_then(|v| v.parse().ok()).unwrap_or(cur);
     Knobs {
         high: get("memory.high", current.high),
         max: current.max,
@@ -97,7 +91,13 @@ impl Sampler {
     /// Takes one snapshot of the managed tree and turns it into an observation. Cgroups
     /// that vanish while being read are left out by the snapshot; a managed cgroup without
     /// memory files is an error naming it.
-    pub fn sample(&mut self, cfg: &Config, root: &Cgroup, journal: &Journal, now_ms: u64) -> anyhow::Result<(Observation, Vec<Seen>)> {
+    pub fn sample(
+        &mut self,
+        cfg: &Config,
+        root: &Cgroup,
+        journal: &Journal,
+        now_ms: u64,
+    ) -> anyhow::Result<(Observation, Vec<Seen>)> {
         if self.source.as_ref().is_none_or(|(p, _)| p != root.path()) {
             let notes = &mut self.notes;
             let mut source = memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
@@ -120,9 +120,9 @@ impl Sampler {
             let parent_ev = need(top.events, root.path(), top, "memory.events")?;
             let parent = ParentObs {
                 usage_bytes: need(top.current, root.path(), top, "memory.current")?,
-                max: limit(need(top.max, root.path(), top, "memory.max")?),
-                high: limit(need(top.high, root.path(), top, "memory.high")?),
-                events_delta: self.prev_parent_events.map(|p| events(parent_ev.delta_since(&p))).unwrap_or_default(),
+                max: need(top.max, root.path(), top, "memory.max")?,
+                high: need(top.high, root.path(), top, "memory.high")?,
+                events_delta: self.prev_parent_events.map(|p| parent_ev.delta_since(&p)).unwrap_or_default(),
             };
             self.prev_parent_events = Some(parent_ev);
             parent
@@ -144,7 +144,8 @@ impl Sampler {
                 cfg.tiers.classify(&c.path)
             };
             let Some(tier) = tier else { continue };
-            let (mut obs, s) = Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
+            let (mut obs, s) =
+                Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
@@ -172,7 +173,7 @@ impl Sampler {
         let ev = need(c.events, root, c, "memory.events")?;
         let psi = need(c.pressure, root, c, "memory.pressure")?;
         let current = knobs(root, c)?;
-        let delta = prev_events.get(id).map(|p| events(ev.delta_since(p))).unwrap_or_default();
+        let delta = prev_events.get(id).map(|p| ev.delta_since(p)).unwrap_or_default();
         let psi_delta = prev_psi_total.get(id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
         prev_events.insert(id.to_owned(), ev);
         prev_psi_total.insert(id.to_owned(), psi.some.total_us);
@@ -181,11 +182,8 @@ impl Sampler {
         obs.current = current;
         obs.original = original;
         obs.events_delta = delta;
-        obs.psi = Psi {
-            some_avg10: psi.some.avg10,
-            full_avg10: psi.full.map(|f| f.avg10).unwrap_or(0.0),
-            some_total_delta_us: psi_delta,
-        };
+        obs.psi = psi;
+        obs.psi_some_delta_us = psi_delta;
         let seen = Seen {
             cgroup: id.to_owned(),
             tier: String::new(),

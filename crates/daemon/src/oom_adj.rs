@@ -82,7 +82,13 @@ impl OomAdjuster {
 
     /// Brings every process of the observed cgroups to its tier's value and puts back the
     /// value of processes that left. A process that exits mid-way is skipped.
-    pub fn sync(&mut self, cfg: &Config, root: &Cgroup, obs: &Observation, journal: &mut Journal) -> anyhow::Result<Vec<AdjWrite>> {
+    pub fn sync(
+        &mut self,
+        cfg: &Config,
+        root: &Cgroup,
+        obs: &Observation,
+        journal: &mut Journal,
+    ) -> anyhow::Result<Vec<AdjWrite>> {
         let mut writes = Vec::new();
         let mut present: HashSet<u32> = HashSet::new();
         for c in &obs.cgroups {
@@ -96,20 +102,21 @@ impl OomAdjuster {
                 }
                 let Some(process) = Process::current(pid) else { continue };
                 let Some(previous) = read_adj(process) else { continue };
-                let wrote = wants(previous, target) && {
-                    journal.record_process(&c.id, process, FILE, &previous.to_string())?;
-                    let outcome = write_adj(process, &target.to_string());
-                    let ok = outcome == "ok";
-                    if !ok && !self.reported_failure && process.is_alive() {
-                        self.reported_failure = true;
-                        self.notes.push(format!(
+                let wrote = wants(previous, target)
+                    && {
+                        journal.record_process(&c.id, process, FILE, &previous.to_string())?;
+                        let outcome = write_adj(process, &target.to_string());
+                        let ok = outcome == "ok";
+                        if !ok && !self.reported_failure && process.is_alive() {
+                            self.reported_failure = true;
+                            self.notes.push(format!(
                             "cannot set oom_score_adj of pid {pid} in {} ({outcome}); lowering it needs CAP_SYS_RESOURCE. Protected tasks keep their OOM-kill order",
                             c.id
                         ));
-                    }
-                    writes.push(AdjWrite { cgroup: c.id.clone(), pid, previous, value: target, outcome });
-                    ok
-                };
+                        }
+                        writes.push(AdjWrite { cgroup: c.id.clone(), pid, previous, value: target, outcome });
+                        ok
+                    };
                 if !wrote {
                     journal.forget_processes(&[process])?;
                 }

@@ -54,7 +54,9 @@ impl Signals {
                     s.bpf_started = Some(src.describe());
                     s.bpf = Some(src);
                 }
-                Err(why) => s.degraded.push(format!("BPF pressure source off: {why}; continuing on PSI and memory.events")),
+                Err(why) => {
+                    s.degraded.push(format!("BPF pressure source off: {why}; continuing on PSI and memory.events"))
+                }
             }
         }
         if events {
@@ -63,7 +65,10 @@ impl Signals {
             if fd >= 0 {
                 s.inotify = Some(unsafe { OwnedFd::from_raw_fd(fd) });
             } else {
-                s.degraded.push(format!("memory.events notifications off: inotify_init1: {}", std::io::Error::last_os_error()));
+                s.degraded.push(format!(
+                    "memory.events notifications off: inotify_init1: {}",
+                    std::io::Error::last_os_error()
+                ));
             }
         }
         s
@@ -91,7 +96,8 @@ impl Signals {
             }
         }
         if let (true, Some(ino)) = (self.events_enabled, &self.inotify) {
-            let stale: Vec<String> = self.watched.keys().filter(|id| !id.is_empty() && !all.contains(id)).cloned().collect();
+            let stale: Vec<String> =
+                self.watched.keys().filter(|id| !id.is_empty() && !all.contains(id)).cloned().collect();
             for id in stale {
                 if let Some(wd) = self.watched.remove(&id) {
                     // The kernel drops watches of removed cgroups itself; ignore errors.
@@ -106,7 +112,9 @@ impl Signals {
                 if self.watched.contains_key(id) {
                     continue;
                 }
-                let Ok(path) = CString::new(root.join(id).join("memory.events").to_string_lossy().as_bytes()) else { continue };
+                let Ok(path) = CString::new(root.join(id).join("memory.events").to_string_lossy().as_bytes()) else {
+                    continue;
+                };
                 let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) };
                 if wd >= 0 {
                     self.watches.insert(wd, id.clone());
@@ -119,7 +127,8 @@ impl Signals {
     /// The BPF source's counters per watched cgroup and its global stats (None when off).
     pub fn bpf_summary(&self) -> Option<serde_json::Value> {
         let b = self.bpf.as_ref()?;
-        let counters: serde_json::Map<String, serde_json::Value> = b.counters().into_iter().map(|(id, c)| (id, serde_json::json!(c))).collect();
+        let counters: serde_json::Map<String, serde_json::Value> =
+            b.counters().into_iter().map(|(id, c)| (id, serde_json::json!(c))).collect();
         Some(serde_json::json!({"counters": counters, "stats": b.stats()}))
     }
 

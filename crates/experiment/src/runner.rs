@@ -9,8 +9,8 @@
 
 use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant};
 use anyhow::{bail, Context, Result};
-use memqos_daemon::process::DaemonProcess;
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
+use memqos_daemon::process::DaemonProcess;
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
 use serde::{Deserialize, Serialize};
@@ -148,7 +148,8 @@ pub fn peak_demand(s: &Scenario, v: &Variant, traces_dir: &Path) -> Result<u64> 
     let mut total = 0;
     for (_, _, trace) in v.tasks() {
         let path = trace_path(traces_dir, &trace);
-        let t = memqos_replay::trace::load_trace(&path).with_context(|| format!("variant {}: trace {trace}", v.name))?;
+        let t =
+            memqos_replay::trace::load_trace(&path).with_context(|| format!("variant {}: trace {trace}", v.name))?;
         total += t.max_used_bytes() + s.baseline_mb * MIB;
     }
     Ok(total)
@@ -210,7 +211,8 @@ pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
                     .with_context(|| format!("{}/{} run {run} arm {}", s.name, v.name, arm.label()))?;
                 println!("  {}", one_line(&result));
                 let file = dir.join(format!("run{run:02}-{}.json", arm.label().replace(':', "-")));
-                std::fs::write(&file, serde_json::to_vec(&result)?).with_context(|| format!("writing {}", file.display()))?;
+                std::fs::write(&file, serde_json::to_vec(&result)?)
+                    .with_context(|| format!("writing {}", file.display()))?;
                 written += 1;
                 done += 1;
             }
@@ -284,7 +286,9 @@ fn run_arm(
             let cg = parent.child(name);
             cg.create()?;
             match arm {
-                Arm::Policy(Policy::StaticMax) => cg.set_limit("memory.max", Limit::Bytes(parent_max / all_tasks.len() as u64))?,
+                Arm::Policy(Policy::StaticMax) => {
+                    cg.set_limit("memory.max", Limit::Bytes(parent_max / all_tasks.len() as u64))?
+                }
                 Arm::Policy(Policy::StaticHigh) if *tier == Tier::Low => {
                     cg.set_limit("memory.high", Limit::Bytes(s.static_high.expect("validated")))?
                 }
@@ -353,7 +357,12 @@ fn run_arm(
 
 type TaskRun = (f64, Vec<TaskResult>, Timeline);
 
-fn run_tasks(opts: &RunnerOptions, tasks: &[(String, Tier, String)], cgroups: &[Cgroup], parent: &Cgroup) -> Result<TaskRun> {
+fn run_tasks(
+    opts: &RunnerOptions,
+    tasks: &[(String, Tier, String)],
+    cgroups: &[Cgroup],
+    parent: &Cgroup,
+) -> Result<TaskRun> {
     let s = &opts.scenario;
     std::fs::create_dir_all(WORK_DIR)?;
     let started_epoch = epoch_now();

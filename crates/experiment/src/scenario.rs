@@ -197,7 +197,9 @@ impl Scenario {
             seen.push(*p);
         }
         if raw.policies.contains(&Policy::StaticHigh) && raw.static_high.is_none() {
-            return Err(err("static_high: required when policies include static-high (the low tier's memory.high)".into()));
+            return Err(err(
+                "static_high: required when policies include static-high (the low tier's memory.high)".into()
+            ));
         }
         let memqos_config = match (&raw.memqos_config, raw.policies.contains(&Policy::Memqos)) {
             (Some(p), _) => Some(read_config(p)?),
@@ -333,7 +335,8 @@ low = ["b", "b"]
                 let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
                 if let Some(cfg) = &s.memqos_config {
                     let cfg = cfg.replace("@CGROUP_ROOT@", "/sys/fs/cgroup/x").replace("@STATE_DIR@", "/run/x");
-                    memqos_policy::Config::from_str(&cfg, "memqos_config").unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    memqos_policy::Config::from_str(&cfg, "memqos_config")
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 }
                 n += 1;
             }

@@ -98,7 +98,8 @@ fn finished(t: &TaskResult) -> bool {
 /// Mean wall time of the low tasks of a run, if they all finished.
 fn low_mean_wall(r: &ArmResult) -> Option<f64> {
     let lows: Vec<&TaskResult> = task(r, Tier::Low).collect();
-    (!lows.is_empty() && lows.iter().all(|t| finished(t))).then(|| lows.iter().map(|t| t.wall_s).sum::<f64>() / lows.len() as f64)
+    (!lows.is_empty() && lows.iter().all(|t| finished(t)))
+        .then(|| lows.iter().map(|t| t.wall_s).sum::<f64>() / lows.len() as f64)
 }
 
 pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
@@ -117,22 +118,22 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
         let none = by_arm.get("none").cloned().unwrap_or_default();
         let mut arms = Vec::new();
         for (arm, runs) in &by_arm {
-            let highs: Vec<(usize, &TaskResult)> =
-                runs.iter().filter_map(|(k, r)| high(r).map(|h| (*k, h))).collect();
+            let highs: Vec<(usize, &TaskResult)> = runs.iter().filter_map(|(k, r)| high(r).map(|h| (*k, h))).collect();
             let fin: Vec<(usize, &TaskResult)> = highs.iter().filter(|(_, h)| finished(h)).cloned().collect();
             let pick = |f: &dyn Fn(&TaskResult) -> Option<f64>| -> Option<Estimate> {
                 estimate(&fin.iter().filter_map(|(_, h)| f(h)).collect::<Vec<_>>())
             };
-            let ratio_to = |base: &BTreeMap<usize, &ArmResult>, f: &dyn Fn(&TaskResult) -> Option<f64>| -> Option<Estimate> {
-                let v: Vec<f64> = fin
-                    .iter()
-                    .filter_map(|(k, h)| {
-                        let b = base.get(k).and_then(|r| high(r)).filter(|b| finished(b))?;
-                        Some(f(h)? / f(b)?)
-                    })
-                    .collect();
-                estimate(&v)
-            };
+            let ratio_to =
+                |base: &BTreeMap<usize, &ArmResult>, f: &dyn Fn(&TaskResult) -> Option<f64>| -> Option<Estimate> {
+                    let v: Vec<f64> = fin
+                        .iter()
+                        .filter_map(|(k, h)| {
+                            let b = base.get(k).and_then(|r| high(r)).filter(|b| finished(b))?;
+                            Some(f(h)? / f(b)?)
+                        })
+                        .collect();
+                    estimate(&v)
+                };
             let wall = |t: &TaskResult| Some(t.wall_s);
             let p50 = |t: &TaskResult| t.latency.map(|l| l.p50_ms);
             let p95 = |t: &TaskResult| t.latency.map(|l| l.p95_ms);
@@ -140,12 +141,12 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
             let low_started: usize = runs.values().map(|r| task(r, Tier::Low).count()).sum();
             let low_finished: usize = runs.values().map(|r| task(r, Tier::Low).filter(|t| finished(t)).count()).sum();
             let low_walls: Vec<f64> = runs.values().filter_map(|r| low_mean_wall(r)).collect();
-            let low_vs_none: Vec<f64> = runs
-                .iter()
-                .filter_map(|(k, r)| Some(low_mean_wall(r)? / low_mean_wall(none.get(k)?)?))
+            let low_vs_none: Vec<f64> =
+                runs.iter().filter_map(|(k, r)| Some(low_mean_wall(r)? / low_mean_wall(none.get(k)?)?)).collect();
+            let prio: Vec<f64> = runs
+                .values()
+                .filter_map(|r| Some(low_mean_wall(r)? / high(r).filter(|h| finished(h))?.wall_s))
                 .collect();
-            let prio: Vec<f64> =
-                runs.values().filter_map(|r| Some(low_mean_wall(r)? / high(r).filter(|h| finished(h))?.wall_s)).collect();
             let writes: Vec<f64> = runs.values().map(|r| r.decisions.len() as f64).collect();
             let daemon_cpu: Vec<f64> = runs
                 .values()
@@ -163,7 +164,9 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
                 runs: runs.len(),
                 runs_with_oom_kill: runs
                     .values()
-                    .filter(|r| r.parent_oom_kills > 0 || r.tasks.iter().any(|t| matches!(t.outcome, Outcome::OomKilled { .. })))
+                    .filter(|r| {
+                        r.parent_oom_kills > 0 || r.tasks.iter().any(|t| matches!(t.outcome, Outcome::OomKilled { .. }))
+                    })
                     .count(),
                 oom_kills: runs.values().map(|r| r.parent_oom_kills).sum(),
                 high_finished: fin.len(),
@@ -286,11 +289,7 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                 m.low_finished == m.low_started,
             );
             let w = med(&m.high_wall_vs_solo);
-            push(
-                "memqos: high completion ≤ 1.05x solo",
-                ratio(&m.high_wall_vs_solo),
-                w.is_some_and(|w| w <= 1.05),
-            );
+            push("memqos: high completion ≤ 1.05x solo", ratio(&m.high_wall_vs_solo), w.is_some_and(|w| w <= 1.05));
             let p = med(&m.high_p95_vs_solo);
             push("memqos: high P95 latency ≤ 1.2x solo", ratio(&m.high_p95_vs_solo), p.is_some_and(|p| p <= 1.2));
         }
@@ -309,9 +308,17 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
         }
         if base == "overhead" {
             let p = med(&m.high_p50_vs_none);
-            push("overhead: P50 latency within 1% of daemon-off", ratio(&m.high_p50_vs_none), p.is_some_and(|p| (p - 1.0).abs() <= 0.01));
+            push(
+                "overhead: P50 latency within 1% of daemon-off",
+                ratio(&m.high_p50_vs_none),
+                p.is_some_and(|p| (p - 1.0).abs() <= 0.01),
+            );
             let w = med(&m.high_wall_vs_none);
-            push("overhead: completion within 1% of daemon-off", ratio(&m.high_wall_vs_none), w.is_some_and(|w| (w - 1.0).abs() <= 0.01));
+            push(
+                "overhead: completion within 1% of daemon-off",
+                ratio(&m.high_wall_vs_none),
+                w.is_some_and(|w| (w - 1.0).abs() <= 0.01),
+            );
         }
     }
     v
@@ -343,7 +350,13 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
     }
     for g in groups {
         let _ = writeln!(s, "\n## {} / {} on {}\n", g.scenario, g.variant, g.kernel);
-        let _ = writeln!(s, "Parent memory.max {} MiB, speed {}x, tasks: {}.\n", g.parent_max_mb, g.speed, g.traces.join(", "));
+        let _ = writeln!(
+            s,
+            "Parent memory.max {} MiB, speed {}x, tasks: {}.\n",
+            g.parent_max_mb,
+            g.speed,
+            g.traces.join(", ")
+        );
         let _ = writeln!(
             s,
             "| arm | runs | runs w/ OOM kill | high time s | high/solo | high P50 ms | high P95 ms | P95/solo | P95/none | lows finished | low time s | low/none | low/high | parent peak MiB | daemon writes | daemon CPU % |"
@@ -378,7 +391,6 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
     }
     s
 }
-
 
 #[cfg(test)]
 mod tests {

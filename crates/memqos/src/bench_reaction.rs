@@ -163,13 +163,41 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
             .scratch_mb(512, None)
             .timeout(Duration::from_secs(600))
             .stream_console(!a.json)
-            .run(&[exe, "bench".into(), "reaction".into(), "--in-guest".into(), "--runs".into(), a.runs.to_string(), "--sources".into(), sources.join(","), "--cpu-window".into(), a.cpu_window.to_string()])?;
+            .run(&[
+                exe,
+                "bench".into(),
+                "reaction".into(),
+                "--in-guest".into(),
+                "--runs".into(),
+                a.runs.to_string(),
+                "--sources".into(),
+                sources.join(","),
+                "--cpu-window".into(),
+                a.cpu_window.to_string(),
+            ])?;
         let file = run.results_dir.join("reaction.json");
-        let text = std::fs::read_to_string(&file).with_context(|| format!("guest on {} wrote no {} (exit {}); console:\n{}", kernel.release(), file.display(), run.exit_code, tail(&run.console, 40)))?;
+        let text = std::fs::read_to_string(&file).with_context(|| {
+            format!(
+                "guest on {} wrote no {} (exit {}); console:\n{}",
+                kernel.release(),
+                file.display(),
+                run.exit_code,
+                tail(&run.console, 40)
+            )
+        })?;
         let r: KernelResult = serde_json::from_str(&text)?;
         print_table(&r);
         for c in &r.cpu_cost {
-            println!("  daemon CPU, {} cgroups, bpf {}, sampling {} ms, {}: {:.3} % of one core ({:.0} faults/s, {:.1} s)", c.cgroups, if c.bpf { "on" } else { "off" }, c.sampling_interval_ms, c.load, c.cpu_pct, c.faults_per_s, c.window_s);
+            println!(
+                "  daemon CPU, {} cgroups, bpf {}, sampling {} ms, {}: {:.3} % of one core ({:.0} faults/s, {:.1} s)",
+                c.cgroups,
+                if c.bpf { "on" } else { "off" },
+                c.sampling_interval_ms,
+                c.load,
+                c.cpu_pct,
+                c.faults_per_s,
+                c.window_s
+            );
         }
         all.push(r);
     }
@@ -177,9 +205,12 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
     let path = a.out.join("reaction.json");
     // Kernels measured earlier and not in this run are kept, so `--kernel 6.12` and then
     // `--kernel 7` build the same file as `--kernel all`.
-    if let Some(old) = std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok()) {
+    if let Some(old) =
+        std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+    {
         let earlier: Vec<KernelResult> = serde_json::from_value(old["kernels"].clone()).unwrap_or_default();
-        let mut kept: Vec<KernelResult> = earlier.into_iter().filter(|k| !all.iter().any(|n| n.kernel == k.kernel)).collect();
+        let mut kept: Vec<KernelResult> =
+            earlier.into_iter().filter(|k| !all.iter().any(|n| n.kernel == k.kernel)).collect();
         kept.extend(all);
         kept.sort_by(|a, b| a.kernel.cmp(&b.kernel));
         all = kept;
@@ -206,10 +237,22 @@ fn tail(s: &str, n: usize) -> String {
 
 fn print_table(r: &KernelResult) {
     println!("kernel {}", r.kernel);
-    println!("  {:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9}", "source", "N", "misses", "p50 ms", "p99 ms", "max ms", "min ms");
+    println!(
+        "  {:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9}",
+        "source", "N", "misses", "p50 ms", "p99 ms", "max ms", "min ms"
+    );
     let f = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
     for s in &r.sources {
-        println!("  {:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9}", s.source, s.runs, s.misses, f(s.p50_ms), f(s.p99_ms), f(s.max_ms), f(s.min_ms));
+        println!(
+            "  {:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9}",
+            s.source,
+            s.runs,
+            s.misses,
+            f(s.p50_ms),
+            f(s.p99_ms),
+            f(s.max_ms),
+            f(s.min_ms)
+        );
     }
 }
 
@@ -356,7 +399,12 @@ throttle = true
 /// utime + stime of `pid` in clock ticks.
 fn vm_pgfault() -> Result<u64> {
     let text = std::fs::read_to_string("/proc/vmstat")?;
-    text.lines().find_map(|l| l.strip_prefix("pgfault ")).context("no pgfault in /proc/vmstat")?.trim().parse().map_err(Into::into)
+    text.lines()
+        .find_map(|l| l.strip_prefix("pgfault "))
+        .context("no pgfault in /proc/vmstat")?
+        .trim()
+        .parse()
+        .map_err(Into::into)
 }
 
 /// The daemon managing 100 cgroups (10 protected, 90 throttleable, all sources on), idle and
@@ -366,7 +414,8 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
     let parent = root.child("cpucost");
     parent.create()?;
     parent.write_string("cgroup.subtree_control", "+memory")?;
-    let names: Vec<String> = (0..CPU_CGROUPS).map(|i| if i < CPU_PROTECTED { format!("p{i}") } else { format!("b{i}") }).collect();
+    let names: Vec<String> =
+        (0..CPU_CGROUPS).map(|i| if i < CPU_PROTECTED { format!("p{i}") } else { format!("b{i}") }).collect();
     for n in &names {
         parent.child(n).create()?;
     }
@@ -374,16 +423,29 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
     let mut out = Vec::new();
     // Default sampling (500 ms) with BPF on and off, idle and under faults; then BPF on with
     // 5 s sampling, idle, to show what the idle cost is made of.
-    for (bpf, interval_ms, loads) in [(true, 500, &["idle", "faults"][..]), (false, 500, &["idle", "faults"][..]), (true, 5000, &["idle"][..])] {
+    for (bpf, interval_ms, loads) in
+        [(true, 500, &["idle", "faults"][..]), (false, 500, &["idle", "faults"][..]), (true, 5000, &["idle"][..])]
+    {
         std::fs::write("/run/memqos-cpucost.toml", cpu_config(bpf, interval_ms))?;
         let _ = std::fs::remove_dir_all(STATE);
         std::fs::create_dir_all(STATE)?;
-        let daemon = DaemonProcess::start(&exe, Path::new("/run/memqos-cpucost.toml"), Path::new(STATE), &["--no-guardian"], Stdio::null())
-            .context("daemon for the CPU cost")?;
+        let daemon = DaemonProcess::start(
+            &exe,
+            Path::new("/run/memqos-cpucost.toml"),
+            Path::new(STATE),
+            &["--no-guardian"],
+            Stdio::null(),
+        )
+        .context("daemon for the CPU cost")?;
         std::thread::sleep(Duration::from_secs(3)); // start-up (BPF load, first ticks) excluded
         for &load in loads {
             let mut loader = (load == "faults")
-                .then(|| Command::new(&exe).args(["bench", "reaction", "--fault-load"]).env("MEMQOS_BENCH_CGROUP", parent.child("p0").path()).spawn())
+                .then(|| {
+                    Command::new(&exe)
+                        .args(["bench", "reaction", "--fault-load"])
+                        .env("MEMQOS_BENCH_CGROUP", parent.child("p0").path())
+                        .spawn()
+                })
                 .transpose()?;
             if loader.is_some() {
                 std::thread::sleep(Duration::from_secs(1));
@@ -391,14 +453,27 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
             let events_before = read_events(&Path::new(STATE).join("events.jsonl")).len();
             let (c0, f0, w0) = (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, Instant::now());
             std::thread::sleep(window);
-            let (c1, f1, secs) = (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, w0.elapsed().as_secs_f64());
+            let (c1, f1, secs) =
+                (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, w0.elapsed().as_secs_f64());
             let logged = read_events(&Path::new(STATE).join("events.jsonl")).len() - events_before;
             if let Some(l) = loader.as_mut() {
                 let _ = l.kill();
                 let _ = l.wait();
             }
-            let c = CpuCost { bpf, sampling_interval_ms: interval_ms, load: load.into(), cgroups: CPU_CGROUPS, window_s: secs, cpu_pct: (c1 - c0) / secs * 100.0, faults_per_s: (f1 - f0) as f64 / secs, logged_events: logged };
-            eprintln!("cpu cost: bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)", c.cpu_pct, c.faults_per_s);
+            let c = CpuCost {
+                bpf,
+                sampling_interval_ms: interval_ms,
+                load: load.into(),
+                cgroups: CPU_CGROUPS,
+                window_s: secs,
+                cpu_pct: (c1 - c0) / secs * 100.0,
+                faults_per_s: (f1 - f0) as f64 / secs,
+                logged_events: logged,
+            };
+            eprintln!(
+                "cpu cost: bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)",
+                c.cpu_pct, c.faults_per_s
+            );
             out.push(c);
         }
         daemon.stop()?;
@@ -418,7 +493,14 @@ fn fault_load() -> Result<u8> {
     loop {
         // SAFETY: anonymous private mapping, touched within bounds, then unmapped.
         unsafe {
-            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
             if p == libc::MAP_FAILED {
                 bail!("mmap: {}", std::io::Error::last_os_error());
             }
@@ -458,7 +540,12 @@ fn fill_cache(low: &Cgroup, file: &Path) -> Result<()> {
     }
     let held = low.memory_current()?;
     if held < CACHE_MB * MIB * 3 / 4 {
-        bail!("low holds only {} MiB after reading {} ({} MiB): its page cache is charged elsewhere", held / MIB, file.display(), CACHE_MB);
+        bail!(
+            "low holds only {} MiB after reading {} ({} MiB): its page cache is charged elsewhere",
+            held / MIB,
+            file.display(),
+            CACHE_MB
+        );
     }
     Ok(())
 }
@@ -477,8 +564,14 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     let _ = std::fs::remove_dir_all(STATE);
     std::fs::create_dir_all(STATE)?;
     let log = std::fs::File::create("/run/memqos-bench.log")?;
-    let daemon = DaemonProcess::start(exe, Path::new("/run/memqos-bench.toml"), Path::new(STATE), &["--no-guardian"], Stdio::from(log))
-        .context("see /run/memqos-bench.log")?;
+    let daemon = DaemonProcess::start(
+        exe,
+        Path::new("/run/memqos-bench.toml"),
+        Path::new(STATE),
+        &["--no-guardian"],
+        Stdio::from(log),
+    )
+    .context("see /run/memqos-bench.log")?;
     let events = Path::new(STATE).join("events.jsonl");
     // Let the first tick sync the watches (PSI trigger, inotify, BPF thresholds).
     std::thread::sleep(Duration::from_millis(400));
@@ -557,7 +650,16 @@ fn probe() -> Result<u8> {
     let base = read_max()?;
     let len = (PROBE_MB * MIB) as usize;
     // SAFETY: anonymous private mapping, unmapped at exit.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         bail!("mmap {} MiB: {}", PROBE_MB, std::io::Error::last_os_error());
     }

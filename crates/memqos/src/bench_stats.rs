@@ -152,7 +152,8 @@ impl Series {
         if b.is_empty() {
             return;
         }
-        self.per_op_us_median = if b.len() % 2 == 1 { b[b.len() / 2] } else { (b[b.len() / 2 - 1] + b[b.len() / 2]) / 2.0 };
+        self.per_op_us_median =
+            if b.len() % 2 == 1 { b[b.len() / 2] } else { (b[b.len() / 2 - 1] + b[b.len() / 2]) / 2.0 };
         self.per_op_us_min = b[0];
         self.per_op_us_max = b[b.len() - 1];
     }
@@ -221,7 +222,11 @@ impl Control {
     }
 
     fn run(&self, iterations: u64, files: &[PathBuf]) -> Result<Cost> {
-        let out = Command::new(&self.exe).arg(iterations.to_string()).args(files).output().context("running the C control")?;
+        let out = Command::new(&self.exe)
+            .arg(iterations.to_string())
+            .args(files)
+            .output()
+            .context("running the C control")?;
         if !out.status.success() {
             bail!("C control failed: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -271,7 +276,10 @@ impl LiveTree {
                 Err(e) => Err(e).with_context(|| format!("creating cgroup {}", p.display())),
             }
         };
-        let enable = |p: &Path| std::fs::write(p.join("cgroup.subtree_control"), "+memory").with_context(|| format!("enabling memory in {}", p.display()));
+        let enable = |p: &Path| {
+            std::fs::write(p.join("cgroup.subtree_control"), "+memory")
+                .with_context(|| format!("enabling memory in {}", p.display()))
+        };
         let own = std::fs::read_to_string("/proc/self/cgroup")?;
         let rel = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/").trim_start_matches('/').to_owned();
         let mut tree = LiveTree { base: base.clone(), original_cgroup: root.join(rel), ballast: Vec::new() };
@@ -290,7 +298,8 @@ impl LiveTree {
         }
         // The process itself in "one", so its counters are a real process's, not zeros:
         // charges do not move with a process, so allocate and touch memory after joining.
-        std::fs::write(base.join("one/cgroup.procs"), std::process::id().to_string()).context("joining memqos-bench/one")?;
+        std::fs::write(base.join("one/cgroup.procs"), std::process::id().to_string())
+            .context("joining memqos-bench/one")?;
         let mut ballast = vec![0u8; 16 << 20];
         for (i, b) in ballast.iter_mut().enumerate().step_by(4096) {
             *b = i as u8 | 1;
@@ -310,7 +319,9 @@ impl Drop for LiveTree {
         let mut stack = vec![self.base.clone()];
         while let Some(d) = stack.pop() {
             if let Ok(rd) = std::fs::read_dir(&d) {
-                stack.extend(rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()));
+                stack.extend(
+                    rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()),
+                );
             }
             dirs.push(d);
         }
@@ -321,7 +332,15 @@ impl Drop for LiveTree {
 }
 
 const TEMPLATE_FILES: [&str; 9] = [
-    "memory.stat", "memory.events", "memory.current", "memory.peak", "memory.max", "memory.high", "memory.low", "memory.min", "memory.pressure",
+    "memory.stat",
+    "memory.events",
+    "memory.current",
+    "memory.peak",
+    "memory.max",
+    "memory.high",
+    "memory.low",
+    "memory.min",
+    "memory.pressure",
 ];
 
 /// A fake tree of `n` cgroups (root + n-1 children) whose files are copies of `template`.
@@ -356,10 +375,15 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
     let machine = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())))
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned()))
+        })
         .unwrap_or_default();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let live = std::fs::read_to_string(a.root.join("cgroup.controllers")).map(|c| c.split_whitespace().any(|x| x == "memory")).unwrap_or(false);
+    let live = std::fs::read_to_string(a.root.join("cgroup.controllers"))
+        .map(|c| c.split_whitespace().any(|x| x == "memory"))
+        .unwrap_or(false);
     let control = Control::build()?;
     let mut notes = vec![format!(
         "{} CPUs shared with other work: figures are from a noisy machine; batches interleave backends so drift hits all alike",
@@ -383,38 +407,44 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     let mut fake_dirs = Vec::new();
     let mut bpf_iter: std::result::Result<memqos_stats::BpfBackend, String>;
     // (memory.stat for the control, text backend, node index, BPF backend or why not)
-    let (stat_file, mut text, bpf): (PathBuf, TextBackend, std::result::Result<memqos_stats::BpfBackend, String>) = if live {
-        _live_tree = LiveTree::create(&a.root, &a.tree_sizes)?;
-        let one = a.root.join("memqos-bench/one");
-        let template = a.out.join("template");
-        std::fs::create_dir_all(&template)?;
-        for f in TEMPLATE_FILES {
-            std::fs::copy(one.join(f), template.join(f)).with_context(|| format!("copying {f} of {}", one.display()))?;
-        }
-        let bpf = memqos_stats::BpfBackend::open_with(&one, Some(Walker::Syscall)).map_err(|e| e.to_string());
-        bpf_iter = memqos_stats::BpfBackend::open_with(&one, Some(Walker::Iterator)).map_err(|e| e.to_string());
-        (one.join("memory.stat"), TextBackend::open(&one)?, bpf)
-    } else {
-        let file = match &a.stat_file {
-            Some(f) => f.clone(),
-            None => PathBuf::from("/sys/fs/cgroup/memory/memory.stat"),
-        };
-        if !file.exists() {
-            bail!("{} has no cgroup v2 memory controller and {} does not exist: pass --stat-file", a.root.display(), file.display());
-        }
-        let dir = file.parent().unwrap().to_owned();
-        notes.push(format!(
+    let (stat_file, mut text, bpf): (PathBuf, TextBackend, std::result::Result<memqos_stats::BpfBackend, String>) =
+        if live {
+            _live_tree = LiveTree::create(&a.root, &a.tree_sizes)?;
+            let one = a.root.join("memqos-bench/one");
+            let template = a.out.join("template");
+            std::fs::create_dir_all(&template)?;
+            for f in TEMPLATE_FILES {
+                std::fs::copy(one.join(f), template.join(f))
+                    .with_context(|| format!("copying {f} of {}", one.display()))?;
+            }
+            let bpf = memqos_stats::BpfBackend::open_with(&one, Some(Walker::Syscall)).map_err(|e| e.to_string());
+            bpf_iter = memqos_stats::BpfBackend::open_with(&one, Some(Walker::Iterator)).map_err(|e| e.to_string());
+            (one.join("memory.stat"), TextBackend::open(&one)?, bpf)
+        } else {
+            let file = match &a.stat_file {
+                Some(f) => f.clone(),
+                None => PathBuf::from("/sys/fs/cgroup/memory/memory.stat"),
+            };
+            if !file.exists() {
+                bail!(
+                    "{} has no cgroup v2 memory controller and {} does not exist: pass --stat-file",
+                    a.root.display(),
+                    file.display()
+                );
+            }
+            let dir = file.parent().unwrap().to_owned();
+            notes.push(format!(
             "single cgroup: {} ({}), read by the control and by the text backend's memory.stat path; the full-cgroup text and BPF runs need cgroup v2 memory",
             file.display(),
             if dir.join("cgroup.controllers").exists() { "cgroup v2" } else { "cgroup v1 format" }
         ));
-        let mut t = TextBackend::open_unchecked(&dir);
-        // Only node 0 (the directory itself) is read; the walk must not descend a v1 tree.
-        t.sync_tree_shallow();
-        let why = format!("no cgroup v2 memory controller under {}", a.root.display());
-        bpf_iter = Err(why.clone());
-        (file, t, Err(why))
-    };
+            let mut t = TextBackend::open_unchecked(&dir);
+            // Only node 0 (the directory itself) is read; the walk must not descend a v1 tree.
+            t.sync_tree_shallow();
+            let why = format!("no cgroup v2 memory controller under {}", a.root.display());
+            bpf_iter = Err(why.clone());
+            (file, t, Err(why))
+        };
     report.single_target = stat_file.display().to_string();
     if !live {
         text.sync_tree_shallow();
@@ -423,7 +453,12 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     }
 
     // --- single cgroup ---
-    progress(&format!("single cgroup: {} iterations in {} batches per method ({})", a.iterations, a.batches, stat_file.display()));
+    progress(&format!(
+        "single cgroup: {} iterations in {} batches per method ({})",
+        a.iterations,
+        a.batches,
+        stat_file.display()
+    ));
     let mut s_control = Series::new("control (C: fgets+sscanf, fseek)", "memory.stat read+parse");
     let mut s_text_stat = Series::new("text backend, memory.stat only", "memory.stat read+parse");
     let mut s_text_full = Series::new("text backend, full cgroup (9 files)", "cgroup's full stats");
@@ -435,35 +470,47 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     let started = Instant::now();
     for b in 0..a.batches {
         s_control.add(per_batch, control.run(per_batch, std::slice::from_ref(&stat_file))?);
-        s_text_stat.add(per_batch, measure(|| {
-            for _ in 0..per_batch {
-                text.read_stat_only(0, &mut out)?;
-            }
-            Ok(())
-        })?);
-        if live {
-            s_text_full.add(per_batch, measure(|| {
+        s_text_stat.add(
+            per_batch,
+            measure(|| {
                 for _ in 0..per_batch {
-                    text.read_one(0, &mut out)?;
+                    text.read_stat_only(0, &mut out)?;
                 }
                 Ok(())
-            })?);
+            })?,
+        );
+        if live {
+            s_text_full.add(
+                per_batch,
+                measure(|| {
+                    for _ in 0..per_batch {
+                        text.read_one(0, &mut out)?;
+                    }
+                    Ok(())
+                })?,
+            );
         }
         if let Ok(bpf) = &mut bpf {
-            s_bpf.add(per_batch, measure(|| {
-                for _ in 0..per_batch {
-                    bpf.refresh(&mut snap)?;
-                }
-                Ok(())
-            })?);
+            s_bpf.add(
+                per_batch,
+                measure(|| {
+                    for _ in 0..per_batch {
+                        bpf.refresh(&mut snap)?;
+                    }
+                    Ok(())
+                })?,
+            );
         }
         if let Ok(bpf) = &mut bpf_iter {
-            s_bpf_iter.add(per_batch, measure(|| {
-                for _ in 0..per_batch {
-                    bpf.refresh(&mut snap)?;
-                }
-                Ok(())
-            })?);
+            s_bpf_iter.add(
+                per_batch,
+                measure(|| {
+                    for _ in 0..per_batch {
+                        bpf.refresh(&mut snap)?;
+                    }
+                    Ok(())
+                })?,
+            );
         }
         progress(&format!("  batch {}/{} done, {:.0} s elapsed", b + 1, a.batches, started.elapsed().as_secs_f64()));
     }
@@ -502,7 +549,9 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
         while let Some(d) = stack.pop() {
             files.push(d.join("memory.stat"));
             if let Ok(rd) = std::fs::read_dir(&d) {
-                stack.extend(rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()));
+                stack.extend(
+                    rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()),
+                );
             }
         }
         let mut text = if live { TextBackend::open(&dir)? } else { TextBackend::open_unchecked(&dir) };
@@ -534,26 +583,35 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
         }
         for _ in 0..a.batches {
             s_control.add(per, control.run(per, &files)?);
-            s_text_stat.add(per, measure(|| {
-                for _ in 0..per {
-                    text_stat.refresh(&mut snap)?;
-                }
-                Ok(())
-            })?);
-            s_text.add(per, measure(|| {
-                for _ in 0..per {
-                    text.refresh(&mut snap)?;
-                }
-                Ok(())
-            })?);
-            for (b, series) in [(&mut bpf, &mut s_bpf), (&mut bpf_iter, &mut s_bpf_iter)] {
-                let Ok(b) = b else { continue };
-                series.add(per, measure(|| {
+            s_text_stat.add(
+                per,
+                measure(|| {
                     for _ in 0..per {
-                        b.refresh(&mut snap)?;
+                        text_stat.refresh(&mut snap)?;
                     }
                     Ok(())
-                })?);
+                })?,
+            );
+            s_text.add(
+                per,
+                measure(|| {
+                    for _ in 0..per {
+                        text.refresh(&mut snap)?;
+                    }
+                    Ok(())
+                })?,
+            );
+            for (b, series) in [(&mut bpf, &mut s_bpf), (&mut bpf_iter, &mut s_bpf_iter)] {
+                let Ok(b) = b else { continue };
+                series.add(
+                    per,
+                    measure(|| {
+                        for _ in 0..per {
+                            b.refresh(&mut snap)?;
+                        }
+                        Ok(())
+                    })?,
+                );
                 if snap.cgroups.len() != size {
                     bail!("BPF snapshot of {} has {} cgroups, expected {size}", dir.display(), snap.cgroups.len());
                 }
@@ -574,7 +632,8 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     report.notes = notes;
 
     let path = a.out.join(format!("stats-bench-{kernel}.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", path.display()))?;
     print!("{}", render(&report));
     println!("wrote {}", path.display());
     Ok(0)
@@ -615,12 +674,17 @@ fn render(r: &Report) -> String {
             s.speedup_vs_control.unwrap_or(0.0)
         );
     };
-    let _ = writeln!(o, "single cgroup ({}), {} iterations in {} batches, median per op over batches:", r.single_target, r.iterations, r.batches);
+    let _ = writeln!(
+        o,
+        "single cgroup ({}), {} iterations in {} batches, median per op over batches:",
+        r.single_target, r.iterations, r.batches
+    );
     for s in &r.single {
         row(&mut o, s);
     }
     for t in &r.trees {
-        let _ = writeln!(o, "tree of {} cgroups, {} snapshots (per op = one whole-tree snapshot):", t.size, t.iterations);
+        let _ =
+            writeln!(o, "tree of {} cgroups, {} snapshots (per op = one whole-tree snapshot):", t.size, t.iterations);
         for s in &t.series {
             row(&mut o, s);
         }

@@ -132,16 +132,28 @@ pub fn status(a: StatusArgs) -> Result<u8> {
         return Ok(if alive { 0 } else { 3 });
     }
     let mib = |b: u64| format!("{:.0}M", b as f64 / 1048576.0);
-    println!("memqos daemon pid {} ({}), config {}", s.pid, if alive { "running" } else { "NOT RUNNING: stale status" }, s.config);
+    println!(
+        "memqos daemon pid {} ({}), config {}",
+        s.pid,
+        if alive { "running" } else { "NOT RUNNING: stale status" },
+        s.config
+    );
     println!("cgroup root {}: usage {} / max {}", s.cgroup_root, mib(s.parent_usage_bytes), s.parent_max);
-    println!("{:<28} {:<10} {:>8} {:>12} {:>12} {:>10} {:>7}", "CGROUP", "TIER", "USAGE", "HIGH", "(ORIGINAL)", "LOW/MIN", "PSI10");
+    println!(
+        "{:<28} {:<10} {:>8} {:>12} {:>12} {:>10} {:>7}",
+        "CGROUP", "TIER", "USAGE", "HIGH", "(ORIGINAL)", "LOW/MIN", "PSI10"
+    );
     for c in &s.cgroups {
         let lim = |v: &serde_json::Value| match v.get("bytes").and_then(|b| b.as_u64()) {
             Some(b) => mib(b),
             None => v.as_str().unwrap_or("max").to_string(),
         };
         let knobs = &c["knobs"];
-        let low = if knobs["min"].get("bytes").and_then(|b| b.as_u64()).unwrap_or(0) > 0 { lim(&knobs["min"]) } else { lim(&knobs["low"]) };
+        let low = if knobs["min"].get("bytes").and_then(|b| b.as_u64()).unwrap_or(0) > 0 {
+            lim(&knobs["min"])
+        } else {
+            lim(&knobs["low"])
+        };
         println!(
             "{:<28} {:<10} {:>8} {:>12} {:>12} {:>10} {:>7.2}{}",
             c["cgroup"].as_str().unwrap_or("?"),
@@ -159,7 +171,13 @@ pub fn status(a: StatusArgs) -> Result<u8> {
     }
     println!("\nlast decisions:");
     for d in &s.recent_decisions {
-        println!("  {}/{} = {}  ({})", d["cgroup"].as_str().unwrap_or(""), d["file"].as_str().unwrap_or(""), d["value"].as_str().unwrap_or(""), d["why"].as_str().unwrap_or(""));
+        println!(
+            "  {}/{} = {}  ({})",
+            d["cgroup"].as_str().unwrap_or(""),
+            d["file"].as_str().unwrap_or(""),
+            d["value"].as_str().unwrap_or(""),
+            d["why"].as_str().unwrap_or("")
+        );
     }
     Ok(if alive { 0 } else { 3 })
 }

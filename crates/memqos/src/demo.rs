@@ -26,9 +26,11 @@ pub fn run(kernel_list: &str, in_guest: bool, json: bool) -> Result<u8> {
         let kernel = kernels::ensure(series)?;
         println!("=== booting Debian kernel {} in QEMU ===", kernel.release());
         let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-        let run = Guest::new(kernel.clone())
-            .timeout(Duration::from_secs(900))
-            .run(&[exe, "demo".into(), "--in-guest".into()])?;
+        let run = Guest::new(kernel.clone()).timeout(Duration::from_secs(900)).run(&[
+            exe,
+            "demo".into(),
+            "--in-guest".into(),
+        ])?;
         for line in run.console.lines().filter(|l| !l.starts_with("memqos-init:") && !l.starts_with('[')) {
             println!("{line}");
         }
@@ -70,7 +72,10 @@ fn guest_demo() -> Result<()> {
     hard.set_limit("memory.max", Limit::Bytes(32 * MIB))?;
     let (status, _) = alloc_and_watch(&hard, 64)?;
     let ev = hard.memory_events()?;
-    println!("finished: {status}; memory.events max={} oom={} oom_kill={} -> the kernel OOM-killed it", ev.max, ev.oom, ev.oom_kill);
+    println!(
+        "finished: {status}; memory.events max={} oom={} oom_kill={} -> the kernel OOM-killed it",
+        ev.max, ev.oom, ev.oom_kill
+    );
     for cg in [cg, free, hard] {
         let _ = cg.remove();
     }
@@ -101,7 +106,13 @@ fn alloc_and_watch(cg: &Cgroup, mb: u64) -> Result<(String, f64)> {
         if start.elapsed() >= next_print {
             let cur = cg.memory_current().unwrap_or(0);
             let ev = cg.memory_events().unwrap_or_default();
-            println!("  t={:>5.1}s memory.current={:>5.1} MiB  events: high={} max={}", start.elapsed().as_secs_f64(), cur as f64 / MIB as f64, ev.high, ev.max);
+            println!(
+                "  t={:>5.1}s memory.current={:>5.1} MiB  events: high={} max={}",
+                start.elapsed().as_secs_f64(),
+                cur as f64 / MIB as f64,
+                ev.high,
+                ev.max
+            );
             next_print += Duration::from_secs(2);
         }
         if start.elapsed() > Duration::from_secs(600) {

@@ -35,10 +35,7 @@ pub struct SystemPaths {
 
 impl Default for SystemPaths {
     fn default() -> Self {
-        SystemPaths {
-            proc: PathBuf::from("/proc"),
-            sys: PathBuf::from("/sys"),
-        }
+        SystemPaths { proc: PathBuf::from("/proc"), sys: PathBuf::from("/sys") }
     }
 }
 
@@ -232,22 +229,14 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
     let kernel_release = read(sys.proc.join("sys/kernel/osrelease")).map(|s| s.trim().to_string());
     let mountinfo_path = sys.proc.join("self/mountinfo");
     let mountinfo = read(mountinfo_path.clone());
-    let mounts = mountinfo
-        .as_deref()
-        .map(parse_mountinfo)
-        .unwrap_or_default();
+    let mounts = mountinfo.as_deref().map(parse_mountinfo).unwrap_or_default();
     let proc_cgroups = read(sys.proc.join("cgroups"));
-    let memory_line = proc_cgroups
-        .as_deref()
-        .and_then(|t| parse_proc_cgroups(t, "memory"));
+    let memory_line = proc_cgroups.as_deref().and_then(|t| parse_proc_cgroups(t, "memory"));
 
     let cgroup2_mounts: Vec<CgroupMount> = mounts
         .iter()
         .filter(|m| m.fstype == "cgroup2")
-        .map(|m| CgroupMount {
-            mount_point: m.mount_point.clone(),
-            root: m.root.clone(),
-        })
+        .map(|m| CgroupMount { mount_point: m.mount_point.clone(), root: m.root.clone() })
         .collect();
     let v1_memory_mounts: Vec<PathBuf> = mounts
         .iter()
@@ -258,12 +247,9 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
     let cgroup2_root = pick_v2_root(&cgroup2_mounts).map(|m| read_v2_root(sys, &m.mount_point));
     let has = |list: Option<&Vec<String>>| list.is_some_and(|l| l.iter().any(|c| c == "memory"));
     let memory_controller = MemoryController {
-        bound_to_v1: memory_line.as_ref().is_some_and(|l| l.hierarchy != 0)
-            || !v1_memory_mounts.is_empty(),
+        bound_to_v1: memory_line.as_ref().is_some_and(|l| l.hierarchy != 0) || !v1_memory_mounts.is_empty(),
         available_on_v2: has(cgroup2_root.as_ref().and_then(|r| r.controllers.as_ref())),
-        enabled_for_children: has(cgroup2_root
-            .as_ref()
-            .and_then(|r| r.subtree_control.as_ref())),
+        enabled_for_children: has(cgroup2_root.as_ref().and_then(|r| r.subtree_control.as_ref())),
         proc_cgroups: memory_line,
         v1_mounts: v1_memory_mounts,
     };
@@ -272,22 +258,10 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
     let btf = read_btf(&sys.sys.join("kernel/btf/vmlinux"));
     let swap = match read(sys.proc.join("swaps")) {
         Some(text) => match parse_swaps(&text) {
-            Ok(devices) => Swap {
-                total_kib: devices.iter().map(|d| d.size_kib).sum(),
-                devices,
-                error: None,
-            },
-            Err(e) => Swap {
-                devices: vec![],
-                total_kib: 0,
-                error: Some(e),
-            },
+            Ok(devices) => Swap { total_kib: devices.iter().map(|d| d.size_kib).sum(), devices, error: None },
+            Err(e) => Swap { devices: vec![], total_kib: 0, error: Some(e) },
         },
-        None => Swap {
-            devices: vec![],
-            total_kib: 0,
-            error: Some("/proc/swaps unreadable".into()),
-        },
+        None => Swap { devices: vec![], total_kib: 0, error: Some("/proc/swaps unreadable".into()) },
     };
     // A missing parameter file means zswap is not built in; not a read error.
     let zswap_enabled = std::fs::read_to_string(sys.sys.join("module/zswap/parameters/enabled"))
@@ -312,10 +286,7 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
         report.findings.push(Finding {
             severity: Severity::Blocker,
             topic: "mounts",
-            message: format!(
-                "cannot read {}, so the cgroup mounts are unknown",
-                mountinfo_path.display()
-            ),
+            message: format!("cannot read {}, so the cgroup mounts are unknown", mountinfo_path.display()),
             advice: Some("run memqos doctor where /proc is mounted".into()),
         });
     }
@@ -358,23 +329,12 @@ const EOPNOTSUPP: i32 = 95;
 
 fn read_psi(path: &Path) -> Psi {
     let (state, lines, error) = match std::fs::read_to_string(path) {
-        Ok(text) => (
-            FileState::Readable,
-            text.lines().map(str::to_string).collect(),
-            None,
-        ),
+        Ok(text) => (FileState::Readable, text.lines().map(str::to_string).collect(), None),
         Err(e) if e.kind() == io::ErrorKind::NotFound => (FileState::Missing, vec![], None),
-        Err(e) if e.raw_os_error() == Some(EOPNOTSUPP) => {
-            (FileState::Disabled, vec![], Some(e.to_string()))
-        }
+        Err(e) if e.raw_os_error() == Some(EOPNOTSUPP) => (FileState::Disabled, vec![], Some(e.to_string())),
         Err(e) => (FileState::Unreadable, vec![], Some(e.to_string())),
     };
-    Psi {
-        path: path.to_path_buf(),
-        state,
-        lines,
-        error,
-    }
+    Psi { path: path.to_path_buf(), state, lines, error }
 }
 
 fn read_btf(path: &Path) -> BtfStatus {
@@ -392,9 +352,7 @@ fn read_btf(path: &Path) -> BtfStatus {
             status.features = Some(KernelFeatures::probe(&btf));
             status.bpf_pressure_hooks = Some(memqos_bpf::pressure::plan(&btf));
         }
-        Err(memqos_bpf::BtfError::Io { source, .. })
-            if source.kind() == io::ErrorKind::NotFound =>
-        {
+        Err(memqos_bpf::BtfError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
             status.state = FileState::Missing;
         }
         Err(e) => {
@@ -409,9 +367,7 @@ fn read_btf(path: &Path) -> BtfStatus {
 fn judge(r: &mut DoctorReport) {
     let mut f = std::mem::take(&mut r.findings);
     let mc = &r.memory_controller;
-    let guest = format!(
-        "to try memqos without touching this host, run it in a guest kernel: `{GUEST_COMMAND}`"
-    );
+    let guest = format!("to try memqos without touching this host, run it in a guest kernel: `{GUEST_COMMAND}`");
 
     // Where the memory controller is: the one thing memqos cannot do without.
     if mc.proc_cgroups.as_ref().is_some_and(|l| !l.enabled) {
@@ -425,14 +381,9 @@ fn judge(r: &mut DoctorReport) {
         let at = match (&mc.v1_mounts[..], &mc.proc_cgroups) {
             ([], Some(l)) => format!(" {} (not mounted in this mount namespace)", l.hierarchy),
             ([], None) => String::new(),
-            (mounts, _) => format!(
-                " at {}",
-                mounts
-                    .iter()
-                    .map(|m| m.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            (mounts, _) => {
+                format!(" at {}", mounts.iter().map(|m| m.display().to_string()).collect::<Vec<_>>().join(", "))
+            }
         };
         f.push(Finding {
             severity: Severity::Blocker,
@@ -466,13 +417,8 @@ fn judge(r: &mut DoctorReport) {
             f.push(Finding {
                 severity: Severity::Blocker,
                 topic: "cgroup v2",
-                message: format!(
-                    "cannot read {mp}/cgroup.controllers: {}",
-                    root.errors.join("; ")
-                ),
-                advice: Some(
-                    "run memqos doctor as root, or check that the cgroup2 mount is intact".into(),
-                ),
+                message: format!("cannot read {mp}/cgroup.controllers: {}", root.errors.join("; ")),
+                advice: Some("run memqos doctor as root, or check that the cgroup2 mount is intact".into()),
             });
         } else if !mc.available_on_v2 {
             let missing_line = if mc.proc_cgroups.is_none() {
@@ -501,9 +447,7 @@ fn judge(r: &mut DoctorReport) {
                      (cgroup.subtree_control: {}), so child cgroups have no memory.* files",
                     list_or_none(root.subtree_control.as_deref())
                 ),
-                advice: Some(format!(
-                    "enable it as root: `echo +memory > {mp}/cgroup.subtree_control`"
-                )),
+                advice: Some(format!("enable it as root: `echo +memory > {mp}/cgroup.subtree_control`")),
             });
         }
     }
@@ -531,9 +475,10 @@ fn judge(r: &mut DoctorReport) {
         f.push(Finding {
             severity: Severity::Note,
             topic: "PSI",
-            message: "per-cgroup memory.pressure: v1 memory cgroups have none (only the v1 memory.pressure_level notifier); \
+            message:
+                "per-cgroup memory.pressure: v1 memory cgroups have none (only the v1 memory.pressure_level notifier); \
                       the v2 tree's memory.pressure groups tasks by the v2 hierarchy, not by memory cgroup"
-                .into(),
+                    .into(),
             advice: None,
         });
     } else if let Some(root) = r.cgroup2_root.as_ref().filter(|_| memory_on_v2) {
@@ -594,8 +539,7 @@ fn judge(r: &mut DoctorReport) {
     r.headline = match r.verdict {
         Verdict::CannotRun => format!("memqos cannot run here: {}", f[0].message),
         Verdict::Degraded => {
-            let topics: Vec<_> =
-                f.iter().filter(|x| x.severity == Severity::Degraded).map(|x| x.topic).collect();
+            let topics: Vec<_> = f.iter().filter(|x| x.severity == Severity::Degraded).map(|x| x.topic).collect();
             format!("memqos can run here, with fallbacks for: {}", topics.join(", "))
         }
         Verdict::Ready => format!(
@@ -609,12 +553,7 @@ fn judge(r: &mut DoctorReport) {
 fn feature_findings(feat: &KernelFeatures, f: &mut Vec<Finding>) {
     let kf = &feat.memcg_kfuncs;
     if kf.availability != Availability::Present {
-        let missing: Vec<_> = kf
-            .kfuncs
-            .iter()
-            .filter(|k| !k.present)
-            .map(|k| k.name)
-            .collect();
+        let missing: Vec<_> = kf.kfuncs.iter().filter(|k| !k.present).map(|k| k.name).collect();
         f.push(Finding {
             severity: Severity::Degraded,
             topic: "memcg kfuncs",
@@ -627,9 +566,7 @@ fn feature_findings(feat: &KernelFeatures, f: &mut Vec<Finding>) {
                     missing.join(", ")
                 ),
             },
-            advice: Some(
-                "a 7.0+ kernel reads memcg counters without formatting memory.stat text".into(),
-            ),
+            advice: Some("a 7.0+ kernel reads memcg counters without formatting memory.stat text".into()),
         });
     }
 
@@ -700,11 +637,7 @@ pub fn render_text(r: &DoctorReport) -> String {
     let mut o = String::new();
     let w = &mut o;
     let _ = writeln!(w, "memqos doctor\n");
-    let _ = writeln!(
-        w,
-        "kernel      {}",
-        r.kernel_release.as_deref().unwrap_or("(unknown)")
-    );
+    let _ = writeln!(w, "kernel      {}", r.kernel_release.as_deref().unwrap_or("(unknown)"));
 
     match &r.cgroup2_root {
         Some(root) => {
@@ -718,22 +651,11 @@ pub fn render_text(r: &DoctorReport) -> String {
                 w,
                 "cgroup v2   {}{}",
                 root.mount_point.display(),
-                if others.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (also mounted at {})", others.join(", "))
-                }
+                if others.is_empty() { String::new() } else { format!(" (also mounted at {})", others.join(", ")) }
             );
-            let _ = writeln!(
-                w,
-                "            cgroup.controllers:     {}",
-                list_or_none(root.controllers.as_deref())
-            );
-            let _ = writeln!(
-                w,
-                "            cgroup.subtree_control: {}",
-                list_or_none(root.subtree_control.as_deref())
-            );
+            let _ = writeln!(w, "            cgroup.controllers:     {}", list_or_none(root.controllers.as_deref()));
+            let _ =
+                writeln!(w, "            cgroup.subtree_control: {}", list_or_none(root.subtree_control.as_deref()));
         }
         None => {
             let _ = writeln!(w, "cgroup v2   not mounted");
@@ -747,22 +669,14 @@ pub fn render_text(r: &DoctorReport) -> String {
             let _ = write!(s, ", hierarchy {}, {} cgroups", l.hierarchy, l.num_cgroups);
         }
         if !mc.v1_mounts.is_empty() {
-            let mounts: Vec<_> = mc
-                .v1_mounts
-                .iter()
-                .map(|m| m.display().to_string())
-                .collect();
+            let mounts: Vec<_> = mc.v1_mounts.iter().map(|m| m.display().to_string()).collect();
             let _ = write!(s, ", mounted at {}", mounts.join(", "));
         }
         s
     } else if mc.available_on_v2 {
         format!(
             "cgroup v2, {}",
-            if mc.enabled_for_children {
-                "enabled for children"
-            } else {
-                "not enabled for children"
-            }
+            if mc.enabled_for_children { "enabled for children" } else { "not enabled for children" }
         )
     } else {
         "not available".into()
@@ -785,22 +699,13 @@ pub fn render_text(r: &DoctorReport) -> String {
             w,
             "            {}/memory.pressure: {}",
             root.mount_point.display(),
-            if root.memory_pressure {
-                "present"
-            } else {
-                "absent"
-            }
+            if root.memory_pressure { "present" } else { "absent" }
         );
     }
 
     match (&r.btf.features, r.btf.state) {
         (Some(feat), _) => {
-            let _ = writeln!(
-                w,
-                "BTF         {}: {} types",
-                r.btf.path.display(),
-                r.btf.types.unwrap_or(0)
-            );
+            let _ = writeln!(w, "BTF         {}: {} types", r.btf.path.display(), r.btf.types.unwrap_or(0));
             for line in feat.summary().lines() {
                 let _ = writeln!(w, "            {line}");
             }
@@ -822,12 +727,8 @@ pub fn render_text(r: &DoctorReport) -> String {
             let _ = writeln!(w, "BTF         {}: missing", r.btf.path.display());
         }
         (None, _) => {
-            let _ = writeln!(
-                w,
-                "BTF         {}: {}",
-                r.btf.path.display(),
-                r.btf.error.as_deref().unwrap_or("unreadable")
-            );
+            let _ =
+                writeln!(w, "BTF         {}: {}", r.btf.path.display(), r.btf.error.as_deref().unwrap_or("unreadable"));
         }
     }
 
@@ -880,10 +781,7 @@ pub fn render_text(r: &DoctorReport) -> String {
     let _ = writeln!(w, "\nverdict: {label} (exit {})", exit_code(r));
     let _ = writeln!(w, "  {}", r.headline);
     if r.verdict == Verdict::CannotRun {
-        let _ = writeln!(
-            w,
-            "  try memqos in a guest kernel instead: `{GUEST_COMMAND}`"
-        );
+        let _ = writeln!(w, "  try memqos in a guest kernel instead: `{GUEST_COMMAND}`");
     }
     o
 }
@@ -923,13 +821,8 @@ fn unescape_octal(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
             if let Ok(byte) = u8::try_from(v) {
                 out.push(byte);
                 i += 4;
@@ -950,11 +843,7 @@ fn parse_proc_cgroups(text: &str, controller: &str) -> Option<ControllerLine> {
         if f.len() < 4 || f[0] != controller {
             return None;
         }
-        Some(ControllerLine {
-            hierarchy: f[1].parse().ok()?,
-            num_cgroups: f[2].parse().ok()?,
-            enabled: f[3] == "1",
-        })
+        Some(ControllerLine { hierarchy: f[1].parse().ok()?, num_cgroups: f[2].parse().ok()?, enabled: f[3] == "1" })
     })
 }
 
@@ -1017,10 +906,7 @@ mod tests {
         }
 
         fn paths(&self) -> SystemPaths {
-            SystemPaths {
-                proc: self.root.join("proc"),
-                sys: self.root.join("sys"),
-            }
+            SystemPaths { proc: self.root.join("proc"), sys: self.root.join("sys") }
         }
     }
 
@@ -1044,10 +930,7 @@ mod tests {
         let proto = b.func_proto(int, &[]);
         b.composite(Kind::Struct, "task_struct", 8, &[("pid", int, 0)]);
         b.composite(Kind::Struct, "bpf_iter__cgroup", 16, &[("meta", int, 0)]);
-        for name in PRESSURE_FENTRY
-            .iter()
-            .filter(|n| !n.starts_with("calc") && **n != "mem_cgroup_handle_over_high")
-        {
+        for name in PRESSURE_FENTRY.iter().filter(|n| !n.starts_with("calc") && **n != "mem_cgroup_handle_over_high") {
             b.func(name, proto);
         }
         if k != KernelBtf::V6_12 {
@@ -1073,7 +956,8 @@ mod tests {
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
 
-    const PSI: &str = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+    const PSI: &str =
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
     const NO_SWAP: &str = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
 
     /// The build host: memory on cgroup v1, v2 at /sys/fs/cgroup/unified without memory.
@@ -1099,25 +983,20 @@ mod tests {
     fn v2_ready() -> FakeTree {
         let t = FakeTree::new("v2");
         t.write("proc/sys/kernel/osrelease", "7.2.13-amd64\n");
-        t.write("proc/self/mountinfo", "22 1 0:20 / /sys rw - sysfs sysfs rw\n\
-             30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 none rw,nsdelegate\n");
         t.write(
-            "proc/cgroups",
-            "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t0\t5\t1\nmemory\t0\t5\t1\n",
+            "proc/self/mountinfo",
+            "22 1 0:20 / /sys rw - sysfs sysfs rw\n\
+             30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 none rw,nsdelegate\n",
         );
-        t.write(
-            "sys/fs/cgroup/cgroup.controllers",
-            "cpuset cpu io memory hugetlb pids rdma misc\n",
-        );
+        t.write("proc/cgroups", "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t0\t5\t1\nmemory\t0\t5\t1\n");
+        t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
         t.write("sys/fs/cgroup/cgroup.subtree_control", "cpu memory pids\n");
         t.write("sys/fs/cgroup/memory.pressure", PSI);
         t.write("proc/pressure/memory", PSI);
         t.write("sys/kernel/btf/vmlinux", kernel_btf(KernelBtf::V7));
         t.write(
             "proc/swaps",
-            format!(
-                "{NO_SWAP}/dev/vda2                               partition\t1048572\t\t0\t\t-2\n"
-            ),
+            format!("{NO_SWAP}/dev/vda2                               partition\t1048572\t\t0\t\t-2\n"),
         );
         t.write("sys/module/zswap/parameters/enabled", "Y\n");
         t
@@ -1130,18 +1009,9 @@ mod tests {
         assert_eq!(r.verdict, Verdict::CannotRun);
         assert_eq!(exit_code(&r), 1);
         assert!(r.memory_controller.bound_to_v1);
-        assert_eq!(
-            r.memory_controller.v1_mounts,
-            [PathBuf::from("/sys/fs/cgroup/memory")]
-        );
-        assert_eq!(
-            r.memory_controller.proc_cgroups.as_ref().unwrap().hierarchy,
-            4
-        );
-        assert_eq!(
-            r.cgroup2_root.as_ref().unwrap().mount_point,
-            Path::new("/sys/fs/cgroup/unified")
-        );
+        assert_eq!(r.memory_controller.v1_mounts, [PathBuf::from("/sys/fs/cgroup/memory")]);
+        assert_eq!(r.memory_controller.proc_cgroups.as_ref().unwrap().hierarchy, 4);
+        assert_eq!(r.cgroup2_root.as_ref().unwrap().mount_point, Path::new("/sys/fs/cgroup/unified"));
         assert_eq!(r.kernel_release.as_deref(), Some("6.18.44-fc-v445"));
 
         let text = render_text(&r);
@@ -1153,25 +1023,11 @@ mod tests {
         assert!(text.contains(&format!("`{GUEST_COMMAND}`")), "{text}");
         assert!(text.contains("memqos vm run --kernel 7 -- memqos doctor"));
         // Only the root cause is a blocker; the empty v2 controllers follow from it.
-        assert_eq!(
-            r.findings
-                .iter()
-                .filter(|f| f.severity == Severity::Blocker)
-                .count(),
-            1
-        );
+        assert_eq!(r.findings.iter().filter(|f| f.severity == Severity::Blocker).count(), 1);
         // Optional interfaces are still reported.
-        assert!(
-            text.contains(
-                "memcg kfuncs absent (kernel < 7.0): `memqos stat` uses the text backend"
-            ),
-            "{text}"
-        );
+        assert!(text.contains("memcg kfuncs absent (kernel < 7.0): `memqos stat` uses the text backend"), "{text}");
         assert!(text.contains("memcg tracepoints: present"), "{text}");
-        assert!(
-            text.contains("per-cgroup memory.pressure: v1 memory cgroups have none"),
-            "{text}"
-        );
+        assert!(text.contains("per-cgroup memory.pressure: v1 memory cgroups have none"), "{text}");
         assert!(text.contains("no swap"), "{text}");
         assert!(r.read_errors.is_empty(), "{:?}", r.read_errors);
     }
@@ -1194,10 +1050,7 @@ mod tests {
 
         let json: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert_eq!(json["verdict"], "ready");
-        assert_eq!(
-            json["btf"]["features"]["memcg_kfuncs"]["availability"],
-            "present"
-        );
+        assert_eq!(json["btf"]["features"]["memcg_kfuncs"]["availability"], "present");
         assert_eq!(json["cgroup2_root"]["mount_point"], "/sys/fs/cgroup");
     }
 
@@ -1209,16 +1062,8 @@ mod tests {
         assert_eq!(r.verdict, Verdict::CannotRun);
         assert_eq!(exit_code(&r), 1);
         let f = &r.findings[0];
-        assert_eq!(
-            (f.severity, f.topic),
-            (Severity::Blocker, "memory controller")
-        );
-        assert!(
-            f.message
-                .contains("not enabled for its children (cgroup.subtree_control: cpu pids)"),
-            "{}",
-            f.message
-        );
+        assert_eq!((f.severity, f.topic), (Severity::Blocker, "memory controller"));
+        assert!(f.message.contains("not enabled for its children (cgroup.subtree_control: cpu pids)"), "{}", f.message);
         assert_eq!(
             f.advice.as_deref(),
             Some("enable it as root: `echo +memory > /sys/fs/cgroup/cgroup.subtree_control`")
@@ -1235,18 +1080,10 @@ mod tests {
         assert_eq!(r.btf.state, FileState::Missing);
         assert!(r.btf.features.is_none());
         let text = render_text(&r);
+        assert!(text.contains("missing (kernel without CONFIG_DEBUG_INFO_BTF)"), "{text}");
+        assert!(text.contains("`memqos stat` uses the text backend"), "{text}");
         assert!(
-            text.contains("missing (kernel without CONFIG_DEBUG_INFO_BTF)"),
-            "{text}"
-        );
-        assert!(
-            text.contains("`memqos stat` uses the text backend"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "verdict: DEGRADED (exit 2)\n  memqos can run here, with fallbacks for: BTF\n"
-            ),
+            text.contains("verdict: DEGRADED (exit 2)\n  memqos can run here, with fallbacks for: BTF\n"),
             "{text}"
         );
     }
@@ -1254,22 +1091,11 @@ mod tests {
     #[test]
     fn malformed_btf_is_reported_not_fatal() {
         let t = v2_ready();
-        t.write(
-            "sys/kernel/btf/vmlinux",
-            b"not btf at all, but long enough to have a header".as_slice(),
-        );
+        t.write("sys/kernel/btf/vmlinux", b"not btf at all, but long enough to have a header".as_slice());
         let r = collect(&t.paths());
         assert_eq!(r.verdict, Verdict::Degraded);
         assert_eq!(r.btf.state, FileState::Unreadable);
-        assert!(
-            r.btf
-                .error
-                .as_deref()
-                .unwrap()
-                .contains("byte 0: bad magic"),
-            "{:?}",
-            r.btf.error
-        );
+        assert!(r.btf.error.as_deref().unwrap().contains("byte 0: bad magic"), "{:?}", r.btf.error);
     }
 
     #[test]
@@ -1295,20 +1121,12 @@ mod tests {
     #[test]
     fn no_cgroup2_mount_and_missing_psi() {
         let t = v2_ready();
-        t.write(
-            "proc/self/mountinfo",
-            "22 1 0:20 / /sys rw - sysfs sysfs rw\n",
-        );
+        t.write("proc/self/mountinfo", "22 1 0:20 / /sys rw - sysfs sysfs rw\n");
         t.remove("proc/pressure/memory");
         let r = collect(&t.paths());
         assert_eq!(r.verdict, Verdict::CannotRun);
-        assert!(r.findings[0]
-            .message
-            .starts_with("no cgroup2 file system is mounted"));
-        assert!(r
-            .findings
-            .iter()
-            .any(|f| f.topic == "PSI" && f.severity == Severity::Degraded));
+        assert!(r.findings[0].message.starts_with("no cgroup2 file system is mounted"));
+        assert!(r.findings.iter().any(|f| f.topic == "PSI" && f.severity == Severity::Degraded));
         assert!(render_text(&r).contains("cgroup v2   not mounted"));
     }
 
@@ -1318,27 +1136,15 @@ mod tests {
         t.remove("proc/self/mountinfo");
         let r = collect(&t.paths());
         assert_eq!(r.verdict, Verdict::CannotRun);
-        let blockers: Vec<_> = r
-            .findings
-            .iter()
-            .filter(|f| f.severity == Severity::Blocker)
-            .map(|f| f.topic)
-            .collect();
+        let blockers: Vec<_> = r.findings.iter().filter(|f| f.severity == Severity::Blocker).map(|f| f.topic).collect();
         assert_eq!(blockers, ["mounts"]);
-        assert!(
-            r.read_errors[0].contains("mountinfo"),
-            "{:?}",
-            r.read_errors
-        );
+        assert!(r.read_errors[0].contains("mountinfo"), "{:?}", r.read_errors);
     }
 
     #[test]
     fn disabled_memory_controller() {
         let t = v2_ready();
-        t.write(
-            "proc/cgroups",
-            "#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t0\t1\t0\n",
-        );
+        t.write("proc/cgroups", "#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t0\t1\t0\n");
         t.write("sys/fs/cgroup/cgroup.controllers", "cpu io pids\n");
         let r = collect(&t.paths());
         assert_eq!(r.verdict, Verdict::CannotRun);
@@ -1353,64 +1159,32 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].mount_point, Path::new("/mnt two"));
         assert_eq!(
-            (
-                m[0].root.as_str(),
-                m[0].fstype.as_str(),
-                m[0].super_options.as_str()
-            ),
+            (m[0].root.as_str(), m[0].fstype.as_str(), m[0].super_options.as_str()),
             ("/mnt1", "cgroup", "rw,cpu,memory")
         );
         assert_eq!(unescape_octal("a\\134b\\011"), "a\\b\t");
         assert_eq!(unescape_octal("trailing\\04"), "trailing\\04");
 
-        let c = parse_proc_cgroups(
-            "#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t4\t48\t1\n",
-            "memory",
-        );
-        assert_eq!(
-            c,
-            Some(ControllerLine {
-                hierarchy: 4,
-                num_cgroups: 48,
-                enabled: true
-            })
-        );
+        let c = parse_proc_cgroups("#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t4\t48\t1\n", "memory");
+        assert_eq!(c, Some(ControllerLine { hierarchy: 4, num_cgroups: 48, enabled: true }));
         assert_eq!(parse_proc_cgroups("#h\ncpu 1 1 1\n", "memory"), None);
 
-        let s = parse_swaps("Filename Type Size Used Priority\n/swap\\040file file 100 5 -2\n")
-            .unwrap();
+        let s = parse_swaps("Filename Type Size Used Priority\n/swap\\040file file 100 5 -2\n").unwrap();
         assert_eq!(
             s[0],
-            SwapDevice {
-                name: "/swap file".into(),
-                kind: "file".into(),
-                size_kib: 100,
-                used_kib: 5,
-                priority: -2
-            }
+            SwapDevice { name: "/swap file".into(), kind: "file".into(), size_kib: 100, used_kib: 5, priority: -2 }
         );
-        assert!(
-            parse_swaps("Filename Type Size Used Priority\n/dev/x partition big 0 -2\n").is_err()
-        );
+        assert!(parse_swaps("Filename Type Size Used Priority\n/dev/x partition big 0 -2\n").is_err());
         assert!(parse_swaps(NO_SWAP).unwrap().is_empty());
     }
 
     #[test]
     fn resolve_rebases_kernel_paths() {
-        let p = SystemPaths {
-            proc: "/t/proc".into(),
-            sys: "/t/sys".into(),
-        };
-        assert_eq!(
-            p.resolve(Path::new("/sys/fs/cgroup")),
-            Path::new("/t/sys/fs/cgroup")
-        );
+        let p = SystemPaths { proc: "/t/proc".into(), sys: "/t/sys".into() };
+        assert_eq!(p.resolve(Path::new("/sys/fs/cgroup")), Path::new("/t/sys/fs/cgroup"));
         assert_eq!(p.resolve(Path::new("/proc/1")), Path::new("/t/proc/1"));
         assert_eq!(p.resolve(Path::new("/cgroup2")), Path::new("/cgroup2"));
-        assert_eq!(
-            SystemPaths::default().resolve(Path::new("/sys/fs/cgroup")),
-            Path::new("/sys/fs/cgroup")
-        );
+        assert_eq!(SystemPaths::default().resolve(Path::new("/sys/fs/cgroup")), Path::new("/sys/fs/cgroup"));
     }
 
     #[test]

@@ -108,8 +108,7 @@ pub fn run(args: ExperimentArgs) -> Result<u8> {
         }
         let scenarios: Vec<Scenario> = paths.iter().map(|p| Scenario::load(p)).collect::<Result<_, _>>()?;
         let series = Series::parse_list(&args.kernel)?;
-        let plan: Vec<(f64, u64)> =
-            scenarios.iter().map(|s| plan(s, &traces, args.runs)).collect::<Result<_>>()?;
+        let plan: Vec<(f64, u64)> = scenarios.iter().map(|s| plan(s, &traces, args.runs)).collect::<Result<_>>()?;
         let total: f64 = plan.iter().map(|p| p.0).sum::<f64>() * series.len() as f64;
         eprintln!(
             "memqos experiment: {} scenario(s) x {} kernel(s) x {} run(s); estimated {:.0} min of guest time",
@@ -183,7 +182,14 @@ fn plan(s: &Scenario, traces: &Path, runs: usize) -> Result<(f64, u64)> {
     Ok((secs, memory_mb))
 }
 
-fn run_in_guest(args: &ExperimentArgs, s: &Scenario, kernel: &kernels::Kernel, traces: &Path, est_secs: f64, memory_mb: u64) -> Result<()> {
+fn run_in_guest(
+    args: &ExperimentArgs,
+    s: &Scenario,
+    kernel: &kernels::Kernel,
+    traces: &Path,
+    est_secs: f64,
+    memory_mb: u64,
+) -> Result<()> {
     eprintln!(
         "=== {} on {}: {} run(s), guest {} MiB, estimated {:.1} min ===",
         s.name,
@@ -235,7 +241,13 @@ fn run_in_guest(args: &ExperimentArgs, s: &Scenario, kernel: &kernels::Kernel, t
         to.join("host-load.txt"),
         format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
     )?;
-    eprintln!("=== {} on {}: done in {:.1} min, results in {} ===", s.name, kernel.release(), run.wall_secs / 60.0, to.display());
+    eprintln!(
+        "=== {} on {}: done in {:.1} min, results in {} ===",
+        s.name,
+        kernel.release(),
+        run.wall_secs / 60.0,
+        to.display()
+    );
     Ok(())
 }
 
@@ -254,9 +266,11 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 fn in_guest(args: &ExperimentArgs, traces: &Path) -> Result<u8> {
-    let json = std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos experiment)")?;
+    let json =
+        std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos experiment)")?;
     let scenario: Scenario = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
-    let results = std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;
+    let results =
+        std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;
     let opts = RunnerOptions {
         scenario,
         traces_dir: traces.to_path_buf(),
@@ -285,11 +299,13 @@ fn report(out: &Path, plots: bool) -> Result<u8> {
     let mut plot_files = Vec::new();
     if plots {
         let script = Path::new("scripts/plots/experiment.py");
-        let status = std::process::Command::new("/usr/bin/python3")
-            .arg(script)
-            .arg(out)
-            .status()
-            .with_context(|| format!("running /usr/bin/python3 {} (install python3-matplotlib, or pass --no-plots)", script.display()))?;
+        let status =
+            std::process::Command::new("/usr/bin/python3").arg(script).arg(out).status().with_context(|| {
+                format!(
+                    "running /usr/bin/python3 {} (install python3-matplotlib, or pass --no-plots)",
+                    script.display()
+                )
+            })?;
         if !status.success() {
             bail!("{} failed with {status}", script.display());
         }

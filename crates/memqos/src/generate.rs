@@ -34,14 +34,13 @@ pub fn run(a: GenerateArgs, cli: Command) -> Result<u8> {
             create_dir(&dir)?;
             for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
                 let mut cli = cli.clone();
-                let path = clap_complete::generate_to(shell, &mut cli, "memqos", &dir)
-                    .with_context(|| {
-                        format!(
-                            "writing {} completions into {}",
-                            shell.to_possible_value().unwrap().get_name(),
-                            dir.display()
-                        )
-                    })?;
+                let path = clap_complete::generate_to(shell, &mut cli, "memqos", &dir).with_context(|| {
+                    format!(
+                        "writing {} completions into {}",
+                        shell.to_possible_value().unwrap().get_name(),
+                        dir.display()
+                    )
+                })?;
                 println!("{}", path.display());
             }
         }
@@ -59,15 +58,10 @@ fn man_pages(cmd: Command, dir: &Path, written: &mut Vec<PathBuf>) -> Result<()>
     let cmd = cmd.disable_help_subcommand(true);
     let mut built = cmd.clone();
     built.build();
-    let name = built
-        .get_display_name()
-        .unwrap_or_else(|| built.get_name())
-        .to_string();
+    let name = built.get_display_name().unwrap_or_else(|| built.get_name()).to_string();
     let path = dir.join(format!("{name}.1"));
     let mut out = Vec::new();
-    clap_mangen::Man::new(built.clone())
-        .render(&mut out)
-        .with_context(|| format!("rendering {name}.1"))?;
+    clap_mangen::Man::new(built.clone()).render(&mut out).with_context(|| format!("rendering {name}.1"))?;
     std::fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
     written.push(path);
     for sub in built.get_subcommands().filter(|s| !s.is_hide_set()) {

@@ -1,6 +1,7 @@
 //! memqos: priority memory QoS for cgroup v2 hosts.
 
 mod bench_reaction;
+mod bench_stats;
 mod daemon_cmd;
 mod demo;
 mod dirty;
@@ -8,9 +9,8 @@ mod doctor;
 mod experiment_cmd;
 mod generate;
 mod replay_cmd;
-mod stat;
-mod bench_stats;
 mod scenario;
+mod stat;
 mod vm_cmd;
 mod workload;
 

@@ -151,7 +151,8 @@ pub fn run() -> Result<Report> {
     let daemon = DaemonProcess::start(&std::env::current_exe()?, &config, Path::new(STATE_DIR), &[], Stdio::null())?;
     let mut managed = run_tasks("memqos", &parent, &all(&high, &low1, &low2));
     let (status, log) = daemon.stop()?;
-    let low_high_after_stop = [&low1, &low2].iter().map(|c| c.limit("memory.high").map(|l| l.to_string()).unwrap_or_default()).collect();
+    let low_high_after_stop =
+        [&low1, &low2].iter().map(|c| c.limit("memory.high").map(|l| l.to_string()).unwrap_or_default()).collect();
     teardown(&parent);
     if !status.success() {
         bail!("the daemon exited with {status}");
@@ -169,13 +170,22 @@ pub fn print(r: &Report) {
         for t in &run.tasks {
             println!("{:<8} {:<6} {:>7.1} s  {:<18} {:>10}", run.policy, t.name, t.secs, t.outcome, t.throttled);
         }
-        println!("{:<8} OOM kills: {}{}", run.policy, run.oom_kills, if run.daemon_writes > 0 { format!(", daemon knob writes: {}", run.daemon_writes) } else { String::new() });
+        println!(
+            "{:<8} OOM kills: {}{}",
+            run.policy,
+            run.oom_kills,
+            if run.daemon_writes > 0 { format!(", daemon knob writes: {}", run.daemon_writes) } else { String::new() }
+        );
     }
     let high = |run: &Run| run.tasks.iter().find(|t| t.name == "high").map(|t| t.secs).unwrap_or(f64::NAN);
     println!(
         "protected task: {:.1} s managed vs {:.1} s alone ({:.2}x); low tasks' memory.high after the daemon stopped: {}",
         high(&r.managed), high(&r.solo), high(&r.managed) / high(&r.solo), r.low_high_after_stop.join(", ")
     );
-    let lows: Vec<String> = r.managed.tasks.iter().filter(|t| t.name != "high").map(|t| format!("{:.1} s", t.secs)).collect();
-    println!("low tasks: finished in {} under memqos (nominal {LOW_NOMINAL_SECS:.0} s: delayed, not killed)", lows.join(" and "));
+    let lows: Vec<String> =
+        r.managed.tasks.iter().filter(|t| t.name != "high").map(|t| format!("{:.1} s", t.secs)).collect();
+    println!(
+        "low tasks: finished in {} under memqos (nominal {LOW_NOMINAL_SECS:.0} s: delayed, not killed)",
+        lows.join(" and ")
+    );
 }

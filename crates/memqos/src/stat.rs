@@ -125,7 +125,8 @@ pub fn table(snap: &Snapshot, top: Option<usize>) -> String {
     if let Some(n) = top {
         rows.truncate(n);
     }
-    let header = ["CGROUP", "CURRENT", "PEAK", "ANON", "FILE", "KERNEL", "LOW", "HIGH", "MAX", "PSI10", "HIGH#", "OOMKILL"];
+    let header =
+        ["CGROUP", "CURRENT", "PEAK", "ANON", "FILE", "KERNEL", "LOW", "HIGH", "MAX", "PSI10", "HIGH#", "OOMKILL"];
     let mut cells: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for c in &rows {
         let name = if c.path.is_empty() { snap.root.display().to_string() } else { c.path.clone() };
@@ -170,12 +171,8 @@ pub fn to_json(snap: &Snapshot) -> serde_json::Value {
         .cgroups
         .iter()
         .map(|c| {
-            let stat: serde_json::Map<String, serde_json::Value> = snap
-                .keys
-                .iter()
-                .zip(&c.stat)
-                .filter_map(|(k, v)| v.map(|v| (k.to_string(), v.into())))
-                .collect();
+            let stat: serde_json::Map<String, serde_json::Value> =
+                snap.keys.iter().zip(&c.stat).filter_map(|(k, v)| v.map(|v| (k.to_string(), v.into()))).collect();
             serde_json::json!({
                 "path": c.path,
                 "id": c.id,
@@ -253,7 +250,14 @@ pub fn prometheus(snap: &Snapshot) -> String {
     family("memqos_memory_events_total", "counter", "memory.events", &mut |o| {
         for c in &snap.cgroups {
             if let Some(e) = c.events {
-                for (name, v) in [("low", e.low), ("high", e.high), ("max", e.max), ("oom", e.oom), ("oom_kill", e.oom_kill), ("oom_group_kill", e.oom_group_kill)] {
+                for (name, v) in [
+                    ("low", e.low),
+                    ("high", e.high),
+                    ("max", e.max),
+                    ("oom", e.oom),
+                    ("oom_kill", e.oom_kill),
+                    ("oom_group_kill", e.oom_group_kill),
+                ] {
                     let _ = writeln!(o, "memqos_memory_events_total{{cgroup=\"{}\",event=\"{name}\"}} {v}", cg(c));
                 }
             }
@@ -262,9 +266,19 @@ pub fn prometheus(snap: &Snapshot) -> String {
     family("memqos_memory_pressure_stall_seconds_total", "counter", "memory.pressure total stall time", &mut |o| {
         for c in &snap.cgroups {
             if let Some(p) = c.pressure {
-                let _ = writeln!(o, "memqos_memory_pressure_stall_seconds_total{{cgroup=\"{}\",kind=\"some\"}} {}", cg(c), p.some.total_us as f64 / 1e6);
+                let _ = writeln!(
+                    o,
+                    "memqos_memory_pressure_stall_seconds_total{{cgroup=\"{}\",kind=\"some\"}} {}",
+                    cg(c),
+                    p.some.total_us as f64 / 1e6
+                );
                 if let Some(f) = p.full {
-                    let _ = writeln!(o, "memqos_memory_pressure_stall_seconds_total{{cgroup=\"{}\",kind=\"full\"}} {}", cg(c), f.total_us as f64 / 1e6);
+                    let _ = writeln!(
+                        o,
+                        "memqos_memory_pressure_stall_seconds_total{{cgroup=\"{}\",kind=\"full\"}} {}",
+                        cg(c),
+                        f.total_us as f64 / 1e6
+                    );
                 }
             }
         }
@@ -272,9 +286,19 @@ pub fn prometheus(snap: &Snapshot) -> String {
     family("memqos_memory_pressure_avg10_percent", "gauge", "memory.pressure avg10", &mut |o| {
         for c in &snap.cgroups {
             if let Some(p) = c.pressure {
-                let _ = writeln!(o, "memqos_memory_pressure_avg10_percent{{cgroup=\"{}\",kind=\"some\"}} {}", cg(c), p.some.avg10);
+                let _ = writeln!(
+                    o,
+                    "memqos_memory_pressure_avg10_percent{{cgroup=\"{}\",kind=\"some\"}} {}",
+                    cg(c),
+                    p.some.avg10
+                );
                 if let Some(f) = p.full {
-                    let _ = writeln!(o, "memqos_memory_pressure_avg10_percent{{cgroup=\"{}\",kind=\"full\"}} {}", cg(c), f.avg10);
+                    let _ = writeln!(
+                        o,
+                        "memqos_memory_pressure_avg10_percent{{cgroup=\"{}\",kind=\"full\"}} {}",
+                        cg(c),
+                        f.avg10
+                    );
                 }
             }
         }
@@ -302,12 +326,19 @@ mod tests {
             high: Some(Limit::Bytes(64 << 20)),
             low: Some(Limit::Bytes(0)),
             min: Some(Limit::Bytes(0)),
-            pressure: Some(Pressure { some: PressureLine { avg10: 1.5, total_us: 2_000_000, ..Default::default() }, full: None }),
+            pressure: Some(Pressure {
+                some: PressureLine { avg10: 1.5, total_us: 2_000_000, ..Default::default() },
+                full: None,
+            }),
         };
         Snapshot {
             root: "/sys/fs/cgroup/t".into(),
             keys: Arc::new(keys),
-            cgroups: vec![c("", 0, Some(100 << 20), 90 << 20), c("small", 1, Some(1 << 20), 4096), c("big", 1, Some(60 << 20), 50 << 20)],
+            cgroups: vec![
+                c("", 0, Some(100 << 20), 90 << 20),
+                c("small", 1, Some(1 << 20), 4096),
+                c("big", 1, Some(60 << 20), 50 << 20),
+            ],
             backend: "text",
         }
     }

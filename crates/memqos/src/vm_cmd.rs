@@ -91,7 +91,12 @@ fn run_command(args: RunArgs) -> Result<u8> {
         let run = guest.run(&args.command)?;
         eprintln!(
             "memqos vm: kernel {} ({:?}): exit {}, boot {:.1} s, total {:.1} s, results in {}",
-            kernel.release(), run.accel, run.exit_code, run.boot_secs, run.wall_secs, run.results_dir.display()
+            kernel.release(),
+            run.accel,
+            run.exit_code,
+            run.boot_secs,
+            run.wall_secs,
+            run.results_dir.display()
         );
         worst = worst.max(run.exit_code.clamp(0, 255) as u8);
     }

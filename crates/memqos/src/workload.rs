@@ -74,7 +74,14 @@ fn alloc(a: AllocArgs) -> Result<u8> {
     // SAFETY: anonymous private mapping, checked for MAP_FAILED; pages touched through a
     // raw pointer within [ptr, ptr+len).
     let ptr = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     if ptr == libc::MAP_FAILED {
         bail!("mmap of {} MiB failed: {}", a.mb, std::io::Error::last_os_error());
@@ -86,10 +93,7 @@ fn alloc(a: AllocArgs) -> Result<u8> {
     }
     let touched = start.elapsed();
     std::thread::sleep(Duration::from_millis(a.hold_ms));
-    println!(
-        "{}",
-        serde_json::json!({"workload": "alloc", "mb": a.mb, "touch_ms": touched.as_millis() as u64})
-    );
+    println!("{}", serde_json::json!({"workload": "alloc", "mb": a.mb, "touch_ms": touched.as_millis() as u64}));
     std::io::stdout().flush()?;
     Ok(0)
 }
@@ -127,7 +131,14 @@ impl Chunks {
         const LEN: usize = 1 << 20;
         // SAFETY: anonymous private mapping, checked; touched within bounds.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             bail!("mmap: {}", std::io::Error::last_os_error());

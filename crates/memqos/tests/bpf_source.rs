@@ -94,11 +94,19 @@ fn start_daemon(cfg: &str, wrapper: &[&str]) -> Child {
     std::fs::create_dir_all(STATE).unwrap();
     std::fs::write("/run/memqos-bpf-test.toml", cfg).unwrap();
     let log = std::fs::File::create("/run/memqos-bpf-test.log").unwrap();
-    let argv: Vec<&str> = wrapper.iter().copied().chain([memqos_bin(), "daemon", "--config", "/run/memqos-bpf-test.toml", "--no-guardian"]).collect();
+    let argv: Vec<&str> = wrapper
+        .iter()
+        .copied()
+        .chain([memqos_bin(), "daemon", "--config", "/run/memqos-bpf-test.toml", "--no-guardian"])
+        .collect();
     let child = Command::new(argv[0]).args(&argv[1..]).stdout(log).stderr(Stdio::inherit()).spawn().unwrap();
     let t0 = Instant::now();
     while !std::path::Path::new(STATE).join("status.json").exists() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "daemon did not start; log:\n{}", std::fs::read_to_string("/run/memqos-bpf-test.log").unwrap_or_default());
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "daemon did not start; log:\n{}",
+            std::fs::read_to_string("/run/memqos-bpf-test.log").unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     child
@@ -110,14 +118,21 @@ fn stop_daemon(mut d: Child) {
 }
 
 fn log_events() -> Vec<serde_json::Value> {
-    std::fs::read_to_string(format!("{STATE}/events.jsonl")).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    std::fs::read_to_string(format!("{STATE}/events.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 /// Waits for the daemon's first memory.high write on `low`.
 fn wait_low_write(limit: Duration) -> Option<serde_json::Value> {
     let end = Instant::now() + limit;
     while Instant::now() < end {
-        if let Some(w) = log_events().into_iter().find(|e| e["event"] == "write" && e["cgroup"] == "low" && e["file"] == "memory.high") {
+        if let Some(w) = log_events()
+            .into_iter()
+            .find(|e| e["event"] == "write" && e["cgroup"] == "low" && e["file"] == "memory.high")
+        {
             return Some(w);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -143,7 +158,8 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
     let s = setup();
     assert!(our_bpf_objects().is_empty(), "programs attached before the daemon: {:?}", our_bpf_objects());
     let daemon = start_daemon(&config(false, true), &[]);
-    let started = log_events().into_iter().find(|e| e["event"] == "bpf_source").expect("no bpf_source line: BPF did not start");
+    let started =
+        log_events().into_iter().find(|e| e["event"] == "bpf_source").expect("no bpf_source line: BPF did not start");
     println!("RESULT bpf hooks: {}", started["hooks"]["attached"]);
     assert!(started["hooks"]["attach_failed"].as_array().unwrap().is_empty(), "{started}");
     let attached = our_bpf_objects();
@@ -159,7 +175,10 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
     let write = write.unwrap_or_else(|| panic!("no memory.high write on low within 30 s; log:\n{:#?}", log_events()));
     println!("RESULT first write {:.0} ms after prot started: {}", waited.as_secs_f64() * 1e3, write["why"]);
     assert!(write["why"].as_str().unwrap().contains("bpf threshold"), "write was not for the BPF source: {write}");
-    let crossing = log_events().into_iter().find(|e| e["event"] == "bpf" && e["cgroup"] == "prot").expect("no bpf crossing logged for prot");
+    let crossing = log_events()
+        .into_iter()
+        .find(|e| e["event"] == "bpf" && e["cgroup"] == "prot")
+        .expect("no bpf crossing logged for prot");
     println!("RESULT first crossing: {crossing}");
 
     stop_daemon(daemon);
@@ -167,7 +186,10 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
     let c = &summary["bpf"]["counters"]["prot"];
     println!("RESULT prot counters {c}, stats {}", summary["bpf"]["stats"]);
     let total = c["total"].as_array().expect("prot counters");
-    assert!(total[0].as_u64().unwrap() + total[1].as_u64().unwrap() > 0, "no reclaim or over-high counted for prot: {c}");
+    assert!(
+        total[0].as_u64().unwrap() + total[1].as_u64().unwrap() > 0,
+        "no reclaim or over-high counted for prot: {c}"
+    );
     assert!(total[3].as_u64().unwrap() > 0, "no page faults counted for prot: {c}");
     let left = our_bpf_objects();
     assert!(left.is_empty(), "left attached after the daemon stopped: {left:?}");
@@ -182,23 +204,37 @@ guest_test!(bpf_fallback_when_disabled_or_refused, |g| g, {
     std::thread::sleep(Duration::from_millis(500));
     assert!(our_bpf_objects().is_empty(), "bpf = false but programs are attached");
     stop_daemon(daemon);
-    assert!(!log_events().iter().any(|e| e["event"] == "bpf_source" || e["message"].as_str().is_some_and(|m| m.contains("BPF"))));
+    assert!(!log_events()
+        .iter()
+        .any(|e| e["event"] == "bpf_source" || e["message"].as_str().is_some_and(|m| m.contains("BPF"))));
 
     // 2. Refused by the kernel: the daemon runs without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN.
     // It must log one line saying why and still react, on PSI.
-    let daemon = start_daemon(&config(true, true), &["setpriv", "--bounding-set", "-bpf,-perfmon,-sys_admin", "--inh-caps", "-bpf,-perfmon,-sys_admin", "--"]);
-    let degraded: Vec<String> = log_events().iter().filter(|e| e["event"] == "degraded").filter_map(|e| e["message"].as_str().map(String::from)).collect();
+    let daemon = start_daemon(
+        &config(true, true),
+        &["setpriv", "--bounding-set", "-bpf,-perfmon,-sys_admin", "--inh-caps", "-bpf,-perfmon,-sys_admin", "--"],
+    );
+    let degraded: Vec<String> = log_events()
+        .iter()
+        .filter(|e| e["event"] == "degraded")
+        .filter_map(|e| e["message"].as_str().map(String::from))
+        .collect();
     let bpf_lines: Vec<&String> = degraded.iter().filter(|m| m.contains("BPF")).collect();
     println!("RESULT fallback line: {bpf_lines:?}");
     assert_eq!(bpf_lines.len(), 1, "want exactly one line about BPF: {degraded:?}");
-    assert!(bpf_lines[0].starts_with("BPF pressure source off:") && bpf_lines[0].contains("continuing on PSI"), "{}", bpf_lines[0]);
+    assert!(
+        bpf_lines[0].starts_with("BPF pressure source off:") && bpf_lines[0].contains("continuing on PSI"),
+        "{}",
+        bpf_lines[0]
+    );
     assert!(our_bpf_objects().is_empty(), "programs attached although the load was refused");
     std::thread::sleep(Duration::from_millis(1500));
     let mut prot = spawn_workload(&s.prot, "alloc", &["--mb", "64", "--hold-ms", "30000"]);
     let write = wait_low_write(Duration::from_secs(30));
     let _ = prot.kill();
     let _ = prot.wait();
-    let write = write.unwrap_or_else(|| panic!("PSI fallback did not throttle low within 30 s; log:\n{:#?}", log_events()));
+    let write =
+        write.unwrap_or_else(|| panic!("PSI fallback did not throttle low within 30 s; log:\n{:#?}", log_events()));
     println!("RESULT fallback write: {}", write["why"]);
     assert!(!write["why"].as_str().unwrap().contains("bpf"), "{write}");
     stop_daemon(daemon);

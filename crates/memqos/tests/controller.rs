@@ -96,13 +96,19 @@ guest_test!(controller_prevents_oom_and_keeps_protected_task_fast, |g| g.memory_
         r["unmanaged"]["oom_kills"], r["managed"]["oom_kills"], secs("managed", "high"), secs("solo", "high"),
         secs("managed", "low1"), secs("managed", "low2"), r["managed"]["daemon_writes"]
     );
-    assert!(r["unmanaged"]["oom_kills"].as_u64().unwrap() >= 1, "the scenario must force an OOM kill without memqos: {r}");
+    assert!(
+        r["unmanaged"]["oom_kills"].as_u64().unwrap() >= 1,
+        "the scenario must force an OOM kill without memqos: {r}"
+    );
     assert_eq!(r["managed"]["oom_kills"].as_u64().unwrap(), 0, "memqos must prevent the OOM kill: {r}");
     for t in r["managed"]["tasks"].as_array().unwrap() {
         assert_eq!(t["outcome"], "finished", "every task finishes under memqos: {t}");
         if t["name"] != "high" {
             assert!(t["throttled"].as_u64().unwrap() > 0, "the low tier was throttled: {t}");
-            assert!(t["secs"].as_f64().unwrap() > 14.0, "a throttled low task finishes later than its nominal 14 s: {t}");
+            assert!(
+                t["secs"].as_f64().unwrap() > 14.0,
+                "a throttled low task finishes later than its nominal 14 s: {t}"
+            );
         }
     }
     assert!(ratio <= 1.10, "protected task took {ratio:.3}x its solo time (limit 1.10)");
@@ -127,7 +133,10 @@ guest_test!(sigkill_mid_throttle_then_restart_restores_every_knob, |g| g.memory_
         std::thread::sleep(Duration::from_millis(1000));
         let after_kill = (knob(&low1, "memory.high"), knob(&low2, "memory.high"), knob(&high, "memory.low"));
         if !guardian {
-            assert!(after_kill.0 != Limit::Max || after_kill.1 != Limit::Max, "knobs should still be throttled after SIGKILL");
+            assert!(
+                after_kill.0 != Limit::Max || after_kill.1 != Limit::Max,
+                "knobs should still be throttled after SIGKILL"
+            );
             // The restart restores from the journal before anything else.
             let out = Command::new(memqos_bin()).args(["restore", "--state-dir", "/run/memqos-test"]).output().unwrap();
             println!("{}", String::from_utf8_lossy(&out.stdout));
@@ -193,7 +202,8 @@ guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memo
         low.create().unwrap();
         let daemon = managed.then(|| {
             std::fs::write("/run/memqos-test.toml", &config).unwrap();
-            let (cfg, state) = (std::path::Path::new("/run/memqos-test.toml"), std::path::Path::new("/run/memqos-test"));
+            let (cfg, state) =
+                (std::path::Path::new("/run/memqos-test.toml"), std::path::Path::new("/run/memqos-test"));
             DaemonProcess::start(std::path::Path::new(memqos_bin()), cfg, state, &[], Stdio::null()).unwrap()
         });
         let mut low_task = start(&low, LOW);
@@ -225,7 +235,15 @@ guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memo
         }
         let victims: Vec<&str> = oom_victims()
             .into_iter()
-            .filter_map(|pid| if pid == low_task.id() { Some("low") } else if pid == high_task.id() { Some("high") } else { None })
+            .filter_map(|pid| {
+                if pid == low_task.id() {
+                    Some("low")
+                } else if pid == high_task.id() {
+                    Some("high")
+                } else {
+                    None
+                }
+            })
             .collect();
         let high_survived = ended.iter().any(|(n, st)| *n == "high" && st.success());
         println!("RESULT managed={managed}: OOM victims in order {victims:?}; protected task survived: {high_survived}; exits {ended:?}");
@@ -249,7 +267,11 @@ guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memo
             let _ = probe.wait();
         } else {
             // Without memqos the scenario must kill the protected task, or it proves nothing.
-            assert_eq!(victims.first(), Some(&"high"), "baseline: the largest task, the protected one, is killed first");
+            assert_eq!(
+                victims.first(),
+                Some(&"high"),
+                "baseline: the largest task, the protected one, is killed first"
+            );
         }
         for t in [&mut low_task, &mut high_task] {
             let _ = t.kill();

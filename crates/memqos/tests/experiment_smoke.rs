@@ -30,7 +30,12 @@ fn oom_scenario_one_run_per_kernel() {
         let results = memqos_experiment::summary::load_results(&dir).unwrap();
         let mut arms: Vec<&str> = results.iter().map(|r| r.arm.as_str()).collect();
         arms.sort();
-        assert_eq!(arms, ["memqos", "none", "solo:high", "solo:low1", "static-high", "static-max"], "{}", dir.display());
+        assert_eq!(
+            arms,
+            ["memqos", "none", "solo:high", "solo:low1", "static-high", "static-max"],
+            "{}",
+            dir.display()
+        );
         let memqos: &ArmResult = results.iter().find(|r| r.arm == "memqos").unwrap();
         for t in &memqos.tasks {
             assert_eq!(t.outcome, Outcome::Finished, "{}: memqos arm, task {}: {}", dir.display(), t.name, t.outcome);

@@ -55,7 +55,12 @@ guest_test!(text_snapshot_matches_the_live_kernel, |g| g, {
     let snap = backend.snapshot().unwrap();
 
     let mut want = vec![String::new()];
-    want.extend(root.descendants().unwrap().iter().map(|c| c.path().strip_prefix(root.path()).unwrap().to_string_lossy().into_owned()));
+    want.extend(
+        root.descendants()
+            .unwrap()
+            .iter()
+            .map(|c| c.path().strip_prefix(root.path()).unwrap().to_string_lossy().into_owned()),
+    );
     let got: Vec<_> = snap.cgroups.iter().map(|c| c.path.clone()).collect();
     assert_eq!(got, want, "pre-order tree");
 
@@ -64,7 +69,9 @@ guest_test!(text_snapshot_matches_the_live_kernel, |g| g, {
         let live = Cgroup::new(root.path().join(&cg.path));
         assert_eq!(cg.id, std::fs::metadata(live.path()).unwrap().ino(), "{}: id is the inode", cg.path);
         assert_eq!(cg.events, Some(live.memory_events().unwrap()), "{}: memory.events", cg.path);
-        for (file, got) in [("memory.max", cg.max), ("memory.high", cg.high), ("memory.low", cg.low), ("memory.min", cg.min)] {
+        for (file, got) in
+            [("memory.max", cg.max), ("memory.high", cg.high), ("memory.low", cg.low), ("memory.min", cg.min)]
+        {
             assert_eq!(got, Some(live.limit(file).unwrap()), "{}: {file}", cg.path);
         }
         let reference = live.memory_stat().unwrap();
@@ -83,7 +90,11 @@ guest_test!(text_snapshot_matches_the_live_kernel, |g| g, {
             }
         }
         let psi = cg.pressure.expect("memory.pressure");
-        assert!(psi.some.total_us <= live.memory_pressure().unwrap().some.total_us, "{}: PSI total only grows", cg.path);
+        assert!(
+            psi.some.total_us <= live.memory_pressure().unwrap().some.total_us,
+            "{}: PSI total only grows",
+            cg.path
+        );
     }
     let x = snap.get("a/x").unwrap();
     let anon = snap.stat(x, "anon").unwrap();
@@ -102,7 +113,9 @@ guest_test!(text_snapshot_matches_the_live_kernel, |g| g, {
     // The hierarchy root: memory.stat and memory.pressure only.
     let full = TextBackend::open(std::path::Path::new("/sys/fs/cgroup")).unwrap().snapshot().unwrap();
     let top = &full.cgroups[0];
-    assert!(top.current.is_none() && top.max.is_none() && top.stat.iter().any(|v| v.is_some()) && top.pressure.is_some());
+    assert!(
+        top.current.is_none() && top.max.is_none() && top.stat.iter().any(|v| v.is_some()) && top.pressure.is_some()
+    );
     assert!(full.get("stats-text/a/x").is_some());
     stop(kids);
 });
@@ -124,7 +137,9 @@ guest_test!(bpf_snapshot_equals_text_snapshot, |g| g, {
     let bpf = BpfBackend::open(root.path());
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     if release.starts_with("6.") {
-        let Err(Error::BpfUnavailable(why)) = bpf else { panic!("6.12 has no memcg kfuncs, BPF backend opened anyway") };
+        let Err(Error::BpfUnavailable(why)) = bpf else {
+            panic!("6.12 has no memcg kfuncs, BPF backend opened anyway")
+        };
         assert!(why.contains("memcg BPF kfuncs"), "{why}");
         let mut notes = Vec::new();
         let mut auto = memqos_stats::open(root.path(), BackendChoice::Auto, &mut |m| notes.push(m.to_owned())).unwrap();
@@ -148,7 +163,8 @@ guest_test!(bpf_snapshot_equals_text_snapshot, |g| g, {
 });
 
 fn compare_bpf_with_text(root: &Cgroup, text: &mut TextBackend, walker: Walker) {
-    let mut bpf = BpfBackend::open_with(root.path(), Some(walker)).unwrap_or_else(|e| panic!("BPF backend ({walker:?}): {e}"));
+    let mut bpf =
+        BpfBackend::open_with(root.path(), Some(walker)).unwrap_or_else(|e| panic!("BPF backend ({walker:?}): {e}"));
     // text, bpf, text: a BPF value must equal the text value or lie between the two text
     // reads (for the few counters the kernel moves by itself on a quiet cgroup).
     let t1 = text.snapshot().unwrap();
@@ -163,21 +179,42 @@ fn compare_bpf_with_text(root: &Cgroup, text: &mut TextBackend, walker: Walker) 
         assert_eq!((cb.max, cb.high, cb.low, cb.min), (c1.max, c1.high, c1.low, c1.min), "{}: limits", cb.path);
         assert_eq!(cb.events, c1.events, "{}: memory.events", cb.path);
         assert_eq!(cb.peak, c1.peak, "{}: memory.peak", cb.path);
-        assert!(within(cb.current, c1.current, c2.current, 256 << 10), "{}: current {:?} vs text {:?}/{:?}", cb.path, cb.current, c1.current, c2.current);
+        assert!(
+            within(cb.current, c1.current, c2.current, 256 << 10),
+            "{}: current {:?} vs text {:?}/{:?}",
+            cb.path,
+            cb.current,
+            c1.current,
+            c2.current
+        );
         for (i, key) in b.keys.iter().enumerate() {
             let (v1, vb, v2) = (c1.stat[i], cb.stat[i], c2.stat[i]);
             if vb == v1 {
                 exact += 1;
             } else {
-                assert!(within(vb, v1, v2, stat_tolerance(key)), "{}: {key}: bpf {vb:?}, text {v1:?} then {v2:?}", cb.path);
+                assert!(
+                    within(vb, v1, v2, stat_tolerance(key)),
+                    "{}: {key}: bpf {vb:?}, text {v1:?} then {v2:?}",
+                    cb.path
+                );
                 between += 1;
             }
         }
         // PSI: the kernel aggregates per-CPU stall time when memory.pressure is read, and
         // every 2 s otherwise; BPF reads the last aggregate, so it may trail the text.
         let (p1, pb, p2) = (c1.pressure.unwrap(), cb.pressure.unwrap(), c2.pressure.unwrap());
-        assert!(pb.some.total_us <= p2.some.total_us, "{}: PSI some total {} > later text {}", cb.path, pb.some.total_us, p2.some.total_us);
-        assert!(pb.some.total_us + 2_000_000 >= p1.some.total_us, "{}: PSI some total trails by more than 2 s", cb.path);
+        assert!(
+            pb.some.total_us <= p2.some.total_us,
+            "{}: PSI some total {} > later text {}",
+            cb.path,
+            pb.some.total_us,
+            p2.some.total_us
+        );
+        assert!(
+            pb.some.total_us + 2_000_000 >= p1.some.total_us,
+            "{}: PSI some total trails by more than 2 s",
+            cb.path
+        );
     }
     println!(
         "RESULT 7.x BPF ({}) vs text: {} cgroups x {} keys: {exact} equal, {between} between two text reads",
@@ -196,7 +233,13 @@ fn cli_json(root: &Cgroup) -> serde_json::Value {
         .unwrap();
     assert!(out.status.success(), "memqos stat: {}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let x = v["cgroups"].as_array().unwrap().iter().find(|c| c["path"] == "a/x").expect("a/x in memqos stat --json").clone();
+    let x = v["cgroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == "a/x")
+        .expect("a/x in memqos stat --json")
+        .clone();
     assert!(x["stat"]["anon"].as_u64().unwrap() >= 24 * MIB, "{x}");
     assert_eq!(x["max"], 256 * MIB);
     v

@@ -60,12 +60,7 @@ pub struct Signals {
 
 impl Default for Signals {
     fn default() -> Self {
-        Signals {
-            psi: true,
-            events: true,
-            bpf: false,
-            sampling_interval_ms: 500,
-        }
+        Signals { psi: true, events: true, bpf: false, sampling_interval_ms: 500 }
     }
 }
 
@@ -202,18 +197,12 @@ impl Tiers {
     /// Like `classify`, for a cgroup whose extended attributes `has_xattr(name)` reports: a
     /// tier with `xattr` needs its glob to match and one of its attributes to be set. Asked
     /// only for the attributes of tiers whose glob matches, in tier order.
-    pub fn classify_with(
-        &self,
-        relative_path: &str,
-        mut has_xattr: impl FnMut(&str) -> bool,
-    ) -> Option<TierIndex> {
+    pub fn classify_with(&self, relative_path: &str, mut has_xattr: impl FnMut(&str) -> bool) -> Option<TierIndex> {
         let p = relative_path.trim_start_matches('/');
         self.matchers
             .iter()
             .zip(&self.tiers)
-            .position(|(m, t)| {
-                m.is_match(p) && (t.xattrs.is_empty() || t.xattrs.iter().any(|x| has_xattr(x)))
-            })
+            .position(|(m, t)| m.is_match(p) && (t.xattrs.is_empty() || t.xattrs.iter().any(|x| has_xattr(x))))
             .map(TierIndex)
     }
 
@@ -229,10 +218,7 @@ impl Tiers {
 
     /// The index of the tier called `name`.
     pub fn by_name(&self, name: &str) -> Option<TierIndex> {
-        self.tiers
-            .iter()
-            .position(|t| t.name == name)
-            .map(TierIndex)
+        self.tiers.iter().position(|t| t.name == name).map(TierIndex)
     }
 
     /// Number of tiers (at least one).
@@ -247,10 +233,7 @@ impl Tiers {
 
     /// Tiers with their indexes, highest priority first.
     pub fn iter(&self) -> impl Iterator<Item = (TierIndex, &Tier)> {
-        self.tiers
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (TierIndex(i), t))
+        self.tiers.iter().enumerate().map(|(i, t)| (TierIndex(i), t))
     }
 }
 

@@ -27,14 +27,7 @@ impl Decision {
 
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{} = {}: {}",
-            self.cgroup,
-            self.action.file(),
-            self.action.value(),
-            self.reason
-        )
+        write!(f, "{}/{} = {}: {}", self.cgroup, self.action.file(), self.action.value(), self.reason)
     }
 }
 
@@ -228,12 +221,7 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::ProtectedPressure { by, trigger } => write!(f, "pressure in {by}: {trigger}"),
-            Reason::HeadroomGuard {
-                parent_usage_bytes,
-                limit_bytes,
-                headroom_bytes,
-                guard_bytes,
-            } => write!(
+            Reason::HeadroomGuard { parent_usage_bytes, limit_bytes, headroom_bytes, guard_bytes } => write!(
                 f,
                 "parent at {} of {}: headroom {} below guard {}",
                 human(*parent_usage_bytes),
@@ -247,16 +235,8 @@ impl fmt::Display for Reason {
             Reason::Release { calm_for_ms } => {
                 write!(f, "no pressure for {calm_for_ms} ms, releasing")
             }
-            Reason::WorkingSet {
-                peak_bytes,
-                window_ms,
-            } => {
-                write!(
-                    f,
-                    "working set peak {} over {} s",
-                    human(*peak_bytes),
-                    window_ms / 1000
-                )
+            Reason::WorkingSet { peak_bytes, window_ms } => {
+                write!(f, "working set peak {} over {} s", human(*peak_bytes), window_ms / 1000)
             }
             Reason::Stalled { by, stalled_for_ms } => {
                 write!(f, "{by} stalled for {stalled_for_ms} ms despite throttling")
@@ -264,11 +244,7 @@ impl fmt::Display for Reason {
             Reason::Relieved { by } => write!(f, "{by} no longer stalls"),
             Reason::CauseGone { by } => write!(f, "{by} is gone"),
             Reason::Restore => f.write_str("restoring the original value"),
-            Reason::DirtyCeiling {
-                cap_bytes,
-                dirty_bytes,
-                budget_bytes,
-            } => write!(
+            Reason::DirtyCeiling { cap_bytes, dirty_bytes, budget_bytes } => write!(
                 f,
                 "dirty ceiling {} (holds {} dirty+writeback; capped cgroups share {})",
                 human(*cap_bytes),

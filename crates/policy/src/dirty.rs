@@ -193,12 +193,23 @@ mod tests {
     }
 
     fn obs(id: &str, tier: usize, usage: u64, file: u64, dirty: u64) -> DirtyObs {
-        DirtyObs { id: id.into(), tier: TierIndex(tier), usage_bytes: usage, file_bytes: file, dirty_bytes: dirty, max: Limit::Max }
+        DirtyObs {
+            id: id.into(),
+            tier: TierIndex(tier),
+            usage_bytes: usage,
+            file_bytes: file,
+            dirty_bytes: dirty,
+            max: Limit::Max,
+        }
     }
 
     #[test]
     fn cap_fits_and_high_inverts_the_kernel_ratio() {
-        let p = plan(&cfg(), &host(), &[obs("victim", 0, 20 * MIB, 18 * MIB, 2 * MIB), obs("noisy", 1, 70 * MIB, 64 * MIB, 30 * MIB)]);
+        let p = plan(
+            &cfg(),
+            &host(),
+            &[obs("victim", 0, 20 * MIB, 18 * MIB, 2 * MIB), obs("noisy", 1, 70 * MIB, 64 * MIB, 30 * MIB)],
+        );
         assert_eq!(p.reserved_bytes, 16 * MIB);
         assert_eq!(p.budget_bytes, 24 * MIB - 16 * MIB);
         let cap = &p.caps[0];

@@ -88,12 +88,7 @@ impl Engine {
         self.last_tick_ms = Some(now);
 
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
-        let ctx = Ctx {
-            cfg: &self.cfg,
-            now,
-            parent: &obs.parent,
-            cgs,
-        };
+        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs };
         let p = pressure::detect(&ctx, elapsed);
         if p.any() {
             self.last_pressure_ms = Some(now);
@@ -144,11 +139,7 @@ impl Engine {
             let managed = |knob: Knob, by_tier: bool| by_tier || s.ever_wrote(knob);
             let (o, c) = (&s.original, &s.current);
             let restore = |list: &mut Vec<Decision>, action| {
-                list.push(Decision {
-                    cgroup: id.clone(),
-                    action,
-                    reason: Reason::Restore,
-                });
+                list.push(Decision { cgroup: id.clone(), action, reason: Reason::Restore });
             };
             if c.frozen != o.frozen && managed(Knob::Freeze, tier.freeze) {
                 restore(&mut thaws, Action::Freeze(o.frozen));
@@ -170,11 +161,7 @@ impl Engine {
     /// A summary of the engine's state.
     pub fn status(&self) -> Status {
         let ids = |f: &dyn Fn(&CgState) -> bool| {
-            self.cgroups
-                .iter()
-                .filter(|(_, s)| f(s))
-                .map(|(id, _)| id.clone())
-                .collect()
+            self.cgroups.iter().filter(|(_, s)| f(s)).map(|(id, _)| id.clone()).collect()
         };
         Status {
             tracked: self.cgroups.len(),
@@ -202,9 +189,9 @@ fn sync<'a>(
     }
     states.retain(|id, s| seen.get(id.as_str()).is_some_and(|c| c.tier == s.tier));
     for c in seen.values() {
-        let s = states.entry(c.id.clone()).or_insert_with(|| {
-            CgState::new(c.tier, cfg.policy.ws_window_ms, c.original, c.current)
-        });
+        let s = states
+            .entry(c.id.clone())
+            .or_insert_with(|| CgState::new(c.tier, cfg.policy.ws_window_ms, c.original, c.current));
         s.original = c.original;
         s.current = c.current;
         s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));
@@ -228,10 +215,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn get(&self, id: &str) -> Option<&'a CgroupObs> {
-        self.cgs
-            .binary_search_by(|c| c.id.as_str().cmp(id))
-            .ok()
-            .map(|i| self.cgs[i])
+        self.cgs.binary_search_by(|c| c.id.as_str().cmp(id)).ok().map(|i| self.cgs[i])
     }
 
     /// `min_high`, rounded up to a page.
@@ -263,10 +247,7 @@ impl Plan {
         if new >= c.current.high {
             return;
         }
-        let existing = self
-            .items
-            .iter_mut()
-            .find(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)));
+        let existing = self.items.iter_mut().find(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)));
         match existing {
             Some((_, Action::High(old), r)) if new < *old => {
                 *old = new;
@@ -307,9 +288,7 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut BTreeMap<String, CgState>) -> Vec<
             Action::Kill => false,
         };
         // A unit's MemoryHigh=/MemoryLow= or kubelet's memory.min is not ours to change.
-        if ctx.cfg.policy.foreign_knobs == ForeignKnobs::Respect
-            && c.original.is_foreign(action.knob())
-        {
+        if ctx.cfg.policy.foreign_knobs == ForeignKnobs::Respect && c.original.is_foreign(action.knob()) {
             continue;
         }
         if unchanged {
@@ -327,11 +306,7 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut BTreeMap<String, CgState>) -> Vec<
             (Action::Freeze(false), _) => s.frozen_by = None,
             _ => {}
         }
-        out.push(Decision {
-            cgroup: id,
-            action,
-            reason,
-        });
+        out.push(Decision { cgroup: id, action, reason });
     }
     out
 }

@@ -30,8 +30,8 @@
 //!     let tier = cfg.tiers.classify(id).expect("every cgroup matches some tier");
 //!     cgroups.push(CgroupObs::new(id, tier, usage));
 //! }
-//! cgroups[0].psi.some_avg10 = 20.0; // prod/db stalls on memory
-//! cgroups[0].psi.some_total_delta_us = 100_000;
+//! cgroups[0].psi.some.avg10 = 20.0; // prod/db stalls on memory
+//! cgroups[0].psi_some_delta_us = 100_000;
 //!
 //! let mut engine = Engine::new(cfg);
 //! let obs = Observation { now_ms: 0, parent: ParentObs::default(), cgroups };
@@ -52,8 +52,10 @@ pub mod engine;
 pub mod obs;
 pub mod size;
 
-pub use config::{Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Policy, Protect, Signals, Tier, TierIndex, Tiers};
+pub use config::{
+    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Policy, Protect, Signals, Tier, TierIndex, Tiers,
+};
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status};
-pub use obs::{CgroupObs, Knobs, MemEvents, Observation, ParentObs, Psi, SignalEvent};
-pub use size::Limit;
+pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
+pub use obs::{CgroupObs, Knobs, Observation, ParentObs, SignalEvent};

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::TierIndex;
 use crate::size::Limit;
+use memqos_cgroupfs::{MemoryEvents, Pressure};
 
 /// One sample of the managed subtree at `now_ms` (any monotonic clock, in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -33,17 +34,12 @@ pub struct ParentObs {
     pub high: Limit,
     /// memory.events increments since the previous sample (`max`/`oom` mean the whole subtree
     /// hit its limit).
-    pub events_delta: MemEvents,
+    pub events_delta: MemoryEvents,
 }
 
 impl Default for ParentObs {
     fn default() -> Self {
-        ParentObs {
-            usage_bytes: 0,
-            max: Limit::Max,
-            high: Limit::Max,
-            events_delta: MemEvents::default(),
-        }
+        ParentObs { usage_bytes: 0, max: Limit::Max, high: Limit::Max, events_delta: MemoryEvents::default() }
     }
 }
 
@@ -66,9 +62,13 @@ pub struct CgroupObs {
     /// Knob values as read now (what memqos, or anyone, last wrote).
     pub current: Knobs,
     /// memory.events increments since the previous sample.
-    pub events_delta: MemEvents,
-    /// memory.pressure.
-    pub psi: Psi,
+    pub events_delta: MemoryEvents,
+    /// memory.pressure as read (`some avg10` decides; `full` is logged only).
+    pub psi: Pressure,
+    /// Increase of `psi.some.total_us` (microseconds stalled) since the previous observation
+    /// (the engine divides it by the time between ticks); 0 for a cgroup seen for the first
+    /// time.
+    pub psi_some_delta_us: u64,
     /// Wakeups that arrived since the previous sample.
     pub signals: Vec<SignalEvent>,
     /// `populated` of cgroup.events; `Some(false)`: no process left (a finished sandbox whose
@@ -94,8 +94,9 @@ impl CgroupObs {
             working_set_bytes: None,
             original: Knobs::default(),
             current: Knobs::default(),
-            events_delta: MemEvents::default(),
-            psi: Psi::default(),
+            events_delta: MemoryEvents::default(),
+            psi: Pressure::default(),
+            psi_some_delta_us: 0,
             signals: Vec::new(),
             populated: None,
         }
@@ -135,41 +136,8 @@ impl Knobs {
 impl Default for Knobs {
     /// The kernel's defaults for a new cgroup.
     fn default() -> Self {
-        Knobs {
-            high: Limit::Max,
-            max: Limit::Max,
-            low: Limit::Bytes(0),
-            min: Limit::Bytes(0),
-            frozen: false,
-        }
+        Knobs { high: Limit::Max, max: Limit::Max, low: Limit::Bytes(0), min: Limit::Bytes(0), frozen: false }
     }
-}
-
-/// memory.events counters (as increments since the previous sample).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemEvents {
-    /// Reclaimed despite being under memory.low: protection is overcommitted.
-    pub low: u64,
-    /// Went over memory.high (throttled by the kernel).
-    pub high: u64,
-    /// Hit memory.max (direct reclaim at the limit).
-    pub max: u64,
-    /// The OOM killer was invoked.
-    pub oom: u64,
-    /// Processes were OOM-killed.
-    pub oom_kill: u64,
-}
-
-/// memory.pressure, the `some` line plus `full avg10`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Psi {
-    /// `some avg10`, percent.
-    pub some_avg10: f64,
-    /// `full avg10`, percent (logged only; `some` is what decides).
-    pub full_avg10: f64,
-    /// Increase of `some total` (microseconds stalled) since the previous observation (the
-    /// engine divides it by the time between ticks); 0 for a cgroup seen for the first time.
-    pub some_total_delta_us: u64,
 }
 
 /// An asynchronous wakeup for one cgroup, delivered with the next observation.

@@ -27,23 +27,13 @@ fn flapping_signal_only_ratchets_down_and_never_releases() {
         on = !on; // pressure on every other tick
         s.set_stall("critical/db", if on { 20.0 } else { 0.0 });
     });
-    let highs: Vec<_> = sim
-        .log
-        .iter()
-        .filter(|(_, d)| d.knob() == Knob::High)
-        .collect();
-    assert!(
-        highs.iter().all(|(_, d)| is_lowering(d)),
-        "released while the signal flapped"
-    );
+    let highs: Vec<_> = sim.log.iter().filter(|(_, d)| d.knob() == Knob::High).collect();
+    assert!(highs.iter().all(|(_, d)| is_lowering(d)), "released while the signal flapped");
     // Each cgroup moves down monotonically, at most once a second, and stops at the floor:
     // batch/a needs 10 steps (400 -> 32 by 40), batch/b 9, then low/a 9 (300 -> 32 by 30).
     assert_eq!(sim.high_trail_mb("batch/a").len(), 10);
     assert_eq!(sim.high_trail_mb("batch/b").len(), 9);
-    assert_eq!(
-        sim.high_trail_mb("low/a"),
-        vec![270, 240, 210, 180, 150, 120, 90, 60, 32]
-    );
+    assert_eq!(sim.high_trail_mb("low/a"), vec![270, 240, 210, 180, 150, 120, 90, 60, 32]);
     // Once everything is at the floor the flapping produces no writes at all.
     let last = highs.last().unwrap().0;
     assert!(last < 40_000, "still writing at {last}");
@@ -51,11 +41,7 @@ fn flapping_signal_only_ratchets_down_and_never_releases() {
     // Calm afterwards: release starts exactly hold_ms after the last pressured tick.
     let last_pressure = sim.now - 2 * sim.tick_ms;
     sim.run(10_000, |s| s.set_stall("critical/db", 0.0));
-    let first_release = sim
-        .log
-        .iter()
-        .find(|(_, d)| matches!(d.reason, Reason::Release { .. }))
-        .unwrap();
+    let first_release = sim.log.iter().find(|(_, d)| matches!(d.reason, Reason::Release { .. })).unwrap();
     assert_eq!(first_release.0, last_pressure + 5000);
 }
 
@@ -68,23 +54,14 @@ fn pressure_shorter_than_hold_never_releases_and_writes_stay_bounded() {
         s.set_stall("critical/db", if tick % 8 == 0 { 20.0 } else { 0.0 });
         tick += 1;
     });
-    assert!(sim
-        .log
-        .iter()
-        .all(|(_, d)| d.knob() != Knob::High || is_lowering(d)));
+    assert!(sim.log.iter().all(|(_, d)| d.knob() != Knob::High || is_lowering(d)));
     // One step per pressured tick at most: 30 pressured ticks in 120 s.
     assert!(sim.writes("batch/a", Knob::High).len() <= 10);
-    let per_tick_max = sim
-        .log
-        .iter()
-        .fold(std::collections::BTreeMap::new(), |mut m, (t, _)| {
-            *m.entry(*t).or_insert(0) += 1;
-            m
-        });
-    assert!(
-        per_tick_max.values().all(|&n| n <= 4),
-        "write burst: {per_tick_max:?}"
-    );
+    let per_tick_max = sim.log.iter().fold(std::collections::BTreeMap::new(), |mut m, (t, _)| {
+        *m.entry(*t).or_insert(0) += 1;
+        m
+    });
+    assert!(per_tick_max.values().all(|&n| n <= 4), "write burst: {per_tick_max:?}");
 }
 
 #[test]
@@ -92,8 +69,8 @@ fn stale_avg10_without_new_stall_is_not_pressure() {
     let mut sim = contention();
     sim.run(5_000, |s| {
         let c = s.cg("critical/db");
-        c.psi.some_avg10 = 30.0; // the tail of an old 10 s average
-        c.psi.some_total_delta_us = 0;
+        c.psi.some.avg10 = 30.0; // the tail of an old 10 s average
+        c.psi_some_delta_us = 0;
     });
     assert!(sim.log.iter().all(|(_, d)| d.knob() == Knob::Low));
 }
@@ -113,11 +90,7 @@ fn disappearing_cgroup_mid_throttle_gets_no_decisions_and_restarts_fresh() {
     // limit carried over): it is cut at once, from its usage.
     sim.add("batch/a", 100 * MB);
     let d = sim.tick();
-    let cut: Vec<_> = d
-        .iter()
-        .filter(|d| d.cgroup == "batch/a")
-        .map(|d| d.action)
-        .collect();
+    let cut: Vec<_> = d.iter().filter(|d| d.cgroup == "batch/a").map(|d| d.action).collect();
     assert_eq!(cut, vec![Action::High(Limit::Bytes(90 * MB))]);
 }
 
@@ -129,11 +102,7 @@ fn protected_cgroup_disappearing_ends_its_pressure() {
     sim.remove("critical/db");
     let gone_at = sim.now;
     sim.run(10_000, |_| {});
-    let release = sim
-        .log
-        .iter()
-        .find(|(_, d)| matches!(d.reason, Reason::Release { .. }))
-        .unwrap();
+    let release = sim.log.iter().find(|(_, d)| matches!(d.reason, Reason::Release { .. })).unwrap();
     assert_eq!(release.0, gone_at - sim.tick_ms + 5000);
 }
 
@@ -143,11 +112,7 @@ fn cgroup_appearing_under_pressure_joins_the_throttled_tier() {
     sim.run(2_000, |s| s.set_stall("critical/db", 20.0));
     sim.add("batch/new", 1000 * MB);
     let d = sim.tick();
-    let new: Vec<_> = d
-        .iter()
-        .filter(|d| d.cgroup == "batch/new")
-        .map(|d| d.action)
-        .collect();
+    let new: Vec<_> = d.iter().filter(|d| d.cgroup == "batch/new").map(|d| d.action).collect();
     assert_eq!(new, vec![Action::High(Limit::Bytes(900 * MB))]);
 }
 
@@ -203,24 +168,13 @@ fn tier_order(stalling: &str) -> Vec<String> {
     let mut order: Vec<String> = Vec::new();
     for _ in 0..60 {
         sim.set_stall(stalling, 30.0);
-        let at_floor = |s: &Sim, t: TierIndex| {
-            s.cgs
-                .values()
-                .filter(|c| c.tier == t)
-                .all(|c| c.current.high == floor)
-        };
+        let at_floor = |s: &Sim, t: TierIndex| s.cgs.values().filter(|c| c.tier == t).all(|c| c.current.high == floor);
         let floors: Vec<bool> = (0..5).map(|t| at_floor(&sim, TierIndex(t))).collect();
         let now = sim.now;
         for d in sim.tick().iter().filter(|d| is_lowering(d)) {
             let tier = sim.tier(&d.cgroup);
-            assert!(
-                tier > sim.tier(stalling),
-                "t={now} cut {d}: at or above the stalling tier"
-            );
-            assert!(
-                floors[tier.0 + 1..].iter().all(|&f| f),
-                "t={now} cut {d} before lower tiers hit the floor"
-            );
+            assert!(tier > sim.tier(stalling), "t={now} cut {d}: at or above the stalling tier");
+            assert!(floors[tier.0 + 1..].iter().all(|&f| f), "t={now} cut {d} before lower tiers hit the floor");
             let name = sim.cfg.tiers.get(tier).unwrap().name.clone();
             if !order.contains(&name) {
                 order.push(name);
@@ -232,10 +186,7 @@ fn tier_order(stalling: &str) -> Vec<String> {
 
 #[test]
 fn multi_tier_order_lowest_first_never_the_pressured_tier_or_above() {
-    assert_eq!(
-        tier_order("critical/big"),
-        ["batch", "low", "normal", "high"]
-    );
+    assert_eq!(tier_order("critical/big"), ["batch", "low", "normal", "high"]);
     assert_eq!(tier_order("high/big"), ["batch", "low", "normal"]);
     // normal is not protected: its stalls are its own business.
     assert!(tier_order("normal/small").is_empty());
@@ -260,20 +211,11 @@ fn freeze_escalation_then_thaw_before_release() {
     sim.add("batch/a", 400 * MB);
     sim.add("batch/b", 200 * MB);
     sim.run(25_000, |s| s.set_stall("critical/db", 20.0)); // t = 0 .. 24500
-    let freezes: Vec<_> = sim
-        .log
-        .iter()
-        .filter(|(_, d)| d.action == Action::Freeze(true))
-        .collect();
+    let freezes: Vec<_> = sim.log.iter().filter(|(_, d)| d.action == Action::Freeze(true)).collect();
     // Largest first, one per freeze_after_ms (10 s) of uninterrupted stall.
-    let got: Vec<_> = freezes
-        .iter()
-        .map(|(t, d)| (*t, d.cgroup.as_str()))
-        .collect();
+    let got: Vec<_> = freezes.iter().map(|(t, d)| (*t, d.cgroup.as_str())).collect();
     assert_eq!(got, vec![(10_000, "batch/a"), (20_000, "batch/b")]);
-    assert!(
-        matches!(&freezes[0].1.reason, Reason::Stalled { by, stalled_for_ms: 10_000 } if by == "critical/db")
-    );
+    assert!(matches!(&freezes[0].1.reason, Reason::Stalled { by, stalled_for_ms: 10_000 } if by == "critical/db"));
 
     sim.run(10_000, |s| s.set_stall("critical/db", 0.0)); // relieved at t = 25000
     let thaws: Vec<_> = sim
@@ -284,42 +226,23 @@ fn freeze_escalation_then_thaw_before_release() {
         .collect();
     // batch/b was frozen at 20000: 5 s ago, past the write interval, so both thaw at once.
     assert_eq!(thaws, vec![(25_000, "batch/a"), (25_000, "batch/b")]);
-    let first_release = sim
-        .log
-        .iter()
-        .find(|(_, d)| matches!(d.reason, Reason::Release { .. }))
-        .unwrap()
-        .0;
+    let first_release = sim.log.iter().find(|(_, d)| matches!(d.reason, Reason::Release { .. })).unwrap().0;
     assert!(first_release > 25_000, "release must come after the thaw");
     assert!(!sim.cgs["batch/a"].current.frozen && !sim.cgs["batch/b"].current.frozen);
 }
 
 #[test]
 fn thaw_waits_for_rate_limit_and_release_waits_for_thaw() {
-    let mut sim = Sim::new(config(
-        FREEZE_TIERS,
-        "hold_ms = 0\nmin_write_interval_ms = 3000",
-    ));
+    let mut sim = Sim::new(config(FREEZE_TIERS, "hold_ms = 0\nmin_write_interval_ms = 3000"));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);
     sim.run(10_500, |s| s.set_stall("critical/db", 20.0)); // frozen at t = 10000
-    assert_eq!(
-        sim.writes("batch/a", Knob::Freeze),
-        vec![(10_000, Action::Freeze(true))]
-    );
+    assert_eq!(sim.writes("batch/a", Knob::Freeze), vec![(10_000, Action::Freeze(true))]);
     sim.run(5_000, |s| s.set_stall("critical/db", 0.0));
-    let kinds: Vec<_> = sim
-        .log
-        .iter()
-        .filter(|(t, _)| *t > 10_000)
-        .map(|(t, d)| (*t, d.action))
-        .collect();
+    let kinds: Vec<_> = sim.log.iter().filter(|(t, _)| *t > 10_000).map(|(t, d)| (*t, d.action)).collect();
     // Relieved at 10500 but frozen only 500 ms ago: thaw at 13000, release on a later tick.
     assert_eq!(kinds[0], (13_000, Action::Freeze(false)));
-    assert!(
-        matches!(kinds[1], (t, Action::High(_)) if t > 13_000),
-        "{kinds:?}"
-    );
+    assert!(matches!(kinds[1], (t, Action::High(_)) if t > 13_000), "{kinds:?}");
 }
 
 #[test]
@@ -342,10 +265,7 @@ fn thaw_when_the_stalling_cgroup_disappears() {
 fn no_escalation_by_default_and_kill_only_when_opted_in() {
     let mut sim = contention(); // freeze = false, kill = false everywhere
     sim.run(120_000, |s| s.set_stall("critical/db", 50.0));
-    assert!(sim
-        .log
-        .iter()
-        .all(|(_, d)| !matches!(d.action, Action::Freeze(_) | Action::Kill)));
+    assert!(sim.log.iter().all(|(_, d)| !matches!(d.action, Action::Freeze(_) | Action::Kill)));
 
     let tiers = FREEZE_TIERS.replace("freeze = true", "kill = true");
     let mut sim = Sim::new(config(&tiers, ""));
@@ -353,12 +273,8 @@ fn no_escalation_by_default_and_kill_only_when_opted_in() {
     sim.add("batch/a", 400 * MB);
     sim.add("batch/b", 200 * MB);
     sim.run(65_000, |s| s.set_stall("critical/db", 50.0));
-    let kills: Vec<_> = sim
-        .log
-        .iter()
-        .filter(|(_, d)| d.action == Action::Kill)
-        .map(|(t, d)| (*t, d.cgroup.as_str()))
-        .collect();
+    let kills: Vec<_> =
+        sim.log.iter().filter(|(_, d)| d.action == Action::Kill).map(|(t, d)| (*t, d.cgroup.as_str())).collect();
     assert_eq!(kills, vec![(30_000, "batch/a"), (60_000, "batch/b")]);
 }
 
@@ -372,9 +288,8 @@ fn signal_sources_can_be_switched_off() {
     sim.run(5_000, |s| {
         s.set_stall("critical/db", 90.0);
         s.cg("critical/db").signals.push(SignalEvent::PsiTrigger);
-        s.cg("critical/db")
-            .signals
-            .push(SignalEvent::BpfThreshold { value: 1 }); // bpf off by default
+        s.cg("critical/db").signals.push(SignalEvent::BpfThreshold { value: 1 });
+        // bpf off by default
     });
     assert!(sim.writes("batch/a", Knob::High).is_empty());
 
@@ -383,33 +298,13 @@ fn signal_sources_can_be_switched_off() {
     let mut sim = Sim::new(config(&tiers, ""));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);
-    sim.cg("critical/db")
-        .signals
-        .push(SignalEvent::BpfThreshold { value: 7 });
+    sim.cg("critical/db").signals.push(SignalEvent::BpfThreshold { value: 7 });
     let d = sim.tick();
-    assert!(
-        matches!(
-            &d[0].reason,
-            Reason::ProtectedPressure {
-                trigger: Trigger::Bpf { value: 7 },
-                ..
-            }
-        ),
-        "{d:?}"
-    );
+    assert!(matches!(&d[0].reason, Reason::ProtectedPressure { trigger: Trigger::Bpf { value: 7 }, .. }), "{d:?}");
     sim.now += 1000;
     sim.cg("critical/db").signals.push(SignalEvent::PsiTrigger);
     let d = sim.tick();
-    assert!(
-        matches!(
-            &d[0].reason,
-            Reason::ProtectedPressure {
-                trigger: Trigger::PsiTrigger,
-                ..
-            }
-        ),
-        "{d:?}"
-    );
+    assert!(matches!(&d[0].reason, Reason::ProtectedPressure { trigger: Trigger::PsiTrigger, .. }), "{d:?}");
 }
 
 #[test]
@@ -417,29 +312,16 @@ fn events_low_and_parent_limit_events_are_pressure() {
     let mut sim = contention();
     sim.cg("critical/db").events_delta.low = 3;
     let d = sim.tick();
-    assert!(matches!(
-        &d[0].reason,
-        Reason::ProtectedPressure {
-            trigger: Trigger::LowEvents { count: 3 },
-            ..
-        }
-    ));
+    assert!(matches!(&d[0].reason, Reason::ProtectedPressure { trigger: Trigger::LowEvents { count: 3 }, .. }));
 
     // Parent-level pressure has no pressured tier: every throttle tier is a candidate,
     // still lowest first.
     let mut sim = contention();
     sim.parent.events_delta.max = 2;
     let d = sim.tick();
-    let cut: Vec<_> = d
-        .iter()
-        .filter(|d| d.knob() == Knob::High)
-        .map(|d| d.cgroup.as_str())
-        .collect();
+    let cut: Vec<_> = d.iter().filter(|d| d.knob() == Knob::High).map(|d| d.cgroup.as_str()).collect();
     assert_eq!(cut, vec!["batch/a", "batch/b"]);
-    assert!(matches!(
-        d[0].reason,
-        Reason::ParentLimitEvents { max: 2, oom: 0 }
-    ));
+    assert!(matches!(d[0].reason, Reason::ParentLimitEvents { max: 2, oom: 0 }));
 }
 
 #[test]
@@ -455,16 +337,10 @@ fn stall_rate_alone_triggers() {
     let mut sim = contention();
     sim.tick(); // the first tick has no elapsed time to compute a rate from
     let c = sim.cg("critical/db");
-    c.psi.some_avg10 = 0.5;
-    c.psi.some_total_delta_us = 100_000; // 100 ms of 500 ms = 20 %
+    c.psi.some.avg10 = 0.5;
+    c.psi_some_delta_us = 100_000; // 100 ms of 500 ms = 20 %
     let d = sim.tick();
-    let Reason::ProtectedPressure {
-        trigger: Trigger::StallRate { pct },
-        ..
-    } = d[0].reason
-    else {
-        panic!("{d:?}")
-    };
+    let Reason::ProtectedPressure { trigger: Trigger::StallRate { pct }, .. } = d[0].reason else { panic!("{d:?}") };
     assert!((pct - 20.0).abs() < 1e-9);
 }
 
@@ -488,15 +364,7 @@ fn protection_follows_the_working_set_with_hysteresis() {
     sim.tick();
     let trail = sim.writes("critical/db", Knob::Min);
     let mb = |m: u64| Action::Min(Limit::Bytes(m * MB));
-    assert_eq!(
-        trail,
-        vec![
-            (0, mb(224)),
-            (5500, mb(336)),
-            (15500, mb(112)),
-            (18000, mb(1024))
-        ]
-    );
+    assert_eq!(trail, vec![(0, mb(224)), (5500, mb(336)), (15500, mb(112)), (18000, mb(1024))]);
 }
 
 #[test]
@@ -537,12 +405,7 @@ fn knobs_memqos_does_not_manage_are_left_alone() {
     sim.cg("critical/db").current.high = Limit::Bytes(1024 * MB);
     sim.run(10_000, |_| {});
     assert!(sim.writes("critical/db", Knob::High).is_empty());
-    let restore: Vec<_> = sim
-        .engine
-        .restore_all()
-        .into_iter()
-        .map(|d| d.action)
-        .collect();
+    let restore: Vec<_> = sim.engine.restore_all().into_iter().map(|d| d.action).collect();
     assert_eq!(restore, vec![Action::Low(Limit::Bytes(0))]); // only what memqos wrote
 }
 
@@ -552,22 +415,15 @@ fn restart_with_journaled_originals_releases_after_hold() {
     // A previous daemon left batch/a throttled; the journal says it was max.
     sim.cg("batch/a").current.high = Limit::Bytes(100 * MB);
     sim.run(6_000, |_| {});
-    assert_eq!(
-        sim.writes("batch/a", Knob::High),
-        vec![(5000, Action::High(Limit::Bytes(400 * MB)))]
-    );
+    assert_eq!(sim.writes("batch/a", Knob::High), vec![(5000, Action::High(Limit::Bytes(400 * MB)))]);
 }
 
 #[test]
 fn malformed_observations_are_tolerated() {
     let mut sim = contention();
     sim.run(1_000, |_| {});
-    let mut obs = memqos_policy::Observation {
-        now_ms: 100,
-        ..Default::default()
-    }; // time went back
-    obs.cgroups
-        .push(memqos_policy::CgroupObs::new("ghost", TierIndex(9), MB)); // no such tier
+    let mut obs = memqos_policy::Observation { now_ms: 100, ..Default::default() }; // time went back
+    obs.cgroups.push(memqos_policy::CgroupObs::new("ghost", TierIndex(9), MB)); // no such tier
     let dup = memqos_policy::CgroupObs::new("batch/a", TierIndex(2), MB);
     obs.cgroups.push(dup.clone());
     obs.cgroups.push(dup);
@@ -585,10 +441,7 @@ fn decisions_serialize_as_json_lines() {
         json,
         r#"{"cgroup":"batch/a","action":{"high":377487360},"reason":{"kind":"protected_pressure","by":"critical/db","trigger":{"kind":"psi_some_avg10","value":12.5}}}"#
     );
-    assert_eq!(
-        d[0].to_string(),
-        "batch/a/memory.high = 377487360: pressure in critical/db: psi some avg10 12.50%"
-    );
+    assert_eq!(d[0].to_string(), "batch/a/memory.high = 377487360: pressure in critical/db: psi some avg10 12.50%");
     let back: memqos_policy::Decision = serde_json::from_str(&json).unwrap();
     assert_eq!(back, d[0]);
 }

@@ -13,11 +13,7 @@ fn err(text: &str) -> String {
 
 #[test]
 fn example_file_parses_and_matches_the_defaults() {
-    let cfg = Config::from_str(
-        include_str!("../memqos.example.toml"),
-        "memqos.example.toml",
-    )
-    .unwrap();
+    let cfg = Config::from_str(include_str!("../memqos.example.toml"), "memqos.example.toml").unwrap();
     assert_eq!(cfg.cgroup_root.to_str(), Some("/sys/fs/cgroup/agents"));
     assert_eq!(cfg.state_dir.to_str(), Some("/var/lib/memqos"));
     assert_eq!(cfg.signals, Signals::default());
@@ -29,7 +25,11 @@ fn example_file_parses_and_matches_the_defaults() {
 #[test]
 fn configs_folder_examples_parse() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
-    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
     names.sort();
     for p in &names {
         let text = std::fs::read_to_string(p).unwrap();
@@ -40,28 +40,24 @@ fn configs_folder_examples_parse() {
     let k8s = Config::from_str(&std::fs::read_to_string(dir.join("kubernetes.toml")).unwrap(), "k").unwrap();
     let tier = |p: &str| k8s.tiers.classify(p).map(|t| k8s.tiers.get(t).unwrap().name.clone());
     assert_eq!(tier("kubepods-pod1234.slice/cri-containerd-ab.scope").as_deref(), Some("guaranteed"));
-    assert_eq!(tier("kubepods-burstable.slice/kubepods-burstable-pod9.slice/cri-containerd-cd.scope").as_deref(), Some("burstable"));
-    assert_eq!(tier("kubepods-besteffort.slice/kubepods-besteffort-pod7.slice/cri-containerd-ef.scope").as_deref(), Some("besteffort"));
+    assert_eq!(
+        tier("kubepods-burstable.slice/kubepods-burstable-pod9.slice/cri-containerd-cd.scope").as_deref(),
+        Some("burstable")
+    );
+    assert_eq!(
+        tier("kubepods-besteffort.slice/kubepods-besteffort-pod7.slice/cri-containerd-ef.scope").as_deref(),
+        Some("besteffort")
+    );
 }
 
 #[test]
 fn minimal_config_gets_documented_defaults() {
-    let cfg = Config::from_str(
-        &format!("{ROOT}[[tier]]\nname = \"all\"\nmatch = [\"**\"]\n"),
-        "m.toml",
-    )
-    .unwrap();
+    let cfg = Config::from_str(&format!("{ROOT}[[tier]]\nname = \"all\"\nmatch = [\"**\"]\n"), "m.toml").unwrap();
     assert_eq!(cfg.state_dir.to_str(), Some("/var/lib/memqos"));
     let p = &cfg.policy;
-    assert_eq!(
-        (p.headroom_guard, p.min_high, p.hold_ms),
-        (64 << 20, 32 << 20, 5000)
-    );
+    assert_eq!((p.headroom_guard, p.min_high, p.hold_ms), (64 << 20, 32 << 20, 5000));
     let (_, t) = cfg.tiers.iter().next().unwrap();
-    assert_eq!(
-        (t.protect, t.throttle, t.freeze, t.kill),
-        (Protect::None, false, false, false)
-    );
+    assert_eq!((t.protect, t.throttle, t.freeze, t.kill), (Protect::None, false, false, false));
     assert!(cfg.signals.psi && cfg.signals.events && !cfg.signals.bpf);
 }
 
@@ -71,10 +67,7 @@ fn sizes_and_numbers() {
         "{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"*\"]\n[policy]\nheadroom_guard = \"1G\"\nmin_high = 8388608\nws_granularity = \"4M\"\nstep_ratio = 0.25\n"
     );
     let p = Config::from_str(&text, "m.toml").unwrap().policy;
-    assert_eq!(
-        (p.headroom_guard, p.min_high, p.ws_granularity),
-        (1 << 30, 8 << 20, 4 << 20)
-    );
+    assert_eq!((p.headroom_guard, p.min_high, p.ws_granularity), (1 << 30, 8 << 20, 4 << 20));
     assert_eq!(p.step_ratio, 0.25);
 }
 

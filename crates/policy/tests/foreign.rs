@@ -25,19 +25,11 @@ fn a_units_own_memory_high_is_never_cut_by_default() {
     let mut sim = contention("");
     set_high(&mut sim, "batch/a", 450 * MB); // MemoryHigh=450M in the unit
     sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
-    assert!(
-        sim.writes("batch/a", Knob::High).is_empty(),
-        "{:?}",
-        sim.writes("batch/a", Knob::High)
-    );
+    assert!(sim.writes("batch/a", Knob::High).is_empty(), "{:?}", sim.writes("batch/a", Knob::High));
     assert_eq!(sim.high("batch/a"), Limit::Bytes(450 * MB));
     // The pressure is still answered, by the cgroup memqos may throttle.
     assert!(sim.writes("batch/b", Knob::High).len() >= 3);
-    assert!(sim
-        .engine
-        .restore_all()
-        .iter()
-        .all(|d| d.cgroup != "batch/a"));
+    assert!(sim.engine.restore_all().iter().all(|d| d.cgroup != "batch/a"));
 }
 
 #[test]
@@ -46,13 +38,8 @@ fn override_cuts_a_foreign_high_and_restores_it() {
     set_high(&mut sim, "batch/a", 450 * MB);
     sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
     assert!(sim.high("batch/a") < Limit::Bytes(400 * MB));
-    let restore: Vec<_> = sim
-        .engine
-        .restore_all()
-        .into_iter()
-        .filter(|d| d.cgroup == "batch/a")
-        .map(|d| d.action)
-        .collect();
+    let restore: Vec<_> =
+        sim.engine.restore_all().into_iter().filter(|d| d.cgroup == "batch/a").map(|d| d.action).collect();
     assert_eq!(restore, vec![Action::High(Limit::Bytes(450 * MB))]);
 }
 
@@ -65,10 +52,7 @@ fn kubelet_memory_min_is_left_alone_and_its_pressure_still_throttles() {
     sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
     assert!(sim.writes("critical/db", Knob::Low).is_empty());
     assert!(sim.writes("critical/db", Knob::Min).is_empty());
-    assert!(
-        !sim.writes("batch/a", Knob::High).is_empty(),
-        "protected pressure must still throttle"
-    );
+    assert!(!sim.writes("batch/a", Knob::High).is_empty(), "protected pressure must still throttle");
 
     // Without the foreign floor memqos does protect it.
     let mut sim = contention("");
@@ -105,42 +89,29 @@ fn xattr_tiers_take_only_cgroups_carrying_the_attribute() {
         });
         (cfg.tiers.get(t.unwrap()).unwrap().name.clone(), asked)
     };
-    assert_eq!(
-        name("user.slice/a.scope", &["user.oomd_omit"]).0,
-        "oomd-omit"
-    );
-    assert_eq!(
-        name("system.slice/b.service", &["user.oomd_avoid"]).0,
-        "oomd-avoid"
-    );
-    assert_eq!(
-        name("system.slice/b.service", &["user.memqos_protect"]).0,
-        "oomd-avoid"
-    );
+    assert_eq!(name("user.slice/a.scope", &["user.oomd_omit"]).0, "oomd-omit");
+    assert_eq!(name("system.slice/b.service", &["user.oomd_avoid"]).0, "oomd-avoid");
+    assert_eq!(name("system.slice/b.service", &["user.memqos_protect"]).0, "oomd-avoid");
     // The avoid tier's glob does not match user.slice: its xattrs are not even asked for.
     let (tier, asked) = name("user.slice/c.scope", &["user.oomd_avoid"]);
     assert_eq!(tier, "rest");
     assert_eq!(asked, vec!["user.oomd_omit"]);
     // Plain classify never matches an xattr tier.
-    assert_eq!(
-        cfg.tiers.classify("system.slice/b.service").map(|t| t.0),
-        Some(2)
-    );
+    assert_eq!(cfg.tiers.classify("system.slice/b.service").map(|t| t.0), Some(2));
 }
 
 #[test]
 fn xattr_names_outside_user_are_rejected_with_the_field() {
     let bad = XATTR_TIERS.replace("\"user.oomd_omit\"", "\"trusted.oomd_omit\"");
     let e = Config::from_str(&bad, "x.toml").unwrap_err().to_string();
-    assert!(
-        e.contains("x.toml:6") && e.contains("tier[0].xattr") && e.contains("trusted.oomd_omit"),
-        "{e}"
-    );
+    assert!(e.contains("x.toml:6") && e.contains("tier[0].xattr") && e.contains("trusted.oomd_omit"), "{e}");
     let empty = XATTR_TIERS.replace("xattr = [\"user.oomd_omit\"]", "xattr = []");
-    assert!(Config::from_str(&empty, "x.toml")
-        .unwrap_err()
-        .to_string()
-        .contains("tier[0].xattr"));
-    let e = Config::from_str("cgroup_root = \"/a\"\n[[tier]]\nname = \"t\"\nmatch = [\"**\"]\n[policy]\nforeign_knobs = \"fight\"\n", "y.toml").unwrap_err().to_string();
+    assert!(Config::from_str(&empty, "x.toml").unwrap_err().to_string().contains("tier[0].xattr"));
+    let e = Config::from_str(
+        "cgroup_root = \"/a\"\n[[tier]]\nname = \"t\"\nmatch = [\"**\"]\n[policy]\nforeign_knobs = \"fight\"\n",
+        "y.toml",
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("foreign_knobs") || e.contains("fight"), "{e}");
 }

@@ -9,26 +9,10 @@ use memqos_policy::{Action, Knob, Limit, Reason};
 /// HIGH = dask__dask-11628 (peak 421 MB), LOW1/LOW2 = sigmavirus24__github3.py-673 (peak 406
 /// MB, mean 311 MB), 100 MB baseline each, shapes compressed to 500 ms ticks.
 fn agent_traces() -> Vec<Workload> {
-    let high = [
-        ramp(100, 421, 20),
-        hold(421, 10),
-        ramp(421, 298, 4),
-        hold(298, 6),
-    ]
-    .concat();
-    let low = [
-        ramp(100, 406, 20),
-        ramp(406, 250, 4),
-        ramp(250, 406, 8),
-        hold(311, 6),
-    ]
-    .concat();
+    let high = [ramp(100, 421, 20), hold(421, 10), ramp(421, 298, 4), hold(298, 6)].concat();
+    let low = [ramp(100, 406, 20), ramp(406, 250, 4), ramp(250, 406, 8), hold(311, 6)].concat();
     let low2 = [hold(100, 2), low.clone()].concat();
-    vec![
-        Workload::new("high", high),
-        Workload::new("low1", low),
-        Workload::new("low2", low2),
-    ]
+    vec![Workload::new("high", high), Workload::new("low1", low), Workload::new("low2", low2)]
 }
 
 const AGENT_TIERS: &str = r#"
@@ -88,67 +72,33 @@ fn a_oom_pressure_low_tier_throttled_before_the_limit() {
             w.step(&mut sim, RECLAIM_PER_TICK);
         }
         let used = total(&sim);
-        assert!(
-            used <= PARENT_MAX,
-            "t={} OOM: {} MB > 1100 MB",
-            sim.now,
-            used / MB
-        );
+        assert!(used <= PARENT_MAX, "t={} OOM: {} MB > 1100 MB", sim.now, used / MB);
         // Beyond the guard line only by what the high tier grows in one write interval
         // (2 ticks of 16 MB): releases never walk back into the guard.
-        assert!(
-            used <= line + 32 * MB,
-            "t={} {} MB: headroom lost",
-            sim.now,
-            used / MB
-        );
+        assert!(used <= line + 32 * MB, "t={} {} MB: headroom lost", sim.now, used / MB);
         // The guard counts the high tier's protection (its recent working-set peak) as used,
         // so the line it watches is `usage + regrowth`, not raw usage.
         let high = &sim.cgs["high"];
         let regrowth = high.current.low.max(high.current.min).bytes().unwrap_or(0).saturating_sub(high.usage_bytes);
         let decisions = sim.tick();
-        if first_throttle_usage.is_none()
-            && decisions
-                .iter()
-                .any(|d| matches!(d.action, Action::High(_)))
-        {
+        if first_throttle_usage.is_none() && decisions.iter().any(|d| matches!(d.action, Action::High(_))) {
             first_throttle_usage = Some(used + regrowth);
         }
-        if work.iter().all(Workload::done)
-            && sim.high("low1") == Limit::Max
-            && sim.high("low2") == Limit::Max
-        {
+        if work.iter().all(Workload::done) && sim.high("low1") == Limit::Max && sim.high("low2") == Limit::Max {
             break;
         }
     }
     let first = first_throttle_usage.expect("the low tier was never throttled");
-    assert!(
-        first > line && first < PARENT_MAX,
-        "first throttle at {} MB (usage + protected regrowth)",
-        first / MB
-    );
-    assert!(
-        sim.writes("high", Knob::High).is_empty(),
-        "the high tier was throttled"
-    );
+    assert!(first > line && first < PARENT_MAX, "first throttle at {} MB (usage + protected regrowth)", first / MB);
+    assert!(sim.writes("high", Knob::High).is_empty(), "the high tier was throttled");
     for w in &work {
         assert!(w.done(), "{} did not complete", w.id);
     }
     assert_eq!(work[0].stalled_ticks, 0, "the high tier was slowed down");
-    assert!(
-        work[1].stalled_ticks > 0 && work[2].stalled_ticks > 0,
-        "the low tier was not delayed"
-    );
+    assert!(work[1].stalled_ticks > 0 && work[2].stalled_ticks > 0, "the low tier was not delayed");
     let finished = |i: usize| work[i].finished_at.unwrap();
-    assert!(
-        finished(0) < finished(1).min(finished(2)),
-        "high should finish first"
-    );
-    assert_eq!(
-        (sim.high("low1"), sim.high("low2")),
-        (Limit::Max, Limit::Max),
-        "not released"
-    );
+    assert!(finished(0) < finished(1).min(finished(2)), "high should finish first");
+    assert_eq!((sim.high("low1"), sim.high("low2")), (Limit::Max, Limit::Max), "not released");
     // Every cut came from the guard (no PSI in this scenario), proportional within the tier.
     for (_, d) in &sim.log {
         if let Action::High(l) = d.action {
@@ -173,29 +123,13 @@ fn b_contention_lowest_tier_first_proportional_then_gradual_release() {
 
     // Calm: only the critical tier's protection is written: 500 MB * 1.1 rounded up to 16 MB.
     sim.run(2000, |_| {});
-    let writes: Vec<_> = sim
-        .log
-        .iter()
-        .map(|(t, d)| (*t, d.cgroup.as_str(), d.action))
-        .collect();
-    assert_eq!(
-        writes,
-        vec![(0, "critical/db", Action::Low(Limit::Bytes(560 * MB)))]
-    );
+    let writes: Vec<_> = sim.log.iter().map(|(t, d)| (*t, d.cgroup.as_str(), d.action)).collect();
+    assert_eq!(writes, vec![(0, "critical/db", Action::Low(Limit::Bytes(560 * MB)))]);
 
     sim.run(12_000, |s| s.set_stall("critical/db", 20.0)); // t = 2000 .. 13500
-    assert_eq!(
-        sim.high_trail_mb("batch/a"),
-        vec![360, 320, 280, 240, 200, 160, 120, 80, 40, 32]
-    );
-    assert_eq!(
-        sim.high_times("batch/a"),
-        (2..=11).map(|s| s * 1000).collect::<Vec<_>>()
-    );
-    assert_eq!(
-        sim.high_trail_mb("batch/b"),
-        vec![180, 160, 140, 120, 100, 80, 60, 40, 32]
-    );
+    assert_eq!(sim.high_trail_mb("batch/a"), vec![360, 320, 280, 240, 200, 160, 120, 80, 40, 32]);
+    assert_eq!(sim.high_times("batch/a"), (2..=11).map(|s| s * 1000).collect::<Vec<_>>());
+    assert_eq!(sim.high_trail_mb("batch/b"), vec![180, 160, 140, 120, 100, 80, 60, 40, 32]);
     // low is touched only once batch is at its floor everywhere (after t=11000).
     assert_eq!(sim.high_trail_mb("low/a"), vec![270, 240, 210]);
     assert_eq!(sim.high_times("low/a"), vec![11_500, 12_500, 13_500]);
@@ -230,13 +164,6 @@ fn c_idle_high_tier_no_throttling() {
         s.cg("batch/a").usage_bytes = 1200 * MB + swing;
         tick += 1;
     });
-    let kinds: Vec<_> = sim
-        .log
-        .iter()
-        .map(|(_, d)| (d.cgroup.as_str(), d.action))
-        .collect();
-    assert_eq!(
-        kinds,
-        vec![("critical/idle", Action::Low(Limit::Bytes(48 * MB)))]
-    );
+    let kinds: Vec<_> = sim.log.iter().map(|(_, d)| (d.cgroup.as_str(), d.action)).collect();
+    assert_eq!(kinds, vec![("critical/idle", Action::Low(Limit::Bytes(48 * MB)))]);
 }

@@ -16,8 +16,8 @@
 use crate::keys::StatKeys;
 use crate::{CgroupStats, Error, Limit, MemoryEvents, Pressure, PressureLine, Result, Snapshot, StatsSource};
 use memqos_bpf::features::Availability;
-use memqos_bpf::memcg_stats::{Fetch, MemcgRecord, MemcgStats, REC_MEMCG, REC_PSI};
 pub use memqos_bpf::memcg_stats::Walker;
+use memqos_bpf::memcg_stats::{Fetch, MemcgRecord, MemcgStats, REC_MEMCG, REC_PSI};
 use memqos_bpf::{Btf, KernelFeatures};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -81,7 +81,10 @@ pub fn stat_key_plan(keys: &[&str], btf: &Btf) -> KeyPlan {
         };
         let source = match key {
             "slab" => Some(KeySource::Sum(
-                ["slab_reclaimable", "slab_unreclaimable"].iter().filter_map(|s| keys.iter().position(|k| k == s)).collect(),
+                ["slab_reclaimable", "slab_unreclaimable"]
+                    .iter()
+                    .filter_map(|s| keys.iter().position(|k| k == s))
+                    .collect(),
             )),
             "pgscan" => Some(KeySource::Sum(sum_of("pgscan_"))),
             "pgsteal" => Some(KeySource::Sum(sum_of("pgsteal_"))),
@@ -123,7 +126,11 @@ fn page_state(btf: &Btf, key: &str) -> Option<Fetch> {
 }
 
 fn vm_event(btf: &Btf, key: &str) -> Option<Fetch> {
-    let name = VM_EVENT_NAMES.iter().find(|(k, _)| *k == key).map(|(_, n)| n.to_string()).unwrap_or_else(|| key.to_ascii_uppercase());
+    let name = VM_EVENT_NAMES
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, n)| n.to_string())
+        .unwrap_or_else(|| key.to_ascii_uppercase());
     btf.enum_value("vm_event_item", &name).map(|v| Fetch::VmEvent(v as u32))
 }
 
@@ -158,14 +165,31 @@ impl BpfBackend {
         let unavailable = |why: String| Error::BpfUnavailable(why);
         let btf = Btf::load_vmlinux().map_err(|e| unavailable(format!("no kernel BTF ({e})")))?;
         let features = KernelFeatures::probe(&btf);
-        let needed = ["bpf_get_mem_cgroup", "bpf_put_mem_cgroup", "bpf_mem_cgroup_usage", "bpf_mem_cgroup_page_state",
-            "bpf_mem_cgroup_vm_events", "bpf_mem_cgroup_memory_events", "bpf_mem_cgroup_flush_stats"];
-        let missing: Vec<_> = features.memcg_kfuncs.kfuncs.iter().filter(|k| needed.contains(&k.name) && !k.present).map(|k| k.name).collect();
+        let needed = [
+            "bpf_get_mem_cgroup",
+            "bpf_put_mem_cgroup",
+            "bpf_mem_cgroup_usage",
+            "bpf_mem_cgroup_page_state",
+            "bpf_mem_cgroup_vm_events",
+            "bpf_mem_cgroup_memory_events",
+            "bpf_mem_cgroup_flush_stats",
+        ];
+        let missing: Vec<_> = features
+            .memcg_kfuncs
+            .kfuncs
+            .iter()
+            .filter(|k| needed.contains(&k.name) && !k.present)
+            .map(|k| k.name)
+            .collect();
         if features.memcg_kfuncs.availability == Availability::Absent || !missing.is_empty() {
             return Err(unavailable(format!(
                 "kernel {} lacks the memcg BPF kfuncs (Linux 7.0+){}",
                 kernel_release(),
-                if missing.len() < needed.len() && !missing.is_empty() { format!(": missing {}", missing.join(", ")) } else { String::new() }
+                if missing.len() < needed.len() && !missing.is_empty() {
+                    format!(": missing {}", missing.join(", "))
+                } else {
+                    String::new()
+                }
             )));
         }
         if !features.cgroup_iter {
@@ -173,9 +197,10 @@ impl BpfBackend {
         }
         // The key list, from the kernel itself: the first cgroup with a memory.stat.
         let sample = find_memory_stat(root)?;
-        let text = std::fs::read_to_string(&sample)
-            .map_err(|e| Error::Bpf(format!("reading {}: {e}", sample.display())))?;
-        let key_names: Vec<&str> = memqos_cgroupfs::parse::flat_keyed(&text).filter_map(|kv| kv.ok()).map(|(k, _)| k).collect();
+        let text =
+            std::fs::read_to_string(&sample).map_err(|e| Error::Bpf(format!("reading {}: {e}", sample.display())))?;
+        let key_names: Vec<&str> =
+            memqos_cgroupfs::parse::flat_keyed(&text).filter_map(|kv| kv.ok()).map(|(k, _)| k).collect();
         let plan = stat_key_plan(&key_names, &btf);
         if !plan.unresolved.is_empty() {
             return Err(unavailable(format!(
@@ -197,7 +222,13 @@ impl BpfBackend {
         Ok(BpfBackend {
             root: root.to_owned(),
             prog,
-            decoder: Decoder { keys, sources: plan.sources, page_size, counter_max: (i64::MAX as u64) / page_size, root_level },
+            decoder: Decoder {
+                keys,
+                sources: plan.sources,
+                page_size,
+                counter_max: (i64::MAX as u64) / page_size,
+                root_level,
+            },
             paths: HashMap::new(),
             last: Vec::new(),
             root_pressure: if root_level == 0 { std::fs::File::open(root.join("memory.pressure")).ok() } else { None },
@@ -261,10 +292,13 @@ impl Decoder {
         for (i, src) in self.sources.iter().enumerate() {
             out.stat[i] = Some(match src {
                 KeySource::Fetched(slot) => rec.values[*slot],
-                KeySource::Sum(parts) => parts.iter().map(|&p| match &self.sources[p] {
-                    KeySource::Fetched(slot) => rec.values[*slot],
-                    KeySource::Sum(_) => 0,
-                }).sum(),
+                KeySource::Sum(parts) => parts
+                    .iter()
+                    .map(|&p| match &self.sources[p] {
+                        KeySource::Fetched(slot) => rec.values[*slot],
+                        KeySource::Sum(_) => 0,
+                    })
+                    .sum(),
             });
         }
         // The hierarchy root has no memory.events/current/peak/limits files.
@@ -272,10 +306,12 @@ impl Decoder {
             return;
         }
         let e = &rec.events;
-        out.events = Some(MemoryEvents { low: e[0], high: e[1], max: e[2], oom: e[3], oom_kill: e[4], oom_group_kill: e[5] });
+        out.events =
+            Some(MemoryEvents { low: e[0], high: e[1], max: e[2], oom: e[3], oom_kill: e[4], oom_group_kill: e[5] });
         out.current = Some(rec.usage_bytes);
         out.peak = Some(rec.watermark * self.page_size);
-        let limit = |pages: u64| if pages >= self.counter_max { Limit::Max } else { Limit::Bytes(pages * self.page_size) };
+        let limit =
+            |pages: u64| if pages >= self.counter_max { Limit::Max } else { Limit::Bytes(pages * self.page_size) };
         out.max = Some(limit(rec.max));
         out.high = Some(limit(rec.high));
         out.low = Some(limit(rec.low));
@@ -302,7 +338,8 @@ impl StatsSource for BpfBackend {
         snap.cgroups.truncate(n);
         // Paths are attached after the walk: a cgroup created since the last directory
         // walk costs one more walk, not a failure.
-        let same_tree = snap.cgroups.len() == self.last.len() && snap.cgroups.iter().zip(&self.last).all(|(c, (id, _))| c.id == *id);
+        let same_tree = snap.cgroups.len() == self.last.len()
+            && snap.cgroups.iter().zip(&self.last).all(|(c, (id, _))| c.id == *id);
         if same_tree {
             for (cg, (_, path)) in snap.cgroups.iter_mut().zip(&self.last) {
                 cg.path.clone_from(path);
@@ -400,17 +437,45 @@ mod tests {
     /// Enum constants as a 7.x kernel might number them (values differ per config).
     fn fake_kernel() -> Btf {
         let mut b = Builder::new();
-        b.enum32("node_stat_item", false, &[("NR_ANON_MAPPED", 3), ("NR_FILE_PAGES", 4), ("NR_SLAB_RECLAIMABLE_B", 7),
-            ("NR_SLAB_UNRECLAIMABLE_B", 8), ("WORKINGSET_REFAULT_ANON", 9), ("NR_VMALLOC", 12)]);
+        b.enum32(
+            "node_stat_item",
+            false,
+            &[
+                ("NR_ANON_MAPPED", 3),
+                ("NR_FILE_PAGES", 4),
+                ("NR_SLAB_RECLAIMABLE_B", 7),
+                ("NR_SLAB_UNRECLAIMABLE_B", 8),
+                ("WORKINGSET_REFAULT_ANON", 9),
+                ("NR_VMALLOC", 12),
+            ],
+        );
         b.enum32("memcg_stat_item", false, &[("MEMCG_SWAP", 50), ("MEMCG_KMEM", 52)]);
-        b.enum32("vm_event_item", false, &[("PGFAULT", 2), ("PGSCAN_KSWAPD", 20), ("PGSCAN_DIRECT", 21), ("PGSTEAL_KSWAPD", 30)]);
+        b.enum32(
+            "vm_event_item",
+            false,
+            &[("PGFAULT", 2), ("PGSCAN_KSWAPD", 20), ("PGSCAN_DIRECT", 21), ("PGSTEAL_KSWAPD", 30)],
+        );
         Btf::parse(b.build(), "fake.btf").unwrap()
     }
 
     #[test]
     fn key_plan_resolves_by_section_and_sums() {
-        let keys = ["anon", "file", "kernel", "vmalloc", "slab_reclaimable", "slab_unreclaimable", "slab",
-            "workingset_refault_anon", "pgscan", "pgsteal", "pgscan_kswapd", "pgscan_direct", "pgsteal_kswapd", "pgfault"];
+        let keys = [
+            "anon",
+            "file",
+            "kernel",
+            "vmalloc",
+            "slab_reclaimable",
+            "slab_unreclaimable",
+            "slab",
+            "workingset_refault_anon",
+            "pgscan",
+            "pgsteal",
+            "pgscan_kswapd",
+            "pgscan_direct",
+            "pgsteal_kswapd",
+            "pgfault",
+        ];
         let plan = stat_key_plan(&keys, &fake_kernel());
         assert!(plan.unresolved.is_empty(), "{:?}", plan.unresolved);
         let fetched = |k: &str| match &plan.sources[keys.iter().position(|x| *x == k).unwrap()] {
@@ -430,7 +495,8 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_reported() {
-        let plan = stat_key_plan(&["anon", "brand_new_counter", "pgscan", "pgsteal", "pgfault", "pgnew"], &fake_kernel());
+        let plan =
+            stat_key_plan(&["anon", "brand_new_counter", "pgscan", "pgsteal", "pgfault", "pgnew"], &fake_kernel());
         assert_eq!(plan.unresolved, ["brand_new_counter", "pgnew"]);
     }
 }

@@ -171,7 +171,14 @@ impl TextBackend {
     /// Reads one cgroup's files into `out` (reusing its allocations). For the benchmark's
     /// single-cgroup loop and for callers that want one cgroup, not the tree.
     pub fn read_one(&mut self, index: usize, out: &mut CgroupStats) -> Result<bool> {
-        read_node(&mut self.nodes[index], &mut self.buf, &mut self.keys, &mut self.fds_open, FileSet::All.indices(), out)
+        read_node(
+            &mut self.nodes[index],
+            &mut self.buf,
+            &mut self.keys,
+            &mut self.fds_open,
+            FileSet::All.indices(),
+            out,
+        )
     }
 
     /// Reads only memory.stat of node `index` (the seed's control experiment reads only that).
@@ -227,9 +234,7 @@ impl TextBackend {
         let mut old: std::collections::HashMap<(String, u64), Node> =
             self.nodes.drain(..).map(|n| ((n.rel.clone(), n.id), n)).collect();
         let mut out = Vec::with_capacity(old.len().max(1));
-        let root_id = std::fs::metadata(&self.root)
-            .map_err(|e| cgroup_err(&self.root, "stat", "", e))?
-            .ino();
+        let root_id = std::fs::metadata(&self.root).map_err(|e| cgroup_err(&self.root, "stat", "", e))?.ino();
         // (relative path, id, depth), pre-order via an explicit stack.
         let mut stack = vec![(String::new(), root_id, 0u32)];
         while let Some((rel, id, depth)) = stack.pop() {
@@ -421,7 +426,11 @@ fn utf8<'a>(node: &Node, file: usize, bytes: &'a [u8]) -> Result<&'a str> {
         memqos_cgroupfs::Error::Parse {
             cgroup: node.path.clone(),
             file: FILES[file].into(),
-            source: ParseError::Unexpected { line: 1, expected: "UTF-8 text", found: String::from_utf8_lossy(bytes).into() },
+            source: ParseError::Unexpected {
+                line: 1,
+                expected: "UTF-8 text",
+                found: String::from_utf8_lossy(bytes).into(),
+            },
         }
         .into()
     })
@@ -476,7 +485,10 @@ fn raise_nofile_limit() -> u64 {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return 1024;
         }
-        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(WANT);
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(WANT);
         let hard = (lim.rlim_max as u64).max(WANT.min(nr_open));
         for (cur, max) in [(hard, hard), (lim.rlim_max as u64, lim.rlim_max as u64)] {
             if cur <= lim.rlim_cur as u64 {
@@ -503,17 +515,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("a/x")).unwrap();
         std::fs::write(dir.join("memory.stat"), "anon 1\nfile 2\n").unwrap();
-        std::fs::write(dir.join("memory.pressure"), "some avg10=0.00 avg60=0.00 avg300=0.00 total=5\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=3\n").unwrap();
+        std::fs::write(
+            dir.join("memory.pressure"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=5\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=3\n",
+        )
+        .unwrap();
         for d in ["a", "a/x"] {
             let p = dir.join(d);
-            std::fs::write(p.join("memory.events"), "low 0\nhigh 7\nmax 1\noom 0\noom_kill 0\noom_group_kill 0\n").unwrap();
+            std::fs::write(p.join("memory.events"), "low 0\nhigh 7\nmax 1\noom 0\noom_kill 0\noom_group_kill 0\n")
+                .unwrap();
             std::fs::write(p.join("memory.current"), "4096\n").unwrap();
             std::fs::write(p.join("memory.peak"), "8192\n").unwrap();
             std::fs::write(p.join("memory.max"), "max\n").unwrap();
             std::fs::write(p.join("memory.high"), "1048576\n").unwrap();
             std::fs::write(p.join("memory.low"), "0\n").unwrap();
             std::fs::write(p.join("memory.min"), "0\n").unwrap();
-            std::fs::write(p.join("memory.pressure"), "some avg10=1.25 avg60=0.50 avg300=0.10 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=99\n").unwrap();
+            std::fs::write(
+                p.join("memory.pressure"),
+                "some avg10=1.25 avg60=0.50 avg300=0.10 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=99\n",
+            )
+            .unwrap();
         }
         std::fs::write(dir.join("a/memory.stat"), "anon 4096\nfile 8192\nkernel 12\n").unwrap();
         std::fs::write(dir.join("a/x/memory.stat"), "anon 4096\nzswap 5\nfile 0\nkernel 1\n").unwrap();

@@ -175,7 +175,12 @@ impl Guest {
                 Err(e) => match e.downcast_ref::<VmError>() {
                     Some(VmError::NoExitStatus { tail, job_started: false, .. }) => {
                         if attempt == BOOT_ATTEMPTS {
-                            return Err(VmError::BootFailed { kernel: self.kernel.release(), attempts: attempt, tail: tail.clone() }.into());
+                            return Err(VmError::BootFailed {
+                                kernel: self.kernel.release(),
+                                attempts: attempt,
+                                tail: tail.clone(),
+                            }
+                            .into());
                         }
                         eprintln!(
                             "memqos vm: kernel {} died while booting (attempt {attempt} of {BOOT_ATTEMPTS}), booting again; last line: {}",
@@ -202,7 +207,11 @@ impl Guest {
         let _slot = FileLock::acquire("vm.lock").context("waiting for the guest slot")?;
         let mut cmd = self.qemu_command(&qemu, &initrd, &results_dir, accel)?;
         let started = Instant::now();
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()).spawn()
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
             .with_context(|| format!("starting {}", qemu.display()))?;
         let (tx, rx) = mpsc::channel::<String>();
         let stdout = child.stdout.take().expect("piped");
@@ -301,10 +310,8 @@ impl Guest {
     }
 
     fn qemu_command(&self, qemu: &Path, initrd: &Path, results: &Path, accel: Accel) -> Result<Command> {
-        let mut append = format!(
-            "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off memqos.results={}",
-            results.display()
-        );
+        let mut append =
+            format!("console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off memqos.results={}", results.display());
         let keep = self.paths_to_keep(argv_exe(results));
         if !keep.is_empty() {
             append += &format!(" memqos.keep={}", keep.join(","));
@@ -318,7 +325,8 @@ impl Guest {
         cmd.args(["-smp", &self.cpus.to_string(), "-m", &format!("{}M", self.memory_mb)]);
         cmd.arg("-kernel").arg(&self.kernel.vmlinuz).arg("-initrd").arg(initrd);
         cmd.arg("-virtfs").arg("local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap");
-        cmd.arg("-virtfs").arg(format!("local,path={},mount_tag=results,security_model=none,multidevs=remap", results.display()));
+        cmd.arg("-virtfs")
+            .arg(format!("local,path={},mount_tag=results,security_model=none,multidevs=remap", results.display()));
         for (i, disk) in self.disks.iter().enumerate() {
             let file = results.join(format!("disk{i}.img"));
             std::fs::File::create(&file)?.set_len(disk.size_mb << 20)?;
@@ -443,7 +451,11 @@ fn detect_accel(qemu: &Path, kernel: &Kernel, initrd: &Path) -> Accel {
     })()
     .unwrap_or(false);
     let _ = std::fs::write(&verdict_file, format!("{} {}\n", boot_id.trim(), if works { "kvm" } else { "tcg" }));
-    if works { Accel::Kvm } else { Accel::Tcg }
+    if works {
+        Accel::Kvm
+    } else {
+        Accel::Tcg
+    }
 }
 
 fn wait_with_timeout(mut child: std::process::Child, t: Duration) -> bool {

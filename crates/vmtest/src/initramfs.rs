@@ -15,8 +15,15 @@ use std::process::Command;
 /// mount time (a soft dependency, absent from `depends=`), and with no modprobe in the
 /// guest that request fails with ENOENT, so the crc32c providers are listed explicitly.
 const WANTED_MODULES: &[&str] = &[
-    "netfs", "9pnet", "9pnet_virtio", "9p", "virtio_blk",
-    "crc32c_generic", "crc32c_intel", "crc32c_cryptoapi", "ext4",
+    "netfs",
+    "9pnet",
+    "9pnet_virtio",
+    "9p",
+    "virtio_blk",
+    "crc32c_generic",
+    "crc32c_intel",
+    "crc32c_cryptoapi",
+    "ext4",
     // The writable root of systemd guests (`Guest::systemd`).
     "overlay",
 ];

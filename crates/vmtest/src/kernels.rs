@@ -209,11 +209,16 @@ impl PrivateApt {
         let mut c = Command::new(tool);
         let d = &self.dir;
         c.arg("-q")
-            .arg("-o").arg(format!("Dir::Etc::sourcelist={}", d.join("sources.list").display()))
-            .arg("-o").arg("Dir::Etc::sourceparts=-")
-            .arg("-o").arg(format!("Dir::State::lists={}", d.join("lists").display()))
-            .arg("-o").arg(format!("Dir::Cache={}", d.join("cache").display()))
-            .arg("-o").arg("APT::Sandbox::User=root");
+            .arg("-o")
+            .arg(format!("Dir::Etc::sourcelist={}", d.join("sources.list").display()))
+            .arg("-o")
+            .arg("Dir::Etc::sourceparts=-")
+            .arg("-o")
+            .arg(format!("Dir::State::lists={}", d.join("lists").display()))
+            .arg("-o")
+            .arg(format!("Dir::Cache={}", d.join("cache").display()))
+            .arg("-o")
+            .arg("APT::Sandbox::User=root");
         c
     }
 
@@ -247,9 +252,7 @@ fn debian_mirrors() -> (String, Option<String>) {
     for text in &texts {
         // deb822 stanzas: URIs: + Suites:
         for stanza in text.split("\n\n") {
-            let field = |name: &str| {
-                stanza.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
-            };
+            let field = |name: &str| stanza.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()));
             if let (Some(uris), Some(suites)) = (field("URIs:"), field("Suites:")) {
                 let uri = uris.split_whitespace().next().unwrap_or_default().to_owned();
                 if suites.split_whitespace().any(|s| s == "bookworm") && uri.contains("debian") {

@@ -41,7 +41,11 @@ pub fn run_test_in_guests(test_path: &str, configure: impl Fn(Guest) -> Guest) {
             Ok(run) => {
                 eprintln!(
                     "guest {} ({:?}): {test_path} exit {} (boot {:.1} s, total {:.1} s)",
-                    kernel.release(), run.accel, run.exit_code, run.boot_secs, run.wall_secs
+                    kernel.release(),
+                    run.accel,
+                    run.exit_code,
+                    run.boot_secs,
+                    run.wall_secs
                 );
                 // Measured figures the test chose to report (lines starting "RESULT").
                 for line in run.console.lines().filter(|l| l.contains("RESULT")) {
@@ -51,7 +55,10 @@ pub fn run_test_in_guests(test_path: &str, configure: impl Fn(Guest) -> Guest) {
                 if !run.success() || !ran {
                     failures.push(format!(
                         "--- kernel {} exit {} (results in {}) ---\n{}",
-                        kernel.release(), run.exit_code, run.results_dir.display(), run.console
+                        kernel.release(),
+                        run.exit_code,
+                        run.results_dir.display(),
+                        run.console
                     ));
                 } else if std::env::var_os("MEMQOS_KEEP_RUNS").is_none() {
                     let _ = std::fs::remove_dir_all(&run.results_dir);

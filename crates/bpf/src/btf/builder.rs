@@ -15,12 +15,7 @@ pub struct Builder {
 
 impl Default for Builder {
     fn default() -> Self {
-        Builder {
-            types: Vec::new(),
-            strs: vec![0],
-            next_id: 1,
-            big_endian: false,
-        }
+        Builder { types: Vec::new(), strs: vec![0], next_id: 1, big_endian: false }
     }
 }
 
@@ -37,11 +32,7 @@ impl Builder {
 
     /// Appends a `u32` in the blob's byte order to the type section.
     pub fn put(&mut self, v: u32) {
-        let b = if self.big_endian {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        };
+        let b = if self.big_endian { v.to_be_bytes() } else { v.to_le_bytes() };
         self.types.extend_from_slice(&b);
     }
 
@@ -63,14 +54,7 @@ impl Builder {
 
     /// Writes the 12-byte common record and returns its id; the caller appends the
     /// kind-specific trailer with [`Builder::put`].
-    pub fn record(
-        &mut self,
-        name: &str,
-        kind: Kind,
-        vlen: u32,
-        kflag: bool,
-        size_or_type: u32,
-    ) -> u32 {
+    pub fn record(&mut self, name: &str, kind: Kind, vlen: u32, kflag: bool, size_or_type: u32) -> u32 {
         let name_off = self.str(name);
         self.put(name_off);
         self.put(vlen | (kind as u32) << 24 | u32::from(kflag) << 31);
@@ -95,13 +79,7 @@ impl Builder {
     }
 
     /// A STRUCT or UNION; `members` are (name, type id, bit offset).
-    pub fn composite(
-        &mut self,
-        kind: Kind,
-        name: &str,
-        size: u32,
-        members: &[(&str, u32, u32)],
-    ) -> u32 {
+    pub fn composite(&mut self, kind: Kind, name: &str, size: u32, members: &[(&str, u32, u32)]) -> u32 {
         let id = self.record(name, kind, members.len() as u32, false, size);
         for &(n, t, off) in members {
             let n = self.str(n);
@@ -161,14 +139,9 @@ impl Builder {
     pub fn build(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(24 + self.types.len() + self.strs.len());
         let be = self.big_endian;
-        let p32 = |out: &mut Vec<u8>, v: u32| {
-            out.extend_from_slice(&if be { v.to_be_bytes() } else { v.to_le_bytes() })
-        };
-        out.extend_from_slice(&if be {
-            BTF_MAGIC.to_be_bytes()
-        } else {
-            BTF_MAGIC.to_le_bytes()
-        });
+        let p32 =
+            |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&if be { v.to_be_bytes() } else { v.to_le_bytes() });
+        out.extend_from_slice(&if be { BTF_MAGIC.to_be_bytes() } else { BTF_MAGIC.to_le_bytes() });
         out.push(1); // version
         out.push(0); // flags
         p32(&mut out, 24); // hdr_len

@@ -118,7 +118,10 @@ fn sysctl(name: &str, value: &str) -> Result<()> {
 fn vmstat(key: &str) -> u64 {
     std::fs::read_to_string("/proc/vmstat")
         .ok()
-        .and_then(|t| t.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())))
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        })
         .unwrap_or(0)
 }
 
@@ -221,7 +224,9 @@ fn sleepers(s: BdpSummary, names: &[(u64, &str)]) -> Sleepers {
     let by_cgroup = s
         .by_cgroup_ino
         .into_iter()
-        .map(|(ino, v)| (names.iter().find(|(i, _)| *i == ino).map(|(_, n)| n.to_string()).unwrap_or(format!("other:{ino}")), v))
+        .map(|(ino, v)| {
+            (names.iter().find(|(i, _)| *i == ino).map(|(_, n)| n.to_string()).unwrap_or(format!("other:{ino}")), v)
+        })
         .collect();
     Sleepers { by_cgroup, by_task: s.by_task }
 }
@@ -362,7 +367,14 @@ pub fn run(settings: &Settings, policy: Policy) -> Result<GuestReport> {
     })
 }
 
-fn iteration(settings: &Settings, policy: Policy, victim: &Cgroup, noisy: &Cgroup, bdp: &BdpTrace, names: &[(u64, &str)]) -> Result<Iteration> {
+fn iteration(
+    settings: &Settings,
+    policy: Policy,
+    victim: &Cgroup,
+    noisy: &Cgroup,
+    bdp: &BdpTrace,
+    names: &[(u64, &str)],
+) -> Result<Iteration> {
     let dir = PathBuf::from(SCRATCH);
     let (va, vb, nf) = (dir.join("victim-solo.dat"), dir.join("victim-contended.dat"), dir.join("noisy.dat"));
     // Preallocated from inside each cgroup, so each inode's writeback domain (i_wb) is its
@@ -377,7 +389,10 @@ fn iteration(settings: &Settings, policy: Policy, victim: &Cgroup, noisy: &Cgrou
 
     // Phase 1: the victim alone.
     bdp.clear()?;
-    run_in(victim, &fio_args("victim", &va, &["--rw=write", &rate], settings.solo_secs, VICTIM_FILE_MB, &out.join("solo.json")))?;
+    run_in(
+        victim,
+        &fio_args("victim", &va, &["--rw=write", &rate], settings.solo_secs, VICTIM_FILE_MB, &out.join("solo.json")),
+    )?;
     let solo = read_fio(&out.join("solo.json"))?;
     let solo_sleepers = sleepers(trace::summarize(&bdp.read()?), names);
     // Its dirty pages are dropped with the file, so the contended phase starts clean.
@@ -389,12 +404,25 @@ fn iteration(settings: &Settings, policy: Policy, victim: &Cgroup, noisy: &Cgrou
     // Far longer than needed (fio's start-up under TCG takes seconds); stopped with SIGTERM
     // (fio then still writes its report) once the victim is done.
     let noisy_runtime = settings.fill_secs + settings.contended_secs + 120;
-    let mut noisy_fio = spawn_in(noisy, &fio_args("noisy", &nf, &["--rw=randwrite"], noisy_runtime, NOISY_FILE_MB, &out.join("noisy.json")))?;
+    let mut noisy_fio = spawn_in(
+        noisy,
+        &fio_args("noisy", &nf, &["--rw=randwrite"], noisy_runtime, NOISY_FILE_MB, &out.join("noisy.json")),
+    )?;
     std::thread::sleep(Duration::from_secs(settings.fill_secs));
     let (n_wchar0, n_disk0, v_disk0) = (wchar(noisy), io_wbytes(noisy), io_wbytes(victim));
     sampler.mark_zero();
     let t0 = Instant::now();
-    run_in(victim, &fio_args("victim", &vb, &["--rw=write", &rate], settings.contended_secs, VICTIM_FILE_MB, &out.join("contended.json")))?;
+    run_in(
+        victim,
+        &fio_args(
+            "victim",
+            &vb,
+            &["--rw=write", &rate],
+            settings.contended_secs,
+            VICTIM_FILE_MB,
+            &out.join("contended.json"),
+        ),
+    )?;
     let window = t0.elapsed().as_secs_f64();
     let (n_wchar1, n_disk1, v_disk1) = (wchar(noisy), io_wbytes(noisy), io_wbytes(victim));
     let contended = read_fio(&out.join("contended.json"))?;
@@ -446,7 +474,9 @@ mod tests {
  "clat_ns":{"max":9000000,"percentile":{"50.000000":20000,"99.000000":600000,"99.900000":4000000}}}}]}"#;
         let w = parse_fio(text).unwrap();
         assert_eq!(w.ios, 3748);
-        assert!((w.p99_us - 600.0).abs() < 1e-9 && (w.p999_us - 4000.0).abs() < 1e-9 && (w.max_us - 9000.0).abs() < 1e-9);
+        assert!(
+            (w.p99_us - 600.0).abs() < 1e-9 && (w.p999_us - 4000.0).abs() < 1e-9 && (w.max_us - 9000.0).abs() < 1e-9
+        );
         assert!(parse_fio("{\"jobs\":[{}]}").is_err());
     }
 }

@@ -128,7 +128,9 @@ pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
         let mut runs = Vec::new();
         for path in &args.from {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            runs.push(serde_json::from_str::<GuestReport>(&text).with_context(|| format!("parsing {}", path.display()))?);
+            runs.push(
+                serde_json::from_str::<GuestReport>(&text).with_context(|| format!("parsing {}", path.display()))?,
+            );
         }
         report::build(runs)
     };
@@ -136,7 +138,8 @@ pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
         if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(out, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", out.display()))?;
+        std::fs::write(out, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", out.display()))?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -152,7 +155,12 @@ fn cli_opts(args: &ExperimentArgs) -> Result<ExperimentOpts> {
         PolicyChoice::Memqos => vec![Policy::Memqos],
         PolicyChoice::Both => vec![Policy::Stock, Policy::Memqos],
     };
-    Ok(ExperimentOpts { kernels: Series::parse_list(&args.kernel)?, policies, settings: args.settings(), progress: !args.json })
+    Ok(ExperimentOpts {
+        kernels: Series::parse_list(&args.kernel)?,
+        policies,
+        settings: args.settings(),
+        progress: !args.json,
+    })
 }
 
 /// Boots one guest per kernel and policy, runs `settings.runs` iterations in each, and
@@ -203,8 +211,10 @@ pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
                 );
             }
             let path = run.results_dir.join(&name);
-            let text = std::fs::read_to_string(&path).with_context(|| format!("reading the guest's report {}", path.display()))?;
-            let mut r: GuestReport = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading the guest's report {}", path.display()))?;
+            let mut r: GuestReport =
+                serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
             r.kernel = kernel.release();
             if opts.progress {
                 eprintln!("  guest report: {}", path.display());

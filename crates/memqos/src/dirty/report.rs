@@ -108,7 +108,11 @@ pub fn summarize(r: &GuestReport) -> Summary {
         victim_bdp_events: s(&|i| bdp_events(i, "victim")),
         noisy_bdp_pause_ms: s(&|i| paused(i, "noisy")),
         peak_global_dirty_mib: s(&|i| {
-            i.samples.iter().filter(|x| x.t >= 0.0).map(|x| (x.global_dirty + x.global_writeback) as f64 / 1048576.0).fold(0.0, f64::max)
+            i.samples
+                .iter()
+                .filter(|x| x.t >= 0.0)
+                .map(|x| (x.global_dirty + x.global_writeback) as f64 / 1048576.0)
+                .fold(0.0, f64::max)
         }),
         restored_on_stop: (r.policy == Policy::Memqos)
             .then(|| its.iter().all(|i| i.noisy_high_after_stop.as_deref() == Some("max"))),
@@ -144,10 +148,30 @@ pub fn render(r: &Report) -> String {
     out += "256 KB/s ext4 disk, vm.dirty_bytes 32 MB, dirty_background_bytes 16 MB. Medians [min..max] over N iterations (TCG guest on a shared host).\n\n";
     for s in &r.summaries {
         out += &format!("kernel {} policy {:?} (N={})\n", s.kernel, s.policy, s.n);
-        out += &format!("  victim IOPS        solo {}   contended {}   retention {}\n", sp(&s.solo_iops, 1), sp(&s.contended_iops, 1), sp(&s.iops_retention, 3));
-        out += &format!("  victim p99 ms      solo {}   contended {}   inflation {}x\n", sp(&s.solo_p99_ms, 2), sp(&s.contended_p99_ms, 2), sp(&s.p99_inflation, 2));
-        out += &format!("  victim p99.9 ms    solo {}   contended {}   max {}\n", sp(&s.solo_p999_ms, 2), sp(&s.contended_p999_ms, 1), sp(&s.contended_max_ms, 0));
-        out += &format!("  noisy KiB/s        to disk {}   write() {}   (victim to disk {})\n", sp(&s.noisy_disk_kib_s, 0), sp(&s.noisy_dirtying_kib_s, 0), sp(&s.victim_disk_kib_s, 0));
+        out += &format!(
+            "  victim IOPS        solo {}   contended {}   retention {}\n",
+            sp(&s.solo_iops, 1),
+            sp(&s.contended_iops, 1),
+            sp(&s.iops_retention, 3)
+        );
+        out += &format!(
+            "  victim p99 ms      solo {}   contended {}   inflation {}x\n",
+            sp(&s.solo_p99_ms, 2),
+            sp(&s.contended_p99_ms, 2),
+            sp(&s.p99_inflation, 2)
+        );
+        out += &format!(
+            "  victim p99.9 ms    solo {}   contended {}   max {}\n",
+            sp(&s.solo_p999_ms, 2),
+            sp(&s.contended_p999_ms, 1),
+            sp(&s.contended_max_ms, 0)
+        );
+        out += &format!(
+            "  noisy KiB/s        to disk {}   write() {}   (victim to disk {})\n",
+            sp(&s.noisy_disk_kib_s, 0),
+            sp(&s.noisy_dirtying_kib_s, 0),
+            sp(&s.victim_disk_kib_s, 0)
+        );
         out += &format!(
             "  balance_dirty_pages (contended): victim {} pauses summing {} ms   noisy pauses summing {} ms\n",
             sp(&s.victim_bdp_events, 0),

@@ -23,13 +23,15 @@ impl BdpTrace {
     pub fn start() -> Result<BdpTrace> {
         let dir = Path::new(TRACEFS).join("instances").join(INSTANCE);
         if !dir.exists() {
-            std::fs::create_dir(&dir).with_context(|| format!("creating trace instance {} (is tracefs mounted?)", dir.display()))?;
+            std::fs::create_dir(&dir)
+                .with_context(|| format!("creating trace instance {} (is tracefs mounted?)", dir.display()))?;
         }
         // Enough for tens of thousands of events: a stock run logs a few thousand per phase.
         let _ = std::fs::write(dir.join("buffer_size_kb"), "8192");
         std::fs::write(dir.join("trace"), "").with_context(|| format!("clearing {}/trace", dir.display()))?;
         let enable = dir.join("events/writeback/balance_dirty_pages/enable");
-        std::fs::write(&enable, "1").with_context(|| format!("enabling {} (no writeback:balance_dirty_pages tracepoint?)", enable.display()))?;
+        std::fs::write(&enable, "1")
+            .with_context(|| format!("enabling {} (no writeback:balance_dirty_pages tracepoint?)", enable.display()))?;
         Ok(BdpTrace { dir })
     }
 

@@ -57,13 +57,7 @@ impl Source<'_> {
             position: span.clone().map(|s| line_col(self.text, s.start)),
             field: span.and_then(|s| key_path_at(self.text, s.start)),
             // toml's messages may span lines ("invalid array\nexpected `]`"): keep one line.
-            message: e
-                .message()
-                .trim()
-                .lines()
-                .map(str::trim)
-                .collect::<Vec<_>>()
-                .join("; "),
+            message: e.message().trim().lines().map(str::trim).collect::<Vec<_>>().join("; "),
         }
     }
 }
@@ -112,10 +106,7 @@ pub(crate) fn key_path_at(text: &str, offset: usize) -> Option<String> {
             key = None;
         } else if let Some((k, _)) = t.split_once('=') {
             let k = k.trim();
-            if !k.is_empty()
-                && k.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
+            if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
                 key = Some(k.to_string());
             }
         }
@@ -143,17 +134,8 @@ mod tests {
     fn key_paths() {
         let t = "root = 1\n[[tier]]\nname = \"a\"\n[[tier]]\nmatch = [\n  \"x\",\n]\n[policy]\nhold_ms = 3\n";
         assert_eq!(key_path_at(t, 2).as_deref(), Some("root"));
-        assert_eq!(
-            key_path_at(t, t.find("\"a\"").unwrap()).as_deref(),
-            Some("tier[0].name")
-        );
-        assert_eq!(
-            key_path_at(t, t.find("\"x\"").unwrap()).as_deref(),
-            Some("tier[1].match")
-        );
-        assert_eq!(
-            key_path_at(t, t.find('3').unwrap()).as_deref(),
-            Some("policy.hold_ms")
-        );
+        assert_eq!(key_path_at(t, t.find("\"a\"").unwrap()).as_deref(), Some("tier[0].name"));
+        assert_eq!(key_path_at(t, t.find("\"x\"").unwrap()).as_deref(), Some("tier[1].match"));
+        assert_eq!(key_path_at(t, t.find('3').unwrap()).as_deref(), Some("policy.hold_ms"));
     }
 }

@@ -8,9 +8,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::Source;
-use super::{
-    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Policy, Protect, Signals, Tier, Tiers,
-};
+use super::{Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Policy, Protect, Signals, Tier, Tiers};
 use crate::size::{parse_size, ByteSize};
 
 #[derive(Deserialize)]
@@ -71,7 +69,9 @@ impl<'de> Deserialize<'de> for RawDirtyMax {
         impl de::Visitor<'_> for V {
             type Value = RawDirtyMax;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a byte size (\"8M\" or an integer) or a ratio of the host's dirty threshold (a float in (0, 1])")
+                f.write_str(
+                    "a byte size (\"8M\" or an integer) or a ratio of the host's dirty threshold (a float in (0, 1])",
+                )
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDirtyMax, E> {
                 Ok(RawDirtyMax::Bytes(v))
@@ -194,11 +194,7 @@ fn absolute(src: &Source, p: Spanned<String>, field: &str) -> Result<PathBuf, Co
     if p.get_ref().starts_with('/') {
         return Ok(PathBuf::from(p.into_inner()));
     }
-    Err(src.at(
-        Some(p.span()),
-        field,
-        format!("must be an absolute path, got {:?}", p.get_ref()),
-    ))
+    Err(src.at(Some(p.span()), field, format!("must be an absolute path, got {:?}", p.get_ref())))
 }
 
 fn signals(src: &Source, r: RawSignals) -> Result<Signals, ConfigError> {
@@ -229,26 +225,16 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
     let mut tiers: Vec<Tier> = Vec::new();
     let mut matchers = Vec::new();
     for (i, t) in raw.into_iter().enumerate() {
-        let at = |span: Range<usize>, field: &str, msg: String| {
-            src.at(Some(span), &format!("tier[{i}].{field}"), msg)
-        };
+        let at = |span: Range<usize>, field: &str, msg: String| src.at(Some(span), &format!("tier[{i}].{field}"), msg);
         let name = t.name.get_ref().trim();
         if name.is_empty() {
             return Err(at(t.name.span(), "name", "must not be empty".into()));
         }
         if let Some(j) = tiers.iter().position(|o| o.name == name) {
-            return Err(at(
-                t.name.span(),
-                "name",
-                format!("duplicate tier name {name:?} (also tier[{j}])"),
-            ));
+            return Err(at(t.name.span(), "name", format!("duplicate tier name {name:?} (also tier[{j}])")));
         }
         if t.patterns.get_ref().is_empty() {
-            return Err(at(
-                t.patterns.span(),
-                "match",
-                "needs at least one glob".into(),
-            ));
+            return Err(at(t.patterns.span(), "match", "needs at least one glob".into()));
         }
         let mut set = GlobSetBuilder::new();
         for g in t.patterns.get_ref() {
@@ -263,27 +249,15 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             let glob = GlobBuilder::new(pat)
                 .literal_separator(true)
                 .build()
-                .map_err(|e| {
-                    at(
-                        g.span(),
-                        "match",
-                        format!("invalid glob {pat:?}: {}", e.kind()),
-                    )
-                })?;
+                .map_err(|e| at(g.span(), "match", format!("invalid glob {pat:?}: {}", e.kind())))?;
             set.add(glob);
         }
-        let set = set
-            .build()
-            .map_err(|e| at(t.patterns.span(), "match", e.to_string()))?;
+        let set = set.build().map_err(|e| at(t.patterns.span(), "match", e.to_string()))?;
         let throttle = t.throttle.unwrap_or(false);
         for (flag, field) in [(&t.freeze, "freeze"), (&t.kill, "kill")] {
             if let Some(f) = flag {
                 if *f.get_ref() && !throttle {
-                    return Err(at(
-                        f.span(),
-                        field,
-                        "needs throttle = true (it escalates throttling)".into(),
-                    ));
+                    return Err(at(f.span(), field, "needs throttle = true (it escalates throttling)".into()));
                 }
             }
         }
@@ -306,28 +280,21 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
                 ))
             }
         };
-        let cpu_weight =
-            match t.cpu_weight {
-                None => None,
-                Some(v) if (1..=10000).contains(v.get_ref()) => Some(*v.get_ref() as u32),
-                Some(v) => return Err(at(
+        let cpu_weight = match t.cpu_weight {
+            None => None,
+            Some(v) if (1..=10000).contains(v.get_ref()) => Some(*v.get_ref() as u32),
+            Some(v) => {
+                return Err(at(
                     v.span(),
                     "cpu_weight",
-                    format!(
-                        "{} is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)",
-                        v.get_ref()
-                    ),
-                )),
-            };
+                    format!("{} is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)", v.get_ref()),
+                ))
+            }
+        };
         let xattrs = xattrs(src, i, t.xattr)?;
         tiers.push(Tier {
             name: name.to_string(),
-            patterns: t
-                .patterns
-                .into_inner()
-                .into_iter()
-                .map(Spanned::into_inner)
-                .collect(),
+            patterns: t.patterns.into_inner().into_iter().map(Spanned::into_inner).collect(),
             protect: t.protect.unwrap_or(Protect::None),
             throttle,
             freeze: t.freeze.is_some_and(|f| *f.get_ref()),
@@ -344,11 +311,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
 
 /// `xattr`: names in the `user.` namespace, the only one cgroupfs lets userspace set
 /// (systemd's `user.oomd_avoid`, `user.oomd_omit`).
-fn xattrs(
-    src: &Source,
-    i: usize,
-    raw: Option<Spanned<Vec<Spanned<String>>>>,
-) -> Result<Vec<String>, ConfigError> {
+fn xattrs(src: &Source, i: usize, raw: Option<Spanned<Vec<Spanned<String>>>>) -> Result<Vec<String>, ConfigError> {
     let Some(raw) = raw else {
         return Ok(Vec::new());
     };
@@ -395,30 +358,10 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
             true,
         )?,
         hold_ms: int(src, r.hold_ms, &f("hold_ms"), d.hold_ms, 0..=3_600_000)?,
-        headroom_guard: size(
-            src,
-            r.headroom_guard,
-            &f("headroom_guard"),
-            d.headroom_guard,
-            0,
-        )?,
+        headroom_guard: size(src, r.headroom_guard, &f("headroom_guard"), d.headroom_guard, 0)?,
         min_high: size(src, r.min_high, &f("min_high"), d.min_high, 4096)?,
-        step_ratio: ratio(
-            src,
-            r.step_ratio,
-            &f("step_ratio"),
-            d.step_ratio,
-            (0.0, 1.0),
-            false,
-        )?,
-        release_ratio: ratio(
-            src,
-            r.release_ratio,
-            &f("release_ratio"),
-            d.release_ratio,
-            (0.0, 10.0),
-            true,
-        )?,
+        step_ratio: ratio(src, r.step_ratio, &f("step_ratio"), d.step_ratio, (0.0, 1.0), false)?,
+        release_ratio: ratio(src, r.release_ratio, &f("release_ratio"), d.release_ratio, (0.0, 10.0), true)?,
         min_write_interval_ms: int(
             src,
             r.min_write_interval_ms,
@@ -426,35 +369,11 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
             d.min_write_interval_ms,
             0..=3_600_000,
         )?,
-        freeze_after_ms: int(
-            src,
-            r.freeze_after_ms,
-            &f("freeze_after_ms"),
-            d.freeze_after_ms,
-            1..=86_400_000,
-        )?,
-        kill_after_ms: int(
-            src,
-            r.kill_after_ms,
-            &f("kill_after_ms"),
-            d.kill_after_ms,
-            1..=86_400_000,
-        )?,
-        ws_window_ms: int(
-            src,
-            r.ws_window_ms,
-            &f("ws_window_ms"),
-            d.ws_window_ms,
-            1..=86_400_000,
-        )?,
+        freeze_after_ms: int(src, r.freeze_after_ms, &f("freeze_after_ms"), d.freeze_after_ms, 1..=86_400_000)?,
+        kill_after_ms: int(src, r.kill_after_ms, &f("kill_after_ms"), d.kill_after_ms, 1..=86_400_000)?,
+        ws_window_ms: int(src, r.ws_window_ms, &f("ws_window_ms"), d.ws_window_ms, 1..=86_400_000)?,
         ws_margin: margin(src, r.ws_margin, &f("ws_margin"), d.ws_margin)?,
-        ws_granularity: size(
-            src,
-            r.ws_granularity,
-            &f("ws_granularity"),
-            d.ws_granularity,
-            4096,
-        )?,
+        ws_granularity: size(src, r.ws_granularity, &f("ws_granularity"), d.ws_granularity, 4096)?,
         foreign_knobs: r.foreign_knobs.unwrap_or(d.foreign_knobs),
     })
 }
@@ -470,35 +389,16 @@ fn int(
     if range.contains(v.get_ref()) {
         return Ok(*v.get_ref());
     }
-    Err(src.at(
-        Some(v.span()),
-        field,
-        format!(
-            "{} is out of range {}..={}",
-            v.get_ref(),
-            range.start(),
-            range.end()
-        ),
-    ))
+    Err(src.at(Some(v.span()), field, format!("{} is out of range {}..={}", v.get_ref(), range.start(), range.end())))
 }
 
-fn size(
-    src: &Source,
-    v: Option<Spanned<ByteSize>>,
-    field: &str,
-    default: u64,
-    min: u64,
-) -> Result<u64, ConfigError> {
+fn size(src: &Source, v: Option<Spanned<ByteSize>>, field: &str, default: u64, min: u64) -> Result<u64, ConfigError> {
     let Some(v) = v else { return Ok(default) };
     let b = v.get_ref().0;
     if b >= min {
         return Ok(b);
     }
-    Err(src.at(
-        Some(v.span()),
-        field,
-        format!("{b} bytes is too small (at least {min})"),
-    ))
+    Err(src.at(Some(v.span()), field, format!("{b} bytes is too small (at least {min})")))
 }
 
 /// A float in `(lo, hi)` or `(lo, hi]` when `hi_inclusive`.
@@ -517,19 +417,10 @@ fn ratio(
         return Ok(x);
     }
     let close = if hi_inclusive { ']' } else { ')' };
-    Err(src.at(
-        Some(v.span()),
-        field,
-        format!("{x} is out of range ({lo}, {hi}{close}"),
-    ))
+    Err(src.at(Some(v.span()), field, format!("{x} is out of range ({lo}, {hi}{close}")))
 }
 
-fn margin(
-    src: &Source,
-    v: Option<Spanned<f64>>,
-    field: &str,
-    default: f64,
-) -> Result<f64, ConfigError> {
+fn margin(src: &Source, v: Option<Spanned<f64>>, field: &str, default: f64) -> Result<f64, ConfigError> {
     let Some(v) = v else { return Ok(default) };
     let x = *v.get_ref();
     if (1.0..=4.0).contains(&x) {

@@ -49,10 +49,7 @@ pub(crate) fn escalate(
 ) {
     let policy = &ctx.cfg.policy;
     let stalled_for_ms = ctx.now.saturating_sub(since_ms);
-    let reason = Reason::Stalled {
-        by: top.cg.id.clone(),
-        stalled_for_ms,
-    };
+    let reason = Reason::Stalled { by: top.cg.id.clone(), stalled_for_ms };
     let due = |after: u64, last: Option<u64>| {
         stalled_for_ms >= after && last.is_none_or(|t| ctx.now.saturating_sub(t) >= after)
     };
@@ -69,9 +66,7 @@ pub(crate) fn escalate(
         v
     };
     if due(policy.freeze_after_ms, ladder.last_freeze_ms) {
-        let pick = victims(|t| t.freeze, Knob::Freeze)
-            .into_iter()
-            .find(|c| !c.current.frozen);
+        let pick = victims(|t| t.freeze, Knob::Freeze).into_iter().find(|c| !c.current.frozen);
         if let Some(c) = pick {
             plan.push(c, Action::Freeze(true), reason.clone());
         }
@@ -79,9 +74,7 @@ pub(crate) fn escalate(
     if due(policy.kill_after_ms, ladder.last_kill_ms) {
         // A cgroup already at the floor has little left to free.
         let floor = ctx.floor();
-        let pick = victims(|t| t.kill, Knob::Kill)
-            .into_iter()
-            .find(|c| c.usage_bytes > floor);
+        let pick = victims(|t| t.kill, Knob::Kill).into_iter().find(|c| c.usage_bytes > floor);
         if let Some(c) = pick {
             plan.push(c, Action::Kill, reason);
         }

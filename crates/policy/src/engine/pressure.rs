@@ -3,8 +3,9 @@
 use super::Ctx;
 use crate::config::TierIndex;
 use crate::decision::{Reason, Trigger};
-use crate::obs::{CgroupObs, MemEvents, SignalEvent};
+use crate::obs::{CgroupObs, SignalEvent};
 use crate::size::Limit;
+use memqos_cgroupfs::MemoryEvents;
 
 /// A protected cgroup under pressure.
 pub(crate) struct Pressured<'a> {
@@ -22,8 +23,7 @@ pub(crate) struct Guard {
 impl Guard {
     /// How far the subtree is above the guard line: what the lower tiers must give up.
     pub fn excess(&self) -> u64 {
-        self.usage
-            .saturating_sub(self.limit.saturating_sub(self.guard))
+        self.usage.saturating_sub(self.limit.saturating_sub(self.guard))
     }
 
     pub fn reason(&self) -> Reason {
@@ -41,7 +41,7 @@ pub(crate) struct Pressure<'a> {
     pub protected: Vec<Pressured<'a>>,
     pub guard: Option<Guard>,
     /// Parent memory.events with `max` or `oom` hits.
-    pub parent_events: Option<MemEvents>,
+    pub parent_events: Option<MemoryEvents>,
 }
 
 impl Pressure<'_> {
@@ -73,22 +73,14 @@ pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a>
 
     let guard = match (ctx.parent_limit(), ctx.cfg.policy.headroom_guard) {
         (Limit::Bytes(limit), guard) if guard > 0 => {
-            let g = Guard {
-                usage: ctx.parent.usage_bytes.saturating_add(protected_regrowth(ctx)),
-                limit,
-                guard,
-            };
+            let g = Guard { usage: ctx.parent.usage_bytes.saturating_add(protected_regrowth(ctx)), limit, guard };
             (g.excess() > 0).then_some(g)
         }
         _ => None,
     };
     let ev = ctx.parent.events_delta;
     let parent_events = (ctx.cfg.signals.events && (ev.max > 0 || ev.oom > 0)).then_some(ev);
-    Pressure {
-        protected,
-        guard,
-        parent_events,
-    }
+    Pressure { protected, guard, parent_events }
 }
 
 /// Room protected cgroups are entitled to grow back into: their protection (memory.low/min,
@@ -117,13 +109,11 @@ fn trigger(ctx: &Ctx, c: &CgroupObs, elapsed_ms: Option<u64>) -> Option<Trigger>
     if signals.psi {
         // avg10 is a 10 s average: after we relieve the pressure it stays high for seconds.
         // Requiring some stall since the previous tick keeps us from cutting on its tail.
-        if c.psi.some_avg10 >= policy.pressure_psi_some_avg10 && c.psi.some_total_delta_us > 0 {
-            return Some(Trigger::PsiSomeAvg10 {
-                value: c.psi.some_avg10,
-            });
+        if c.psi.some.avg10 >= policy.pressure_psi_some_avg10 && c.psi_some_delta_us > 0 {
+            return Some(Trigger::PsiSomeAvg10 { value: c.psi.some.avg10 });
         }
         if let Some(e) = elapsed_ms {
-            let pct = c.psi.some_total_delta_us as f64 / (e as f64 * 10.0);
+            let pct = c.psi_some_delta_us as f64 / (e as f64 * 10.0);
             if pct >= policy.pressure_stall_pct {
                 return Some(Trigger::StallRate { pct });
             }
@@ -142,9 +132,7 @@ fn trigger(ctx: &Ctx, c: &CgroupObs, elapsed_ms: Option<u64>) -> Option<Trigger>
         }
     }
     if signals.events && c.events_delta.low > 0 {
-        return Some(Trigger::LowEvents {
-            count: c.events_delta.low,
-        });
+        return Some(Trigger::LowEvents { count: c.events_delta.low });
     }
     None
 }

@@ -18,11 +18,7 @@ use crate::decision::{Action, Reason};
 use crate::obs::CgroupObs;
 use crate::size::Limit;
 
-pub(crate) fn plan(
-    ctx: &Ctx,
-    states: &std::collections::BTreeMap<String, CgState>,
-    plan: &mut Plan,
-) {
+pub(crate) fn plan(ctx: &Ctx, states: &std::collections::BTreeMap<String, CgState>, plan: &mut Plan) {
     for &c in &ctx.cgs {
         let protect = ctx.tier(c).protect;
         if protect == Protect::None {
@@ -36,14 +32,7 @@ pub(crate) fn plan(
         };
         if target != current {
             let window_ms = ctx.cfg.policy.ws_window_ms;
-            plan.push(
-                c,
-                action,
-                Reason::WorkingSet {
-                    peak_bytes: peak,
-                    window_ms,
-                },
-            );
+            plan.push(c, action, Reason::WorkingSet { peak_bytes: peak, window_ms });
         }
     }
 }
@@ -64,9 +53,7 @@ fn target(ctx: &Ctx, c: &CgroupObs, peak: u64, protect: Protect) -> Limit {
     }
     let p = &ctx.cfg.policy;
     let want = (peak as f64 * p.ws_margin).ceil() as u64;
-    let rounded = want
-        .div_ceil(p.ws_granularity)
-        .saturating_mul(p.ws_granularity);
+    let rounded = want.div_ceil(p.ws_granularity).saturating_mul(p.ws_granularity);
     let bound = ctx.parent_limit().min(c.current.max).min(c.current.high);
     Limit::Bytes(rounded).min(bound).max(original)
 }

@@ -24,14 +24,7 @@ pub(crate) struct CgState {
 
 impl CgState {
     pub fn new(tier: TierIndex, window_ms: u64, original: Knobs, current: Knobs) -> CgState {
-        CgState {
-            tier,
-            ws: WindowMax::new(window_ms),
-            last_write: [None; 5],
-            frozen_by: None,
-            original,
-            current,
-        }
+        CgState { tier, ws: WindowMax::new(window_ms), last_write: [None; 5], frozen_by: None, original, current }
     }
 
     /// True unless this knob was written less than `interval_ms` ago.
@@ -67,10 +60,7 @@ pub(crate) struct WindowMax {
 
 impl WindowMax {
     pub fn new(window_ms: u64) -> WindowMax {
-        WindowMax {
-            window_ms,
-            samples: VecDeque::new(),
-        }
+        WindowMax { window_ms, samples: VecDeque::new() }
     }
 
     pub fn push(&mut self, now: u64, value: u64) {
@@ -78,11 +68,7 @@ impl WindowMax {
             self.samples.pop_back();
         }
         self.samples.push_back((now, value));
-        while self
-            .samples
-            .front()
-            .is_some_and(|&(t, _)| now.saturating_sub(t) >= self.window_ms)
-        {
+        while self.samples.front().is_some_and(|&(t, _)| now.saturating_sub(t) >= self.window_ms) {
             self.samples.pop_front();
         }
     }

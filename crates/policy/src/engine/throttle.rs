@@ -37,12 +37,7 @@ fn victim_tiers<'a>(ctx: &Ctx<'a>, below: Option<TierIndex>) -> Vec<Vec<&'a Cgro
     let mut tiers: Vec<(TierIndex, Vec<&'a CgroupObs>)> = Vec::new();
     for (index, tier) in ctx.cfg.tiers.iter() {
         if tier.throttle && below.is_none_or(|b| index > b) {
-            let cgs = ctx
-                .cgs
-                .iter()
-                .copied()
-                .filter(|c| c.tier == index)
-                .collect();
+            let cgs = ctx.cgs.iter().copied().filter(|c| c.tier == index).collect();
             tiers.push((index, cgs));
         }
     }
@@ -52,10 +47,7 @@ fn victim_tiers<'a>(ctx: &Ctx<'a>, below: Option<TierIndex>) -> Vec<Vec<&'a Cgro
 /// What a cut starts from: the current high, or usage when that is lower (lowering a high
 /// the cgroup does not reach would not throttle anything).
 fn base(c: &CgroupObs) -> u64 {
-    c.current
-        .high
-        .bytes()
-        .map_or(c.usage_bytes, |h| h.min(c.usage_bytes))
+    c.current.high.bytes().map_or(c.usage_bytes, |h| h.min(c.usage_bytes))
 }
 
 /// Under pressure: the headroom guard's target and/or one proportional step.
@@ -65,14 +57,8 @@ pub(crate) fn cut(ctx: &Ctx, p: &Pressure, plan: &mut Plan) {
         guard_cut(ctx, g, &tiers, plan);
     }
     let reason = match (p.top(), &p.parent_events) {
-        (Some(top), _) => Reason::ProtectedPressure {
-            by: top.cg.id.clone(),
-            trigger: top.trigger,
-        },
-        (None, Some(ev)) => Reason::ParentLimitEvents {
-            max: ev.max,
-            oom: ev.oom,
-        },
+        (Some(top), _) => Reason::ProtectedPressure { by: top.cg.id.clone(), trigger: top.trigger },
+        (None, Some(ev)) => Reason::ParentLimitEvents { max: ev.max, oom: ev.oom },
         (None, None) => return, // the guard alone computes an exact target, no extra step
     };
     step(ctx, &tiers, reason, plan);
@@ -128,11 +114,7 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
     while left > 0 && !open.is_empty() {
         let sum: u128 = open.iter().map(|&i| u128::from(weight[i].max(1))).sum();
         let share = |i: usize| (u128::from(left) * u128::from(weight[i].max(1)) / sum) as u64;
-        let full: Vec<usize> = open
-            .iter()
-            .copied()
-            .filter(|&i| share(i) >= cap[i] - out[i])
-            .collect();
+        let full: Vec<usize> = open.iter().copied().filter(|&i| share(i) >= cap[i] - out[i]).collect();
         if full.is_empty() {
             let shares: Vec<u64> = open.iter().map(|&i| share(i)).collect();
             for (&i, s) in open.iter().zip(&shares) {
@@ -166,20 +148,11 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 /// still holds its memory. A cgroup goes back to its original value when the step reaches it,
 /// or as soon as it clearly no longer presses on its limit (usage at most half the uncapped
 /// step): from then on it is an ordinary cgroup that the guard watches like any other.
-pub(crate) fn release(
-    ctx: &Ctx,
-    calm_for_ms: u64,
-    states: &BTreeMap<String, CgState>,
-    plan: &mut Plan,
-) {
+pub(crate) fn release(ctx: &Ctx, calm_for_ms: u64, states: &BTreeMap<String, CgState>, plan: &mut Plan) {
     // Only what memqos may have lowered: a tighter high on another tier is someone else's.
     let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.id].ever_wrote(Knob::High);
-    let throttled: Vec<&CgroupObs> = ctx
-        .cgs
-        .iter()
-        .copied()
-        .filter(|c| c.current.high < c.original.high && ours(c))
-        .collect();
+    let throttled: Vec<&CgroupObs> =
+        ctx.cgs.iter().copied().filter(|c| c.current.high < c.original.high && ours(c)).collect();
     let Some(top) = throttled.iter().map(|c| c.tier).min() else {
         return;
     };

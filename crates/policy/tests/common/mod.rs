@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 
 use memqos_policy::{
-    Action, CgroupObs, Config, Decision, Engine, Knob, Limit, Observation, ParentObs, Reason,
-    TierIndex,
+    Action, CgroupObs, Config, Decision, Engine, Knob, Limit, Observation, ParentObs, Reason, TierIndex,
 };
 
 pub const MB: u64 = 1 << 20;
@@ -63,10 +62,7 @@ impl Sim {
     }
 
     pub fn tier(&self, id: &str) -> TierIndex {
-        self.cfg
-            .tiers
-            .classify(id)
-            .unwrap_or_else(|| panic!("{id} matches no tier"))
+        self.cfg.tiers.classify(id).unwrap_or_else(|| panic!("{id} matches no tier"))
     }
 
     /// Adds a cgroup with kernel-default knobs.
@@ -80,9 +76,7 @@ impl Sim {
     }
 
     pub fn cg(&mut self, id: &str) -> &mut CgroupObs {
-        self.cgs
-            .get_mut(id)
-            .unwrap_or_else(|| panic!("no cgroup {id}"))
+        self.cgs.get_mut(id).unwrap_or_else(|| panic!("no cgroup {id}"))
     }
 
     pub fn high(&self, id: &str) -> Limit {
@@ -93,8 +87,8 @@ impl Sim {
     pub fn set_stall(&mut self, id: &str, pct: f64) {
         let tick_ms = self.tick_ms;
         let c = self.cg(id);
-        c.psi.some_avg10 = pct;
-        c.psi.some_total_delta_us = (pct * tick_ms as f64 * 10.0) as u64;
+        c.psi.some.avg10 = pct;
+        c.psi_some_delta_us = (pct * tick_ms as f64 * 10.0) as u64;
     }
 
     /// One observation -> decisions; checks invariants, applies the writes, advances time.
@@ -118,8 +112,7 @@ impl Sim {
                 Action::Freeze(b) => c.current.frozen = b,
                 Action::Kill => c.usage_bytes = 0,
             }
-            self.last_write
-                .insert((d.cgroup.clone(), d.knob()), self.now);
+            self.last_write.insert((d.cgroup.clone(), d.knob()), self.now);
             self.log.push((self.now, d.clone()));
         }
         for c in self.cgs.values_mut() {
@@ -145,17 +138,11 @@ impl Sim {
         let p = &self.cfg.policy;
         let mut seen_other = false;
         for d in decisions {
-            let c = self
-                .cgs
-                .get(&d.cgroup)
-                .unwrap_or_else(|| panic!("decision for unknown cgroup: {d}"));
+            let c = self.cgs.get(&d.cgroup).unwrap_or_else(|| panic!("decision for unknown cgroup: {d}"));
             let tier = self.cfg.tiers.get(c.tier).unwrap();
             let at = format!("t={} {d}", self.now);
             if let Some(&t) = self.last_write.get(&(d.cgroup.clone(), d.knob())) {
-                assert!(
-                    self.now - t >= p.min_write_interval_ms,
-                    "rate limit broken: {at} (previous write at {t})"
-                );
+                assert!(self.now - t >= p.min_write_interval_ms, "rate limit broken: {at} (previous write at {t})");
             }
             match d.action {
                 Action::High(l) => {
@@ -163,20 +150,11 @@ impl Sim {
                     let lowering = l < c.current.high;
                     if lowering {
                         assert!(tier.throttle, "throttled a non-throttle tier: {at}");
-                        assert!(
-                            l >= Limit::Bytes(p.min_high).min(c.original.high),
-                            "below the floor: {at}"
-                        );
-                        assert!(
-                            !matches!(d.reason, Reason::Release { .. } | Reason::Restore),
-                            "{at}"
-                        );
+                        assert!(l >= Limit::Bytes(p.min_high).min(c.original.high), "below the floor: {at}");
+                        assert!(!matches!(d.reason, Reason::Release { .. } | Reason::Restore), "{at}");
                     } else {
                         assert!(l <= c.original.high, "raised above the original: {at}");
-                        assert!(
-                            matches!(d.reason, Reason::Release { .. }),
-                            "raise without release: {at}"
-                        );
+                        assert!(matches!(d.reason, Reason::Release { .. }), "raise without release: {at}");
                     }
                 }
                 Action::Low(l) => {
@@ -203,19 +181,12 @@ impl Sim {
 
     /// Decisions of one kind of knob for one cgroup: (time, action).
     pub fn writes(&self, id: &str, knob: Knob) -> Vec<(u64, Action)> {
-        self.log
-            .iter()
-            .filter(|(_, d)| d.cgroup == id && d.knob() == knob)
-            .map(|(t, d)| (*t, d.action))
-            .collect()
+        self.log.iter().filter(|(_, d)| d.cgroup == id && d.knob() == knob).map(|(t, d)| (*t, d.action)).collect()
     }
 
     /// When memory.high of `id` was written.
     pub fn high_times(&self, id: &str) -> Vec<u64> {
-        self.writes(id, Knob::High)
-            .into_iter()
-            .map(|(t, _)| t)
-            .collect()
+        self.writes(id, Knob::High).into_iter().map(|(t, _)| t).collect()
     }
 
     /// The memory.high values written to `id`, in MiB (Max as u64::MAX).
@@ -245,13 +216,7 @@ pub struct Workload {
 
 impl Workload {
     pub fn new(id: &str, trace: Vec<u64>) -> Workload {
-        Workload {
-            id: id.to_string(),
-            trace,
-            pos: 0,
-            stalled_ticks: 0,
-            finished_at: None,
-        }
+        Workload { id: id.to_string(), trace, pos: 0, stalled_ticks: 0, finished_at: None }
     }
 
     pub fn done(&self) -> bool {
@@ -288,9 +253,7 @@ impl Workload {
 /// `from` to `to` (MiB) in `steps` equal steps, in bytes, excluding `from`.
 pub fn ramp(from: u64, to: u64, steps: u64) -> Vec<u64> {
     let (from, to, steps) = (from as i64, to as i64, steps as i64);
-    (1..=steps)
-        .map(|i| (from + (to - from) * i / steps) as u64 * MB)
-        .collect()
+    (1..=steps).map(|i| (from + (to - from) * i / steps) as u64 * MB).collect()
 }
 
 pub fn hold(mb: u64, ticks: usize) -> Vec<u64> {
