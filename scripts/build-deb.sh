@@ -28,7 +28,7 @@ install -D -m 0644 configs/systemd.toml "$root/etc/memqos/memqos.toml"
 doc="$root/usr/share/doc/memqos"
 install -D -m 0644 packaging/copyright "$doc/copyright"
 install -D -m 0644 -t "$doc/examples" configs/*.toml crates/policy/memqos.example.toml
-install -D -m 0644 docs/operators.md "$doc/operators.md"
+install -D -m 0644 -t "$doc" docs/operators.md docs/metrics.md
 
 "$bin" generate man "$root/usr/share/man/man1" >/dev/null
 gzip -9n "$root"/usr/share/man/man1/*.1

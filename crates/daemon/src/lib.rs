@@ -15,6 +15,7 @@ mod bpf_source;
 mod cpu_weight;
 mod dirty;
 pub mod journal;
+pub mod metrics;
 mod observe;
 mod oom_adj;
 pub mod proc_stat;
@@ -131,6 +132,7 @@ pub fn run(opts: Options) -> Result<()> {
     // When the last wait returned: BPF crossings are logged with it.
     let mut woke_ns = 0u64;
     let mut told_ready = false;
+    let mut exporter = metrics::Exporter::start(&cfg.metrics)?;
     log_event(
         &state_dir,
         serde_json::json!({"event": "started", "pid": std::process::id(), "cgroup_root": cfg.cgroup_root, "config": opts.config_path}),
@@ -144,6 +146,7 @@ pub fn run(opts: Options) -> Result<()> {
             if opts.duration.is_some_and(|d| started.elapsed() >= d) {
                 break;
             }
+            let tick_started = Instant::now();
             let now_ms = started.elapsed().as_millis() as u64;
             let (mut obs, seen) = sampler.sample(&cfg, &root, &journal, now_ms)?;
             for msg in sampler.notes.drain(..) {
@@ -164,6 +167,9 @@ pub fn run(opts: Options) -> Result<()> {
                 if recent.len() > 20 {
                     recent.pop_front();
                 }
+            }
+            if let Some(m) = exporter.as_mut() {
+                m.after_tick(&cfg, &obs, &decisions, tick_started.elapsed());
             }
             if let Some(adj) = oom_adj.as_mut() {
                 for w in adj.sync(&cfg, &root, &obs, &mut journal)? {
@@ -229,6 +235,14 @@ pub fn run(opts: Options) -> Result<()> {
                     ),
                 )?;
                 last_status = Some(Instant::now());
+                if let Some(m) = exporter.as_mut() {
+                    let cpu = proc_stat::cpu_ticks(std::process::id())
+                        .map_or(0.0, |t| t as f64 / proc_stat::ticks_per_second());
+                    let daemon = metrics::Daemon { cpu_seconds: cpu, parent_usage_bytes: obs.parent.usage_bytes };
+                    if let Err(e) = m.publish(&seen, &daemon) {
+                        log_event(&state_dir, serde_json::json!({"event": "degraded", "message": format!("{e:#}")}));
+                    }
+                }
             }
             // Type=notify: systemd counts the unit started once the first tick is done.
             if !told_ready {

@@ -19,6 +19,18 @@ use std::time::{Duration, Instant};
 const SYSTEMD: &str = include_str!("../../../configs/systemd.toml");
 const KUBERNETES: &str = include_str!("../../../configs/kubernetes.toml");
 const STATE: &str = "/run/memqos-layout";
+const METRICS_ADDR: &str = "127.0.0.1:9590";
+
+/// `GET /metrics` from the daemon, body only.
+fn scrape() -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(METRICS_ADDR).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+    r.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
 
 fn knob(cg: &Cgroup, file: &'static str) -> Limit {
     cg.limit(file).unwrap_or_else(|e| panic!("{e}"))
@@ -166,7 +178,11 @@ guest_test!(kubernetes_layout_qos_classes_and_kubelet_memory_qos, |g| g.memory_m
     set(&g_qos, "memory.min", 64 * MIB);
     set(&burst, "memory.low", 32 * MIB);
     set(&burst, "memory.high", 256 * MIB);
-    let daemon = start_daemon(KUBERNETES);
+    // The guest's init leaves the loopback interface down; the scrape goes over it.
+    assert!(std::process::Command::new("ip").args(["link", "set", "lo", "up"]).status().unwrap().success());
+    // The shipped config plus metrics (off by default), scraped below.
+    let with_metrics = format!("{KUBERNETES}\n[metrics]\nlisten = \"{METRICS_ADDR}\"\ntextfile = \"{STATE}.prom\"\n");
+    let daemon = start_daemon(&with_metrics);
     let got = tiers();
     let want = [
         ("kubepods-poda1.slice/cri-containerd-a.scope", "guaranteed"),
@@ -202,6 +218,36 @@ guest_test!(kubernetes_layout_qos_classes_and_kubelet_memory_qos, |g| g.memory_m
         [Limit::Bytes(64 * MIB), Limit::Bytes(0), Limit::Bytes(32 * MIB), Limit::Bytes(256 * MIB)],
         "kubelet's values untouched"
     );
+    // A Prometheus scrape of the running daemon agrees with the knobs and the decisions.
+    let best_id = "kubepods-besteffort.slice/kubepods-besteffort-podd4.slice/cri-containerd-d.scope";
+    let mut scraped = String::new();
+    wait_for("metrics show the throttle", Duration::from_secs(10), || {
+        scraped = scrape();
+        scraped.contains(&format!("memqos_cgroup_throttled{{cgroup=\"{best_id}\",tier=\"besteffort\"}} 1\n"))
+    });
+    let sample = |prefix: &str| -> f64 {
+        let line =
+            scraped.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{scraped}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let high = sample(&format!("memqos_cgroup_memory_high_bytes{{cgroup=\"{best_id}\""));
+    assert!(high < 300.0 * MIB as f64, "scraped high {high}");
+    assert!(
+        sample("memqos_decisions_total{tier=\"besteffort\",knob=\"memory.high\",reason=\"headroom_guard\"}") >= 1.0
+    );
+    assert!(sample("memqos_tick_duration_seconds_count") >= 1.0);
+    assert!(sample("memqos_daemon_cpu_seconds_total") > 0.0);
+    assert_eq!(sample("memqos_tier_cgroups{tier=\"guaranteed\"}"), 2.0);
+    let textfile = std::fs::read_to_string(format!("{STATE}.prom")).unwrap();
+    assert!(textfile.contains("# TYPE memqos_decisions_total counter"), "{textfile}");
+    println!("RESULT kubernetes metrics scrape ({} lines), e.g.:", scraped.lines().count());
+    for l in scraped.lines().filter(|l| {
+        l.contains(best_id)
+            || l.starts_with("memqos_decisions_total")
+            || l.starts_with("memqos_tick_duration_seconds_count")
+    }) {
+        println!("RESULT   {l}");
+    }
     let (status, _) = daemon.stop().unwrap();
     assert!(status.success(), "daemon exit {status}");
     stop(tasks);

@@ -31,6 +31,19 @@ pub struct Config {
     pub tiers: Tiers,
     /// `[policy]`: thresholds, step sizes and timers.
     pub policy: Policy,
+    /// `[metrics]`: Prometheus exposition (docs/metrics.md); off by default.
+    pub metrics: Metrics,
+}
+
+/// `[metrics]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Metrics {
+    /// `listen` (optional, "address:port"): serve `GET /metrics` there. Bound at start-up, so
+    /// an address in use is a start-up error. Keep it on localhost or a node-local address.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `textfile` (optional, absolute path ending in `.prom`): written atomically once a
+    /// second, for node_exporter's textfile collector.
+    pub textfile: Option<PathBuf>,
 }
 
 impl Config {

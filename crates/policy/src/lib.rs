@@ -53,7 +53,7 @@ pub mod obs;
 pub mod size;
 
 pub use config::{
-    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Policy, Protect, Signals, Tier, TierIndex, Tiers,
+    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, Tier, TierIndex, Tiers,
 };
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status};

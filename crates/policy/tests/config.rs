@@ -128,7 +128,7 @@ fn errors_name_file_line_column_and_field() {
         (ROOT.to_string(), "memqos.toml: tier: at least one [[tier]] is required"),
         (tier.to_string(), "memqos.toml: cgroup_root: missing (the managed subtree, e.g. \"/sys/fs/cgroup/agents\")"),
         (format!("cgroup_root = \"relative\"\n{tier}"), "memqos.toml:1:15: cgroup_root: must be an absolute path, got \"relative\""),
-        (format!("{ROOT}{tier}[polcy]\n"), "memqos.toml:5:2: polcy: unknown field `polcy`, expected one of `cgroup_root`, `state_dir`, `signals`, `tier`, `policy`"),
+        (format!("{ROOT}{tier}[polcy]\n"), "memqos.toml:5:2: polcy: unknown field `polcy`, expected one of `cgroup_root`, `state_dir`, `signals`, `tier`, `policy`, `metrics`"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"\n"), "memqos.toml:5:1: tier[0].match: invalid array; expected `]`"),
         (format!("{ROOT}{tier}dirty = {{ max = 1.5 }}\n"), "memqos.toml:5:17: tier[0].dirty.max: ratio 1.5 is out of range (0, 1] (a fraction of the host's dirty threshold; use a size like \"8M\" for bytes)"),
         (format!("{ROOT}{tier}dirty = {{ max = \"4K\" }}\n"), "memqos.toml:5:17: tier[0].dirty.max: 4096 bytes is too small (at least 65536)"),

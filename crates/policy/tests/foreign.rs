@@ -115,3 +115,19 @@ fn xattr_names_outside_user_are_rejected_with_the_field() {
     .to_string();
     assert!(e.contains("foreign_knobs") || e.contains("fight"), "{e}");
 }
+
+#[test]
+fn metrics_are_off_by_default_and_errors_name_the_field() {
+    let base = "cgroup_root = \"/a\"\n[[tier]]\nname = \"t\"\nmatch = [\"**\"]\n";
+    assert_eq!(Config::from_str(base, "m.toml").unwrap().metrics, memqos_policy::Metrics::default());
+    let on =
+        format!("{base}[metrics]\nlisten = \"127.0.0.1:9590\"\ntextfile = \"/var/lib/node-exporter/memqos.prom\"\n");
+    let m = Config::from_str(&on, "m.toml").unwrap().metrics;
+    assert_eq!(m.listen, Some("127.0.0.1:9590".parse().unwrap()));
+    assert_eq!(m.textfile.as_deref(), Some(std::path::Path::new("/var/lib/node-exporter/memqos.prom")));
+    let e = Config::from_str(&format!("{base}[metrics]\nlisten = \"localhost\"\n"), "m.toml").unwrap_err().to_string();
+    assert!(e.starts_with("m.toml:6:") && e.contains("metrics.listen") && e.contains("\"localhost\""), "{e}");
+    let e =
+        Config::from_str(&format!("{base}[metrics]\ntextfile = \"memqos.prom\"\n"), "m.toml").unwrap_err().to_string();
+    assert!(e.contains("metrics.textfile") && e.contains("absolute"), "{e}");
+}

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::Source;
-use super::{Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Policy, Protect, Signals, Tier, Tiers};
+use super::{Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, Tier, Tiers};
 use crate::size::{parse_size, ByteSize};
 
 #[derive(Deserialize)]
@@ -22,6 +22,15 @@ struct RawConfig {
     tier: Vec<RawTier>,
     #[serde(default)]
     policy: RawPolicy,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<Spanned<String>>,
+    textfile: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -187,7 +196,27 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         signals: signals(&src, raw.signals)?,
         tiers: tiers(&src, raw.tier)?,
         policy: policy(&src, raw.policy)?,
+        metrics: metrics(&src, raw.metrics)?,
     })
+}
+
+/// `[metrics]`: both off unless given.
+fn metrics(src: &Source, r: RawMetrics) -> Result<Metrics, ConfigError> {
+    let listen = match r.listen {
+        None => None,
+        Some(l) => Some(l.get_ref().parse::<std::net::SocketAddr>().map_err(|e| {
+            src.at(
+                Some(l.span()),
+                "metrics.listen",
+                format!("{:?} is not an address:port ({e}), e.g. \"127.0.0.1:9590\"", l.get_ref()),
+            )
+        })?),
+    };
+    let textfile = match r.textfile {
+        None => None,
+        Some(p) => Some(absolute(src, p, "metrics.textfile")?),
+    };
+    Ok(Metrics { listen, textfile })
 }
 
 fn absolute(src: &Source, p: Spanned<String>, field: &str) -> Result<PathBuf, ConfigError> {
