@@ -71,10 +71,17 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
+/// (name, type, help, value of one sample).
+type Family<F> = (&'static str, &'static str, &'static str, F);
+/// Per tier: cgroups, usage, throttled cgroups, OOM kills.
+type TierSums = (u64, u64, u64, u64);
+type CgroupFamily<'a> = Family<&'a dyn Fn(&Seen) -> String>;
+type TierFamily = Family<fn(&TierSums) -> u64>;
+
 /// The whole exposition for one moment.
 pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     let mut out = String::new();
-    let per_cgroup: [(&str, &str, &str, &dyn Fn(&Seen) -> String); 9] = [
+    let per_cgroup: [CgroupFamily; 9] = [
         ("memqos_cgroup_memory_usage_bytes", "gauge", "memory.current of a managed cgroup.", &|s| {
             s.usage_bytes.to_string()
         }),
@@ -124,7 +131,7 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     }
 
     // Per tier: sums over its cgroups.
-    let mut tiers: BTreeMap<&str, (u64, u64, u64, u64)> = BTreeMap::new();
+    let mut tiers: BTreeMap<&str, TierSums> = BTreeMap::new();
     for s in seen {
         let t = tiers.entry(&s.tier).or_default();
         t.0 += 1;
@@ -132,7 +139,7 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
         t.2 += u64::from(s.knobs.high < s.original.high);
         t.3 += s.events.oom_kill;
     }
-    let per_tier: [(&str, &str, &str, fn(&(u64, u64, u64, u64)) -> u64); 4] = [
+    let per_tier: [TierFamily; 4] = [
         ("memqos_tier_cgroups", "gauge", "Managed cgroups in the tier.", |t| t.0),
         ("memqos_tier_memory_usage_bytes", "gauge", "Sum of memory.current over the tier's cgroups.", |t| t.1),
         (
@@ -274,8 +281,7 @@ mod tests {
     use memqos_policy::{Action, Knobs, Reason};
 
     fn seen(cgroup: &str, tier: &str, high: Limit) -> Seen {
-        let mut knobs = Knobs::default();
-        knobs.high = high;
+        let knobs = Knobs { high, ..Knobs::default() };
         Seen {
             cgroup: cgroup.into(),
             tier: tier.into(),
