@@ -158,9 +158,12 @@ impl Cgroup {
     }
 
     /// True for the hierarchy's root (e.g. /sys/fs/cgroup itself), the only cgroup without
-    /// a cgroup.type file; it also has no memory.current/max/high/events.
+    /// a cgroup.type file; it also has no memory.max (fake trees in tests, which often omit
+    /// cgroup.type, do have one).
     pub fn is_hierarchy_root(&self) -> bool {
-        self.path.join("cgroup.controllers").exists() && !self.path.join("cgroup.type").exists()
+        self.path.join("cgroup.controllers").exists()
+            && !self.path.join("cgroup.type").exists()
+            && !self.path.join("memory.max").exists()
     }
 
     /// Whether the extended attribute `name` is set on the cgroup's directory to anything
@@ -310,6 +313,8 @@ mod tests {
         std::fs::write(dir.join("a/cgroup.type"), "domain\n").unwrap();
         assert!(Cgroup::new(&dir).is_hierarchy_root());
         assert!(!Cgroup::new(dir.join("a")).is_hierarchy_root());
+        std::fs::write(dir.join("memory.max"), "max\n").unwrap();
+        assert!(!Cgroup::new(&dir).is_hierarchy_root(), "a fake root with memory.max is a parent");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

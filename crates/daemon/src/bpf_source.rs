@@ -7,18 +7,19 @@ use memqos_bpf::Btf;
 use memqos_policy::SignalEvent;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
-use std::path::Path;
 
 pub struct BpfSource {
     src: PressureSource,
-    /// Watched protected cgroups: relative id -> cgroup id (inode).
+    /// Watched protected cgroups: relative path -> cgroup id (inode), and back.
     watched: HashMap<String, u64>,
+    by_id: HashMap<u64, String>,
 }
 
 /// One crossing, as the daemon logs it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Crossing {
     pub cgroup: String,
+    pub cgroup_id: u64,
     pub kind: Kind,
     pub value: u64,
     /// CLOCK_MONOTONIC ns of the crossing in the kernel.
@@ -34,7 +35,7 @@ impl BpfSource {
             .unwrap_or_else(|| memqos_bpf::btf::VMLINUX_BTF.into());
         let btf = Btf::load(&path).map_err(|e| pressure::LoadError::NoBtf(format!("{e}")).to_string())?;
         let src = PressureSource::load(&btf, Options::default()).map_err(|e| e.to_string())?;
-        Ok(BpfSource { src, watched: HashMap::new() })
+        Ok(BpfSource { src, watched: HashMap::new(), by_id: HashMap::new() })
     }
 
     /// `program -> target` of every attached program, and attach errors, for the log.
@@ -58,24 +59,25 @@ impl BpfSource {
         serde_json::json!({"attached": attached, "attach_failed": failed})
     }
 
-    /// Watches exactly the `protected` cgroups below `root` (a recreated cgroup gets a new
-    /// id and is re-watched); forgets vanished ones.
-    pub fn sync(&mut self, root: &Path, protected: &[String]) {
-        let gone: Vec<String> = self.watched.keys().filter(|id| !protected.contains(id)).cloned().collect();
-        for id in gone {
-            if let Some(cg) = self.watched.remove(&id) {
+    /// Watches exactly the `protected` cgroups (path, id) (a recreated cgroup has a new id
+    /// and is re-watched); forgets vanished ones.
+    pub fn sync(&mut self, protected: &[(String, u64)]) {
+        let wanted: HashMap<&str, u64> = protected.iter().map(|(p, id)| (p.as_str(), *id)).collect();
+        let gone: Vec<String> =
+            self.watched.iter().filter(|(p, id)| wanted.get(p.as_str()) != Some(id)).map(|(p, _)| p.clone()).collect();
+        for p in gone {
+            if let Some(cg) = self.watched.remove(&p) {
+                self.by_id.remove(&cg);
                 self.src.unwatch(cg);
             }
         }
-        for id in protected {
-            let Ok(cg) = pressure::cgroup_id(&root.join(id)) else { continue };
-            if self.watched.get(id) == Some(&cg) {
+        for (p, cg) in protected {
+            if self.watched.contains_key(p) {
                 continue;
             }
-            if let Some(old) = self.watched.insert(id.clone(), cg) {
-                self.src.unwatch(old);
-            }
-            let _ = self.src.watch(cg, &Thresholds::PROTECTED);
+            self.watched.insert(p.clone(), *cg);
+            self.by_id.insert(*cg, p.clone());
+            let _ = self.src.watch(*cg, &Thresholds::PROTECTED);
         }
     }
 
@@ -89,8 +91,14 @@ impl BpfSource {
         events
             .into_iter()
             .filter_map(|ev| {
-                let (id, _) = self.watched.iter().find(|(_, &cg)| cg == ev.cgroup_id)?;
-                Some(Crossing { cgroup: id.clone(), kind: ev.kind, value: ev.value, ktime_ns: ev.ktime_ns })
+                let path = self.by_id.get(&ev.cgroup_id)?;
+                Some(Crossing {
+                    cgroup: path.clone(),
+                    cgroup_id: ev.cgroup_id,
+                    kind: ev.kind,
+                    value: ev.value,
+                    ktime_ns: ev.ktime_ns,
+                })
             })
             .collect()
     }

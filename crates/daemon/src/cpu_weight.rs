@@ -5,8 +5,8 @@
 //! (the experiments' cpu-weight arm measures how much of its slowdown this is). The weight is
 //! static per tier; like every knob it is journaled before the first write and restored.
 
-use crate::journal::Journal;
-use memqos_cgroupfs::Cgroup;
+use crate::actuator::{Actuator, Request, Target};
+use crate::beneath::FileError;
 use memqos_policy::{Config, Observation};
 use std::collections::HashSet;
 
@@ -14,16 +14,8 @@ pub const FILE: &str = "cpu.weight";
 
 pub struct CpuWeights {
     /// Cgroups already reported as lacking cpu.weight: one message each, not one per tick.
-    reported: HashSet<String>,
+    reported: HashSet<u64>,
     pub notes: Vec<String>,
-}
-
-/// One write made by `sync`, for the daemon's event log.
-pub struct WeightWrite {
-    pub cgroup: String,
-    pub previous: String,
-    pub value: u32,
-    pub outcome: String,
 }
 
 impl CpuWeights {
@@ -35,39 +27,37 @@ impl CpuWeights {
             .then(|| CpuWeights { reported: HashSet::new(), notes: Vec::new() })
     }
 
-    /// Brings each observed cgroup's cpu.weight to its tier's value. Read every tick (one
-    /// small file per cgroup), so a cgroup recreated under the same name is caught too.
-    pub fn sync(
-        &mut self,
-        cfg: &Config,
-        root: &Cgroup,
-        obs: &Observation,
-        journal: &mut Journal,
-    ) -> anyhow::Result<Vec<WeightWrite>> {
+    /// The writes that bring each observed cgroup's cpu.weight to its tier's value. Read on
+    /// the periodic path through the actuator's cached directory fd (one small file each).
+    pub fn plan(&mut self, cfg: &Config, obs: &Observation, act: &mut Actuator) -> Vec<Request> {
         let mut writes = Vec::new();
         for c in &obs.cgroups {
-            let Some(weight) = cfg.tiers.get(c.tier).and_then(|t| t.cpu_weight) else { continue };
-            let cg = root.child(&c.id);
-            let previous = match cg.read_string(FILE) {
-                Ok(v) => v.trim().to_owned(),
-                Err(_) if !cg.exists() => continue, // vanished since the snapshot
+            let Some(weight) = cfg.tiers.get(c.tier).and_then(|t| t.cpu_weight) else {
+                continue;
+            };
+            let current = match act.read(&c.id, c.cgroup_id, FILE) {
+                Ok(v) => v,
+                Err(FileError::Vanished) if self.reported.contains(&c.cgroup_id) => continue,
                 Err(e) => {
-                    if self.reported.insert(c.id.clone()) {
+                    let why = match e {
+                        FileError::Vanished => "no such file".to_string(),
+                        FileError::Io(e) => e.to_string(),
+                    };
+                    if self.reported.insert(c.cgroup_id) {
                         self.notes.push(format!(
-                            "cpu_weight not applied to {}: cannot read {FILE} ({e}); enable the cpu controller in its parent's cgroup.subtree_control",
-                            cg.path().display()
+                            "cpu_weight not applied to {}: cannot read {FILE} ({why}); enable the cpu controller in its parent's cgroup.subtree_control",
+                            cfg.cgroup_root.join(&c.id).display()
                         ));
                     }
                     continue;
                 }
             };
-            if previous == weight.to_string() {
+            if current == weight.to_string() {
                 continue;
             }
-            journal.record(&c.id, FILE, &previous)?;
-            let outcome = crate::write_knob(&cg, FILE, &weight.to_string());
-            writes.push(WeightWrite { cgroup: c.id.clone(), previous, value: weight, outcome });
+            let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
+            writes.push(Request::new(target, FILE, weight.to_string(), "tier cpu_weight"));
         }
-        Ok(writes)
+        writes
     }
 }

@@ -13,13 +13,14 @@ use memqos_cgroupfs::Cgroup;
 use memqos_policy::dirty::{plan, DirtyObs, HostDirty};
 use memqos_policy::{Action, Config, Decision, Limit, Observation, Reason};
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 
 /// Per-daemon state: the engine's last memory.high per capped cgroup, warnings given.
 #[derive(Default)]
 pub struct DirtyEnforcer {
     engine_high: HashMap<String, Limit>,
     warned: HashSet<String>,
+    /// Warnings for the daemon's log (each once), drained by the loop.
+    pub notes: Vec<String>,
 }
 
 /// A change smaller than this is not written (the target moves with non-file usage).
@@ -38,12 +39,11 @@ impl DirtyEnforcer {
         root: &Cgroup,
         obs: &Observation,
         mut decisions: Vec<Decision>,
-        state_dir: &Path,
     ) -> Vec<Decision> {
         let host = match read_host() {
             Ok(h) => h,
             Err(e) => {
-                self.warn(state_dir, "host", &format!("dirty bounds not enforced: {e}"));
+                self.warn("host", &format!("dirty bounds not enforced: {e}"));
                 return decisions;
             }
         };
@@ -53,7 +53,9 @@ impl DirtyEnforcer {
                 continue;
             }
             // Vanished or unreadable: left out this tick (the sampler reports real errors).
-            let Ok(stat) = root.child(&c.id).memory_stat() else { continue };
+            let Ok(stat) = root.child(&c.id).memory_stat() else {
+                continue;
+            };
             let get = |k: &str| stat.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap_or(0);
             observed.push(DirtyObs {
                 id: c.id.clone(),
@@ -67,12 +69,14 @@ impl DirtyEnforcer {
         let p = plan(cfg, &host, &observed);
         for w in &p.warnings {
             let key = w.split(':').next().unwrap_or(w).to_string();
-            self.warn(state_dir, &key, w);
+            self.warn(&key, w);
         }
         let capped: HashSet<&str> = p.caps.iter().map(|c| c.id.as_str()).collect();
         self.engine_high.retain(|id, _| capped.contains(id.as_str()));
         for cap in &p.caps {
-            let Some(c) = obs.cgroups.iter().find(|c| c.id == cap.id) else { continue };
+            let Some(c) = obs.cgroups.iter().find(|c| c.id == cap.id) else {
+                continue;
+            };
             // The engine's wish for this cgroup: this tick's decision, else its last one,
             // else the original value.
             let engine_decision =
@@ -105,9 +109,9 @@ impl DirtyEnforcer {
         decisions
     }
 
-    fn warn(&mut self, state_dir: &Path, key: &str, message: &str) {
+    fn warn(&mut self, key: &str, message: &str) {
         if self.warned.insert(key.to_string()) {
-            crate::log_event(state_dir, serde_json::json!({"event": "degraded", "message": message}));
+            self.notes.push(message.to_string());
         }
     }
 }

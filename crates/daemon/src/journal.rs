@@ -1,37 +1,33 @@
 //! The write-ahead journal of original knob values.
 //!
-//! Before memqos changes a knob for the first time, the value it found is recorded here and
-//! the journal is made durable (write to a temporary file, fsync, rename, fsync the
-//! directory). Restoring writes every recorded original back, thaws first, so no tenant is
-//! left throttled or frozen: on orderly shutdown, from the guardian process when the daemon
-//! dies, and at the next start after a crash.
+//! Before memqos changes a knob for the first time, the value it found is appended here and
+//! made durable (one fsync per batch of writes). Restoring writes every recorded original
+//! back, thaws first, so no tenant is left throttled or frozen: on orderly shutdown, from
+//! the guardian process when the daemon dies, and at the next start after a crash.
 //!
-//! Besides cgroup knobs it holds processes' `oom_score_adj` (see `oom_adj.rs`). Those entries
-//! carry the process's start time, so a restore never writes to a recycled pid.
+//! Identity is the kernel's: a cgroup entry holds the cgroup's id (its directory inode) and
+//! restore writes only into the directory with that id, so a cgroup re-created under the same
+//! name counts as vanished. Paths are resolved beneath the journal's cgroup root only
+//! ([`crate::beneath`]): an entry with `..`, an absolute path or a symlink is refused, never
+//! written. Process entries (`oom_score_adj`) carry the start time and are written through a
+//! /proc/PID directory fd, so a recycled pid is never touched.
+//!
+//! Format: JSON lines. The first line names the cgroup root; then `set` lines (an original)
+//! and `forget` lines (a knob put back, a process gone). A torn last line (a crash during
+//! the append, before the fsync that precedes any knob write) is ignored. When forgotten
+//! lines outnumber live entries the file is rewritten (temporary file, fsync, rename).
 
-use anyhow::{Context, Result};
-use memqos_cgroupfs::Cgroup;
+use crate::beneath::{self, CgroupId, FileError, OpenError, Root};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const JOURNAL_FILE: &str = "journal.json";
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    /// Path relative to the cgroup root.
-    pub cgroup: String,
-    /// The cgroup file, e.g. "memory.high".
-    pub file: String,
-    /// The exact text found before memqos first wrote it, e.g. "max".
-    pub original: String,
-    /// For a per-process knob (`file` = "oom_score_adj"): which process.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub process: Option<Process>,
-}
-
 /// A process, identified across pid reuse by its start time (field 22 of /proc/PID/stat).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Process {
     pub pid: u32,
     pub start_time: u64,
@@ -47,32 +43,87 @@ impl Process {
     pub fn is_alive(&self) -> bool {
         Process::current(self.pid) == Some(*self)
     }
+}
 
-    pub fn oom_score_adj_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/oom_score_adj", self.pid))
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Path relative to the cgroup root, for people and for opening it.
+    pub cgroup: String,
+    /// The cgroup's id (directory inode): restore writes only into this very cgroup.
+    pub cgroup_id: CgroupId,
+    /// e.g. "memory.high", "oom_score_adj".
+    pub file: String,
+    /// The exact text found before memqos first wrote it, e.g. "max".
+    pub original: String,
+    /// For a per-process knob (`oom_score_adj`): which process (`cgroup` is where it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<Process>,
+}
+
+/// What an entry is about: a cgroup's knob or a process's.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Key {
+    Cgroup(CgroupId, String),
+    Process(Process, String),
+}
+
+impl Entry {
+    pub fn key(&self) -> Key {
+        match self.process {
+            Some(p) => Key::Process(p, self.file.clone()),
+            None => Key::Cgroup(self.cgroup_id, self.file.clone()),
+        }
+    }
+
+    /// "low/a/memory.high (cgroup id 1234)", for messages.
+    pub fn describe(&self) -> String {
+        match self.process {
+            Some(p) => format!("pid {} ({}) {} in {}", p.pid, p.start_time, self.file, self.cgroup),
+            None => format!("{}/{} (cgroup id {})", self.cgroup, self.file, self.cgroup_id),
+        }
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct JournalFile {
-    cgroup_root: PathBuf,
-    entries: Vec<Entry>,
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Record {
+    Root { cgroup_root: PathBuf },
+    Set(Entry),
+    Forget { key: Key },
 }
 
 /// The journal of one state directory.
 pub struct Journal {
     path: PathBuf,
-    data: JournalFile,
+    cgroup_root: PathBuf,
+    entries: BTreeMap<Key, Entry>,
+    /// Lines in the file, for compaction.
+    lines: usize,
+    pending: Vec<Record>,
+    file: Option<std::fs::File>,
 }
 
 /// What a restore did.
 #[derive(Debug, Default)]
 pub struct RestoreReport {
     pub restored: Vec<Entry>,
-    /// The cgroup no longer exists: nothing to restore.
+    /// The cgroup or process no longer exists (or the name is another cgroup's now).
     pub vanished: Vec<Entry>,
     pub failed: Vec<(Entry, String)>,
 }
+
+impl RestoreReport {
+    /// One line per knob that could not be restored, naming it.
+    pub fn failures(&self) -> Vec<String> {
+        self.failed.iter().map(|(e, err)| format!("{}: {err}", e.describe())).collect()
+    }
+}
+
+/// The knobs a journal may name: anything else is refused (a tampered journal must not
+/// write arbitrary files).
+const CGROUP_KNOBS: [&str; 6] =
+    ["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight"];
 
 impl Journal {
     /// Opens (or starts) the journal in `state_dir`; an existing journal is loaded as is.
@@ -80,114 +131,180 @@ impl Journal {
         std::fs::create_dir_all(state_dir)
             .with_context(|| format!("creating state directory {}", state_dir.display()))?;
         let path = state_dir.join(JOURNAL_FILE);
-        let data = match Journal::load(&path)? {
-            Some(d) => d,
-            None => JournalFile { cgroup_root: cgroup_root.to_owned(), entries: Vec::new() },
-        };
-        Ok(Journal { path, data })
-    }
-
-    fn load(path: &Path) -> Result<Option<JournalFile>> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => serde_json::from_str(&text)
-                .map(Some)
-                .with_context(|| format!("{}: corrupt journal (restore by hand from its contents)", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        match Journal::load(&path)? {
+            Some(j) => Ok(j),
+            None => Ok(Journal {
+                path,
+                cgroup_root: cgroup_root.to_owned(),
+                entries: BTreeMap::new(),
+                lines: 0,
+                pending: Vec::new(),
+                file: None,
+            }),
         }
     }
 
-    pub fn entries(&self) -> &[Entry] {
-        &self.data.entries
+    fn load(path: &Path) -> Result<Option<Journal>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let corrupt = |n: usize, why: String| {
+            anyhow::anyhow!(
+                "{}: corrupt journal at line {n}: {why} (restore by hand from its contents)",
+                path.display()
+            )
+        };
+        let mut lines = text.split_inclusive('\n').enumerate().peekable();
+        let mut cgroup_root = None;
+        let mut entries = BTreeMap::new();
+        let mut count = 0;
+        while let Some((i, line)) = lines.next() {
+            let last_torn = lines.peek().is_none() && !line.ends_with('\n');
+            let rec: Record = match serde_json::from_str(line.trim_end()) {
+                Ok(r) => r,
+                Err(_) if last_torn => break,
+                Err(e) => return Err(corrupt(i + 1, e.to_string())),
+            };
+            count += 1;
+            match (rec, &cgroup_root) {
+                (Record::Root { cgroup_root: r }, None) => cgroup_root = Some(r),
+                (Record::Root { .. }, Some(_)) => return Err(corrupt(i + 1, "a second root line".into())),
+                (_, None) => return Err(corrupt(i + 1, "the first line must name the cgroup root".into())),
+                (Record::Set(e), Some(_)) => {
+                    entries.entry(e.key()).or_insert(e);
+                }
+                (Record::Forget { key }, Some(_)) => {
+                    entries.remove(&key);
+                }
+            }
+        }
+        let Some(cgroup_root) = cgroup_root else {
+            return Ok(None);
+        };
+        Ok(Some(Journal { path: path.to_owned(), cgroup_root, entries, lines: count, pending: Vec::new(), file: None }))
+    }
+
+    /// A journal with no entries at the same place (what is left after a restore).
+    pub(crate) fn open_empty_like(j: &Journal) -> Journal {
+        Journal {
+            path: j.path.clone(),
+            cgroup_root: j.cgroup_root.clone(),
+            entries: BTreeMap::new(),
+            lines: 0,
+            pending: Vec::new(),
+            file: None,
+        }
+    }
+
+    pub fn cgroup_root(&self) -> &Path {
+        &self.cgroup_root
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, key: &Key) -> Option<&Entry> {
+        self.entries.get(key)
     }
 
     /// The journaled original of a cgroup knob.
-    pub fn original(&self, cgroup: &str, file: &str) -> Option<&str> {
-        self.data
-            .entries
-            .iter()
-            .find(|e| e.process.is_none() && e.cgroup == cgroup && e.file == file)
-            .map(|e| e.original.as_str())
+    pub fn original(&self, id: CgroupId, file: &str) -> Option<&str> {
+        self.entries.get(&Key::Cgroup(id, file.to_owned())).map(|e| e.original.as_str())
     }
 
-    /// The journaled original of a process's knob.
-    pub fn process_original(&self, process: Process, file: &str) -> Option<&str> {
-        self.data.entries.iter().find(|e| e.process == Some(process) && e.file == file).map(|e| e.original.as_str())
+    /// Stages `entry` unless its key is already journaled; durable after [`Journal::commit`].
+    pub fn stage(&mut self, entry: Entry) -> bool {
+        let key = entry.key();
+        if self.entries.contains_key(&key) {
+            return false;
+        }
+        self.entries.insert(key, entry.clone());
+        self.pending.push(Record::Set(entry));
+        true
     }
 
-    /// Records a process knob's original (unless already recorded), durably, before the
-    /// caller writes it. `cgroup` is where the process was found, for people reading it.
-    pub fn record_process(&mut self, cgroup: &str, process: Process, file: &str, original: &str) -> Result<()> {
-        if self.process_original(process, file).is_some() {
+    /// Stages dropping an entry (its knob was put back, its process or cgroup is gone).
+    /// Losing a forget in a crash is harmless: a restore then writes an original again.
+    pub fn stage_forget(&mut self, key: &Key) {
+        if self.entries.remove(key).is_some() {
+            self.pending.push(Record::Forget { key: key.clone() });
+        }
+    }
+
+    /// Whether staged records wait for a commit.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Appends the staged records with one fsync (compacting when mostly dead lines).
+    pub fn commit(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
             return Ok(());
         }
-        self.data.entries.push(Entry {
-            cgroup: cgroup.into(),
-            file: file.into(),
-            original: original.trim().into(),
-            process: Some(process),
-        });
-        self.persist()
-    }
-
-    /// Drops the entries of these processes (they exited, or their knob was put back).
-    pub fn forget_processes(&mut self, gone: &[Process]) -> Result<()> {
-        let before = self.data.entries.len();
-        self.data.entries.retain(|e| e.process.is_none_or(|p| !gone.contains(&p)));
-        if self.data.entries.len() != before {
-            self.persist()?;
+        if self.file.is_none() || self.lines + self.pending.len() > 2 * self.entries.len() + 64 {
+            self.pending.clear();
+            return self.rewrite();
         }
+        let mut buf = Vec::new();
+        for r in self.pending.drain(..) {
+            serde_json::to_writer(&mut buf, &r)?;
+            buf.push(b'\n');
+            self.lines += 1;
+        }
+        let f = self.file.as_mut().expect("checked");
+        f.write_all(&buf).with_context(|| format!("appending to {}", self.path.display()))?;
+        f.sync_data().with_context(|| format!("fsync {}", self.path.display()))?;
         Ok(())
     }
 
-    /// Records `original` for (cgroup, file) unless already recorded, durably, before the
-    /// caller writes the knob.
-    pub fn record(&mut self, cgroup: &str, file: &str, original: &str) -> Result<()> {
-        if self.original(cgroup, file).is_some() {
-            return Ok(());
-        }
-        self.data.entries.push(Entry {
-            cgroup: cgroup.into(),
-            file: file.into(),
-            original: original.trim().into(),
-            process: None,
-        });
-        self.persist()
-    }
-
-    fn persist(&self) -> Result<()> {
-        let dir = self.path.parent().expect("journal has a directory");
+    /// Writes the live entries to a fresh file and renames it over the journal.
+    fn rewrite(&mut self) -> Result<()> {
+        let dir = self.path.parent().expect("journal has a directory").to_owned();
         let tmp = self.path.with_extension("json.tmp");
+        let mut buf = Vec::new();
+        serde_json::to_writer(&mut buf, &Record::Root { cgroup_root: self.cgroup_root.clone() })?;
+        buf.push(b'\n');
+        for e in self.entries.values() {
+            serde_json::to_writer(&mut buf, &Record::Set(e.clone()))?;
+            buf.push(b'\n');
+        }
         let mut f = std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
-        f.write_all(serde_json::to_string_pretty(&self.data)?.as_bytes())?;
+        f.write_all(&buf)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        std::fs::File::open(dir)?.sync_all()?;
+        std::fs::rename(&tmp, &self.path)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), self.path.display()))?;
+        std::fs::File::open(&dir)?.sync_all()?;
+        self.lines = 1 + self.entries.len();
+        self.file = Some(std::fs::OpenOptions::new().append(true).open(&self.path)?);
         Ok(())
     }
 
     /// Writes every original back (cgroup.freeze first, so nothing stays frozen while its
-    /// limits are restored) and removes the journal if everything was restored or vanished.
-    pub fn restore(self) -> Result<RestoreReport> {
-        let root = Cgroup::new(&self.data.cgroup_root);
-        let mut order: Vec<&Entry> = self.data.entries.iter().collect();
-        order.sort_by_key(|e| e.file != "cgroup.freeze");
+    /// limits are restored) and removes the journal if everything was restored or vanished;
+    /// otherwise it keeps exactly the failed entries for a retry.
+    pub fn restore(mut self) -> Result<RestoreReport> {
         let mut report = RestoreReport::default();
+        let root = Root::open(&self.cgroup_root);
+        let mut order: Vec<Entry> = self.entries.values().cloned().collect();
+        order.sort_by_key(|e| e.file != "cgroup.freeze");
         for e in order {
-            if let Some(p) = e.process {
-                match restore_process(p, &e.file, &e.original) {
-                    Ok(true) => report.restored.push(e.clone()),
-                    Ok(false) => report.vanished.push(e.clone()),
-                    Err(err) => report.failed.push((e.clone(), err)),
+            match restore_entry(root.as_ref().ok(), &e) {
+                Ok(true) => report.restored.push(e),
+                Ok(false) => report.vanished.push(e),
+                Err(why) => {
+                    let why = match &root {
+                        Err(re) if e.process.is_none() => format!("{why} ({re})"),
+                        _ => why,
+                    };
+                    report.failed.push((e, why));
                 }
-                continue;
-            }
-            let cg = if e.cgroup.is_empty() { root.clone() } else { root.child(&e.cgroup) };
-            let file = knob_file(&e.file);
-            match cg.write_string(file, &e.original) {
-                Ok(()) => report.restored.push(e.clone()),
-                Err(err) if err.is_vanished() || !cg.exists() => report.vanished.push(e.clone()),
-                Err(err) => report.failed.push((e.clone(), err.to_string())),
             }
         }
         if report.failed.is_empty() {
@@ -197,65 +314,78 @@ impl Journal {
                 Err(e) => return Err(e).with_context(|| format!("removing {}", self.path.display())),
             }
         } else {
-            // Keep only what still needs restoring, so `memqos restore` can retry.
-            let left = Journal {
-                path: self.path.clone(),
-                data: JournalFile {
-                    cgroup_root: self.data.cgroup_root.clone(),
-                    entries: report.failed.iter().map(|(e, _)| e.clone()).collect(),
-                },
-            };
-            left.persist()?;
+            self.entries = report.failed.iter().map(|(e, _)| (e.key(), e.clone())).collect();
+            self.rewrite()?;
         }
         Ok(report)
     }
 }
 
-/// Maps a journaled file name to the static names `Cgroup` writes; unknown names are
-/// refused rather than written (a tampered journal must not write arbitrary files).
-fn knob_file(file: &str) -> &'static str {
-    match file {
-        "memory.high" => "memory.high",
-        "memory.low" => "memory.low",
-        "memory.min" => "memory.min",
-        "memory.max" => "memory.max",
-        "cgroup.freeze" => "cgroup.freeze",
-        "cpu.weight" => "cpu.weight",
-        _ => "memqos.invalid-journal-entry",
+/// Ok(true): written; Ok(false): the cgroup or process is gone; Err: why it was not written.
+fn restore_entry(root: Option<&Root>, e: &Entry) -> std::result::Result<bool, String> {
+    if let Some(p) = e.process {
+        if e.file != "oom_score_adj" {
+            return Err(format!("unknown process knob {:?} (not written)", e.file));
+        }
+        if e.original.parse::<i32>().map_or(true, |v| !(-1000..=1000).contains(&v)) {
+            return Err(format!("oom_score_adj {:?} is not in -1000..=1000 (not written)", e.original));
+        }
+        let dir = match beneath::open_process(p.pid, p.start_time) {
+            Ok(d) => d,
+            Err(FileError::Vanished) => return Ok(false),
+            Err(FileError::Io(err)) => return Err(format!("opening /proc/{}: {err}", p.pid)),
+        };
+        return match beneath::write_at(&dir, "oom_score_adj", &e.original) {
+            Ok(()) => Ok(true),
+            Err(FileError::Vanished) => Ok(false),
+            Err(FileError::Io(err)) => Err(format!("writing /proc/{}/oom_score_adj: {err}", p.pid)),
+        };
     }
-}
-
-/// Writes a process knob back if the process still exists. Ok(false): it is gone (or its pid
-/// now belongs to another process), nothing to do.
-fn restore_process(p: Process, file: &str, original: &str) -> std::result::Result<bool, String> {
-    if file != "oom_score_adj" {
-        return Err(format!("unknown process knob {file:?} in the journal (not written)"));
+    if !CGROUP_KNOBS.contains(&e.file.as_str()) {
+        return Err(format!("unknown knob {:?} (not written)", e.file));
     }
-    if original.parse::<i32>().map_or(true, |v| !(-1000..=1000).contains(&v)) {
-        return Err(format!("journaled oom_score_adj {original:?} is not in -1000..=1000 (not written)"));
-    }
-    if !p.is_alive() {
-        return Ok(false);
-    }
-    match std::fs::write(p.oom_score_adj_path(), original) {
+    let root = root.ok_or_else(|| "cannot open the journal's cgroup root".to_string())?;
+    let dir = match root.open_dir(&e.cgroup, Some(e.cgroup_id)) {
+        Ok((d, _)) => d,
+        Err(OpenError::Vanished) => return Ok(false),
+        Err(err) => return Err(format!("{err} (not written)")),
+    };
+    match beneath::write_at(&dir, &e.file, &e.original) {
         Ok(()) => Ok(true),
-        // Exited between the check and the write.
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) || e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(format!("writing /proc/{}/oom_score_adj: {e}", p.pid)),
+        Err(FileError::Vanished) => Ok(false),
+        Err(FileError::Io(err)) => Err(format!("writing {}: {err}", e.file)),
     }
 }
 
 /// Restores the journal in `state_dir`, if there is one. Returns None when there is nothing
-/// to restore.
+/// to restore. The caller holds the state directory's lock.
 pub fn restore_state_dir(state_dir: &Path) -> Result<Option<RestoreReport>> {
     let path = state_dir.join(JOURNAL_FILE);
-    let Some(data) = Journal::load(&path)? else { return Ok(None) };
-    Journal { path, data }.restore().map(Some)
+    let Some(j) = Journal::load(&path)? else {
+        return Ok(None);
+    };
+    j.restore().map(Some)
+}
+
+/// Fails unless the journal in `state_dir` (if any) is for `cgroup_root`.
+pub fn check_root(state_dir: &Path, cgroup_root: &Path) -> Result<()> {
+    if let Some(j) = Journal::load(&state_dir.join(JOURNAL_FILE))? {
+        if j.cgroup_root != cgroup_root {
+            bail!(
+                "{}: journal is for cgroup_root {}, not {}",
+                state_dir.display(),
+                j.cgroup_root.display(),
+                cgroup_root.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn tree(name: &str) -> (PathBuf, PathBuf) {
         let base = std::env::temp_dir().join(format!("memqos-journal-{name}-{}", std::process::id()));
@@ -263,30 +393,43 @@ mod tests {
         let root = base.join("cg");
         for d in ["low/a", "low/b"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
-            std::fs::write(root.join(d).join("cgroup.procs"), "").unwrap();
             std::fs::write(root.join(d).join("memory.high"), "max\n").unwrap();
             std::fs::write(root.join(d).join("cgroup.freeze"), "0\n").unwrap();
         }
         (root, base.join("state"))
     }
 
+    fn id(root: &Path, rel: &str) -> u64 {
+        std::fs::metadata(root.join(rel)).unwrap().ino()
+    }
+
+    fn entry(root: &Path, cgroup: &str, file: &str, original: &str) -> Entry {
+        let cgroup_id = std::fs::metadata(root.join(cgroup)).map(|m| m.ino()).unwrap_or(999_999);
+        Entry { cgroup: cgroup.into(), cgroup_id, file: file.into(), original: original.into(), process: None }
+    }
+
     #[test]
     fn records_once_survives_reopen_and_restores_everything() {
         let (root, state) = tree("restore");
         let mut j = Journal::open(&state, &root).unwrap();
-        j.record("low/a", "memory.high", "max\n").unwrap();
-        j.record("low/a", "memory.high", "12345").unwrap(); // second record keeps the first original
-        j.record("low/a", "cgroup.freeze", "0").unwrap();
-        j.record("low/gone", "memory.high", "max").unwrap();
-        // memqos then throttled and froze a; the daemon "crashes" here.
+        assert!(j.stage(entry(&root, "low/a", "memory.high", "max")));
+        assert!(!j.stage(entry(&root, "low/a", "memory.high", "12345")), "the first original stays");
+        j.stage(entry(&root, "low/a", "cgroup.freeze", "0"));
+        j.stage(entry(&root, "low/gone", "memory.high", "max"));
+        j.commit().unwrap();
+        j.stage(entry(&root, "low/b", "memory.high", "max"));
+        j.commit().unwrap(); // an append
         std::fs::write(root.join("low/a/memory.high"), "33554432").unwrap();
         std::fs::write(root.join("low/a/cgroup.freeze"), "1").unwrap();
+        std::fs::write(root.join("low/b/memory.high"), "1234").unwrap();
         drop(j);
+        assert_eq!(Journal::open(&state, &root).unwrap().original(id(&root, "low/a"), "memory.high"), Some("max"));
 
         let report = restore_state_dir(&state).unwrap().expect("journal present");
         assert_eq!(std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(), "max");
         assert_eq!(std::fs::read_to_string(root.join("low/a/cgroup.freeze")).unwrap(), "0");
-        assert_eq!(report.restored.len(), 2);
+        assert_eq!(std::fs::read_to_string(root.join("low/b/memory.high")).unwrap(), "max");
+        assert_eq!(report.restored.len(), 3);
         assert_eq!(report.restored[0].file, "cgroup.freeze", "thaw comes first");
         assert_eq!(report.vanished.len(), 1);
         assert!(report.failed.is_empty());
@@ -295,24 +438,94 @@ mod tests {
     }
 
     #[test]
+    fn a_recreated_name_is_another_cgroup() {
+        let (root, state) = tree("recreated");
+        let mut j = Journal::open(&state, &root).unwrap();
+        j.stage(entry(&root, "low/a", "memory.high", "max"));
+        j.commit().unwrap();
+        // Removed and created again under the same name, with its own value.
+        std::fs::remove_dir_all(root.join("low/a")).unwrap();
+        std::fs::create_dir_all(root.join("low/b/pad")).unwrap(); // keep the old inode from being reused at once
+        std::fs::create_dir_all(root.join("low/a")).unwrap();
+        std::fs::write(root.join("low/a/memory.high"), "777").unwrap();
+        drop(j);
+        let report = restore_state_dir(&state).unwrap().unwrap();
+        assert_eq!((report.restored.len(), report.vanished.len()), (0, 1));
+        assert_eq!(
+            std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(),
+            "777",
+            "the new cgroup is not touched"
+        );
+    }
+
+    #[test]
+    fn tampered_entries_are_refused_and_kept() {
+        let (root, state) = tree("tampered");
+        let base = root.parent().unwrap().to_owned();
+        std::fs::create_dir_all(base.join("outside")).unwrap();
+        std::fs::write(base.join("outside/memory.high"), "untouched").unwrap();
+        std::os::unix::fs::symlink(base.join("outside"), root.join("low/link")).unwrap();
+        let outside_id = id(&base, "outside");
+        let mut j = Journal::open(&state, &root).unwrap();
+        // Distinct ids: entries are keyed by (id, file).
+        for (i, cgroup) in
+            ["../outside", "low/link", &base.join("outside").display().to_string()].into_iter().enumerate()
+        {
+            j.stage(Entry {
+                cgroup: cgroup.into(),
+                cgroup_id: outside_id + i as u64,
+                file: "memory.high".into(),
+                original: "1".into(),
+                process: None,
+            });
+        }
+        j.stage(entry(&root, "low/a", "cgroup.procs", "1"));
+        j.stage(entry(&root, "low/a", "memory.high", "max"));
+        j.commit().unwrap();
+        std::fs::write(root.join("low/a/memory.high"), "5").unwrap();
+        drop(j);
+        let report = restore_state_dir(&state).unwrap().unwrap();
+        assert_eq!(std::fs::read_to_string(base.join("outside/memory.high")).unwrap(), "untouched");
+        assert_eq!(
+            std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(),
+            "max",
+            "good entries are restored"
+        );
+        let failures = report.failures().join("\n");
+        assert_eq!(report.failed.len(), 4, "{failures}");
+        for what in ["\"..\" component", "symbolic link", "absolute path", "unknown knob \"cgroup.procs\""] {
+            assert!(failures.contains(what), "{what} missing in:\n{failures}");
+        }
+        let left = Journal::open(&state, &root).unwrap();
+        assert_eq!(left.entries().count(), 4, "failed entries stay for a retry");
+    }
+
+    #[test]
     fn process_entries_restore_only_the_same_process() {
         let (root, state) = tree("process");
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let live = Process::current(child.id()).expect("child is running");
-        assert!(live.is_alive());
-        let adj = live.oom_score_adj_path();
-        let original = std::fs::read_to_string(&adj).unwrap();
+        let adj = format!("/proc/{}/oom_score_adj", live.pid);
+        let original = std::fs::read_to_string(&adj).unwrap().trim().to_string();
         let mut j = Journal::open(&state, &root).unwrap();
-        j.record_process("high", live, "oom_score_adj", &original).unwrap();
+        let pe = |p: Process, v: &str| Entry {
+            cgroup: "high".into(),
+            cgroup_id: 1,
+            file: "oom_score_adj".into(),
+            original: v.into(),
+            process: Some(p),
+        };
+        j.stage(pe(live, &original));
         // Raising oom_score_adj needs no privilege, so this runs unprivileged too.
         std::fs::write(&adj, "700").unwrap();
         // The same pid with another start time is another process: never written.
         let recycled = Process { pid: live.pid, start_time: live.start_time + 1 };
-        j.record_process("high", recycled, "oom_score_adj", "-900").unwrap();
+        j.stage(pe(recycled, "-900"));
+        j.commit().unwrap();
         drop(j);
 
         let report = restore_state_dir(&state).unwrap().expect("journal present");
-        assert_eq!(std::fs::read_to_string(&adj).unwrap(), original);
+        assert_eq!(std::fs::read_to_string(&adj).unwrap().trim(), original);
         assert_eq!((report.restored.len(), report.vanished.len()), (1, 1));
         assert_eq!(report.vanished[0].process, Some(recycled));
         child.kill().unwrap();
@@ -321,24 +534,44 @@ mod tests {
     }
 
     #[test]
-    fn forgotten_processes_leave_the_journal() {
+    fn forgets_compaction_and_torn_tail() {
         let (root, state) = tree("forget");
         let mut j = Journal::open(&state, &root).unwrap();
         let p = Process { pid: 1, start_time: 1 };
-        j.record_process("high", p, "oom_score_adj", "0").unwrap();
-        j.record("low/a", "memory.high", "max").unwrap();
-        j.forget_processes(&[p]).unwrap();
+        j.stage(Entry {
+            cgroup: "high".into(),
+            cgroup_id: 1,
+            file: "oom_score_adj".into(),
+            original: "0".into(),
+            process: Some(p),
+        });
+        j.stage(entry(&root, "low/a", "memory.high", "max"));
+        j.commit().unwrap();
+        for i in 0..200 {
+            let e = entry(&root, "low/b", "memory.high", &i.to_string());
+            j.stage(e.clone());
+            j.commit().unwrap();
+            j.stage_forget(&e.key());
+        }
+        j.stage_forget(&Key::Process(p, "oom_score_adj".into()));
+        j.commit().unwrap();
+        let lines = std::fs::read_to_string(state.join(JOURNAL_FILE)).unwrap().lines().count();
+        assert!(lines < 100, "compacted: {lines} lines");
+        // A crash mid-append leaves a torn last line: ignored.
+        let mut f = std::fs::OpenOptions::new().append(true).open(state.join(JOURNAL_FILE)).unwrap();
+        f.write_all(br#"{"op":"set","cgr"#).unwrap();
         let reopened = Journal::open(&state, &root).unwrap();
-        assert_eq!(reopened.entries().len(), 1);
-        assert_eq!(reopened.entries()[0].file, "memory.high");
+        let files: Vec<&str> = reopened.entries().map(|e| e.file.as_str()).collect();
+        assert_eq!(files, ["memory.high"]);
+        assert_eq!(reopened.entries().next().unwrap().cgroup, "low/a");
     }
 
     #[test]
     fn corrupt_journal_is_a_clear_error() {
         let (root, state) = tree("corrupt");
         std::fs::create_dir_all(&state).unwrap();
-        std::fs::write(state.join(JOURNAL_FILE), "{not json").unwrap();
+        std::fs::write(state.join(JOURNAL_FILE), "{not json\n{}\n").unwrap();
         let err = Journal::open(&state, &root).err().unwrap();
-        assert!(format!("{err:#}").contains("corrupt journal"), "{err:#}");
+        assert!(format!("{err:#}").contains("corrupt journal at line 1"), "{err:#}");
     }
 }

@@ -11,10 +11,14 @@
 //!    interval, sample, tick the engine, journal-then-write each decision, log it;
 //! 5. SIGTERM/SIGINT only set a flag; the loop ends and the journal is restored.
 
+pub mod actuator;
+pub mod beneath;
 mod bpf_source;
 mod cpu_weight;
 mod dirty;
+pub mod events;
 pub mod journal;
+pub mod lock;
 pub mod metrics;
 mod observe;
 mod oom_adj;
@@ -24,14 +28,17 @@ pub mod sd_notify;
 mod signals;
 pub mod status;
 
+use actuator::{Actuator, Request, Target};
 use anyhow::{bail, Context, Result};
+use events::{Event, EventLog};
 use journal::Journal;
+use lock::StateLock;
 use memqos_cgroupfs::Cgroup;
-use memqos_policy::{Action, Config, Decision, Engine, SignalEvent};
+use memqos_policy::{Config, Decision, Engine, SignalEvent};
 use observe::Sampler;
 use signals::Signals;
-use std::collections::VecDeque;
-use std::io::Write;
+use status::DecisionRecord;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -70,6 +77,10 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// Where each tick's snapshot comes from (memqos-stats): text, bpf or auto.
     pub stats_backend: memqos_stats::BackendChoice,
+    /// Decide and log as usual, write nothing (no knob, no journal).
+    pub dry_run: bool,
+    /// Print each event on stdout too (the command does; in-process tests need not).
+    pub echo: bool,
 }
 
 /// Loads and validates the config; nothing is touched.
@@ -94,232 +105,288 @@ fn check_root(root: &Cgroup) -> Result<()> {
     Ok(())
 }
 
+/// One managed cgroup's fd per knob file is cached, plus the text backend's: lift the soft
+/// open-file limit to the hard one so a thousand cgroups fit.
+fn raise_fd_limit() {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out-pointer; setrlimit with values the kernel gave us.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+/// Restores a journal left by an earlier run, under the lock. Err names each knob.
+fn recover(state_dir: &Path, log: &mut EventLog) -> Result<()> {
+    if let Some(report) = restore_state_dir(state_dir)? {
+        let failed = report.failures();
+        log.emit(Event::Recovered {
+            restored: report.restored.len(),
+            vanished: report.vanished.len(),
+            failed: failed.clone(),
+        });
+        if !failed.is_empty() {
+            bail!(
+                "could not restore knobs left by the previous run (the journal in {} keeps them): {}",
+                state_dir.display(),
+                failed.join("; ")
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn run(opts: Options) -> Result<()> {
     let cfg = load_config(&opts.config_path)?;
     let state_dir = opts.state_dir.clone().unwrap_or_else(|| cfg.state_dir.clone());
     let root = Cgroup::new(&cfg.cgroup_root);
     check_root(&root)?;
+    // A guardian restoring after a crash holds the lock for a moment: wait that long.
+    let _lock = match StateLock::acquire_within(&state_dir, LOCK_PATIENCE)? {
+        Some(l) => l,
+        None => StateLock::try_acquire(&state_dir, "memqos daemon")?,
+    };
+    let mut log = EventLog::open(&state_dir, events::DEFAULT_MAX_BYTES, opts.echo);
 
     // A journal here means the previous run did not finish its restore.
-    if let Some(report) = restore_state_dir(&state_dir)? {
-        log_event(
-            &state_dir,
-            serde_json::json!({
-                "event": "recovered", "restored": report.restored.len(),
-                "vanished": report.vanished.len(), "failed": report.failed.len(),
-            }),
-        );
-        if !report.failed.is_empty() {
-            bail!("could not restore knobs left by the previous run: {:?}", report.failed);
+    if opts.dry_run {
+        if state_dir.join(journal::JOURNAL_FILE).exists() {
+            bail!("{}: a journal of an earlier run is left; a dry run writes nothing, so restore it first (`memqos restore --state-dir {}`)", state_dir.display(), state_dir.display());
         }
+    } else {
+        recover(&state_dir, &mut log)?;
     }
-    let mut journal = Journal::open(&state_dir, root.path())?;
-    let _guardian = if opts.guardian { Some(Guardian::start(&opts.exe, &state_dir)?) } else { None };
+    raise_fd_limit();
+    let journal = Journal::open(&state_dir, root.path())?;
+    let root_dir = beneath::Root::open(root.path())?;
+    let mut act = Actuator::new(root_dir, journal, log, opts.dry_run);
+    let _guardian = if opts.guardian && !opts.dry_run { Some(Guardian::start(&opts.exe, &state_dir)?) } else { None };
     install_signal_handlers();
 
-    let interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
     let mut signals = Signals::new(cfg.signals.psi, cfg.signals.events, cfg.signals.bpf);
+    act.emit(Event::Started {
+        pid: std::process::id(),
+        cgroup_root: cfg.cgroup_root.clone(),
+        config: opts.config_path.clone(),
+        dry_run: opts.dry_run,
+    });
+    if let Some(bpf) = &signals.bpf_started {
+        act.emit(Event::BpfSource { hooks: bpf.clone() });
+    }
+
+    // The loop runs under catch_unwind so a panic still reaches the restore below (the
+    // actuator's Drop is the second line of defence).
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_loop(&opts, &cfg, &root, &state_dir, &mut act, &mut signals)
+    }));
+
+    let _ = sd_notify::notify("STOPPING=1");
+    if let Some(summary) = signals.bpf_summary() {
+        act.emit(Event::BpfSummary { bpf: summary });
+    }
+    // Detach the BPF programs before restoring, so the restore's own reclaim is not counted.
+    drop(signals);
+    let report = act.restore();
+    let error = match &result {
+        Ok(Err(e)) => Some(format!("{e:#}")),
+        Err(_) => Some("panic in the daemon loop".to_string()),
+        Ok(Ok(())) => None,
+    };
+    let (restored, vanished, failed) = match &report {
+        Ok(r) => (r.restored.len(), r.vanished.len(), r.failures()),
+        Err(e) => (0, 0, vec![format!("{e:#}")]),
+    };
+    act.emit(Event::Stopped { restored, vanished, failed: failed.clone(), error });
+    status::remove(&state_dir);
+    match result {
+        Err(panic) => std::panic::resume_unwind(panic),
+        Ok(Err(e)) if failed.is_empty() => Err(e),
+        Ok(r) if failed.is_empty() => r,
+        Ok(r) => {
+            let also = r.err().map(|e| format!(" (the loop had stopped on: {e:#})")).unwrap_or_default();
+            bail!(
+                "restore failed for {} knob(s), kept in the journal for `memqos restore`: {}{also}",
+                failed.len(),
+                failed.join("; ")
+            )
+        }
+    }
+}
+
+fn run_loop(
+    opts: &Options,
+    cfg: &Config,
+    root: &Cgroup,
+    state_dir: &Path,
+    act: &mut Actuator,
+    signals: &mut Signals,
+) -> Result<()> {
+    let interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
     let mut engine = Engine::new(cfg.clone());
     let mut sampler = Sampler::new(opts.stats_backend);
-    let mut dirty = dirty::DirtyEnforcer::new(&cfg);
-    let mut oom_adj = oom_adj::OomAdjuster::new(&cfg);
-    let mut cpu_weights = cpu_weight::CpuWeights::new(&cfg);
-    let mut recent: VecDeque<Decision> = VecDeque::new();
+    let mut dirty = dirty::DirtyEnforcer::new(cfg);
+    let mut oom_adj = oom_adj::OomAdjuster::new(cfg);
+    let mut cpu_weights = cpu_weight::CpuWeights::new(cfg);
+    let mut recent: VecDeque<DecisionRecord> = VecDeque::new();
     let started = Instant::now();
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
     let mut reported_degraded = 0;
     let mut last_status: Option<Instant> = None;
     // When the last wait returned: BPF crossings are logged with it.
     let mut woke_ns = 0u64;
+    let mut last_periodic: Option<Instant> = None;
     let mut told_ready = false;
     let mut exporter = metrics::Exporter::start(&cfg.metrics)?;
-    log_event(
-        &state_dir,
-        serde_json::json!({"event": "started", "pid": std::process::id(), "cgroup_root": cfg.cgroup_root, "config": opts.config_path}),
-    );
-    if let Some(bpf) = &signals.bpf_started {
-        log_event(&state_dir, serde_json::json!({"event": "bpf_source", "hooks": bpf}));
-    }
-
-    let result = (|| -> Result<()> {
-        while !SHUTDOWN.load(Ordering::SeqCst) {
-            if opts.duration.is_some_and(|d| started.elapsed() >= d) {
-                break;
+    while !SHUTDOWN.load(Ordering::SeqCst) {
+        if opts.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        let tick_started = Instant::now();
+        // A wakeup by a pressure signal is the fast path: the engine reacts and its writes
+        // go out; per-tier settings (cpu_weight, oom_score_adj, which read every process),
+        // fd and journal housekeeping and the signal set-up wait for the periodic tick (a
+        // timeout, or a sampling interval since the last periodic one).
+        let periodic = pending.is_empty() || last_periodic.is_none_or(|t: Instant| t.elapsed() >= interval);
+        if periodic {
+            last_periodic = Some(tick_started);
+        }
+        let now_ms = started.elapsed().as_millis() as u64;
+        let (mut obs, seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
+        let mut notes: Vec<String> = sampler.notes.drain(..).collect();
+        let index: HashMap<String, usize> = obs.cgroups.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
+        for (id, ev) in pending.drain(..) {
+            if let Some(&i) = index.get(id.as_str()) {
+                obs.cgroups[i].signals.push(ev);
             }
-            let tick_started = Instant::now();
-            let now_ms = started.elapsed().as_millis() as u64;
-            let (mut obs, seen) = sampler.sample(&cfg, &root, &journal, now_ms)?;
-            for msg in sampler.notes.drain(..) {
-                log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
+        }
+        let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
+        let mut decisions = engine.tick(&obs);
+        if let Some(d) = dirty.as_mut() {
+            decisions = d.adjust(cfg, root, &obs, decisions);
+            notes.append(&mut d.notes);
+        }
+        let mut batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
+        if let Some(w) = cpu_weights.as_mut().filter(|_| periodic) {
+            batch.extend(w.plan(cfg, &obs, act));
+            notes.append(&mut w.notes);
+        }
+        if let Some(adj) = oom_adj.as_mut().filter(|_| periodic) {
+            batch.extend(adj.plan(cfg, &obs, act));
+        }
+        let wrote = act.apply(batch)?;
+        if let Some(m) = exporter.as_mut() {
+            m.after_tick(cfg, &obs, &decisions, tick_started.elapsed());
+        }
+        if let Some(adj) = oom_adj.as_mut() {
+            adj.review(&wrote);
+            notes.append(&mut adj.notes);
+        }
+        for w in &wrote {
+            recent.push_back(DecisionRecord {
+                cgroup: w.cgroup.clone(),
+                file: w.file.clone(),
+                value: w.value.clone(),
+                reason: w.reason.clone(),
+                why: w.why.clone(),
+                at_ms: now_ms,
+            });
+            if recent.len() > status::RECENT {
+                recent.pop_front();
             }
-            for (id, ev) in pending.drain(..) {
-                if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == id) {
-                    c.signals.push(ev);
-                }
-            }
-            let mut decisions = engine.tick(&obs);
-            if let Some(d) = dirty.as_mut() {
-                decisions = d.adjust(&cfg, &root, &obs, decisions, &state_dir);
-            }
-            for d in &decisions {
-                apply(&root, &mut journal, d, &state_dir)?;
-                recent.push_back(d.clone());
-                if recent.len() > 20 {
-                    recent.pop_front();
-                }
-            }
-            if let Some(m) = exporter.as_mut() {
-                m.after_tick(&cfg, &obs, &decisions, tick_started.elapsed());
-            }
-            if let Some(adj) = oom_adj.as_mut() {
-                for w in adj.sync(&cfg, &root, &obs, &mut journal)? {
-                    log_event(
-                        &state_dir,
-                        serde_json::json!({
-                            "event": "write", "cgroup": w.cgroup, "pid": w.pid, "file": oom_adj::FILE,
-                            "value": w.value.to_string(), "previous": w.previous.to_string(), "outcome": w.outcome,
-                            "why": if w.cgroup.is_empty() { "process left its tier: original put back" } else { "tier oom_score_adj" },
-                        }),
-                    );
-                }
-                for msg in adj.notes.drain(..) {
-                    log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
-                }
-            }
-            if let Some(w) = cpu_weights.as_mut() {
-                for wr in w.sync(&cfg, &root, &obs, &mut journal)? {
-                    log_event(
-                        &state_dir,
-                        serde_json::json!({
-                            "event": "write", "cgroup": wr.cgroup, "file": cpu_weight::FILE, "value": wr.value.to_string(),
-                            "previous": wr.previous, "outcome": wr.outcome, "why": "tier cpu_weight",
-                        }),
-                    );
-                }
-                for msg in w.notes.drain(..) {
-                    log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
-                }
-            }
-            for c in signals.bpf_crossings.drain(..) {
-                log_event(
-                    &state_dir,
-                    serde_json::json!({"event": "bpf", "cgroup": c.cgroup, "kind": c.kind, "value": c.value, "ktime_ns": c.ktime_ns, "mono_ns": woke_ns}),
-                );
-            }
-            let protected: Vec<String> = obs
+        }
+        if periodic {
+            let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.cgroup_id).collect();
+            act.retain_cgroups(&observed)?;
+        }
+        for c in signals.bpf_crossings.drain(..) {
+            act.emit(Event::Bpf {
+                cgroup: c.cgroup,
+                cgroup_id: c.cgroup_id,
+                kind: serde_json::to_value(c.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+                value: c.value,
+                ktime_ns: c.ktime_ns,
+                mono_ns: woke_ns,
+            });
+        }
+        if periodic {
+            let protected: Vec<(String, u64)> = obs
                 .cgroups
                 .iter()
                 .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected()))
-                .map(|c| c.id.clone())
+                .map(|c| (c.id.clone(), c.cgroup_id))
                 .collect();
+            let protected_paths: Vec<String> = protected.iter().map(|(p, _)| p.clone()).collect();
             // memory.events wakeups only from protected cgroups: a throttled lower tier bumps
-            // its `high` counter on every charge, and watching it made the daemon re-sample in
-            // a tight loop exactly when it had throttled someone (found by the experiments).
-            signals.sync(root.path(), &protected, &protected);
-            for msg in &signals.degraded[reported_degraded..] {
-                log_event(&state_dir, serde_json::json!({"event": "degraded", "message": msg}));
-            }
-            reported_degraded = signals.degraded.len();
-            // status.json is for people and `memqos status`: once a second, or when knobs change.
-            if !decisions.is_empty() || last_status.is_none_or(|t: Instant| t.elapsed() >= STATUS_EVERY) {
-                status::write(
-                    &state_dir,
-                    &status::Snapshot::new(
-                        &cfg,
-                        &opts.config_path,
-                        &obs,
-                        &seen,
-                        &engine,
-                        &recent,
-                        oom_adj.as_ref().map_or(0, |a| a.adjusted()),
-                    ),
-                )?;
-                last_status = Some(Instant::now());
-                if let Some(m) = exporter.as_mut() {
-                    let cpu = proc_stat::cpu_ticks(std::process::id())
-                        .map_or(0.0, |t| t as f64 / proc_stat::ticks_per_second());
-                    let daemon = metrics::Daemon { cpu_seconds: cpu, parent_usage_bytes: obs.parent.usage_bytes };
-                    if let Err(e) = m.publish(&seen, &daemon) {
-                        log_event(&state_dir, serde_json::json!({"event": "degraded", "message": format!("{e:#}")}));
-                    }
+            // its `high` counter on every charge, and watching it made the daemon re-sample
+            // in a tight loop exactly when it had throttled someone (found by the experiments).
+            signals.sync(root.path(), &protected, &protected_paths);
+        }
+        notes.extend(signals.degraded[reported_degraded..].iter().cloned());
+        reported_degraded = signals.degraded.len();
+        for message in notes {
+            act.emit(Event::Degraded { message });
+        }
+        // status.json is for people and `memqos status`: once a second, or when knobs change.
+        if !wrote.is_empty() || last_status.is_none_or(|t: Instant| t.elapsed() >= STATUS_EVERY) {
+            let adjusted = oom_adj.as_ref().map_or(0, |a| a.adjusted());
+            status::write(
+                state_dir,
+                &status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted),
+            )?;
+            last_status = Some(Instant::now());
+            if let Some(m) = exporter.as_mut() {
+                let cpu =
+                    proc_stat::cpu_ticks(std::process::id()).map_or(0.0, |t| t as f64 / proc_stat::ticks_per_second());
+                let daemon = metrics::Daemon { cpu_seconds: cpu, parent_usage_bytes: obs.parent.usage_bytes };
+                if let Err(e) = m.publish(&seen, &daemon) {
+                    act.emit(Event::Degraded { message: format!("{e:#}") });
                 }
             }
-            // Type=notify: systemd counts the unit started once the first tick is done.
-            if !told_ready {
-                told_ready = true;
-                if let Err(e) = sd_notify::notify(&format!("READY=1\nSTATUS=managing {}", cfg.cgroup_root.display())) {
-                    log_event(
-                        &state_dir,
-                        serde_json::json!({"event": "degraded", "message": format!("sd_notify READY=1: {e}")}),
-                    );
+        }
+        // Type=notify: systemd counts the unit started once the first tick is done.
+        if !told_ready {
+            told_ready = true;
+            if let Err(e) = sd_notify::notify(&format!("READY=1\nSTATUS=managing {}", cfg.cgroup_root.display())) {
+                act.emit(Event::Degraded { message: format!("sd_notify READY=1: {e}") });
+            }
+        }
+        pending = signals.wait(interval);
+        // Coalescing: a storm of signals becomes at most one reaction per COALESCE window.
+        // The first signal after a quiet spell is handled at once; one arriving sooner than
+        // COALESCE after the last tick waits out the window, gathering what else arrives.
+        let since = tick_started.elapsed();
+        if !pending.is_empty() && since < COALESCE && !SHUTDOWN.load(Ordering::SeqCst) {
+            for item in signals.wait(COALESCE - since) {
+                if !pending.contains(&item) {
+                    pending.push(item);
                 }
             }
-            pending = signals.wait(interval);
-            // Logged after the next tick's writes (the log costs time on the reaction path).
-            woke_ns = mono_ns();
         }
-        Ok(())
-    })();
-
-    let _ = sd_notify::notify("STOPPING=1");
-    if let Some(summary) = signals.bpf_summary() {
-        log_event(&state_dir, serde_json::json!({"event": "bpf_summary", "bpf": summary}));
+        // Logged after the next tick's writes (the log costs time on the reaction path).
+        woke_ns = mono_ns();
     }
-    // Detach the BPF programs before restoring, so the restore's own reclaim is not counted.
-    drop(signals);
-    let report = journal.restore()?;
-    log_event(
-        &state_dir,
-        serde_json::json!({
-            "event": "stopped", "restored": report.restored.len(), "vanished": report.vanished.len(),
-            "failed": report.failed.iter().map(|(e, err)| format!("{}/{}: {err}", e.cgroup, e.file)).collect::<Vec<_>>(),
-            "error": result.as_ref().err().map(|e| format!("{e:#}")),
-        }),
-    );
-    status::remove(&state_dir);
-    result
-}
-
-/// Journals the original, then writes. A cgroup that vanished is not an error.
-fn apply(root: &Cgroup, journal: &mut Journal, d: &Decision, state_dir: &Path) -> Result<()> {
-    let cg = root.child(&d.cgroup);
-    let file = d.action.file();
-    let previous = if matches!(d.action, Action::Kill) {
-        None
-    } else {
-        match cg.read_string(file) {
-            Ok(v) => Some(v.trim().to_owned()),
-            Err(e) if e.is_vanished() => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-    };
-    if let Some(prev) = &previous {
-        journal.record(&d.cgroup, file, prev)?;
-    }
-    let started_ns = mono_ns();
-    let outcome = write_knob(&cg, file, &d.action.value());
-    log_event(
-        state_dir,
-        serde_json::json!({
-            "event": "write", "cgroup": d.cgroup, "file": file, "value": d.action.value(),
-            "previous": previous, "outcome": outcome, "reason": d.reason, "why": d.reason.to_string(),
-            "mono_ns": started_ns, "mono_done_ns": mono_ns(),
-        }),
-    );
     Ok(())
 }
 
-/// Writes one knob and says how it went, for the event log: "ok", "vanished" (the cgroup went
-/// away, which is not an error) or "error: ...".
-fn write_knob(cg: &Cgroup, file: &'static str, value: &str) -> String {
-    match cg.write_string(file, value) {
-        Ok(()) => "ok".to_string(),
-        Err(e) if e.is_vanished() => "vanished".to_string(),
-        Err(e) => format!("error: {e}"),
-    }
+/// An engine decision as an actuator request (None for a cgroup no longer observed).
+fn request(d: &Decision, ids: &HashMap<String, u64>) -> Option<Request> {
+    let id = *ids.get(&d.cgroup)?;
+    let mut r = Request::new(
+        Target::Cgroup { path: d.cgroup.clone(), id },
+        d.action.file(),
+        d.action.value(),
+        d.reason.to_string(),
+    );
+    r.reason = Some(d.reason.clone());
+    Some(r)
 }
 
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+/// At most one reaction to pressure signals per window.
+const COALESCE: Duration = Duration::from_millis(20);
 /// CLOCK_MONOTONIC in nanoseconds: the clock BPF's ktime and workloads' timestamps share,
 /// so reaction delays can be measured across processes.
 pub fn mono_ns() -> u64 {
@@ -327,18 +394,6 @@ pub fn mono_ns() -> u64 {
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// One JSON line per event on stdout and in `<state_dir>/events.jsonl`.
-fn log_event(state_dir: &Path, mut ev: serde_json::Value) {
-    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    ev["ts"] = serde_json::json!(ts.as_secs_f64());
-    let line = ev.to_string();
-    println!("{line}");
-    let _ = std::io::stdout().flush();
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(state_dir.join("events.jsonl")) {
-        let _ = writeln!(f, "{line}");
-    }
 }
 
 /// A child process holding the read end of a pipe whose write end only the daemon has. When

@@ -284,6 +284,7 @@ mod tests {
         let knobs = Knobs { high, ..Knobs::default() };
         Seen {
             cgroup: cgroup.into(),
+            cgroup_id: 0,
             tier: tier.into(),
             usage_bytes: 100 << 20,
             knobs,

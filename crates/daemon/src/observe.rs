@@ -6,7 +6,7 @@ use memqos_cgroupfs::{Cgroup, MemoryEvents};
 use memqos_policy::{CgroupObs, Config, Knobs, Limit, Observation, ParentObs};
 use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Reads the tree through memqos-stats (one snapshot per tick) and keeps the counters
@@ -17,9 +17,12 @@ pub struct Sampler {
     snap: Snapshot,
     /// Messages about the stats backend (e.g. BPF unavailable, text used), for the log.
     pub notes: Vec<String>,
-    prev_events: HashMap<String, MemoryEvents>,
-    prev_psi_total: HashMap<String, u64>,
+    /// Keyed by cgroup id: a re-created cgroup starts without history.
+    prev_events: HashMap<u64, MemoryEvents>,
+    prev_psi_total: HashMap<u64, u64>,
     prev_parent_events: Option<MemoryEvents>,
+    /// Ids of the managed cgroups of the last sample.
+    pub alive: HashSet<u64>,
 }
 
 impl Default for Sampler {
@@ -32,6 +35,7 @@ impl Default for Sampler {
 #[derive(Clone, Debug, Serialize)]
 pub struct Seen {
     pub cgroup: String,
+    pub cgroup_id: u64,
     pub tier: String,
     pub usage_bytes: u64,
     pub knobs: Knobs,
@@ -64,7 +68,7 @@ fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
 }
 
 /// Originals: the journaled value where memqos has written the knob, else the current one.
-fn originals(journal: &Journal, id: &str, current: &Knobs) -> Knobs {
+fn originals(journal: &Journal, id: u64, current: &Knobs) -> Knobs {
     let get = |file: &str, cur: Limit| journal.original(id, file).and_then(|v| v.parse().ok()).unwrap_or(cur);
     Knobs {
         high: get("memory.high", current.high),
@@ -85,6 +89,7 @@ impl Sampler {
             prev_events: HashMap::new(),
             prev_psi_total: HashMap::new(),
             prev_parent_events: None,
+            alive: HashSet::new(),
         }
     }
 
@@ -130,7 +135,7 @@ impl Sampler {
 
         let mut cgroups = Vec::new();
         let mut seen = Vec::new();
-        let mut alive = Vec::new();
+        let mut alive = HashSet::new();
         for (i, c) in snap.cgroups.iter().enumerate().skip(1) {
             // Pre-order: a leaf is followed by a cgroup no deeper than itself (or nothing).
             let leaf = snap.cgroups.get(i + 1).is_none_or(|next| next.depth <= c.depth);
@@ -153,17 +158,18 @@ impl Sampler {
             }
             let tier_name = cfg.tiers.get(tier).map(|t| t.name.clone()).unwrap_or_default();
             seen.push(Seen { tier: tier_name, ..s });
-            alive.push(c.path.clone());
+            alive.insert(c.id);
             cgroups.push(obs);
         }
         self.prev_events.retain(|k, _| alive.contains(k));
         self.prev_psi_total.retain(|k, _| alive.contains(k));
+        self.alive = alive;
         Ok((Observation { now_ms, parent, cgroups }, seen))
     }
 
     fn observe_one(
-        prev_events: &mut HashMap<String, MemoryEvents>,
-        prev_psi_total: &mut HashMap<String, u64>,
+        prev_events: &mut HashMap<u64, MemoryEvents>,
+        prev_psi_total: &mut HashMap<u64, u64>,
         root: &Path,
         c: &CgroupStats,
         journal: &Journal,
@@ -173,12 +179,13 @@ impl Sampler {
         let ev = need(c.events, root, c, "memory.events")?;
         let psi = need(c.pressure, root, c, "memory.pressure")?;
         let current = knobs(root, c)?;
-        let delta = prev_events.get(id).map(|p| ev.delta_since(p)).unwrap_or_default();
-        let psi_delta = prev_psi_total.get(id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
-        prev_events.insert(id.to_owned(), ev);
-        prev_psi_total.insert(id.to_owned(), psi.some.total_us);
-        let original = originals(journal, id, &current);
+        let delta = prev_events.get(&c.id).map(|p| ev.delta_since(p)).unwrap_or_default();
+        let psi_delta = prev_psi_total.get(&c.id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
+        prev_events.insert(c.id, ev);
+        prev_psi_total.insert(c.id, psi.some.total_us);
+        let original = originals(journal, c.id, &current);
         let mut obs = CgroupObs::new(id, memqos_policy::TierIndex(0), usage);
+        obs.cgroup_id = c.id;
         obs.current = current;
         obs.original = original;
         obs.events_delta = delta;
@@ -186,6 +193,7 @@ impl Sampler {
         obs.psi_some_delta_us = psi_delta;
         let seen = Seen {
             cgroup: id.to_owned(),
+            cgroup_id: c.id,
             tier: String::new(),
             usage_bytes: usage,
             knobs: current,

@@ -12,8 +12,9 @@
 //! leaves the tier's cgroups, when the daemon stops, or from the guardian / the next start
 //! after a crash. A value already further in the tier's direction is left alone.
 
-use crate::journal::{Journal, Process};
-use memqos_cgroupfs::Cgroup;
+use crate::actuator::{Actuator, Request, Target};
+use crate::events::{Outcome, WriteEvent};
+use crate::journal::Process;
 use memqos_policy::{Config, Observation};
 use std::collections::{HashMap, HashSet};
 
@@ -24,6 +25,8 @@ struct Handled {
     process: Process,
     /// False when its value was already at or beyond the target: nothing to put back.
     wrote: bool,
+    /// The value to put back (journaled by the actuator; kept here for its children).
+    original: i32,
 }
 
 pub struct OomAdjuster {
@@ -43,26 +46,13 @@ fn wants(current: i32, target: i32) -> bool {
     }
 }
 
-fn read_adj(process: Process) -> Option<i32> {
-    std::fs::read_to_string(process.oom_score_adj_path()).ok()?.trim().parse().ok()
-}
-
-/// Writes the process's oom_score_adj; "ok" or the error, for the event log.
-fn write_adj(process: Process, value: &str) -> String {
-    match std::fs::write(process.oom_score_adj_path(), value) {
-        Ok(()) => "ok".to_string(),
-        Err(e) => format!("error: {e}"),
-    }
-}
-
-/// One write made by `sync`, for the daemon's event log.
-pub struct AdjWrite {
-    pub cgroup: String,
-    pub pid: u32,
-    pub previous: i32,
-    pub value: i32,
-    /// "ok", or the error.
-    pub outcome: String,
+/// A process as it is now, its parent's pid and its oom_score_adj; None if it is gone.
+fn inspect(pid: u32) -> Option<(Process, u32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let process = Process { pid, start_time: crate::proc_stat::start_time_of(&stat)? };
+    let ppid = crate::proc_stat::ppid_of(&stat)?;
+    let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).ok()?.trim().parse().ok()?;
+    Some((process, ppid, adj))
 }
 
 impl OomAdjuster {
@@ -80,73 +70,85 @@ impl OomAdjuster {
         self.handled.values().filter(|h| h.wrote).count()
     }
 
-    /// Brings every process of the observed cgroups to its tier's value and puts back the
-    /// value of processes that left. A process that exits mid-way is skipped.
-    pub fn sync(
-        &mut self,
-        cfg: &Config,
-        root: &Cgroup,
-        obs: &Observation,
-        journal: &mut Journal,
-    ) -> anyhow::Result<Vec<AdjWrite>> {
+    /// The writes that bring every process of the observed cgroups to its tier's value, and
+    /// put back the value of processes that left. A child that inherited a value memqos set
+    /// on its parent gets the parent's original journaled, so it is restored too.
+    pub fn plan(&mut self, cfg: &Config, obs: &Observation, act: &mut Actuator) -> Vec<Request> {
         let mut writes = Vec::new();
         let mut present: HashSet<u32> = HashSet::new();
         for c in &obs.cgroups {
-            let Some(target) = cfg.tiers.get(c.tier).and_then(|t| t.oom_score_adj) else { continue };
+            let Some(target) = cfg.tiers.get(c.tier).and_then(|t| t.oom_score_adj) else {
+                continue;
+            };
             // A cgroup that vanished since the snapshot has no processes to adjust.
-            let Ok(pids) = root.child(&c.id).procs() else { continue };
+            let Ok(pids) = memqos_cgroupfs::Cgroup::new(cfg.cgroup_root.join(&c.id)).procs() else {
+                continue;
+            };
             for pid in pids {
                 present.insert(pid);
                 if self.handled.contains_key(&pid) {
                     continue;
                 }
-                let Some(process) = Process::current(pid) else { continue };
-                let Some(previous) = read_adj(process) else { continue };
-                let wrote = wants(previous, target)
-                    && {
-                        journal.record_process(&c.id, process, FILE, &previous.to_string())?;
-                        let outcome = write_adj(process, &target.to_string());
-                        let ok = outcome == "ok";
-                        if !ok && !self.reported_failure && process.is_alive() {
-                            self.reported_failure = true;
-                            self.notes.push(format!(
-                            "cannot set oom_score_adj of pid {pid} in {} ({outcome}); lowering it needs CAP_SYS_RESOURCE. Protected tasks keep their OOM-kill order",
-                            c.id
-                        ));
-                        }
-                        writes.push(AdjWrite { cgroup: c.id.clone(), pid, previous, value: target, outcome });
-                        ok
-                    };
-                if !wrote {
-                    journal.forget_processes(&[process])?;
-                }
-                self.handled.insert(pid, Handled { process, wrote });
+                let Some((process, ppid, current)) = inspect(pid) else {
+                    continue;
+                };
+                let inherited = self.handled.get(&ppid).filter(|p| p.wrote && current == target).map(|p| p.original);
+                let target_proc = Target::Process { cgroup: c.id.clone(), cgroup_id: c.cgroup_id, process };
+                let (wrote, original) = if let Some(original) = inherited {
+                    let mut r = Request::new(
+                        target_proc,
+                        FILE,
+                        target.to_string(),
+                        format!("inherited from pid {ppid}: its original {original} journaled"),
+                    );
+                    r.original = Some(original.to_string());
+                    writes.push(r);
+                    (true, original)
+                } else if wants(current, target) {
+                    writes.push(Request::new(target_proc, FILE, target.to_string(), "tier oom_score_adj"));
+                    (true, current)
+                } else {
+                    (false, current)
+                };
+                self.handled.insert(pid, Handled { process, wrote, original });
             }
         }
         // Processes that left: exited (forget them) or moved out of the tier (put back).
-        let mut gone = Vec::new();
+        let mut exited = Vec::new();
         self.handled.retain(|pid, h| {
             if present.contains(pid) {
                 return true;
             }
-            gone.push((h.process, h.wrote));
+            if h.wrote && h.process.is_alive() {
+                let mut r = Request::new(
+                    Target::Process { cgroup: String::new(), cgroup_id: 0, process: h.process },
+                    FILE,
+                    h.original.to_string(),
+                    "process left its tier: original put back",
+                );
+                r.restores = true;
+                writes.push(r);
+            } else {
+                exited.push(h.process);
+            }
             false
         });
-        let mut forget = Vec::new();
-        for (process, wrote) in gone {
-            if wrote && process.is_alive() {
-                if let Some(original) = journal.process_original(process, FILE).map(str::to_owned) {
-                    let previous = read_adj(process).unwrap_or(0);
-                    let outcome = write_adj(process, &original);
-                    let value = original.parse().unwrap_or(0);
-                    // The process is no longer in a managed cgroup: no cgroup to name.
-                    writes.push(AdjWrite { cgroup: String::new(), pid: process.pid, previous, value, outcome });
-                }
+        act.forget_processes(&exited, FILE);
+        writes
+    }
+
+    /// Looks at how the writes went: a permission error is reported once.
+    pub fn review(&mut self, events: &[WriteEvent]) {
+        for e in events.iter().filter(|e| e.file == FILE) {
+            if let (Outcome::Error(err), false) = (&e.outcome, self.reported_failure) {
+                self.reported_failure = true;
+                self.notes.push(format!(
+                    "cannot set oom_score_adj of pid {} in {} ({err}); lowering it needs CAP_SYS_RESOURCE. Protected tasks keep their OOM-kill order",
+                    e.pid.unwrap_or(0),
+                    e.cgroup
+                ));
             }
-            forget.push(process);
         }
-        journal.forget_processes(&forget)?;
-        Ok(writes)
     }
 }
 

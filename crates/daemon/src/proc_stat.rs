@@ -4,9 +4,22 @@
 /// The fields after the command name (field 2, which may hold spaces and parentheses, so we
 /// count from the last ')'): index 0 is field 3, `state`. None if the process is gone.
 fn fields_after_comm(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    split(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn split(stat: &str) -> Option<Vec<String>> {
     let rest = &stat[stat.rfind(')')? + 1..];
     Some(rest.split_ascii_whitespace().map(str::to_owned).collect())
+}
+
+/// Field 22 of a /proc/PID/stat text already read (e.g. through a /proc/PID dir fd).
+pub fn start_time_of(stat: &str) -> Option<u64> {
+    field(&split(stat)?, 22)
+}
+
+/// Field 4, the parent's pid, of a /proc/PID/stat text.
+pub fn ppid_of(stat: &str) -> Option<u32> {
+    field(&split(stat)?, 4).map(|p| p as u32)
 }
 
 fn field(fields: &[String], number: usize) -> Option<u64> {

@@ -23,7 +23,7 @@ impl DaemonProcess {
     /// an earlier run in `state_dir` are removed first, so neither is mistaken for this one's.
     pub fn start(exe: &Path, config: &Path, state_dir: &Path, extra: &[&str], stdout: Stdio) -> Result<DaemonProcess> {
         std::fs::create_dir_all(state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
-        for stale in [STATUS_FILE, "events.jsonl"] {
+        for stale in [STATUS_FILE, crate::events::EVENTS_FILE, crate::events::ROTATED_FILE] {
             let _ = std::fs::remove_file(state_dir.join(stale));
         }
         let mut child = Command::new(exe)
@@ -69,9 +69,12 @@ impl DaemonProcess {
         Ok((status, self.events()))
     }
 
-    /// The daemon's event log so far; empty if it wrote none.
+    /// The daemon's event log so far (rotated part first); empty if it wrote none.
     pub fn events(&self) -> String {
-        std::fs::read_to_string(self.state_dir.join("events.jsonl")).unwrap_or_default()
+        let dir = &self.state_dir;
+        let mut text = std::fs::read_to_string(dir.join(crate::events::ROTATED_FILE)).unwrap_or_default();
+        text.push_str(&std::fs::read_to_string(dir.join(crate::events::EVENTS_FILE)).unwrap_or_default());
+        text
     }
 }
 
@@ -89,5 +92,5 @@ impl Drop for DaemonProcess {
 
 /// How many knob writes an event log records.
 pub fn count_writes(events: &str) -> usize {
-    events.lines().filter(|l| l.contains("\"event\":\"write\"")).count()
+    crate::events::writes(&crate::events::parse(events)).count()
 }

@@ -77,9 +77,11 @@ impl Signals {
     /// Keeps triggers and watches in line with the managed set: `protected` get a PSI
     /// trigger, `all` (the daemon passes the protected ones too) get an inotify watch on
     /// memory.events. Gone cgroups are dropped.
-    pub fn sync(&mut self, root: &Path, protected: &[String], all: &[String]) {
+    pub fn sync(&mut self, root: &Path, protected_ids: &[(String, u64)], all: &[String]) {
+        let protected: Vec<String> = protected_ids.iter().map(|(p, _)| p.clone()).collect();
+        let protected = &protected[..];
         if let Some(bpf) = &mut self.bpf {
-            bpf.sync(root, protected);
+            bpf.sync(protected_ids);
         }
         if self.psi_enabled {
             self.psi.retain(|id, _| protected.contains(id));
@@ -160,13 +162,16 @@ impl Signals {
         let mut out = Vec::new();
         // The ring is drained on every wakeup (cheap, never blocks), not only when its fd
         // fired: a crossing that raced with another wakeup is not left for the next one.
-        self.bpf_crossings = self.bpf.as_mut().map(|b| b.drain()).unwrap_or_default();
-        for c in &self.bpf_crossings {
+        // Appended, not replaced: a coalesced wait (two calls before the daemon drains them)
+        // keeps every crossing for the log.
+        let fresh = self.bpf.as_mut().map(|b| b.drain()).unwrap_or_default();
+        for c in &fresh {
             let item = (c.cgroup.clone(), BpfSource::signal(c));
             if !out.contains(&item) {
                 out.push(item);
             }
         }
+        self.bpf_crossings.extend(fresh);
         if n <= 0 {
             return out;
         }
@@ -187,7 +192,9 @@ impl Signals {
     }
 
     fn drain_inotify(&self) -> Vec<(String, SignalEvent)> {
-        let Some(ino) = &self.inotify else { return Vec::new() };
+        let Some(ino) = &self.inotify else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
         let mut buf = [0u8; 4096];
         loop {

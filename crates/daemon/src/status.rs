@@ -1,58 +1,119 @@
-//! `<state_dir>/status.json`: what the daemon manages, written atomically each tick and read
-//! by `memqos status`.
+//! `<state_dir>/status.json`: what the daemon manages, written atomically about once a second
+//! and read by `memqos status` through the same types. Per cgroup: its tier, its knobs
+//! beside the originals memqos will put back, and its last decisions with their reasons.
 
 use crate::observe::Seen;
-use anyhow::Result;
-use memqos_policy::{Config, Decision, Engine, Observation};
+use anyhow::{Context, Result};
+use memqos_cgroupfs::MemoryEvents;
+use memqos_policy::{Config, Engine, Knobs, Limit, Observation, Reason};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::fmt::Write as _;
 use std::path::Path;
 
 pub const STATUS_FILE: &str = "status.json";
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub pid: u32,
     pub config: String,
     pub cgroup_root: String,
+    /// `memqos daemon --dry-run`: decides, logs, writes nothing.
+    #[serde(default)]
+    pub dry_run: bool,
     pub parent_usage_bytes: u64,
-    pub parent_max: String,
-    pub cgroups: Vec<serde_json::Value>,
+    pub parent_max: Limit,
+    pub cgroups: Vec<CgroupStatus>,
     pub throttled: Vec<String>,
     pub frozen: Vec<String>,
     pub last_pressure_ms: Option<u64>,
     pub now_ms: u64,
-    pub recent_decisions: Vec<serde_json::Value>,
+    pub recent_decisions: Vec<DecisionRecord>,
     /// Processes whose oom_score_adj memqos changed (tiers with `oom_score_adj`).
     #[serde(default)]
     pub oom_score_adj_processes: usize,
 }
 
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CgroupStatus {
+    /// Path relative to cgroup_root.
+    pub cgroup: String,
+    /// The kernel's cgroup id (directory inode).
+    pub cgroup_id: u64,
+    pub tier: String,
+    pub usage_bytes: u64,
+    /// As read in the last sample.
+    pub knobs: Knobs,
+    /// What memqos puts back when it stops.
+    pub original: Knobs,
+    pub psi_some_avg10: f64,
+    /// memory.events totals.
+    pub events: MemoryEvents,
+    /// This cgroup's latest decisions, newest last.
+    #[serde(default)]
+    pub last_decisions: Vec<DecisionRecord>,
+}
+
+/// One write the daemon made (or, dry, would have made).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    pub cgroup: String,
+    pub file: String,
+    pub value: String,
+    /// The engine's structured reason (None for tier settings such as cpu_weight).
+    pub reason: Option<Reason>,
+    pub why: String,
+    /// Daemon time (ms since start) of the decision.
+    pub at_ms: u64,
+}
+
+/// The decisions kept for status: the last few overall.
+pub const RECENT: usize = 20;
+const PER_CGROUP: usize = 3;
+
 impl Snapshot {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         cfg: &Config,
         config_path: &Path,
+        dry_run: bool,
         obs: &Observation,
         seen: &[Seen],
         engine: &Engine,
-        recent: &std::collections::VecDeque<Decision>,
+        recent: &VecDeque<DecisionRecord>,
         oom_score_adj_processes: usize,
     ) -> Snapshot {
         let st = engine.status();
+        let cgroups = seen
+            .iter()
+            .map(|s| {
+                let mine: Vec<DecisionRecord> = recent.iter().filter(|d| d.cgroup == s.cgroup).cloned().collect();
+                CgroupStatus {
+                    cgroup: s.cgroup.clone(),
+                    cgroup_id: s.cgroup_id,
+                    tier: s.tier.clone(),
+                    usage_bytes: s.usage_bytes,
+                    knobs: s.knobs,
+                    original: s.original,
+                    psi_some_avg10: s.psi_some_avg10,
+                    events: s.events,
+                    last_decisions: mine[mine.len().saturating_sub(PER_CGROUP)..].to_vec(),
+                }
+            })
+            .collect();
         Snapshot {
             pid: std::process::id(),
             config: config_path.display().to_string(),
             cgroup_root: cfg.cgroup_root.display().to_string(),
+            dry_run,
             parent_usage_bytes: obs.parent.usage_bytes,
-            parent_max: obs.parent.max.to_string(),
-            cgroups: seen.iter().map(|s| serde_json::to_value(s).unwrap_or_default()).collect(),
+            parent_max: obs.parent.max,
+            cgroups,
             throttled: st.throttled,
             frozen: st.frozen,
             last_pressure_ms: st.last_pressure_ms,
             now_ms: obs.now_ms,
-            recent_decisions: recent
-                .iter()
-                .map(|d| serde_json::json!({"cgroup": d.cgroup, "file": d.action.file(), "value": d.action.value(), "why": d.reason.to_string()}))
-                .collect(),
+            recent_decisions: recent.iter().cloned().collect(),
             oom_score_adj_processes,
         }
     }
@@ -60,8 +121,8 @@ impl Snapshot {
 
 pub(crate) fn write(state_dir: &Path, snap: &Snapshot) -> Result<()> {
     let tmp = state_dir.join("status.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(snap)?)?;
-    std::fs::rename(tmp, state_dir.join(STATUS_FILE))?;
+    std::fs::write(&tmp, serde_json::to_vec_pretty(snap)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, state_dir.join(STATUS_FILE)).with_context(|| format!("renaming {}", tmp.display()))?;
     Ok(())
 }
 
@@ -70,9 +131,158 @@ pub(crate) fn remove(state_dir: &Path) {
 }
 
 pub fn read(state_dir: &Path) -> Result<Option<Snapshot>> {
-    match std::fs::read(state_dir.join(STATUS_FILE)) {
-        Ok(b) => Ok(Some(serde_json::from_slice(&b)?)),
+    let path = state_dir.join(STATUS_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => Ok(Some(
+            serde_json::from_slice(&b).with_context(|| format!("{}: not a memqos status file", path.display()))?,
+        )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.0}M", b as f64 / 1048576.0)
+}
+
+fn limit(l: Limit) -> String {
+    match l {
+        Limit::Bytes(b) => mib(b),
+        Limit::Max => "max".into(),
+    }
+}
+
+/// `memqos status` as text. `alive`: whether the pid in the snapshot still runs.
+pub fn render(s: &Snapshot, alive: bool) -> String {
+    let mut out = String::new();
+    let state = match (alive, s.dry_run) {
+        (true, true) => "running, DRY RUN: writes nothing",
+        (true, false) => "running",
+        (false, _) => "NOT RUNNING: stale status",
+    };
+    let _ = writeln!(out, "memqos daemon pid {} ({state}), config {}", s.pid, s.config);
+    let _ = writeln!(
+        out,
+        "cgroup root {}: usage {} / max {}",
+        s.cgroup_root,
+        mib(s.parent_usage_bytes),
+        limit(s.parent_max)
+    );
+    let _ = writeln!(
+        out,
+        "{:<28} {:<10} {:>8} {:>8} {:>10} {:>8} {:>10} {:>7}",
+        "CGROUP", "TIER", "USAGE", "HIGH", "(ORIGINAL)", "LOW/MIN", "(ORIGINAL)", "PSI10"
+    );
+    for c in &s.cgroups {
+        let prot = |k: &Knobs| {
+            if k.min > Limit::Bytes(0) {
+                format!("min {}", limit(k.min))
+            } else {
+                limit(k.low)
+            }
+        };
+        let _ = writeln!(
+            out,
+            "{:<28} {:<10} {:>8} {:>8} {:>10} {:>8} {:>10} {:>7.2}{}",
+            c.cgroup,
+            c.tier,
+            mib(c.usage_bytes),
+            limit(c.knobs.high),
+            format!("({})", limit(c.original.high)),
+            prot(&c.knobs),
+            format!("({})", prot(&c.original)),
+            c.psi_some_avg10,
+            if c.knobs.frozen { "  FROZEN" } else { "" },
+        );
+    }
+    if s.oom_score_adj_processes > 0 {
+        let _ =
+            writeln!(out, "oom_score_adj set on {} process(es) of tiers with oom_score_adj", s.oom_score_adj_processes);
+    }
+    let _ = writeln!(out, "\nlast decisions{}:", if s.dry_run { " (dry run: not written)" } else { "" });
+    for d in &s.recent_decisions {
+        let _ =
+            writeln!(out, "  {:>8.1} s  {}/{} = {}  ({})", d.at_ms as f64 / 1000.0, d.cgroup, d.file, d.value, d.why);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        let knobs = Knobs {
+            high: Limit::Bytes(300 << 20),
+            max: Limit::Max,
+            low: Limit::Bytes(0),
+            min: Limit::Bytes(0),
+            frozen: false,
+        };
+        let d = DecisionRecord {
+            cgroup: "low1".into(),
+            file: "memory.high".into(),
+            value: "314572800".into(),
+            reason: Some(Reason::Restore),
+            why: "restore".into(),
+            at_ms: 2500,
+        };
+        Snapshot {
+            pid: 42,
+            config: "/etc/memqos/memqos.toml".into(),
+            cgroup_root: "/sys/fs/cgroup/qos".into(),
+            dry_run: true,
+            parent_usage_bytes: 400 << 20,
+            parent_max: Limit::Bytes(512 << 20),
+            cgroups: vec![
+                CgroupStatus {
+                    cgroup: "high".into(),
+                    cgroup_id: 7,
+                    tier: "critical".into(),
+                    usage_bytes: 200 << 20,
+                    knobs: Knobs { high: Limit::Max, low: Limit::Bytes(256 << 20), ..knobs },
+                    original: Knobs { high: Limit::Max, ..knobs },
+                    psi_some_avg10: 1.5,
+                    events: MemoryEvents::default(),
+                    last_decisions: vec![],
+                },
+                CgroupStatus {
+                    cgroup: "low1".into(),
+                    cgroup_id: 8,
+                    tier: "batch".into(),
+                    usage_bytes: 200 << 20,
+                    knobs,
+                    original: Knobs { high: Limit::Bytes(1 << 30), ..knobs },
+                    psi_some_avg10: 0.0,
+                    events: MemoryEvents::default(),
+                    last_decisions: vec![d.clone()],
+                },
+            ],
+            throttled: vec!["low1".into()],
+            frozen: vec![],
+            last_pressure_ms: Some(2000),
+            now_ms: 3000,
+            recent_decisions: vec![d],
+            oom_score_adj_processes: 0,
+        }
+    }
+
+    #[test]
+    fn renders_true_values_and_round_trips() {
+        let s = snapshot();
+        let text = render(&s, true);
+        let expected = "\
+memqos daemon pid 42 (running, DRY RUN: writes nothing), config /etc/memqos/memqos.toml
+cgroup root /sys/fs/cgroup/qos: usage 400M / max 512M
+CGROUP                       TIER          USAGE     HIGH (ORIGINAL)  LOW/MIN (ORIGINAL)   PSI10
+high                         critical       200M      max      (max)     256M       (0M)    1.50
+low1                         batch          200M     300M    (1024M)       0M       (0M)    0.00
+
+last decisions (dry run: not written):
+       2.5 s  low1/memory.high = 314572800  (restore)
+";
+        assert_eq!(text, expected, "got:\n{text}");
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<Snapshot>(&json).unwrap(), s);
     }
 }

@@ -22,6 +22,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memqos_cgroupfs::Cgroup;
+use memqos_daemon::events::{Event, LogLine, WriteEvent};
 use memqos_daemon::process::DaemonProcess;
 use memqos_vmtest::{kernels, Guest, Series};
 use serde::Serialize;
@@ -593,7 +594,10 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    let hooks = read_events(&events).into_iter().find(|e| e["event"] == "bpf_source").map(|e| e["hooks"].clone());
+    let hooks = read_events(&events).into_iter().find_map(|l| match l.event {
+        Event::BpfSource { hooks } => Some(hooks),
+        _ => None,
+    });
     let _ = probe.kill();
     let _ = probe.wait();
     daemon.stop()?;
@@ -602,38 +606,37 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
         eprintln!("probe did not see the crossing: {c}");
         return Ok((None, hooks));
     };
-    let start = w["mono_ns"].as_u64().context("daemon write without mono_ns")?;
-    let done = w["mono_done_ns"].as_u64().unwrap_or(start);
+    let (start, done) = (w.mono_ns, w.mono_done_ns);
     let ms = |a: u64, b: u64| (b as f64 - a as f64) / 1e6;
     // The BPF crossing that woke the daemon: the last one logged before its write.
     let crossing = read_events(&events)
         .into_iter()
-        .filter(|e| e["event"] == "bpf" && e["mono_ns"].as_u64().is_some_and(|m| m <= start))
+        .filter_map(|l| match l.event {
+            Event::Bpf { ktime_ns, mono_ns, .. } if mono_ns <= start => Some((ktime_ns, mono_ns)),
+            _ => None,
+        })
         .last();
-    let bpf_split = crossing.and_then(|e| {
-        let (k, m) = (e["ktime_ns"].as_u64()?, e["mono_ns"].as_u64()?);
-        Some([ms(before, k), ms(k, m), ms(m, start)])
-    });
+    let bpf_split = crossing.map(|(k, m)| [ms(before, k), ms(k, m), ms(m, start)]);
     let m = Measured {
         delay_ms: ms(before, start),
         chunk_ms: ms(before, after),
         write_ms: ms(start, done),
-        reason: w["why"].as_str().unwrap_or("").to_string(),
+        reason: w.why.clone(),
         bpf_split,
     };
     Ok((Some(m), hooks))
 }
 
-fn read_events(path: &Path) -> Vec<serde_json::Value> {
-    let mut s = String::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let _ = f.read_to_string(&mut s);
-    }
-    s.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+/// The daemon's event log, through its typed schema.
+fn read_events(path: &Path) -> Vec<LogLine> {
+    memqos_daemon::events::parse(&std::fs::read_to_string(path).unwrap_or_default())
 }
 
-fn find_write(path: &Path, cgroup: &str) -> Option<serde_json::Value> {
-    read_events(path).into_iter().find(|e| e["event"] == "write" && e["cgroup"] == cgroup && e["file"] == "memory.high")
+fn find_write(path: &Path, cgroup: &str) -> Option<WriteEvent> {
+    read_events(path).into_iter().find_map(|l| match l.event {
+        Event::Write(w) if w.cgroup == cgroup && w.file == "memory.high" => Some(w),
+        _ => None,
+    })
 }
 
 /// The probe: joins the protected cgroup, allocates PROBE_MB in CHUNK steps, prints the

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use memqos_daemon::{journal, status};
+use memqos_daemon::{journal, lock, status};
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,6 +28,10 @@ pub struct DaemonArgs {
     /// or auto (bpf where the kernel has the kfuncs).
     #[arg(long, default_value = "text")]
     stats_backend: memqos_stats::BackendChoice,
+    /// Observe and decide as usual but write nothing (no knob, no journal): each write it
+    /// would make is logged with its reason, and `memqos status` shows the daemon as dry.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -74,13 +78,15 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         exe: std::env::current_exe()?,
         duration: a.duration.map(Duration::from_secs_f64),
         stats_backend: a.stats_backend,
+        dry_run: a.dry_run,
+        echo: true,
     })?;
     Ok(0)
 }
 
 pub fn restore(a: RestoreArgs) -> Result<u8> {
     let dir = state_dir(a.state_dir, a.config)?;
-    if a.await_eof {
+    let _lock = if a.await_eof {
         // The daemon handles SIGINT/SIGTERM itself; the guardian must outlive a terminal's ^C.
         unsafe {
             libc::signal(libc::SIGINT, libc::SIG_IGN);
@@ -88,7 +94,16 @@ pub fn restore(a: RestoreArgs) -> Result<u8> {
         }
         let mut sink = [0u8; 64];
         while std::io::stdin().read(&mut sink).map(|n| n > 0).unwrap_or(false) {}
-    }
+        // The daemon is gone; the kernel releases its lock as it exits, possibly a moment
+        // after our pipe's EOF. If the lock stays taken, a restarted daemon holds it and has
+        // restored (or will restore) the journal itself: nothing for us to do.
+        match lock::StateLock::acquire_within(&dir, GUARDIAN_PATIENCE)? {
+            Some(l) => l,
+            None => return Ok(0),
+        }
+    } else {
+        lock::StateLock::try_acquire(&dir, "memqos restore")?
+    };
     match journal::restore_state_dir(&dir)? {
         None => {
             if !a.await_eof {
@@ -98,21 +113,28 @@ pub fn restore(a: RestoreArgs) -> Result<u8> {
         }
         Some(r) => {
             for e in &r.restored {
-                println!("restored {}/{} = {}", e.cgroup, e.file, e.original);
+                println!("restored {} = {}", e.describe(), e.original);
             }
             for e in &r.vanished {
-                println!("skipped {}/{}: cgroup is gone", e.cgroup, e.file);
+                println!("skipped {}: gone (or re-created: another cgroup now)", e.describe());
             }
-            for (e, err) in &r.failed {
-                eprintln!("FAILED {}/{}: {err}", e.cgroup, e.file);
+            for f in r.failures() {
+                eprintln!("FAILED {f}");
             }
             if !r.failed.is_empty() {
-                bail!("{} knob(s) could not be restored; the journal keeps them for a retry", r.failed.len());
+                bail!(
+                    "{} knob(s) could not be restored; the journal in {} keeps them for a retry",
+                    r.failed.len(),
+                    dir.display()
+                );
             }
             Ok(0)
         }
     }
 }
+
+/// How long the guardian waits for a dead daemon's lock to be released.
+const GUARDIAN_PATIENCE: Duration = Duration::from_secs(2);
 
 pub fn status(a: StatusArgs) -> Result<u8> {
     let dir = state_dir(a.state_dir, a.config)?;
@@ -129,55 +151,8 @@ pub fn status(a: StatusArgs) -> Result<u8> {
         let mut v = serde_json::to_value(&s)?;
         v["alive"] = serde_json::json!(alive);
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(if alive { 0 } else { 3 });
-    }
-    let mib = |b: u64| format!("{:.0}M", b as f64 / 1048576.0);
-    println!(
-        "memqos daemon pid {} ({}), config {}",
-        s.pid,
-        if alive { "running" } else { "NOT RUNNING: stale status" },
-        s.config
-    );
-    println!("cgroup root {}: usage {} / max {}", s.cgroup_root, mib(s.parent_usage_bytes), s.parent_max);
-    println!(
-        "{:<28} {:<10} {:>8} {:>12} {:>12} {:>10} {:>7}",
-        "CGROUP", "TIER", "USAGE", "HIGH", "(ORIGINAL)", "LOW/MIN", "PSI10"
-    );
-    for c in &s.cgroups {
-        let lim = |v: &serde_json::Value| match v.get("bytes").and_then(|b| b.as_u64()) {
-            Some(b) => mib(b),
-            None => v.as_str().unwrap_or("max").to_string(),
-        };
-        let knobs = &c["knobs"];
-        let low = if knobs["min"].get("bytes").and_then(|b| b.as_u64()).unwrap_or(0) > 0 {
-            lim(&knobs["min"])
-        } else {
-            lim(&knobs["low"])
-        };
-        println!(
-            "{:<28} {:<10} {:>8} {:>12} {:>12} {:>10} {:>7.2}{}",
-            c["cgroup"].as_str().unwrap_or("?"),
-            c["tier"].as_str().unwrap_or("?"),
-            mib(c["usage_bytes"].as_u64().unwrap_or(0)),
-            lim(&knobs["high"]),
-            lim(&c["original"]["high"]),
-            low,
-            c["psi_some_avg10"].as_f64().unwrap_or(0.0),
-            if knobs["frozen"].as_bool() == Some(true) { "  FROZEN" } else { "" },
-        );
-    }
-    if s.oom_score_adj_processes > 0 {
-        println!("oom_score_adj set on {} process(es) of tiers with oom_score_adj", s.oom_score_adj_processes);
-    }
-    println!("\nlast decisions:");
-    for d in &s.recent_decisions {
-        println!(
-            "  {}/{} = {}  ({})",
-            d["cgroup"].as_str().unwrap_or(""),
-            d["file"].as_str().unwrap_or(""),
-            d["value"].as_str().unwrap_or(""),
-            d["why"].as_str().unwrap_or("")
-        );
+    } else {
+        print!("{}", status::render(&s, alive));
     }
     Ok(if alive { 0 } else { 3 })
 }

@@ -1,6 +1,7 @@
 //! memqos: priority memory QoS for cgroup v2 hosts.
 
 mod bench_reaction;
+mod bench_run;
 mod bench_stats;
 mod daemon_cmd;
 mod demo;
@@ -62,12 +63,73 @@ enum Cmd {
     /// Benchmarks: statistics reading (host or guest) and reaction delay (guests).
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Run a command (an agent's tool call) in its own cgroup below the managed root:
+    /// `<root>/<session>/<tier>.<pid>`, removed afterwards; exits with the command's status
+    /// and explains an OOM kill on stderr. As `memqos-shell` (a symlink), a drop-in SHELL.
+    Run(RunArgs),
     /// Small deterministic memory workloads (used by tests and the demo).
     #[command(subcommand, hide = true)]
     Workload(workload::WorkloadCmd),
     /// Man pages and shell completions from this CLI definition (for packaging).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
+}
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Environment: MEMQOS_ROOT, MEMQOS_CONFIG, MEMQOS_SESSION (defaults for the options), MEMQOS_FALLBACK=exec (run without a cgroup when none can be set up). Exit status: the command's, 128 + signal if a signal ended it, 125 when memqos could not set the call up, 126/127 when the command cannot be executed or found. See docs/agent-hosts.md."
+)]
+struct RunArgs {
+    /// Tier of the call (the first part of its cgroup's name, matched by the daemon config's
+    /// globs); default from --hint, else "tool".
+    #[arg(long)]
+    tier: Option<String>,
+    /// Session the call belongs to (a cgroup below the root); default: the session this
+    /// process already runs in, else $MEMQOS_SESSION, else "default".
+    #[arg(long)]
+    session: Option<String>,
+    /// low | medium | high (tiers tool-low, tool, tool-high), or a size the call expects to
+    /// need (e.g. 2G: memory.low of the call).
+    #[arg(long)]
+    hint: Option<String>,
+    /// memory.max of the call's cgroup (e.g. 1G); default none.
+    #[arg(long)]
+    max: Option<String>,
+    /// Run the agent runtime itself, in <session>/runtime (protected by the session config).
+    #[arg(long)]
+    runtime: bool,
+    /// The managed root (default: the config's cgroup_root, $MEMQOS_ROOT, /sys/fs/cgroup/agents).
+    #[arg(long)]
+    root: Option<std::path::PathBuf>,
+    /// A daemon config: its cgroup_root is the root, and the call's tier is checked against it.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// After the call, a one-line summary (status, time, peak memory) on stderr.
+    #[arg(long)]
+    stats: bool,
+    /// After the call, its report as one JSON line on stderr.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<std::ffi::OsString>,
+}
+
+impl From<RunArgs> for memqos_agent::Request {
+    fn from(a: RunArgs) -> Self {
+        memqos_agent::Request {
+            root: a.root,
+            config: a.config,
+            session: a.session,
+            tier: a.tier,
+            hint: a.hint,
+            max: a.max,
+            runtime: a.runtime,
+            json: a.json,
+            stats: a.stats,
+            command: a.command,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -77,9 +139,17 @@ enum BenchCmd {
     /// Delay from a protected cgroup starting to reclaim to the first memory.high write on a
     /// lower tier, per signal source (BPF, PSI, memory.events).
     Reaction(bench_reaction::ReactionArgs),
+    /// What `memqos run` adds to a call vs a plain exec, in guests (docs/agent/run-overhead.json).
+    Run(bench_run::BenchRunArgs),
 }
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args.next().is_some_and(|a0| memqos_agent::shell::invoked_as_shell(&a0)) {
+        let rest: Vec<_> = args.collect();
+        let req = memqos_agent::shell::request(&rest, |k| std::env::var(k).ok());
+        return ExitCode::from(memqos_agent::run(&req));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Demo { kernel, in_guest, json } => demo::run(&kernel, in_guest, json),
@@ -93,7 +163,9 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Stats(a)) => bench_stats::run(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),
+        Cmd::Run(a) => Ok(memqos_agent::run(&a.into())),
         Cmd::Bench(BenchCmd::Reaction(a)) => bench_reaction::run(a),
+        Cmd::Bench(BenchCmd::Run(a)) => bench_run::run(a),
         Cmd::Generate(a) => generate::run(a, Cli::command()),
     };
     match result {

@@ -127,6 +127,15 @@ guest_test!(sigkill_mid_throttle_then_restart_restores_every_knob, |g| g.memory_
             std::thread::sleep(Duration::from_millis(100));
         }
         let throttled = (knob(&low1, "memory.high"), knob(&low2, "memory.high"), knob(&high, "memory.low"));
+        // A manual restore beside a live daemon is refused (the state directory's lock) and
+        // leaves its knobs alone.
+        let out = Command::new(memqos_bin()).args(["restore", "--state-dir", "/run/memqos-test"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("stop it first"), "restore beside a live daemon: {stderr}");
+        assert!(
+            knob(&low1, "memory.high") != Limit::Max || knob(&low2, "memory.high") != Limit::Max,
+            "still throttled"
+        );
         let mut daemon = daemon;
         daemon.kill().unwrap(); // SIGKILL: no chance to clean up
         daemon.wait().unwrap();

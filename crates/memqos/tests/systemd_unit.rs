@@ -52,6 +52,18 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     let db = Cgroup::new("/sys/fs/cgroup/system.slice/memqos-db.service");
     wait_for("memqos-db.service cgroup", Duration::from_secs(20), || db.path().exists());
 
+    // Dry run first, as docs/operators.md says: every write it would make is logged, none made.
+    let dry = sh(&["memqos", "daemon", "--dry-run", "--duration", "4", "--config", "/etc/memqos/memqos.toml"]);
+    let would_protect = dry.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|e| {
+        e["event"] == "write"
+            && e["dry_run"] == true
+            && e["cgroup"] == "system.slice/memqos-db.service"
+            && e["file"] == "memory.low"
+    });
+    assert!(would_protect, "the dry run did not log the memory.low it would write");
+    assert_eq!(low(&db), Limit::Bytes(0), "a dry run must write nothing");
+    assert!(!Path::new("/var/lib/memqos/journal.json").exists(), "a dry run must not journal");
+
     let t0 = Instant::now();
     sh(&["systemctl", "start", "memqos.service"]);
     println!("RESULT systemctl start returned after {:.2} s (Type=notify)", t0.elapsed().as_secs_f64());

@@ -132,6 +132,43 @@ pub struct Tier {
     /// `user.oomd_avoid` on a unit's cgroup for `ManagedOOMPreference=omit|avoid`, so a tier
     /// listed before the others can honour systemd-oomd's preferences as tier hints.
     pub xattrs: Vec<String>,
+    /// `stall` (optional inline table `{ after_ms = 30000, action = "relieve" }`, throttle
+    /// tiers only): the bound on a stall memqos's own throttling causes. A cgroup of this tier
+    /// whose memory.high memqos lowered and that makes no progress (memory.events `high`
+    /// rising, usage pinned at high, its own PSI `full avg10` at or above
+    /// `policy.stall_psi_full_avg10`) for `after_ms` gets `action`, logged with the reason:
+    /// see [`StallBound`]. Always on for throttle tiers; these are the defaults.
+    pub stall: StallBound,
+}
+
+/// A throttle tier's bound on a throttling stall (`engine::stall`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StallBound {
+    /// `after_ms` (default 30000, 1000..=86400000): how long a stall may last.
+    pub after_ms: u64,
+    /// `action` (default `"relieve"`).
+    pub action: StallAction,
+}
+
+impl Default for StallBound {
+    fn default() -> Self {
+        StallBound { after_ms: 30_000, action: StallAction::Relieve }
+    }
+}
+
+/// What ends a stall that reached its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StallAction {
+    /// Raise memory.high one release step (`policy.release_ratio`), even while a protected
+    /// tier is under pressure, and cut it no further for another `after_ms`. On a swapless
+    /// host a high below the working set frees nothing: only more room lets the task run.
+    /// If the parent then fills up, the kernel's OOM killer decides (steered by
+    /// `oom_score_adj`), which ends the stall too. Repeated each bound, it reaches the
+    /// original high in a few steps, so no stall lasts indefinitely.
+    Relieve,
+    /// cgroup.kill: the tier's work is disposable (a retried tool call); the explicit opt-in.
+    Kill,
 }
 
 /// A tier's dirty page-cache bounds, enforced through the kernel's per-memcg dirty domain
@@ -285,6 +322,10 @@ pub struct Policy {
     pub freeze_after_ms: u64,
     /// `kill_after_ms` (default 30000, >0): the same for `kill = true` tiers and cgroup.kill.
     pub kill_after_ms: u64,
+    /// `stall_psi_full_avg10` (default 40.0, 0<x<=100): a throttled cgroup whose own
+    /// memory.pressure `full avg10` is at or above this (with `high` events rising and usage
+    /// at memory.high) makes no progress: its tier's `stall` bound runs.
+    pub stall_psi_full_avg10: f64,
     /// `ws_window_ms` (default 60000, >0): working set = peak usage over this sliding window.
     pub ws_window_ms: u64,
     /// `ws_margin` (default 1.1, 1<=x<=4): protection = working set times this.
@@ -321,6 +362,7 @@ impl Default for Policy {
             min_write_interval_ms: 1_000,
             freeze_after_ms: 10_000,
             kill_after_ms: 30_000,
+            stall_psi_full_avg10: 40.0,
             ws_window_ms: 60_000,
             ws_margin: 1.1,
             ws_granularity: 16 << 20,

@@ -203,6 +203,21 @@ pub enum Reason {
         /// The cgroup that disappeared.
         by: String,
     },
+    /// A throttled cgroup made no progress (high events rising, usage pinned at memory.high,
+    /// its own PSI full high) for its tier's `stall.after_ms`: the tier's stall action ends
+    /// it (`engine::stall`).
+    StallBound {
+        /// How long it made no progress.
+        stalled_for_ms: u64,
+        /// The tier's bound.
+        bound_ms: u64,
+        /// Its memory.current.
+        usage_bytes: u64,
+        /// Its memory.high when decided.
+        high_bytes: u64,
+        /// Its memory.pressure `full avg10`, percent.
+        psi_full_avg10: f64,
+    },
     /// `Engine::restore_all`: back to the original value.
     Restore,
     /// memory.high sized so the kernel's per-memcg dirty limit is the tier's dirty ceiling
@@ -243,6 +258,18 @@ impl fmt::Display for Reason {
             }
             Reason::Relieved { by } => write!(f, "{by} no longer stalls"),
             Reason::CauseGone { by } => write!(f, "{by} is gone"),
+            Reason::StallBound {
+                stalled_for_ms,
+                bound_ms,
+                usage_bytes,
+                high_bytes,
+                psi_full_avg10,
+            } => write!(
+                f,
+                "no progress for {stalled_for_ms} ms (bound {bound_ms} ms): usage {} pinned at memory.high {}, psi full avg10 {psi_full_avg10:.0}%",
+                human(*usage_bytes),
+                human(*high_bytes)
+            ),
             Reason::Restore => f.write_str("restoring the original value"),
             Reason::DirtyCeiling { cap_bytes, dirty_bytes, budget_bytes } => write!(
                 f,

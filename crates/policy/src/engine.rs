@@ -9,7 +9,8 @@
 //!    for `hold_ms` and nothing is frozen, release one step (`throttle::release`);
 //! 5. escalate (opt-in freeze/kill) if a protected cgroup keeps stalling;
 //! 6. move protection (memory.low/min) with the working set;
-//! 7. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
+//! 7. bound stalls that throttling causes (`stall`): relieve or kill, per tier;
+//! 8. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
 //!    come sooner than `min_write_interval_ms` after the previous write of the same knob,
 //!    and order the rest: thaws, highs, low/min, freezes,
 //!    kills.
@@ -17,6 +18,7 @@
 mod escalate;
 mod pressure;
 mod protect;
+mod stall;
 mod state;
 mod throttle;
 
@@ -42,6 +44,7 @@ pub struct Engine {
     /// Start of the current uninterrupted stall of protected cgroups.
     stall_since_ms: Option<u64>,
     ladder: Ladder,
+    stalls: stall::Stalls,
 }
 
 /// A summary for the daemon's stats output.
@@ -71,6 +74,7 @@ impl Engine {
             last_pressure_ms: None,
             stall_since_ms: None,
             ladder: Ladder::default(),
+            stalls: stall::Stalls::default(),
         }
     }
 
@@ -111,8 +115,10 @@ impl Engine {
             escalate::escalate(&ctx, top, since, &self.ladder, &self.cgroups, &mut plan);
         }
         protect::plan(&ctx, &self.cgroups, &mut plan);
+        self.stalls.plan(&ctx, &mut plan);
 
         let decisions = commit(plan, &ctx, &mut self.cgroups);
+        self.stalls.committed(&decisions, &ctx);
         for d in &decisions {
             match d.action {
                 Action::Freeze(true) => self.ladder.last_freeze_ms = Some(now),
@@ -187,11 +193,13 @@ fn sync<'a>(
             seen.entry(c.id.as_str()).or_insert(c);
         }
     }
-    states.retain(|id, s| seen.get(id.as_str()).is_some_and(|c| c.tier == s.tier));
+    // A changed tier or a changed kernel id (removed and re-created under the same name)
+    // starts from scratch.
+    states.retain(|id, s| seen.get(id.as_str()).is_some_and(|c| c.tier == s.tier && c.cgroup_id == s.cgroup_id));
     for c in seen.values() {
         let s = states
             .entry(c.id.clone())
-            .or_insert_with(|| CgState::new(c.tier, cfg.policy.ws_window_ms, c.original, c.current));
+            .or_insert_with(|| CgState::new(c.tier, c.cgroup_id, cfg.policy.ws_window_ms, c.original, c.current));
         s.original = c.original;
         s.current = c.current;
         s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));
@@ -260,6 +268,11 @@ impl Plan {
 
     pub fn raise_high(&mut self, c: &CgroupObs, to: Limit, reason: Reason) {
         self.push(c, Action::High(to), reason);
+    }
+
+    /// Withdraws every proposed lowering of `c`'s memory.high.
+    pub fn drop_cuts(&mut self, c: &CgroupObs) {
+        self.items.retain(|(id, a, _)| !(*id == c.id && matches!(a, Action::High(l) if *l < c.current.high)));
     }
 }
 

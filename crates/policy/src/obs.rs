@@ -48,6 +48,10 @@ impl Default for ParentObs {
 pub struct CgroupObs {
     /// Path relative to `cgroup_root`, e.g. `"batch/job-7"`; the key for all engine state.
     pub id: String,
+    /// The kernel's cgroup id (the directory's inode); 0 when unknown. A cgroup whose id
+    /// changes under the same path was removed and re-created: it is treated as a new one.
+    #[serde(default)]
+    pub cgroup_id: u64,
     /// From `Tiers::classify(id)`; cgroups matching no tier should not be passed. A cgroup
     /// whose tier changes is treated as a new cgroup. An out-of-range index is ignored.
     pub tier: TierIndex,
@@ -89,6 +93,7 @@ impl CgroupObs {
     pub fn new(id: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
         CgroupObs {
             id: id.into(),
+            cgroup_id: 0,
             tier,
             usage_bytes,
             working_set_bytes: None,

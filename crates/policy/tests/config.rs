@@ -1,6 +1,6 @@
 //! Config parsing: defaults, the example file, and errors that point at file:line:col + field.
 
-use memqos_policy::{Config, Policy, Protect, Signals, TierIndex};
+use memqos_policy::{Config, Policy, Protect, Signals, StallAction, StallBound, TierIndex};
 
 const ROOT: &str = "cgroup_root = \"/sys/fs/cgroup/agents\"\n";
 
@@ -84,6 +84,21 @@ fn oom_score_adj_is_per_tier_and_optional() {
 }
 
 #[test]
+fn stall_bound_defaults_on_throttle_tiers_and_is_configurable() {
+    let cfg = Config::from_str(
+        &format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"]\nthrottle = true\n[[tier]]\nname = \"b\"\nmatch = [\"**\"]\nthrottle = true\nstall = {{ after_ms = 5000, action = \"kill\" }}\n[policy]\nstall_psi_full_avg10 = 60\n"),
+        "m.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.tiers.get(TierIndex(0)).unwrap().stall,
+        StallBound { after_ms: 30_000, action: StallAction::Relieve }
+    );
+    assert_eq!(cfg.tiers.get(TierIndex(1)).unwrap().stall, StallBound { after_ms: 5_000, action: StallAction::Kill });
+    assert_eq!(cfg.policy.stall_psi_full_avg10, 60.0);
+}
+
+#[test]
 fn classify_first_match_wins() {
     let text = format!(
         "{ROOT}[[tier]]\nname = \"critical\"\nmatch = [\"high*\", \"prod/*\"]\n[[tier]]\nname = \"batch\"\nmatch = [\"*\"]\n[[tier]]\nname = \"deep\"\nmatch = [\"**\"]\n"
@@ -108,7 +123,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `xattr`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -138,6 +153,10 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}oom_score_adj = -1000\n"), "memqos.toml:5:17: tier[0].oom_score_adj: -1000 exempts the processes from the OOM killer entirely, and a memcg OOM with nothing killable stalls the charging task instead; use -999"),
         (format!("{ROOT}{tier}oom_score_adj = 1001\n"), "memqos.toml:5:17: tier[0].oom_score_adj: 1001 is out of range -999..=1000"),
         (format!("{ROOT}{tier}cpu_weight = 0\n"), "memqos.toml:5:14: tier[0].cpu_weight: 0 is out of range 1..=10000 (cgroup v2 cpu.weight; the default is 100)"),
+        (format!("{ROOT}{tier}stall = {{ after_ms = 5000 }}\n"), "memqos.toml:5:9: tier[0].stall: needs throttle = true (memqos bounds the stalls its own memory.high causes)"),
+        (format!("{ROOT}{tier}throttle = true\nstall = {{ after_ms = 10 }}\n"), "memqos.toml:6:22: tier[0].stall.after_ms: 10 is out of range 1000..=86400000"),
+        (format!("{ROOT}{tier}throttle = true\nstall = {{ action = \"freeze\" }}\n"), "memqos.toml:6:20: tier[0].stall: unknown variant `freeze`, expected `relieve` or `kill`"),
+        (format!("{ROOT}{tier}[policy]\nstall_psi_full_avg10 = 0.0\n"), "memqos.toml:6:24: policy.stall_psi_full_avg10: 0 is out of range (0, 100]"),
     ];
     for (text, want) in cases {
         assert_eq!(err(&text), want, "config:\n{text}");

@@ -8,7 +8,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::Source;
-use super::{Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, Tier, Tiers};
+use super::{
+    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction, StallBound,
+    Tier, Tiers,
+};
 use crate::size::{parse_size, ByteSize};
 
 #[derive(Deserialize)]
@@ -55,7 +58,15 @@ struct RawTier {
     dirty: Option<RawDirty>,
     oom_score_adj: Option<Spanned<i64>>,
     cpu_weight: Option<Spanned<i64>>,
+    stall: Option<Spanned<RawStall>>,
     xattr: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStall {
+    after_ms: Option<Spanned<u64>>,
+    action: Option<StallAction>,
 }
 
 #[derive(Deserialize)]
@@ -167,6 +178,7 @@ struct RawPolicy {
     min_write_interval_ms: Option<Spanned<u64>>,
     freeze_after_ms: Option<Spanned<u64>>,
     kill_after_ms: Option<Spanned<u64>>,
+    stall_psi_full_avg10: Option<Spanned<f64>>,
     ws_window_ms: Option<Spanned<u64>>,
     ws_margin: Option<Spanned<f64>>,
     ws_granularity: Option<Spanned<ByteSize>>,
@@ -321,6 +333,30 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             }
         };
         let xattrs = xattrs(src, i, t.xattr)?;
+        let stall = match t.stall {
+            None => StallBound::default(),
+            Some(s) if !throttle => {
+                return Err(at(
+                    s.span(),
+                    "stall",
+                    "needs throttle = true (memqos bounds the stalls its own memory.high causes)".into(),
+                ))
+            }
+            Some(s) => {
+                let s = s.into_inner();
+                let d = StallBound::default();
+                StallBound {
+                    after_ms: int(
+                        src,
+                        s.after_ms,
+                        &format!("tier[{i}].stall.after_ms"),
+                        d.after_ms,
+                        1_000..=86_400_000,
+                    )?,
+                    action: s.action.unwrap_or(d.action),
+                }
+            }
+        };
         tiers.push(Tier {
             name: name.to_string(),
             patterns: t.patterns.into_inner().into_iter().map(Spanned::into_inner).collect(),
@@ -332,6 +368,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             oom_score_adj,
             cpu_weight,
             xattrs,
+            stall,
         });
         matchers.push(set);
     }
@@ -400,6 +437,14 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
         )?,
         freeze_after_ms: int(src, r.freeze_after_ms, &f("freeze_after_ms"), d.freeze_after_ms, 1..=86_400_000)?,
         kill_after_ms: int(src, r.kill_after_ms, &f("kill_after_ms"), d.kill_after_ms, 1..=86_400_000)?,
+        stall_psi_full_avg10: ratio(
+            src,
+            r.stall_psi_full_avg10,
+            &f("stall_psi_full_avg10"),
+            d.stall_psi_full_avg10,
+            (0.0, 100.0),
+            true,
+        )?,
         ws_window_ms: int(src, r.ws_window_ms, &f("ws_window_ms"), d.ws_window_ms, 1..=86_400_000)?,
         ws_margin: margin(src, r.ws_margin, &f("ws_margin"), d.ws_margin)?,
         ws_granularity: size(src, r.ws_granularity, &f("ws_granularity"), d.ws_granularity, 4096)?,

@@ -11,6 +11,8 @@ use crate::obs::Knobs;
 #[derive(Debug)]
 pub(crate) struct CgState {
     pub tier: TierIndex,
+    /// The kernel's id of the cgroup this state is about (see `CgroupObs::cgroup_id`).
+    pub cgroup_id: u64,
     pub ws: WindowMax,
     /// Last write time per knob, indexed by `Knob as usize`.
     last_write: [Option<u64>; 5],
@@ -23,8 +25,16 @@ pub(crate) struct CgState {
 }
 
 impl CgState {
-    pub fn new(tier: TierIndex, window_ms: u64, original: Knobs, current: Knobs) -> CgState {
-        CgState { tier, ws: WindowMax::new(window_ms), last_write: [None; 5], frozen_by: None, original, current }
+    pub fn new(tier: TierIndex, cgroup_id: u64, window_ms: u64, original: Knobs, current: Knobs) -> CgState {
+        CgState {
+            tier,
+            cgroup_id,
+            ws: WindowMax::new(window_ms),
+            last_write: [None; 5],
+            frozen_by: None,
+            original,
+            current,
+        }
     }
 
     /// True unless this knob was written less than `interval_ms` ago.
@@ -101,7 +111,7 @@ mod tests {
 
     #[test]
     fn rate_limit_per_knob() {
-        let mut s = CgState::new(TierIndex(0), 1000, Knobs::default(), Knobs::default());
+        let mut s = CgState::new(TierIndex(0), 0, 1000, Knobs::default(), Knobs::default());
         assert!(s.may_write(Knob::High, 0, 1000));
         s.wrote(Action::High(crate::Limit::Bytes(1)), 100);
         assert!(!s.may_write(Knob::High, 1099, 1000));

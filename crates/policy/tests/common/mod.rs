@@ -73,6 +73,8 @@ impl Sim {
 
     pub fn remove(&mut self, id: &str) {
         self.cgs.remove(id);
+        // A cgroup created later under this name is another cgroup: no rate limit carried.
+        self.last_write.retain(|(c, _), _| c != id);
     }
 
     pub fn cg(&mut self, id: &str) -> &mut CgroupObs {
@@ -154,7 +156,10 @@ impl Sim {
                         assert!(!matches!(d.reason, Reason::Release { .. } | Reason::Restore), "{at}");
                     } else {
                         assert!(l <= c.original.high, "raised above the original: {at}");
-                        assert!(matches!(d.reason, Reason::Release { .. }), "raise without release: {at}");
+                        assert!(
+                            matches!(d.reason, Reason::Release { .. } | Reason::StallBound { .. }),
+                            "raise without release or stall bound: {at}"
+                        );
                     }
                 }
                 Action::Low(l) => {
@@ -171,7 +176,14 @@ impl Sim {
                 Action::Freeze(false) => {
                     assert!(!seen_other, "thaw after another write in one tick: {at}")
                 }
-                Action::Kill => assert!(tier.kill, "killed in a tier without kill = true: {at}"),
+                Action::Kill => {
+                    let stall_kill = matches!(d.reason, Reason::StallBound { .. })
+                        && tier.stall.action == memqos_policy::StallAction::Kill;
+                    assert!(
+                        tier.kill || stall_kill,
+                        "killed in a tier without kill = true or stall.action = \"kill\": {at}"
+                    )
+                }
             }
             if d.action != Action::Freeze(false) {
                 seen_other = true;

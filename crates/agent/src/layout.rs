@@ -1,0 +1,337 @@
+//! Where sessions and tool calls live under the managed root, and the checks that the root can
+//! hold them.
+//!
+//! ```text
+//! <root>/<session>/runtime        the agent runtime (`memqos run --runtime`), protected tier
+//! <root>/<session>/<tier>.<pid>   one cgroup per tool call, e.g. tool.4711, tool-low.4712
+//! ```
+//!
+//! The session cgroup holds no process itself (cgroup v2's no-internal-process rule: a cgroup
+//! that gives controllers to its children may not hold tasks), only the runtime and the calls.
+//! The tier is in the call's name so that a daemon config's globs (`*/tool-low.*`) place it
+//! without any other state; the pid makes the name unique while the call runs.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use memqos_cgroupfs::Cgroup;
+
+use crate::error::SetupError;
+
+/// Name of the agent runtime's cgroup inside a session.
+pub const RUNTIME: &str = "runtime";
+
+/// Controllers a session hands to its runtime and calls when the root has them.
+const SESSION_CONTROLLERS: [&str; 4] = ["memory", "cpu", "io", "pids"];
+
+/// CGROUP2_SUPER_MAGIC from linux/magic.h.
+const CGROUP2_MAGIC: i64 = 0x6367_7270;
+
+/// The managed root, checked to be a cgroup v2 directory with the memory controller given to
+/// its children.
+#[derive(Clone, Debug)]
+pub struct Root {
+    cg: Cgroup,
+}
+
+impl Root {
+    /// Opens `path` and checks, in this order: it exists, it is on a cgroup2 filesystem, the
+    /// memory controller is available in it and enabled for its children.
+    pub fn open(path: &Path) -> Result<Root, SetupError> {
+        Self::open_with(path, true)
+    }
+
+    /// [`Root::open`] without the filesystem check, for fake trees in tests.
+    pub fn open_unchecked_fs(path: &Path) -> Result<Root, SetupError> {
+        Self::open_with(path, false)
+    }
+
+    fn open_with(path: &Path, check_fs: bool) -> Result<Root, SetupError> {
+        if !path.is_dir() {
+            return Err(SetupError::RootMissing { root: path.to_owned() });
+        }
+        if check_fs {
+            let magic =
+                fs_magic(path).map_err(|e| SetupError::Io { what: format!("statfs {}", path.display()), source: e })?;
+            if magic != CGROUP2_MAGIC {
+                return Err(SetupError::NotCgroup2 { root: path.to_owned(), magic });
+            }
+        }
+        let cg = Cgroup::new(path);
+        let controllers = cg.controllers().map_err(SetupError::Cgroup)?;
+        if !controllers.iter().any(|c| c == "memory") {
+            return Err(SetupError::MemoryUnavailable { root: path.to_owned() });
+        }
+        let enabled = cg.subtree_control().map_err(SetupError::Cgroup)?;
+        if !enabled.iter().any(|c| c == "memory") {
+            return Err(SetupError::MemoryNotDelegated { root: path.to_owned() });
+        }
+        Ok(Root { cg })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.cg.path()
+    }
+
+    /// The session's cgroup, created (with controllers for its children) if missing.
+    /// Concurrent calls of the same session may race here: an existing directory and an
+    /// already enabled controller are both fine.
+    pub fn session(&self, name: &str) -> Result<Cgroup, SetupError> {
+        check_name("session", name)?;
+        let s = self.cg.child(name);
+        s.create().map_err(SetupError::Cgroup)?;
+        let available = s.controllers().map_err(SetupError::Cgroup)?;
+        let enabled = s.subtree_control().map_err(SetupError::Cgroup)?;
+        let missing: Vec<&str> = SESSION_CONTROLLERS
+            .into_iter()
+            .filter(|c| available.iter().any(|a| a == c) && !enabled.iter().any(|e| e == c))
+            .collect();
+        if !missing.is_empty() {
+            s.enable_controllers(&missing).map_err(SetupError::Cgroup)?;
+        }
+        Ok(s)
+    }
+}
+
+/// Creates `<session>/<tier>.<pid>` (with a `-N` suffix if a leftover of the same name
+/// exists) and returns it. A new directory every time: two live calls never share one.
+pub fn create_call(session: &Cgroup, tier: &str, pid: u32) -> Result<Cgroup, SetupError> {
+    check_name("tier", tier)?;
+    for n in 0..100u32 {
+        let name = if n == 0 { format!("{tier}.{pid}") } else { format!("{tier}.{pid}-{n}") };
+        let cg = session.child(&name);
+        match std::fs::create_dir(cg.path()) {
+            Ok(()) => return Ok(cg),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(SetupError::Io { what: format!("mkdir {}", cg.path().display()), source: e }),
+        }
+    }
+    Err(SetupError::Io {
+        what: format!("mkdir {}/{tier}.{pid}-*", session.path().display()),
+        source: std::io::Error::from_raw_os_error(libc::EEXIST),
+    })
+}
+
+/// The runtime's cgroup of a session (shared if several runtimes start in one session).
+pub fn runtime(session: &Cgroup) -> Result<Cgroup, SetupError> {
+    let cg = session.child(RUNTIME);
+    cg.create().map_err(SetupError::Cgroup)?;
+    Ok(cg)
+}
+
+/// Call cgroups of a session whose creator is dead and in which nothing runs (a `memqos run`
+/// that was SIGKILLed, or a call whose background processes have since ended): what
+/// [`sweep`] removes. A cgroup whose cgroup.events cannot be read counts as populated.
+pub fn leftovers(session: &Cgroup, alive: impl Fn(u32) -> bool) -> Vec<Cgroup> {
+    let Ok(children) = session.children() else {
+        return Vec::new();
+    };
+    children
+        .into_iter()
+        .filter(|cg| {
+            let name = cg.path().file_name().and_then(|n| n.to_str()).unwrap_or("");
+            creator_pid(name).is_some_and(|pid| !alive(pid)) && !cg.is_populated().unwrap_or(true)
+        })
+        .collect()
+}
+
+/// Removes [`leftovers`]; returns how many. Errors are ignored: a concurrent call may sweep
+/// the same cgroup, or a process may have entered it meanwhile (rmdir then fails with EBUSY).
+pub fn sweep(session: &Cgroup) -> usize {
+    leftovers(session, pid_alive).iter().filter(|cg| cg.remove().is_ok()).count()
+}
+
+/// The pid in a call cgroup's name `<tier>.<pid>` or `<tier>.<pid>-<n>`.
+pub fn creator_pid(name: &str) -> Option<u32> {
+    let (_, rest) = name.rsplit_once('.')?;
+    let digits = rest.split('-').next()?;
+    digits.parse().ok()
+}
+
+/// True if a process with this pid exists (it may be a recycled pid: then a sweep waits).
+pub fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Session and tier names become path components and glob targets: keep them plain.
+pub fn check_name(what: &'static str, name: &str) -> Result<(), SetupError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !(what == "tier" && (name.contains('.') || name == RUNTIME));
+    if ok {
+        Ok(())
+    } else {
+        Err(SetupError::BadName { what, name: name.to_owned() })
+    }
+}
+
+/// Where this process already is, relative to the managed root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Position {
+    /// Not below the root.
+    Outside,
+    /// In a session's runtime cgroup: calls it starts belong to that session.
+    Runtime { session: String },
+    /// Inside a tool call (a nested `memqos run`, e.g. `make` running recipe lines through
+    /// SHELL=memqos-shell): the command stays in the outer call's cgroup.
+    Call { session: String, call: String },
+}
+
+/// Finds this process's place from the text of /proc/self/cgroup (the `0::/path` line) and
+/// /proc/self/mountinfo (where cgroup2 is mounted).
+pub fn position(root: &Path, proc_cgroup: &str, mountinfo: &str) -> Position {
+    let Some(rel) = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return Position::Outside;
+    };
+    let Some(mount) = cgroup2_mount_for(root, mountinfo) else {
+        return Position::Outside;
+    };
+    let me = mount.join(rel.trim().trim_start_matches('/'));
+    let Ok(below) = me.strip_prefix(root) else {
+        return Position::Outside;
+    };
+    let parts: Vec<&str> = below.iter().filter_map(|p| p.to_str()).collect();
+    match parts.as_slice() {
+        [session, RUNTIME, ..] => Position::Runtime { session: session.to_string() },
+        [session, call, ..] => Position::Call { session: session.to_string(), call: call.to_string() },
+        _ => Position::Outside,
+    }
+}
+
+/// The mount point of the cgroup2 filesystem that contains `root` (the longest match).
+fn cgroup2_mount_for(root: &Path, mountinfo: &str) -> Option<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            // Fields: id parent major:minor root mountpoint options [optional...] - fstype ...
+            let (pre, post) = l.split_once(" - ")?;
+            if post.split_whitespace().next()? != "cgroup2" {
+                return None;
+            }
+            Some(PathBuf::from(unescape_octal(pre.split_whitespace().nth(4)?)))
+        })
+        .filter(|m| root.starts_with(m))
+        .max_by_key(|m| m.as_os_str().len())
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_octal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn fs_magic(path: &Path) -> std::io::Result<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: statfs fills the zeroed struct; the path is a valid C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between libcs.
+    Ok(st.f_type as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{fake_root, fake_session};
+
+    #[test]
+    fn root_checks_name_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = Root::open_unchecked_fs(&dir.path().join("nope")).unwrap_err().to_string();
+        assert!(missing.contains("nope") && missing.contains("does not exist"), "{missing}");
+
+        // The host's /tmp is not cgroup2.
+        let not_v2 = Root::open(dir.path()).unwrap_err().to_string();
+        assert!(not_v2.contains("not a cgroup v2"), "{not_v2}");
+
+        std::fs::write(dir.path().join("cgroup.controllers"), "cpu io\n").unwrap();
+        std::fs::write(dir.path().join("cgroup.subtree_control"), "").unwrap();
+        let unavailable = Root::open_unchecked_fs(dir.path()).unwrap_err().to_string();
+        assert!(unavailable.contains("memory controller is not available"), "{unavailable}");
+
+        std::fs::write(dir.path().join("cgroup.controllers"), "cpu io memory\n").unwrap();
+        let not_delegated = Root::open_unchecked_fs(dir.path()).unwrap_err().to_string();
+        assert!(
+            not_delegated.contains("+memory") && not_delegated.contains("cgroup.subtree_control"),
+            "{not_delegated}"
+        );
+
+        std::fs::write(dir.path().join("cgroup.subtree_control"), "memory\n").unwrap();
+        Root::open_unchecked_fs(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn session_gets_controllers_and_calls_get_unique_names() {
+        let (_dir, root) = fake_root();
+        let s = fake_session(&root, "s1");
+        assert_eq!(std::fs::read_to_string(s.path().join("cgroup.subtree_control")).unwrap(), "+memory +cpu +pids");
+
+        let a = create_call(&s, "tool", 42).unwrap();
+        let b = create_call(&s, "tool", 42).unwrap();
+        assert!(a.path().ends_with("s1/tool.42") && b.path().ends_with("s1/tool.42-1"), "{a:?} {b:?}");
+        assert_eq!(creator_pid("tool.42-1"), Some(42));
+        assert_eq!(creator_pid("tool-low.7"), Some(7));
+        assert_eq!(creator_pid(RUNTIME), None);
+
+        assert!(root.session("../x").unwrap_err().to_string().contains("session name"));
+        assert!(create_call(&s, "a.b", 1).is_err() && create_call(&s, RUNTIME, 1).is_err());
+    }
+
+    #[test]
+    fn leftovers_are_dead_and_empty_calls_only() {
+        let (_dir, root) = fake_root();
+        let s = fake_session(&root, "s");
+        for (name, events) in [
+            ("tool.10", Some("0")),
+            ("tool.11", Some("1")),
+            ("tool.12", Some("0")),
+            ("tool.13", None),
+            ("runtime", Some("0")),
+        ] {
+            std::fs::create_dir(s.path().join(name)).unwrap();
+            if let Some(p) = events {
+                std::fs::write(s.path().join(name).join("cgroup.events"), format!("populated {p}\nfrozen 0\n"))
+                    .unwrap();
+            }
+        }
+        // tool.11 is populated, tool.12's creator is alive, tool.13 cannot be read, the
+        // runtime has no creator.
+        let found: Vec<_> = leftovers(&s, |pid| pid == 12).iter().map(|c| c.path().to_owned()).collect();
+        assert_eq!(found, vec![s.path().join("tool.10")]);
+    }
+
+    #[test]
+    fn position_from_proc_files() {
+        let mountinfo = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n30 23 0:27 / /sys/fs/cgroup/unified rw - cgroup2 none rw\n";
+        let root = Path::new("/sys/fs/cgroup/agents");
+        assert_eq!(position(root, "0::/agents/s1/runtime\n", mountinfo), Position::Runtime { session: "s1".into() });
+        assert_eq!(
+            position(root, "0::/agents/s1/tool.5\n", mountinfo),
+            Position::Call { session: "s1".into(), call: "tool.5".into() }
+        );
+        assert_eq!(position(root, "0::/agents/s1\n", mountinfo), Position::Outside);
+        assert_eq!(position(root, "0::/user.slice\n", mountinfo), Position::Outside);
+        assert_eq!(position(root, "12:memory:/x\n", mountinfo), Position::Outside);
+        // A root under a v1 mount point only: no cgroup2 mount contains it.
+        assert_eq!(position(Path::new("/cg/agents"), "0::/agents/s/runtime\n", mountinfo), Position::Outside);
+        assert_eq!(unescape_octal("/a\\040b"), "/a b");
+    }
+}

@@ -1,0 +1,252 @@
+//! `memqos run`: set up the call's cgroup, run the command in it, report, clean up.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_policy::Config;
+
+use crate::error::SetupError;
+use crate::hint::{resolve_tier, Hint};
+use crate::layout::{self, Position, Root, RUNTIME};
+use crate::report::{self, Ancestry, CallInfo};
+use crate::spawn::{self, SpawnMode};
+
+/// The default managed root, as in the daemon's example config.
+pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup/agents";
+/// The session of a call started outside any session with no --session or $MEMQOS_SESSION.
+pub const DEFAULT_SESSION: &str = "default";
+
+/// What to run and how; the CLI's arguments with the environment already applied.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    /// `--root`: the managed root (else the config's `cgroup_root`, else $MEMQOS_ROOT).
+    pub root: Option<PathBuf>,
+    /// `--config`: a daemon config; gives the root and lets the tier be checked.
+    pub config: Option<PathBuf>,
+    pub session: Option<String>,
+    pub tier: Option<String>,
+    pub hint: Option<String>,
+    /// `--max`: memory.max of the call's cgroup.
+    pub max: Option<String>,
+    /// `--runtime`: run the agent runtime itself in `<session>/runtime`.
+    pub runtime: bool,
+    /// `--json`: the call's report as one JSON line on stderr.
+    pub json: bool,
+    /// `--stats`: a one-line summary on stderr.
+    pub stats: bool,
+    pub command: Vec<OsString>,
+}
+
+/// Runs the request; returns the exit status to exit with. Errors are printed on stderr.
+pub fn run(req: &Request) -> u8 {
+    let fallback = std::env::var("MEMQOS_FALLBACK").is_ok_and(|v| v == "exec");
+    match prepare(req) {
+        Ok(Prepared::Nested) => exec_here(&req.command),
+        Ok(Prepared::Call(call)) => call.run(req),
+        Err(e) if fallback => {
+            eprintln!("memqos run: {e}; running the command without a cgroup (MEMQOS_FALLBACK=exec)");
+            exec_here(&req.command)
+        }
+        Err(e) => {
+            eprintln!("memqos run: {e}");
+            125
+        }
+    }
+}
+
+enum Prepared {
+    /// Already inside a tool call: run the command there, in the outer call's cgroup.
+    Nested,
+    Call(Call),
+}
+
+/// A created call cgroup, ready for the command.
+struct Call {
+    root: PathBuf,
+    session: String,
+    tier: String,
+    cg: Cgroup,
+    hint_bytes: Option<u64>,
+    before: Ancestry,
+}
+
+fn prepare(req: &Request) -> Result<Prepared, SetupError> {
+    if req.command.is_empty() {
+        return Err(SetupError::Usage("no command given: memqos run [OPTIONS] -- CMD [ARGS...]".into()));
+    }
+    let hint = req.hint.as_deref().map(Hint::parse).transpose()?;
+    let max = req
+        .max
+        .as_deref()
+        .map(|m| memqos_policy::size::parse_size(m).map_err(|e| SetupError::Usage(format!("--max: {e}"))))
+        .transpose()?;
+    if req.runtime && (req.tier.is_some() || hint.is_some()) {
+        return Err(SetupError::Usage(
+            "--runtime runs the agent runtime in <session>/runtime: it takes no --tier or --hint".into(),
+        ));
+    }
+    let tier = if req.runtime { RUNTIME.to_owned() } else { resolve_tier(req.tier.as_deref(), hint)? };
+    let (root_path, config) = resolve_root(req)?;
+    let root = Root::open(&root_path)?;
+
+    let proc_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let pos = layout::position(root.path(), &proc_cgroup, &mountinfo);
+    if matches!(pos, Position::Call { .. }) && !req.runtime {
+        return Ok(Prepared::Nested);
+    }
+    let session_name = req
+        .session
+        .clone()
+        .or(match &pos {
+            Position::Runtime { session } | Position::Call { session, .. } => Some(session.clone()),
+            Position::Outside => None,
+        })
+        .or_else(|| std::env::var("MEMQOS_SESSION").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
+    let session = root.session(&session_name)?;
+    let cg = if req.runtime {
+        layout::runtime(&session)?
+    } else {
+        layout::sweep(&session);
+        layout::create_call(&session, &tier, std::process::id())?
+    };
+    let call = Call {
+        root: root.path().to_owned(),
+        session: session_name,
+        tier,
+        before: Ancestry::read(&cg),
+        cg,
+        hint_bytes: hint.and_then(Hint::low_bytes),
+    };
+    if let Some(cfg) = &config {
+        call.check_tier(cfg.0.as_path(), &cfg.1);
+    }
+    let knobs = [("memory.low", call.hint_bytes), ("memory.max", max)];
+    for (file, value) in knobs {
+        if let Some(b) = value {
+            if let Err(e) = call.cg.set_limit(file, Limit::Bytes(b)) {
+                call.remove();
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(Prepared::Call(call))
+}
+
+/// The root from --root, --config, $MEMQOS_ROOT, $MEMQOS_CONFIG, or the default; the config
+/// too when one was named.
+fn resolve_root(req: &Request) -> Result<(PathBuf, Option<(PathBuf, Config)>), SetupError> {
+    let config_path =
+        req.config.clone().or_else(|| std::env::var_os("MEMQOS_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from));
+    let config = match config_path {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| SetupError::Io { what: format!("reading config {}", p.display()), source: e })?;
+            let cfg =
+                Config::from_str(&text, &p.display().to_string()).map_err(|e| SetupError::Usage(e.to_string()))?;
+            Some((p, cfg))
+        }
+        None => None,
+    };
+    let root = req
+        .root
+        .clone()
+        .or_else(|| config.as_ref().map(|c| c.1.cgroup_root.clone()))
+        .or_else(|| std::env::var_os("MEMQOS_ROOT").filter(|v| !v.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+    Ok((root, config))
+}
+
+impl Call {
+    /// Warns when the daemon config would place the call in another tier than asked for:
+    /// the call still runs, but the operator should know its globs do not match.
+    fn check_tier(&self, file: &Path, cfg: &Config) {
+        let rel = self.cg.path().strip_prefix(&self.root).unwrap_or(self.cg.path()).display().to_string();
+        let got = cfg.tiers.classify(&rel).and_then(|i| cfg.tiers.get(i)).map(|t| t.name.as_str());
+        if got != Some(self.tier.as_str()) {
+            eprintln!(
+                "memqos run: warning: {rel} is in tier {} of {}, not {:?}: add a pattern such as \"*/{}.*\" to that tier's match",
+                got.map_or("none".to_owned(), |g| format!("{g:?}")),
+                file.display(),
+                self.tier,
+                self.tier
+            );
+        }
+    }
+
+    fn run(self, req: &Request) -> u8 {
+        let env = [
+            ("MEMQOS_ROOT".to_owned(), self.root.display().to_string()),
+            ("MEMQOS_SESSION".to_owned(), self.session.clone()),
+            ("MEMQOS_CGROUP".to_owned(), self.cg.path().display().to_string()),
+        ];
+        let (exit, wall) = match spawn::run_in(self.cg.path(), &req.command, &env, SpawnMode::IntoCgroup) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("memqos run: {e}");
+                self.remove();
+                return e.shell_code();
+            }
+        };
+        let mut r = report::collect(&CallInfo {
+            call: &self.cg,
+            session: &self.session,
+            tier: &self.tier,
+            root: &self.root,
+            exit,
+            wall_ms: wall.as_millis() as u64,
+            hint_bytes: self.hint_bytes,
+            before: &self.before,
+        });
+        r.kept = !self.remove();
+        let command = req.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
+        let mut err = std::io::stderr().lock();
+        let mut text = report::oom_text(&r, &command);
+        if req.stats {
+            text.push_str(&report::stats_text(&r));
+        }
+        if req.json {
+            text.push_str(&serde_json::to_string(&r).unwrap_or_default());
+            text.push('\n');
+        }
+        let _ = err.write_all(text.as_bytes());
+        r.status
+    }
+
+    /// Removes the call's cgroup unless processes still run in it (a command that left
+    /// background processes behind); returns whether it is gone. The runtime's cgroup may be
+    /// shared by several runtimes of one session: it stays while any runs.
+    fn remove(&self) -> bool {
+        for _ in 0..20 {
+            if self.cg.is_populated().unwrap_or(false) {
+                return false;
+            }
+            match self.cg.remove() {
+                Ok(()) => return true,
+                Err(e) if e.is_vanished() => return true,
+                // EBUSY right after the last exit: the kernel is still unlinking the task.
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        false
+    }
+}
+
+/// Replaces this process with the command (nested calls and the fallback).
+fn exec_here(command: &[OsString]) -> u8 {
+    use std::os::unix::process::CommandExt;
+    if command.is_empty() {
+        return 125;
+    }
+    let err = std::process::Command::new(&command[0]).args(&command[1..]).exec();
+    eprintln!("memqos run: {}: {err}", command[0].to_string_lossy());
+    if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}

@@ -1,0 +1,38 @@
+//! The session layout's daemon config (`session.example.toml` next to this crate's
+//! Cargo.toml) agrees with `memqos run`'s naming: every hint lands in the tier of its name.
+
+/// The example config's text (docs/agent-hosts.md shows it; a test checks it).
+pub const SESSION_EXAMPLE: &str = include_str!("../session.example.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hint::{resolve_tier, Hint};
+    use crate::layout::RUNTIME;
+    use memqos_policy::{Config, Protect, StallAction};
+
+    #[test]
+    fn hints_runtime_and_strays_classify_into_the_right_tiers() {
+        let cfg = Config::from_str(SESSION_EXAMPLE, "session.example.toml").unwrap();
+        let tier_of = |rel: &str| {
+            let i = cfg.tiers.classify(rel).unwrap_or_else(|| panic!("{rel} matches no tier"));
+            cfg.tiers.get(i).unwrap().clone()
+        };
+        let runtime = tier_of(&format!("s1/{RUNTIME}"));
+        assert_eq!(
+            (runtime.name.as_str(), runtime.protect, runtime.oom_score_adj),
+            ("runtime", Protect::Low, Some(-900))
+        );
+        for hint in [None, Some(Hint::Low), Some(Hint::Medium), Some(Hint::High), Some(Hint::Size(1 << 30))] {
+            let tier = resolve_tier(None, hint).unwrap();
+            let got = tier_of(&format!("agent-7/{tier}.4711"));
+            assert_eq!(got.name, tier, "hint {hint:?}");
+            assert!(got.throttle && !got.is_protected(), "tool calls are best-effort: {got:?}");
+            assert_eq!(tier_of(&format!("agent-7/{tier}.4711-2")).name, tier);
+        }
+        // Whatever else appears under the root is the lowest tier, never the runtime's.
+        assert_eq!(tier_of("stray").name, "tool-low");
+        assert_eq!(tier_of("s1/runtime-not").name, "tool-low");
+        assert_eq!(tier_of("s1/tool-low.9").stall.action, StallAction::Kill);
+    }
+}

@@ -1,0 +1,291 @@
+//! The one place memqos writes: every knob kind (memory.high/low/min, cgroup.freeze,
+//! cgroup.kill, cpu.weight, oom_score_adj, the dirty-derived memory.high) goes through
+//! [`Actuator::apply`], which for a batch of requests
+//! 1. reads each knob's current value and stages the original of knobs not yet journaled,
+//! 2. makes the journal durable (one append and one fsync for the whole batch),
+//! 3. writes each value through a directory fd opened beneath the cgroup root (cached per
+//!    cgroup id; a process's through its /proc/PID dir fd), never following a symlink,
+//! 4. emits one typed [`WriteEvent`] per write.
+//!
+//! In a dry run the actuator decides nothing differently but writes nothing, journal
+//! included: it logs each write it would make, with the value found and the reason (a write
+//! repeated with the same value is logged once).
+//!
+//! The actuator is also the restore guard: dropping it without [`Actuator::restore`] (a
+//! panic unwinding through the daemon) restores the journal.
+
+use crate::beneath::{self, CgroupId, FileError, OpenError, Root};
+use crate::events::{Event, EventLog, Outcome, WriteEvent};
+use crate::journal::{Entry, Journal, Key, Process, RestoreReport};
+use anyhow::Result;
+use memqos_policy::Reason;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+
+/// What a write is aimed at.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    Cgroup {
+        path: String,
+        id: CgroupId,
+    },
+    /// A process found in cgroup `cgroup` (for the log and the journal; "" if it left).
+    Process {
+        cgroup: String,
+        cgroup_id: CgroupId,
+        process: Process,
+    },
+}
+
+impl Target {
+    fn key(&self, file: &str) -> Key {
+        match self {
+            Target::Cgroup { id, .. } => Key::Cgroup(*id, file.to_owned()),
+            Target::Process { process, .. } => Key::Process(*process, file.to_owned()),
+        }
+    }
+
+    fn cgroup(&self) -> (&str, CgroupId) {
+        match self {
+            Target::Cgroup { path, id } => (path, *id),
+            Target::Process { cgroup, cgroup_id, .. } => (cgroup, *cgroup_id),
+        }
+    }
+}
+
+/// One write to make.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub target: Target,
+    pub file: &'static str,
+    pub value: String,
+    /// The engine's reason, when it decided the write.
+    pub reason: Option<Reason>,
+    /// The reason as a sentence, for the log.
+    pub why: String,
+    /// Journal this as the original instead of the value found (a child that inherited an
+    /// oom_score_adj memqos had set on its parent).
+    pub original: Option<String>,
+    /// This write puts the original back: its journal entry is dropped afterwards.
+    pub restores: bool,
+}
+
+impl Request {
+    pub fn new(target: Target, file: &'static str, value: impl Into<String>, why: impl Into<String>) -> Request {
+        Request { target, file, value: value.into(), reason: None, why: why.into(), original: None, restores: false }
+    }
+}
+
+pub struct Actuator {
+    root: Root,
+    dirs: HashMap<CgroupId, OwnedFd>,
+    journal: Journal,
+    pub log: EventLog,
+    dry_run: bool,
+    dry_logged: HashMap<Key, String>,
+    restored: bool,
+}
+
+enum Dir {
+    Cgroup(CgroupId),
+    Process(OwnedFd),
+}
+
+impl Actuator {
+    pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
+        Actuator { root, dirs: HashMap::new(), journal, log, dry_run, dry_logged: HashMap::new(), restored: false }
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    pub fn emit(&mut self, event: Event) {
+        self.log.emit(event);
+    }
+
+    /// The cached directory fd of a cgroup, opened beneath the root on first use.
+    fn dir(&mut self, path: &str, id: CgroupId) -> Result<&OwnedFd, OpenError> {
+        if !self.dirs.contains_key(&id) {
+            let (fd, _) = self.root.open_dir(path, Some(id))?;
+            self.dirs.insert(id, fd);
+        }
+        Ok(&self.dirs[&id])
+    }
+
+    fn open(&mut self, target: &Target) -> Result<Dir, Outcome> {
+        match target {
+            Target::Cgroup { path, id } => match self.dir(path, *id) {
+                Ok(_) => Ok(Dir::Cgroup(*id)),
+                Err(OpenError::Vanished) => Err(Outcome::Vanished),
+                Err(e) => Err(Outcome::Error(format!("cgroup {path}: {e}"))),
+            },
+            Target::Process { process, .. } => match beneath::open_process(process.pid, process.start_time) {
+                Ok(fd) => Ok(Dir::Process(fd)),
+                Err(FileError::Vanished) => Err(Outcome::Vanished),
+                Err(FileError::Io(e)) => Err(Outcome::Error(format!("/proc/{}: {e}", process.pid))),
+            },
+        }
+    }
+
+    fn fd<'a>(&'a self, dir: &'a Dir) -> &'a OwnedFd {
+        match dir {
+            Dir::Cgroup(id) => &self.dirs[id],
+            Dir::Process(fd) => fd,
+        }
+    }
+
+    /// Reads a knob of a cgroup through its cached fd (None: vanished or unreadable).
+    pub fn read(&mut self, path: &str, id: CgroupId, file: &str) -> Result<String, FileError> {
+        let fd = match self.dir(path, id) {
+            Ok(fd) => fd,
+            Err(OpenError::Vanished) => return Err(FileError::Vanished),
+            Err(e) => return Err(FileError::Io(std::io::Error::other(e.to_string()))),
+        };
+        beneath::read_at(fd, file)
+    }
+
+    /// Journal, write, log: see the module comment. Returns the events it logged.
+    pub fn apply(&mut self, batch: Vec<Request>) -> Result<Vec<WriteEvent>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        // 1. Open and read; stage originals.
+        let mut prepared = Vec::with_capacity(batch.len());
+        for req in batch {
+            let key = req.target.key(req.file);
+            let dir = self.open(&req.target);
+            let previous = match (&dir, req.file) {
+                (Ok(_), "cgroup.kill") | (Err(_), _) => None,
+                (Ok(d), file) => beneath::read_at(self.fd(d), file).ok(),
+            };
+            if self.dry_run {
+                if self.dry_logged.get(&key) == Some(&req.value) {
+                    continue;
+                }
+                self.dry_logged.insert(key.clone(), req.value.clone());
+            } else if let (Ok(_), Some(prev), false) = (&dir, &previous, req.restores) {
+                let (cgroup, cgroup_id) = req.target.cgroup();
+                let process = match &req.target {
+                    Target::Process { process, .. } => Some(*process),
+                    Target::Cgroup { .. } => None,
+                };
+                let original = req.original.clone().unwrap_or_else(|| prev.clone());
+                self.journal.stage(Entry {
+                    cgroup: cgroup.to_owned(),
+                    cgroup_id,
+                    file: req.file.to_owned(),
+                    original,
+                    process,
+                });
+            }
+            prepared.push((req, key, dir, previous));
+        }
+        // 2. Durable before any write.
+        self.journal.commit()?;
+        // 3. Write, 4. log.
+        let mut events = Vec::with_capacity(prepared.len());
+        for (req, key, dir, previous) in prepared {
+            let mono_ns = crate::mono_ns();
+            let outcome = match (&dir, self.dry_run) {
+                (Err(o), _) => o.clone(),
+                (Ok(_), true) => Outcome::DryRun,
+                (Ok(d), false) => match beneath::write_at(self.fd(d), req.file, &req.value) {
+                    Ok(()) => Outcome::Ok,
+                    Err(FileError::Vanished) => Outcome::Vanished,
+                    Err(FileError::Io(e)) => Outcome::Error(format!("writing {}: {e}", req.file)),
+                },
+            };
+            if outcome == Outcome::Vanished {
+                if let Target::Cgroup { id, .. } = &req.target {
+                    self.dirs.remove(id);
+                }
+            }
+            if req.restores && outcome == Outcome::Ok {
+                self.journal.stage_forget(&key);
+            }
+            let (cgroup, cgroup_id) = req.target.cgroup();
+            let ev = WriteEvent {
+                cgroup: cgroup.to_owned(),
+                cgroup_id,
+                pid: match &req.target {
+                    Target::Process { process, .. } => Some(process.pid),
+                    Target::Cgroup { .. } => None,
+                },
+                file: req.file.to_owned(),
+                value: req.value,
+                previous,
+                outcome,
+                reason: req.reason,
+                why: req.why,
+                dry_run: self.dry_run,
+                mono_ns,
+                mono_done_ns: crate::mono_ns(),
+            };
+            self.log.emit(Event::Write(ev.clone()));
+            events.push(ev);
+        }
+        Ok(events)
+    }
+
+    /// Drops the state of cgroups no longer observed: their cached fds, and their journal
+    /// entries once the directory with that id is really gone (a cgroup that merely left the
+    /// managed set, e.g. by getting children, keeps its entries so restore still reaches it).
+    pub fn retain_cgroups(&mut self, observed: &std::collections::HashSet<CgroupId>) -> Result<()> {
+        self.dirs.retain(|id, _| observed.contains(id));
+        let stale: Vec<Entry> = self
+            .journal
+            .entries()
+            .filter(|e| e.process.is_none() && !observed.contains(&e.cgroup_id))
+            .cloned()
+            .collect();
+        for e in stale {
+            if matches!(self.root.open_dir(&e.cgroup, Some(e.cgroup_id)), Err(OpenError::Vanished)) {
+                self.journal.stage_forget(&e.key());
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets processes that exited (nothing to put back).
+    pub fn forget_processes(&mut self, gone: &[Process], file: &str) {
+        for p in gone {
+            self.journal.stage_forget(&Key::Process(*p, file.to_owned()));
+        }
+    }
+
+    /// The journaled original of a process knob.
+    pub fn process_original(&self, process: Process, file: &str) -> Option<&str> {
+        self.journal.get(&Key::Process(process, file.to_owned())).map(|e| e.original.as_str())
+    }
+
+    /// Writes every journaled original back (see `Journal::restore`).
+    pub fn restore(&mut self) -> Result<RestoreReport> {
+        self.restored = true;
+        self.dirs.clear();
+        let empty = Journal::open_empty_like(&self.journal);
+        let journal = std::mem::replace(&mut self.journal, empty);
+        if self.dry_run {
+            return Ok(RestoreReport::default());
+        }
+        journal.restore()
+    }
+}
+
+impl Drop for Actuator {
+    /// The restore guard: an exit that skipped the orderly restore (a panic) restores here.
+    fn drop(&mut self) {
+        if self.restored || self.dry_run || self.journal.is_empty() {
+            return;
+        }
+        match self.restore() {
+            Ok(r) if r.failed.is_empty() => eprintln!("memqos: restored {} knob(s) while unwinding", r.restored.len()),
+            Ok(r) => eprintln!("memqos: restore while unwinding failed for: {}", r.failures().join("; ")),
+            Err(e) => eprintln!("memqos: restore while unwinding failed: {e:#}"),
+        }
+    }
+}

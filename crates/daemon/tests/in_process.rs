@@ -1,0 +1,347 @@
+//! The daemon loop in-process on fake cgroup trees: sample, decide, journal, write, restore;
+//! a left journal restored at start (`recovered`); a re-created name; a tampered journal; a
+//! dry run; the state-directory lock. Fake trees prove the mechanisms, not isolation (that
+//! is the guest tests' job).
+
+use memqos_daemon::actuator::{Actuator, Request, Target};
+use memqos_daemon::events::{self, Event, Outcome};
+use memqos_daemon::journal::{Journal, JOURNAL_FILE};
+use memqos_daemon::lock::StateLock;
+use memqos_daemon::{beneath, status, Options};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+struct Fake {
+    base: PathBuf,
+    root: PathBuf,
+    state: PathBuf,
+    config: PathBuf,
+}
+
+fn write_cgroup(dir: &Path, current: u64, max: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let files = [
+        ("cgroup.controllers", "memory cpu\n".to_string()),
+        ("cgroup.procs", String::new()),
+        ("cgroup.events", "populated 1\nfrozen 0\n".into()),
+        ("cgroup.freeze", "0\n".into()),
+        ("memory.current", format!("{current}\n")),
+        ("memory.peak", format!("{current}\n")),
+        ("memory.max", format!("{max}\n")),
+        ("memory.high", "max\n".into()),
+        ("memory.low", "0\n".into()),
+        ("memory.min", "0\n".into()),
+        ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n".into()),
+        (
+            "memory.pressure",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n".into(),
+        ),
+        ("memory.stat", "anon 0\nfile 0\n".into()),
+    ];
+    for (f, v) in files {
+        std::fs::write(dir.join(f), v).unwrap();
+    }
+}
+
+/// A root with `parent_current` bytes used of 512M, a protected `high` and a throttleable
+/// `low1` (300M). With the parent within 64M of its max the headroom guard cuts low1.
+fn fake(name: &str, parent_current: u64) -> Fake {
+    let base = std::env::temp_dir().join(format!("memqos-inproc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let root = base.join("qos");
+    write_cgroup(&root, parent_current, &(512 * MIB).to_string());
+    write_cgroup(&root.join("high"), 150 * MIB, "max");
+    write_cgroup(&root.join("low1"), 300 * MIB, "max");
+    let state = base.join("state");
+    let config = base.join("memqos.toml");
+    let text = format!(
+        r#"
+cgroup_root = "{}"
+state_dir = "{}"
+[signals]
+sampling_interval_ms = 50
+psi = false
+events = false
+bpf = false
+[[tier]]
+name = "critical"
+match = ["high*"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["low*"]
+throttle = true
+[policy]
+headroom_guard = "64M"
+min_write_interval_ms = 100
+hold_ms = 60000
+"#,
+        root.display(),
+        state.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    Fake { base, root, state, config }
+}
+
+impl Fake {
+    fn options(&self, secs: f64, dry_run: bool) -> Options {
+        Options {
+            config_path: self.config.clone(),
+            state_dir: None,
+            guardian: false,
+            exe: PathBuf::from("/nonexistent"),
+            duration: Some(Duration::from_secs_f64(secs)),
+            stats_backend: memqos_stats::BackendChoice::Text,
+            dry_run,
+            echo: false,
+        }
+    }
+
+    fn knob(&self, cg: &str, file: &str) -> String {
+        std::fs::read_to_string(self.root.join(cg).join(file)).unwrap().trim().to_string()
+    }
+
+    fn id(&self, cg: &str) -> u64 {
+        std::fs::metadata(self.root.join(cg)).unwrap().ino()
+    }
+
+    fn events(&self) -> Vec<Event> {
+        events::read(&self.state).into_iter().map(|l| l.event).collect()
+    }
+
+    /// What a daemon killed by SIGKILL leaves: knobs written, a journal, no restore.
+    fn crash_after_writing(&self, cg: &str, file: &'static str, value: &str) {
+        let journal = Journal::open(&self.state, &self.root).unwrap();
+        let log = events::EventLog::open(&self.state, events::DEFAULT_MAX_BYTES, false);
+        let mut act = Actuator::new(beneath::Root::open(&self.root).unwrap(), journal, log, false);
+        let target = Target::Cgroup { path: cg.into(), id: self.id(cg) };
+        let ev = act.apply(vec![Request::new(target, file, value, "test")]).unwrap();
+        assert_eq!(ev[0].outcome, Outcome::Ok);
+        std::mem::forget(act); // no Drop, no restore: as after SIGKILL
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn poll(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn samples_decides_journals_writes_and_restores() {
+    let f = fake("loop", 480 * MIB);
+    let opts = f.options(3.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("low1 throttled", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    let throttled: u64 = f.knob("low1", "memory.high").parse().unwrap();
+    assert!(throttled < 300 * MIB, "cut below its usage: {throttled}");
+    // Journal first: the original is durable before the knob changed.
+    let journal = Journal::open(&f.state, &f.root).unwrap();
+    assert_eq!(journal.original(f.id("low1"), "memory.high"), Some("max"));
+    // The lock is held while the daemon runs: a manual restore is refused.
+    let err = StateLock::try_acquire(&f.state, "memqos restore").err().expect("lock held").to_string();
+    assert!(err.contains("memqos restore") && err.contains("stop it first"), "{err}");
+    poll("status.json", Duration::from_secs(5), || {
+        status::read(&f.state).ok().flatten().is_some_and(|s| !s.cgroups.is_empty())
+    });
+    let snap = status::read(&f.state).unwrap().unwrap();
+    assert!(!snap.dry_run);
+    let low1 = snap.cgroups.iter().find(|c| c.cgroup == "low1").unwrap();
+    assert_eq!((low1.tier.as_str(), low1.cgroup_id), ("batch", f.id("low1")));
+    assert_eq!(low1.original.high, memqos_policy::Limit::Max);
+
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
+    assert!(!f.state.join(JOURNAL_FILE).exists(), "journal removed after a full restore");
+    let evs = f.events();
+    assert!(matches!(evs.first(), Some(Event::Started { dry_run: false, .. })), "{evs:?}");
+    let w = evs.iter().find_map(|e| match e {
+        Event::Write(w) if w.cgroup == "low1" => Some(w),
+        _ => None,
+    });
+    let w = w.expect("a write event for low1");
+    assert_eq!(
+        (w.file.as_str(), w.previous.as_deref(), &w.outcome, w.cgroup_id),
+        ("memory.high", Some("max"), &Outcome::Ok, f.id("low1"))
+    );
+    assert!(w.reason.is_some(), "the engine's reason is logged");
+    assert!(
+        matches!(evs.last(), Some(Event::Stopped { restored: 1.., failed, error: None, .. }) if failed.is_empty()),
+        "{:?}",
+        evs.last()
+    );
+    assert!(StateLock::try_acquire(&f.state, "test").is_ok(), "lock released at exit");
+}
+
+#[test]
+fn restart_restores_a_left_journal_and_logs_recovered() {
+    let f = fake("recover", 100 * MIB); // no pressure: the new run writes nothing itself
+    f.crash_after_writing("low1", "memory.high", "12345678");
+    assert_eq!(f.knob("low1", "memory.high"), "12345678");
+    memqos_daemon::run(f.options(0.3, false)).expect("daemon run");
+    assert_eq!(f.knob("low1", "memory.high"), "max");
+    let evs = f.events();
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::Recovered { restored: 1, vanished: 0, failed } if failed.is_empty())),
+        "{evs:?}"
+    );
+    assert!(!f.state.join(JOURNAL_FILE).exists());
+}
+
+#[test]
+fn a_recreated_name_is_not_restored_into() {
+    let f = fake("recycled", 100 * MIB);
+    f.crash_after_writing("low1", "memory.high", "12345678");
+    let old = f.id("low1");
+    std::fs::remove_dir_all(f.root.join("low1")).unwrap();
+    write_cgroup(&f.root.join("high/pad"), 0, "max"); // so the old inode is not reused at once
+    write_cgroup(&f.root.join("low1"), 300 * MIB, "max");
+    std::fs::write(f.root.join("low1/memory.high"), "777\n").unwrap();
+    assert_ne!(f.id("low1"), old);
+    memqos_daemon::run(f.options(0.3, false)).expect("daemon run");
+    assert_eq!(f.knob("low1", "memory.high"), "777", "the new low1 is another cgroup");
+    let evs = f.events();
+    assert!(evs.iter().any(|e| matches!(e, Event::Recovered { restored: 0, vanished: 1, .. })), "{evs:?}");
+}
+
+#[test]
+fn a_tampered_journal_is_refused_and_nothing_is_written() {
+    let f = fake("tampered", 480 * MIB);
+    std::fs::create_dir_all(f.base.join("outside")).unwrap();
+    std::fs::write(f.base.join("outside/memory.high"), "untouched").unwrap();
+    std::os::unix::fs::symlink(f.base.join("outside"), f.root.join("link")).unwrap();
+    let outside = std::fs::metadata(f.base.join("outside")).unwrap().ino();
+    std::fs::create_dir_all(&f.state).unwrap();
+    let mut text = format!("{}\n", serde_json::json!({"op": "root", "cgroup_root": f.root}));
+    // Distinct ids: entries are keyed by (id, file).
+    for (i, cgroup) in
+        ["../outside".to_string(), "link".into(), f.base.join("outside").display().to_string()].into_iter().enumerate()
+    {
+        text += &format!(
+            "{}\n",
+            serde_json::json!({"op": "set", "cgroup": cgroup, "cgroup_id": outside + i as u64, "file": "memory.high", "original": "1"})
+        );
+    }
+    std::fs::write(f.state.join(JOURNAL_FILE), text).unwrap();
+    let err = format!("{:#}", memqos_daemon::run(f.options(1.0, false)).expect_err("refused"));
+    for what in
+        ["\"..\" component", "symbolic link", "absolute path", "could not restore knobs left by the previous run"]
+    {
+        assert!(err.contains(what), "{what} missing: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(f.base.join("outside/memory.high")).unwrap(), "untouched");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "the daemon did not start managing");
+    assert!(f.state.join(JOURNAL_FILE).exists(), "the journal is kept for a person to look at");
+}
+
+#[test]
+fn dry_run_decides_logs_and_writes_nothing() {
+    let f = fake("dry", 480 * MIB);
+    let opts = f.options(1.5, true);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("a dry write event", Duration::from_secs(10), || {
+        f.events().iter().any(|e| matches!(e, Event::Write(w) if w.cgroup == "low1"))
+    });
+    poll("status.json", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let snap = status::read(&f.state).unwrap().unwrap();
+    assert!(snap.dry_run);
+    assert!(status::render(&snap, true).contains("DRY RUN"));
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!(f.knob("low1", "memory.high"), "max");
+    assert!(!f.state.join(JOURNAL_FILE).exists(), "a dry run writes no journal");
+    let evs = f.events();
+    let dry: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Write(w) => Some(w),
+            _ => None,
+        })
+        .collect();
+    assert!(dry.iter().all(|w| w.dry_run && w.outcome == Outcome::DryRun), "{dry:?}");
+    assert!(dry.iter().any(|w| w.cgroup == "low1"
+        && w.file == "memory.high"
+        && w.previous.as_deref() == Some("max")
+        && !w.why.is_empty()));
+}
+
+#[test]
+fn dropping_the_actuator_restores() {
+    let f = fake("guard", 100 * MIB);
+    let journal = Journal::open(&f.state, &f.root).unwrap();
+    let log = events::EventLog::open(&f.state, events::DEFAULT_MAX_BYTES, false);
+    let act = Actuator::new(beneath::Root::open(&f.root).unwrap(), journal, log, false);
+    let fr = &f;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let (mut act, f) = (act, fr);
+        let target = Target::Cgroup { path: "low1".into(), id: f.id("low1") };
+        act.apply(vec![Request::new(target, "cgroup.freeze", "1", "test")]).unwrap();
+        assert_eq!(f.knob("low1", "cgroup.freeze"), "1");
+        panic!("boom");
+    }));
+    assert!(result.is_err());
+    assert_eq!(f.knob("low1", "cgroup.freeze"), "0", "unwinding restored the knob");
+    assert!(!f.state.join(JOURNAL_FILE).exists());
+}
+
+fn adj(pid: u32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap().trim().parse().unwrap()
+}
+
+// A child forked after memqos set its parent's oom_score_adj inherits the value: memqos
+// journals the parent's original for it, so the stop restores the child too.
+#[test]
+fn children_that_inherited_oom_score_adj_get_the_original_back() {
+    let f = fake("inherit", 100 * MIB);
+    let text =
+        std::fs::read_to_string(&f.config).unwrap().replace("throttle = true", "throttle = true\noom_score_adj = 500");
+    std::fs::write(&f.config, text).unwrap();
+    let go = f.base.join("fork-now");
+    let script = format!("while [ ! -e {} ]; do sleep 0.02; done; sleep 30 & wait", go.display());
+    let mut parent = std::process::Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let ppid = parent.id();
+    let original = adj(ppid);
+    assert!(original < 500, "the test needs a parent below 500, found {original}");
+    std::fs::write(f.root.join("low1/cgroup.procs"), format!("{ppid}\n")).unwrap();
+
+    let opts = f.options(4.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("parent adjusted", Duration::from_secs(10), || adj(ppid) == 500);
+    std::fs::write(&go, "").unwrap();
+    let children = format!("/proc/{ppid}/task/{ppid}/children");
+    let mut child = 0;
+    // The shell's polling `sleep 0.02` children come and go; the one we want is `sleep 30`.
+    poll("child forked", Duration::from_secs(5), || {
+        let kids = std::fs::read_to_string(&children).unwrap_or_default();
+        child = kids
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .find(|p: &u32| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == b"sleep\x0030\x00"))
+            .unwrap_or(0);
+        child != 0
+    });
+    assert_eq!(adj(child), 500, "inherited");
+    std::fs::write(f.root.join("low1/cgroup.procs"), format!("{ppid}\n{child}\n")).unwrap();
+    poll("child journaled", Duration::from_secs(10), || {
+        Journal::open(&f.state, &f.root)
+            .unwrap()
+            .entries()
+            .any(|e| e.process.is_some_and(|p| p.pid == child) && e.original == original.to_string())
+    });
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!((adj(ppid), adj(child)), (original, original), "both restored at stop");
+    let _ = parent.kill();
+    let _ = parent.wait();
+    // SAFETY: kill(2) on the sleep the test's shell started.
+    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+}

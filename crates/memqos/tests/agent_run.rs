@@ -1,0 +1,187 @@
+//! `memqos run` and `memqos-shell` on real kernels: each tool call in its own cgroup below
+//! the session, removed afterwards, the command's exit status preserved (128 + signal
+//! included), signals forwarded, an OOM kill explained on stderr.
+
+mod common;
+
+use common::*;
+use memqos_cgroupfs::Cgroup;
+use memqos_vmtest::guest_test;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A managed root below /sys/fs/cgroup with the memory controller given to its children.
+fn agents_root(name: &str) -> Cgroup {
+    let root = make_cgroup(name);
+    enable_memory(&root);
+    root
+}
+
+fn run(root: &Cgroup, args: &[&str]) -> Output {
+    Command::new(memqos_bin()).arg("run").arg("--root").arg(root.path()).args(args).output().expect("spawn memqos run")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Child cgroups of `cg` by name.
+fn children(cg: &Cgroup) -> Vec<String> {
+    cg.children().unwrap().iter().map(|c| c.path().file_name().unwrap().to_string_lossy().into_owned()).collect()
+}
+
+/// The last stderr line, parsed as the --json report.
+fn report(out: &Output) -> serde_json::Value {
+    let err = text(&out.stderr);
+    let line = err.lines().last().unwrap_or_else(|| panic!("no --json line on stderr: {err}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+fn poll(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+guest_test!(run_preserves_status_signals_and_removes_the_call_cgroup, |g| g, {
+    let root = agents_root("agents-status");
+    let session = root.child("s1");
+
+    // The command runs in <root>/s1/tool.<pid>; its exit code comes back; the cgroup is gone.
+    let out = run(&root, &["--session", "s1", "--json", "--", "sh", "-c", "cat /proc/self/cgroup; exit 3"]);
+    let r = report(&out);
+    println!("exit 3 run: {:?}, stdout {:?}, report {r}", out.status, text(&out.stdout));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let cg = r["cgroup"].as_str().unwrap();
+    assert!(cg.starts_with(&format!("{}/tool.", session.path().display())), "{cg}");
+    assert_eq!(text(&out.stdout).trim(), format!("0::{}", cg.trim_start_matches("/sys/fs/cgroup")));
+    assert!(r["peak_bytes"].as_u64().unwrap() > 0 && r["status"] == 3, "{r}");
+    assert!(children(&session).is_empty(), "call cgroup left behind: {:?}", children(&session));
+
+    // Killed by a signal: 128 + signal, as a shell reports it; no OOM account.
+    let out = run(&root, &["--session", "s1", "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("OOM"), "{}", text(&out.stderr));
+
+    // A hint picks the tier, i.e. the cgroup's name.
+    let out = run(&root, &["--session", "s1", "--hint", "low", "--json", "--", "true"]);
+    let r = report(&out);
+    assert!(
+        out.status.success() && r["tier"] == "tool-low" && r["cgroup"].as_str().unwrap().contains("/s1/tool-low."),
+        "{r}"
+    );
+
+    // A nested call stays in the outer call's cgroup (make running recipes through
+    // SHELL=memqos-shell must not scatter one call over many cgroups).
+    let bin = memqos_bin();
+    let out = run(&root, &["--session", "s1", "--json", "--", bin, "run", "--", "cat", "/proc/self/cgroup"]);
+    let outer = report(&out)["cgroup"].as_str().unwrap().to_owned();
+    assert_eq!(text(&out.stdout).trim(), format!("0::{}", outer.trim_start_matches("/sys/fs/cgroup")));
+
+    // SIGTERM sent to memqos run reaches the command; its status says so.
+    let mut child = Command::new(bin)
+        .arg("run")
+        .arg("--root")
+        .arg(root.path())
+        .args(["--session", "s1", "--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    poll("the sleep to run in its call cgroup", Duration::from_secs(30), || {
+        session.children().unwrap().iter().any(|c| c.is_populated().unwrap_or(false))
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = wait_timeout(&mut child, Duration::from_secs(30)).expect("memqos run did not end after SIGTERM");
+    println!("SIGTERM forwarded: {st:?}");
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{st:?}");
+    assert!(children(&session).is_empty(), "{:?}", children(&session));
+
+    // A call that leaves a background process keeps its cgroup; once that process is gone,
+    // the next call of the session removes it.
+    let out = run(&root, &["--session", "s1", "--json", "--", "sh", "-c", "sleep 2 >/dev/null 2>&1 & exit 0"]);
+    let r = report(&out);
+    assert!(out.status.success() && r["kept"] == true, "{r}");
+    let kept = Cgroup::new(r["cgroup"].as_str().unwrap());
+    poll("the background sleep to end", Duration::from_secs(60), || !kept.is_populated().unwrap_or(true));
+    assert!(kept.exists());
+    assert!(run(&root, &["--session", "s1", "--", "true"]).status.success());
+    assert!(!kept.exists(), "leftover {} not swept", kept.path().display());
+    assert!(children(&session).is_empty(), "{:?}", children(&session));
+});
+
+guest_test!(oom_killed_call_is_explained_on_stderr, |g| g, {
+    let root = agents_root("agents-oom");
+    let bin = memqos_bin();
+
+    // The call's own limit.
+    let out = run(&root, &["--session", "s", "--max", "32M", "--json", "--", bin, "workload", "alloc", "--mb", "96"]);
+    let err = text(&out.stderr);
+    println!("own limit:\n{err}");
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    for want in [
+        "was killed by the kernel's out-of-memory (OOM) killer (exit status 137)",
+        "memory.max = 32M",
+        "(this call)",
+        "try: raise this call's own limit",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    let r = report(&out);
+    assert!(r["oom"]["killed"].as_u64().unwrap() >= 1 && r["events"]["oom_kill"].as_u64().unwrap() >= 1, "{r}");
+
+    // The session's limit, with the agent runtime holding part of it.
+    let session = root.child("t");
+    session.create().unwrap();
+    set(&session, "memory.max", 128 * MIB);
+    let mut runtime = Command::new(bin)
+        .arg("run")
+        .arg("--root")
+        .arg(root.path())
+        .args(["--runtime", "--session", "t", "--", bin, "workload", "alloc", "--mb", "40", "--hold-ms", "300000"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rt = session.child("runtime");
+    poll("the runtime to hold 40 MiB", Duration::from_secs(120), || rt.memory_current().unwrap_or(0) >= 40 * MIB);
+    let out = run(&root, &["--session", "t", "--json", "--", bin, "workload", "alloc", "--mb", "160"]);
+    let err = text(&out.stderr);
+    println!("session limit:\n{err}");
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    for want in [
+        "memory.max = 128M",
+        "(its session)",
+        "others holding memory under that limit now: runtime ",
+        "try: run it again when the other tool calls",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    assert_eq!(report(&out)["oom"]["limit"]["role"], "its session");
+    unsafe { libc::kill(runtime.id() as i32, libc::SIGTERM) };
+    let st = wait_timeout(&mut runtime, Duration::from_secs(60)).expect("runtime did not stop");
+    assert_eq!(st.code(), Some(143), "{st:?}");
+    assert!(children(&session).is_empty(), "{:?}", children(&session));
+});
+
+guest_test!(memqos_shell_puts_each_tool_call_in_its_own_cgroup, |g| g, {
+    let root = agents_root("agents-shell");
+    std::fs::create_dir_all("/tmp/bin").unwrap();
+    std::os::unix::fs::symlink(memqos_bin(), "/tmp/bin/memqos-shell").unwrap();
+    // An "agent runtime" that runs three tool calls through $SHELL -c, as agents do.
+    let agent = r#"cat /proc/self/cgroup
+        export SHELL=/tmp/bin/memqos-shell MEMQOS_SHELL_REAL=/bin/sh
+        "$SHELL" -c 'cat /proc/self/cgroup'
+        MEMQOS_HINT=low "$SHELL" -c 'cat /proc/self/cgroup; exit 5'; echo "status $?"
+        "$SHELL" -c 'kill -TERM $$'; echo "status $?""#;
+    let out = run(&root, &["--runtime", "--session", "agent", "--", "sh", "-c", agent]);
+    let stdout = text(&out.stdout);
+    println!("{stdout}{}", text(&out.stderr));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    assert_eq!(lines[0], "0::/agents-shell/agent/runtime");
+    assert!(lines[1].starts_with("0::/agents-shell/agent/tool."), "{}", lines[1]);
+    assert!(lines[2].starts_with("0::/agents-shell/agent/tool-low."), "{}", lines[2]);
+    assert_eq!(&lines[3..], ["status 5", "status 143"]);
+    assert!(children(&root.child("agent")).is_empty(), "{:?}", children(&root.child("agent")));
+});
