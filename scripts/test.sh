@@ -8,5 +8,7 @@ start=$(date +%s)
 bash scripts/check-paths.sh
 # Release: guest tests run the binaries under emulation, where optimisation matters.
 cargo build --release --workspace --all-targets
+# The Debian package from that build: contents, unpacked binary, unit verified (no install).
+bash scripts/test-package.sh
 cargo test --release --workspace --no-fail-fast -- --test-threads=2
 echo "test.sh: all tests passed in $(( $(date +%s) - start )) s"

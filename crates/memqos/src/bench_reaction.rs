@@ -26,7 +26,7 @@ use memqos_daemon::events::{Event, LogLine, WriteEvent};
 use memqos_daemon::process::DaemonProcess;
 use memqos_vmtest::{kernels, Guest, Series};
 use serde::Serialize;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -609,10 +609,13 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     let (start, done) = (w.mono_ns, w.mono_done_ns);
     let ms = |a: u64, b: u64| (b as f64 - a as f64) / 1e6;
     // The BPF crossing that woke the daemon: the last one logged before its write.
-    let crossing = read_events(&events).into_iter().rev().find_map(|l| match l.event {
-        Event::Bpf { ktime_ns, mono_ns, .. } if mono_ns <= start => Some((ktime_ns, mono_ns)),
-        _ => None,
-    });
+    let crossing = read_events(&events)
+        .into_iter()
+        .filter_map(|l| match l.event {
+            Event::Bpf { ktime_ns, mono_ns, .. } if mono_ns <= start => Some((ktime_ns, mono_ns)),
+            _ => None,
+        })
+        .last();
     let bpf_split = crossing.map(|(k, m)| [ms(before, k), ms(k, m), ms(m, start)]);
     let m = Measured {
         delay_ms: ms(before, start),

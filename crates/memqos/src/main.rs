@@ -8,13 +8,14 @@ mod demo;
 mod dirty;
 mod doctor;
 mod experiment_cmd;
+mod generate;
 mod replay_cmd;
 mod scenario;
 mod stat;
 mod vm_cmd;
 mod workload;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -69,10 +70,15 @@ enum Cmd {
     /// Small deterministic memory workloads (used by tests and the demo).
     #[command(subcommand, hide = true)]
     Workload(workload::WorkloadCmd),
+    /// Man pages and shell completions from this CLI definition (for packaging).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 #[derive(clap::Args)]
-#[command(after_help = "Environment: MEMQOS_ROOT, MEMQOS_CONFIG, MEMQOS_SESSION (defaults for the options), MEMQOS_FALLBACK=exec (run without a cgroup when none can be set up). Exit status: the command's, 128 + signal if a signal ended it, 125 when memqos could not set the call up, 126/127 when the command cannot be executed or found. See docs/agent-hosts.md.")]
+#[command(
+    after_help = "Environment: MEMQOS_ROOT, MEMQOS_CONFIG, MEMQOS_SESSION (defaults for the options), MEMQOS_FALLBACK=exec (run without a cgroup when none can be set up). Exit status: the command's, 128 + signal if a signal ended it, 125 when memqos could not set the call up, 126/127 when the command cannot be executed or found. See docs/agent-hosts.md."
+)]
 struct RunArgs {
     /// Tier of the call (the first part of its cgroup's name, matched by the daemon config's
     /// globs); default from --hint, else "tool".
@@ -160,6 +166,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => Ok(memqos_agent::run(&a.into())),
         Cmd::Bench(BenchCmd::Reaction(a)) => bench_reaction::run(a),
         Cmd::Bench(BenchCmd::Run(a)) => bench_run::run(a),
+        Cmd::Generate(a) => generate::run(a, Cli::command()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
