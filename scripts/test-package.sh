@@ -55,8 +55,8 @@ done
 # the scratch root so it looks like a host with the package installed.
 unit="$root/lib/systemd/system/memqos.service"
 cp -rn /lib/systemd/system/. "$root/lib/systemd/system/"
-grep -q "^KillMode=mixed$" "$unit" && grep -q "^Type=notify$" "$unit" && grep -q "^ReadWritePaths=/sys/fs/cgroup$" "$unit" ||
-    fail "unit lacks KillMode=mixed, Type=notify or ReadWritePaths=/sys/fs/cgroup"
+grep -q "^KillMode=process$" "$unit" && grep -q "^Type=notify$" "$unit" && grep -q "^ReadWritePaths=/sys/fs/cgroup$" "$unit" ||
+    fail "unit lacks KillMode=process, Type=notify or ReadWritePaths=/sys/fs/cgroup"
 verify=$(MANPATH="$root/usr/share/man" SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --root="$root" "$unit" 2>&1) ||
     fail "systemd-analyze verify: $verify"
 [ -z "$verify" ] || fail "systemd-analyze verify warned: $verify"

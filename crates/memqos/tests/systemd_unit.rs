@@ -2,7 +2,7 @@
 //! PID 1 (on a tmpfs overlay of the host root, so nothing reaches the host), builds the
 //! package from this checkout's binary, installs it with dpkg, and drives memqos.service:
 //! start (Type=notify, so `systemctl start` returns only after READY=1), protection written,
-//! stop (the daemon restores), SIGKILL of the daemon alone (KillMode=mixed keeps the guardian,
+//! stop (the daemon restores), SIGKILL of the daemon alone (KillMode=process keeps the guardian,
 //! which restores), the automatic restart, and the final stop.
 
 use memqos_cgroupfs::{Cgroup, Limit};
@@ -85,7 +85,7 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     assert!(!Path::new("/var/lib/memqos/journal.json").exists(), "journal left after stop");
     println!("RESULT after systemctl stop: memory.low = {:?}", low(&db));
 
-    // SIGKILL of the daemon alone: the guardian (kept by KillMode=mixed) restores at once,
+    // SIGKILL of the daemon alone: the guardian (kept by KillMode=process) restores at once,
     // before Restart=on-failure (RestartSec=5s) brings the daemon back.
     sh(&["systemctl", "start", "memqos.service"]);
     wait_for("protection again", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
