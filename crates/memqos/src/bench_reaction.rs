@@ -26,7 +26,7 @@ use memqos_daemon::events::{Event, LogLine, WriteEvent};
 use memqos_daemon::process::DaemonProcess;
 use memqos_vmtest::{kernels, Guest, Series};
 use serde::Serialize;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
