@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Fails if a tracked file refers to a path outside the checkout: a user who clones memqos has
-# no ../shared beside it and none of our build machines' absolute paths. Design inputs are
+# no build-machine folder beside it and none of our machines' absolute paths. Design inputs are
 # cited by title and archive link (docs/references.md); the traces ship in traces/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# ../shared, shared/seeds|traces, and the absolute homes of build machines (/work, /root, /home).
+# The build machines' sibling folder of seeds and traces (by relative path or by name), and
+# their absolute homes (work, root and home directories at the top of the file system).
 pattern='\.\./shared|(^|[^A-Za-z0-9_.])shared/(seeds|traces)|(^|[ "'"'"'`(=:])/(work|root|home)/'
 # This script names the patterns it looks for; Cargo.lock holds only registry names; the
 # agent traces are third-party data kept unchanged (their tool outputs name the recording host).

@@ -14,6 +14,7 @@ PACKAGES=(
     fio stress-ng     # real workloads for experiments
     python3-matplotlib   # PNG plots of experiment and benchmark results (scripts/plots)
     debian-archive-keyring
+    systemd binutils python3-yaml   # scripts/test-package.sh: systemd-analyze verify, strip/readelf, the DaemonSet's YAML
 )
 
 missing=()

@@ -11,5 +11,7 @@ cargo fmt --all --check
 # Release: guest tests run the binaries under emulation, where optimisation matters.
 cargo build --release --workspace --all-targets
 cargo clippy --workspace --all-targets --release -- -D warnings
+# The Debian package from that build: contents, unpacked binary, unit verified (no install).
+bash scripts/test-package.sh
 cargo test --release --workspace --no-fail-fast -- --test-threads=2
 echo "test.sh: all tests passed in $(( $(date +%s) - start )) s"

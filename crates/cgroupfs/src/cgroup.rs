@@ -157,6 +157,33 @@ impl Cgroup {
         })
     }
 
+    /// True for the hierarchy's root (e.g. /sys/fs/cgroup itself), the only cgroup without
+    /// a cgroup.type file; it also has no memory.max (fake trees in tests, which often omit
+    /// cgroup.type, do have one).
+    pub fn is_hierarchy_root(&self) -> bool {
+        self.path.join("cgroup.controllers").exists()
+            && !self.path.join("cgroup.type").exists()
+            && !self.path.join("memory.max").exists()
+    }
+
+    /// Whether the extended attribute `name` is set on the cgroup's directory to anything
+    /// but "0" (systemd writes "1" in user.oomd_avoid/omit). Absent, unreadable or a vanished
+    /// cgroup all read as unset: a hint, not a knob.
+    pub fn xattr_flag(&self, name: &str) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let (Ok(path), Ok(name)) =
+            (std::ffi::CString::new(self.path.as_os_str().as_bytes()), std::ffi::CString::new(name))
+        else {
+            return false;
+        };
+        let mut buf = [0u8; 16];
+        // SAFETY: NUL-terminated strings and a buffer of the length given.
+        let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        // ERANGE (a long value) still means "set".
+        n >= 0 && &buf[..n as usize] != b"0"
+            || n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE)
+    }
+
     /// Direct child cgroups (directories), sorted by name.
     pub fn children(&self) -> Result<Vec<Cgroup>> {
         let rd = std::fs::read_dir(&self.path).map_err(|e| self.map_err("readdir", "", e))?;
@@ -260,5 +287,34 @@ mod tests {
             .collect();
         assert_eq!(names, vec![PathBuf::from("a"), PathBuf::from("a/x"), PathBuf::from("b")]);
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn xattr_flags_and_hierarchy_root() {
+        let dir = fake_tree();
+        let set = |d: &str, name: &str, v: &str| {
+            let p = std::ffi::CString::new(dir.join(d).to_str().unwrap()).unwrap();
+            let n = std::ffi::CString::new(name).unwrap();
+            // SAFETY: NUL-terminated strings, value pointer and length from one slice.
+            let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+            assert_eq!(rc, 0, "setxattr {name} on {d}: {}", std::io::Error::last_os_error());
+        };
+        set("a", "user.oomd_omit", "1");
+        set("b", "user.oomd_omit", "0");
+        set("a/x", "user.oomd_avoid", "a value longer than sixteen bytes");
+        assert!(Cgroup::new(dir.join("a")).xattr_flag("user.oomd_omit"));
+        assert!(!Cgroup::new(dir.join("b")).xattr_flag("user.oomd_omit"), "\"0\" means unset");
+        assert!(!Cgroup::new(dir.join("a")).xattr_flag("user.oomd_avoid"));
+        assert!(Cgroup::new(dir.join("a/x")).xattr_flag("user.oomd_avoid"));
+        assert!(!Cgroup::new(dir.join("gone")).xattr_flag("user.oomd_omit"));
+        // cgroup.type marks every cgroup but the hierarchy's root.
+        std::fs::write(dir.join("cgroup.controllers"), "memory\n").unwrap();
+        std::fs::write(dir.join("a/cgroup.controllers"), "memory\n").unwrap();
+        std::fs::write(dir.join("a/cgroup.type"), "domain\n").unwrap();
+        assert!(Cgroup::new(&dir).is_hierarchy_root());
+        assert!(!Cgroup::new(dir.join("a")).is_hierarchy_root());
+        std::fs::write(dir.join("memory.max"), "max\n").unwrap();
+        assert!(!Cgroup::new(&dir).is_hierarchy_root(), "a fake root with memory.max is a parent");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

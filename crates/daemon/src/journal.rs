@@ -444,8 +444,9 @@ mod tests {
         j.stage(entry(&root, "low/a", "memory.high", "max"));
         j.commit().unwrap();
         // Removed and created again under the same name, with its own value.
-        std::fs::remove_dir_all(root.join("low/a")).unwrap();
-        std::fs::create_dir_all(root.join("low/b/pad")).unwrap(); // keep the old inode from being reused at once
+        // The old directory is moved aside, not deleted: alive, its inode cannot be reused by
+        // the new one (a deleted one could be, which made this test flaky on ext4).
+        std::fs::rename(root.join("low/a"), root.join("low/a.old")).unwrap();
         std::fs::create_dir_all(root.join("low/a")).unwrap();
         std::fs::write(root.join("low/a/memory.high"), "777").unwrap();
         drop(j);

@@ -19,9 +19,11 @@ mod dirty;
 pub mod events;
 pub mod journal;
 pub mod lock;
+pub mod metrics;
 mod observe;
 mod oom_adj;
 pub mod proc_stat;
+pub mod sd_notify;
 mod signals;
 pub mod status;
 
@@ -179,6 +181,7 @@ pub fn run(opts: Options) -> Result<()> {
         run_loop(&opts, &cfg, &root, &state_dir, &mut act, &mut signals)
     }));
 
+    let _ = sd_notify::notify("STOPPING=1");
     if let Some(summary) = signals.bpf_summary() {
         act.emit(Event::BpfSummary { bpf: summary });
     }
@@ -233,6 +236,8 @@ fn run_loop(
     // When the last wait returned: BPF crossings are logged with it.
     let mut woke_ns = 0u64;
     let mut last_periodic: Option<Instant> = None;
+    let mut told_ready = false;
+    let mut exporter = metrics::Exporter::start(&cfg.metrics)?;
     while !SHUTDOWN.load(Ordering::SeqCst) {
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
@@ -270,6 +275,9 @@ fn run_loop(
             batch.extend(adj.plan(cfg, &obs, act));
         }
         let wrote = act.apply(batch)?;
+        if let Some(m) = exporter.as_mut() {
+            m.after_tick(cfg, &obs, &decisions, tick_started.elapsed());
+        }
         if let Some(adj) = oom_adj.as_mut() {
             adj.review(&wrote);
             notes.append(&mut adj.notes);
@@ -327,6 +335,21 @@ fn run_loop(
                 &status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted),
             )?;
             last_status = Some(Instant::now());
+            if let Some(m) = exporter.as_mut() {
+                let cpu =
+                    proc_stat::cpu_ticks(std::process::id()).map_or(0.0, |t| t as f64 / proc_stat::ticks_per_second());
+                let daemon = metrics::Daemon { cpu_seconds: cpu, parent_usage_bytes: obs.parent.usage_bytes };
+                if let Err(e) = m.publish(&seen, &daemon) {
+                    act.emit(Event::Degraded { message: format!("{e:#}") });
+                }
+            }
+        }
+        // Type=notify: systemd counts the unit started once the first tick is done.
+        if !told_ready {
+            told_ready = true;
+            if let Err(e) = sd_notify::notify(&format!("READY=1\nSTATUS=managing {}", cfg.cgroup_root.display())) {
+                act.emit(Event::Degraded { message: format!("sd_notify READY=1: {e}") });
+            }
         }
         pending = signals.wait(interval);
         // Coalescing: a storm of signals becomes at most one reaction per COALESCE window.

@@ -116,14 +116,22 @@ impl Sampler {
         source.refresh(&mut self.snap)?;
         let snap = &self.snap;
         let top = snap.cgroups.first().ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
-        let parent_ev = need(top.events, root.path(), top, "memory.events")?;
-        let parent = ParentObs {
-            usage_bytes: need(top.current, root.path(), top, "memory.current")?,
-            max: need(top.max, root.path(), top, "memory.max")?,
-            high: need(top.high, root.path(), top, "memory.high")?,
-            events_delta: self.prev_parent_events.map(|p| parent_ev.delta_since(&p)).unwrap_or_default(),
+        let parent = if root.is_hierarchy_root() {
+            // The hierarchy's root (a whole systemd host) has no memory.current/max/high/events:
+            // no limit, so no headroom guard; usage is what the managed tree holds.
+            let leaves = snap.cgroups.iter().skip(1).filter(|c| c.depth == 1).filter_map(|c| c.current);
+            ParentObs { usage_bytes: leaves.sum(), ..ParentObs::default() }
+        } else {
+            let parent_ev = need(top.events, root.path(), top, "memory.events")?;
+            let parent = ParentObs {
+                usage_bytes: need(top.current, root.path(), top, "memory.current")?,
+                max: need(top.max, root.path(), top, "memory.max")?,
+                high: need(top.high, root.path(), top, "memory.high")?,
+                events_delta: self.prev_parent_events.map(|p| parent_ev.delta_since(&p)).unwrap_or_default(),
+            };
+            self.prev_parent_events = Some(parent_ev);
+            parent
         };
-        self.prev_parent_events = Some(parent_ev);
 
         let mut cgroups = Vec::new();
         let mut seen = Vec::new();
@@ -134,9 +142,13 @@ impl Sampler {
             if !leaf {
                 continue;
             }
-            let Some(tier) = cfg.tiers.classify(&c.path) else {
-                continue;
+            let tier = if cfg.tiers.uses_xattrs() {
+                let cg = Cgroup::new(root.path().join(&c.path));
+                cfg.tiers.classify_with(&c.path, |name| cg.xattr_flag(name))
+            } else {
+                cfg.tiers.classify(&c.path)
             };
+            let Some(tier) = tier else { continue };
             let (mut obs, s) =
                 Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
             obs.tier = tier;

@@ -12,7 +12,6 @@ pub const FILES: &[(&str, &str)] = &[
     ("reaction.toml", include_str!("../configs/reaction.toml")),
     ("cpu-cost.toml", include_str!("../configs/cpu-cost.toml")),
     ("bpf-source.toml", include_str!("../configs/bpf-source.toml")),
-    ("stall.toml", include_str!("../configs/stall.toml")),
 ];
 
 /// A daemon config as TOML data.

@@ -2,6 +2,7 @@
 
 mod daemon_cmd;
 mod experiment_cmd;
+mod generate;
 mod replay_cmd;
 mod stat;
 mod vm_cmd;
@@ -9,7 +10,7 @@ mod vm_cmd;
 use memqos_doctor as doctor;
 use memqos_lab::{bench, demo, workload};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -64,6 +65,9 @@ enum Cmd {
     /// Small deterministic memory workloads (used by tests and the demo).
     #[command(subcommand, hide = true)]
     Workload(workload::WorkloadCmd),
+    /// Man pages and shell completions from this CLI definition (for packaging).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 #[derive(clap::Args)]
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => Ok(memqos_agent::run(&a.into())),
         Cmd::Bench(BenchCmd::Reaction(a)) => bench::reaction::run(a),
         Cmd::Bench(BenchCmd::Run(a)) => bench::run::run(a),
+        Cmd::Generate(a) => generate::run(a, Cli::command()),
     };
     match result {
         Ok(code) => ExitCode::from(code),

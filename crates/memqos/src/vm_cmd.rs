@@ -30,6 +30,10 @@ pub struct RunArgs {
     /// Attach a swap disk of this many MiB (swap is off by default).
     #[arg(long)]
     swap: Option<u64>,
+    /// Boot the host's systemd as PID 1 on a tmpfs overlay of the host root; CMD runs as a
+    /// service after basic.target (no --swap/--scratch set-up in this mode).
+    #[arg(long, conflicts_with_all = ["swap", "scratch"])]
+    systemd: bool,
     /// Enable zswap (useful with --swap).
     #[arg(long)]
     zswap: bool,
@@ -75,6 +79,7 @@ fn run_command(args: RunArgs) -> Result<u8> {
         let mut guest = Guest::new(kernel.clone())
             .memory_mb(args.memory)
             .zswap(args.zswap)
+            .systemd(args.systemd)
             .timeout(Duration::from_secs(args.timeout))
             .stream_console(true);
         if let Some(mb) = args.swap {

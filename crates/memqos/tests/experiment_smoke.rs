@@ -32,7 +32,7 @@ fn oom_scenario_one_run_per_kernel() {
         arms.sort();
         assert_eq!(
             arms,
-            ["memqos", "none", "solo:high", "solo:low1", "static-high", "static-max"],
+            ["kube-memoryqos", "memqos", "none", "solo:high", "solo:low1", "static-high", "static-max"],
             "{}",
             dir.display()
         );

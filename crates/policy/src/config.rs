@@ -31,6 +31,19 @@ pub struct Config {
     pub tiers: Tiers,
     /// `[policy]`: thresholds, step sizes and timers.
     pub policy: Policy,
+    /// `[metrics]`: Prometheus exposition (docs/metrics.md); off by default.
+    pub metrics: Metrics,
+}
+
+/// `[metrics]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Metrics {
+    /// `listen` (optional, "address:port"): serve `GET /metrics` there. Bound at start-up, so
+    /// an address in use is a start-up error. Keep it on localhost or a node-local address.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `textfile` (optional, absolute path ending in `.prom`): written atomically once a
+    /// second, for node_exporter's textfile collector.
+    pub textfile: Option<PathBuf>,
 }
 
 impl Config {
@@ -114,6 +127,11 @@ pub struct Tier {
     /// policy alone cannot keep it fast (docs/experiments.md measures this). Needs the cpu
     /// controller enabled for the cgroups; without it the daemon says so once and goes on.
     pub cpu_weight: Option<u32>,
+    /// `xattr` (optional, `user.*` names): the tier only takes cgroups that also carry one of
+    /// these extended attributes (set, and not "0"). systemd writes `user.oomd_omit` and
+    /// `user.oomd_avoid` on a unit's cgroup for `ManagedOOMPreference=omit|avoid`, so a tier
+    /// listed before the others can honour systemd-oomd's preferences as tier hints.
+    pub xattrs: Vec<String>,
     /// `stall` (optional inline table `{ after_ms = 30000, action = "relieve" }`, throttle
     /// tiers only): the bound on a stall memqos's own throttling causes. A cgroup of this tier
     /// whose memory.high memqos lowered and that makes no progress (memory.events `high`
@@ -220,10 +238,27 @@ pub struct Tiers {
 
 impl Tiers {
     /// The first tier (in priority order) with a pattern matching `relative_path`.
-    /// A leading `/` is ignored, so `"/prod/a"` and `"prod/a"` classify alike.
+    /// A leading `/` is ignored, so `"/prod/a"` and `"prod/a"` classify alike. Tiers with
+    /// `xattr` are skipped (see [`Tiers::classify_with`]).
     pub fn classify(&self, relative_path: &str) -> Option<TierIndex> {
+        self.classify_with(relative_path, |_| false)
+    }
+
+    /// Like `classify`, for a cgroup whose extended attributes `has_xattr(name)` reports: a
+    /// tier with `xattr` needs its glob to match and one of its attributes to be set. Asked
+    /// only for the attributes of tiers whose glob matches, in tier order.
+    pub fn classify_with(&self, relative_path: &str, mut has_xattr: impl FnMut(&str) -> bool) -> Option<TierIndex> {
         let p = relative_path.trim_start_matches('/');
-        self.matchers.iter().position(|m| m.is_match(p)).map(TierIndex)
+        self.matchers
+            .iter()
+            .zip(&self.tiers)
+            .position(|(m, t)| m.is_match(p) && (t.xattrs.is_empty() || t.xattrs.iter().any(|x| has_xattr(x))))
+            .map(TierIndex)
+    }
+
+    /// True when some tier classifies by extended attribute (the daemon then reads them).
+    pub fn uses_xattrs(&self) -> bool {
+        self.tiers.iter().any(|t| !t.xattrs.is_empty())
     }
 
     /// The tier at `index`, if it exists.
@@ -298,6 +333,20 @@ pub struct Policy {
     /// `ws_granularity` (default "16M", >= 4K): protection is rounded up to a multiple of this,
     /// so it moves in steps instead of on every page.
     pub ws_granularity: u64,
+    /// `foreign_knobs` (default `"respect"`): a memory.high, or a memory.low/min, that was not
+    /// the kernel default before memqos first wrote it was set by someone else (a unit's
+    /// MemoryHigh=/MemoryLow=, kubelet's MemoryQoS). `respect` never writes that knob of that
+    /// cgroup (low and min count as one protection); `override` manages it like any other,
+    /// restoring the foreign value when done.
+    pub foreign_knobs: ForeignKnobs,
+}
+
+/// `policy.foreign_knobs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForeignKnobs {
+    Respect,
+    Override,
 }
 
 impl Default for Policy {
@@ -317,6 +366,7 @@ impl Default for Policy {
             ws_window_ms: 60_000,
             ws_margin: 1.1,
             ws_granularity: 16 << 20,
+            foreign_knobs: ForeignKnobs::Respect,
         }
     }
 }

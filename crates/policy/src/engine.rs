@@ -10,8 +10,9 @@
 //! 5. escalate (opt-in freeze/kill) if a protected cgroup keeps stalling;
 //! 6. move protection (memory.low/min) with the working set;
 //! 7. bound stalls that throttling causes (`stall`): relieve or kill, per tier;
-//! 8. drop writes that change nothing or come sooner than `min_write_interval_ms` after the
-//!    previous write of the same knob, and order the rest: thaws, highs, low/min, freezes,
+//! 8. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
+//!    come sooner than `min_write_interval_ms` after the previous write of the same knob,
+//!    and order the rest: thaws, highs, low/min, freezes,
 //!    kills.
 
 mod escalate;
@@ -25,7 +26,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::config::{Config, Protect, Tier};
+use crate::config::{Config, ForeignKnobs, Protect, Tier};
 use crate::decision::{Action, Decision, Knob, Reason};
 use crate::obs::{CgroupObs, Observation, ParentObs};
 use crate::size::{Limit, PAGE};
@@ -299,6 +300,10 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut BTreeMap<String, CgState>) -> Vec<
             Action::Freeze(b) => c.current.frozen == b,
             Action::Kill => false,
         };
+        // A unit's MemoryHigh=/MemoryLow= or kubelet's memory.min is not ours to change.
+        if ctx.cfg.policy.foreign_knobs == ForeignKnobs::Respect && c.original.is_foreign(action.knob()) {
+            continue;
+        }
         if unchanged {
             if action == Action::Freeze(false) {
                 s.frozen_by = None; // someone else thawed it already

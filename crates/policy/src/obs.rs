@@ -123,6 +123,21 @@ pub struct Knobs {
     pub frozen: bool,
 }
 
+impl Knobs {
+    /// True when these (original) values show that someone other than memqos set `knob`:
+    /// memory.high below max, or a nonzero memory.low/min (one protection: either being set
+    /// makes both foreign, since memqos writing the other would change the effective floor).
+    pub fn is_foreign(&self, knob: crate::decision::Knob) -> bool {
+        use crate::decision::Knob;
+        let protection = self.low != Limit::Bytes(0) || self.min != Limit::Bytes(0);
+        match knob {
+            Knob::High => self.high != Limit::Max,
+            Knob::Low | Knob::Min => protection,
+            Knob::Freeze | Knob::Kill => false,
+        }
+    }
+}
+
 impl Default for Knobs {
     /// The kernel's defaults for a new cgroup.
     fn default() -> Self {

@@ -396,7 +396,8 @@ fn protection_never_goes_below_the_administrators_value() {
 
 #[test]
 fn restore_all_thaws_first_then_puts_originals_back() {
-    let mut sim = Sim::new(config(FREEZE_TIERS, ""));
+    // batch/a's 450M high is someone else's: overridden here so that it is cut and restored.
+    let mut sim = Sim::new(config(FREEZE_TIERS, "foreign_knobs = \"override\""));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);
     sim.cg("batch/a").original.high = Limit::Bytes(450 * MB);

@@ -49,6 +49,35 @@ fn every_config_file_in_the_repository_parses() {
     assert!(checked.len() >= 7, "fewer config files than expected: {checked:?}");
 }
 
+/// Every example under configs/ parses (the systemd one is the package's /etc/memqos/memqos.toml).
+#[test]
+fn configs_folder_examples_parse() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    names.sort();
+    for p in &names {
+        let text = std::fs::read_to_string(p).unwrap();
+        Config::from_str(&text, &p.display().to_string()).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let stems: Vec<_> = names.iter().map(|p| p.file_stem().unwrap().to_str().unwrap()).collect();
+    assert_eq!(stems, ["kubernetes", "systemd"]);
+    let k8s = Config::from_str(&std::fs::read_to_string(dir.join("kubernetes.toml")).unwrap(), "k").unwrap();
+    let tier = |p: &str| k8s.tiers.classify(p).map(|t| k8s.tiers.get(t).unwrap().name.clone());
+    assert_eq!(tier("kubepods-pod1234.slice/cri-containerd-ab.scope").as_deref(), Some("guaranteed"));
+    assert_eq!(
+        tier("kubepods-burstable.slice/kubepods-burstable-pod9.slice/cri-containerd-cd.scope").as_deref(),
+        Some("burstable")
+    );
+    assert_eq!(
+        tier("kubepods-besteffort.slice/kubepods-besteffort-pod7.slice/cri-containerd-ef.scope").as_deref(),
+        Some("besteffort")
+    );
+}
+
 #[test]
 fn minimal_config_gets_documented_defaults() {
     let cfg = Config::from_str(&format!("{ROOT}[[tier]]\nname = \"all\"\nmatch = [\"**\"]\n"), "m.toml").unwrap();
@@ -122,7 +151,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -142,7 +171,7 @@ fn errors_name_file_line_column_and_field() {
         (ROOT.to_string(), "memqos.toml: tier: at least one [[tier]] is required"),
         (tier.to_string(), "memqos.toml: cgroup_root: missing (the managed subtree, e.g. \"/sys/fs/cgroup/agents\")"),
         (format!("cgroup_root = \"relative\"\n{tier}"), "memqos.toml:1:15: cgroup_root: must be an absolute path, got \"relative\""),
-        (format!("{ROOT}{tier}[polcy]\n"), "memqos.toml:5:2: polcy: unknown field `polcy`, expected one of `cgroup_root`, `state_dir`, `signals`, `tier`, `policy`"),
+        (format!("{ROOT}{tier}[polcy]\n"), "memqos.toml:5:2: polcy: unknown field `polcy`, expected one of `cgroup_root`, `state_dir`, `signals`, `tier`, `policy`, `metrics`"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"\n"), "memqos.toml:5:1: tier[0].match: invalid array; expected `]`"),
         (format!("{ROOT}{tier}dirty = {{ max = 1.5 }}\n"), "memqos.toml:5:17: tier[0].dirty.max: ratio 1.5 is out of range (0, 1] (a fraction of the host's dirty threshold; use a size like \"8M\" for bytes)"),
         (format!("{ROOT}{tier}dirty = {{ max = \"4K\" }}\n"), "memqos.toml:5:17: tier[0].dirty.max: 4096 bytes is too small (at least 65536)"),

@@ -69,6 +69,9 @@ pub struct Guest {
     /// Host paths the job reads besides its binary and working directory (e.g. trace data);
     /// ones under /tmp or /run are carried into the guest like the working directory.
     pub shared_paths: Vec<PathBuf>,
+    /// Boot the host's systemd as PID 1 (on a writable tmpfs overlay of the host root) and run
+    /// the job as a service once basic.target is up, instead of chrooting into the host root.
+    pub systemd: bool,
 }
 
 /// What one guest run produced.
@@ -109,6 +112,7 @@ impl Guest {
             stream_console: false,
             cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
             shared_paths: Vec::new(),
+            systemd: false,
         }
     }
 
@@ -146,6 +150,14 @@ impl Guest {
     /// (which the guest replaces with its own tmpfs).
     pub fn share_path(mut self, path: &Path) -> Self {
         self.shared_paths.push(path.to_path_buf());
+        self
+    }
+
+    /// systemd as PID 1: the host root, read-only over 9p, below a tmpfs overlay (so packages
+    /// can be installed and units written), cgroup2 mounted by systemd itself; the job runs as
+    /// the unit memqos-job.service after basic.target. Nothing reaches the host's disk.
+    pub fn systemd(mut self, on: bool) -> Self {
+        self.systemd = on;
         self
     }
 
@@ -331,6 +343,9 @@ impl Guest {
         }
         if self.zswap {
             append += " memqos.zswap=1";
+        }
+        if self.systemd {
+            append += " memqos.init=systemd";
         }
         cmd.arg("-append").arg(append);
         Ok(cmd)

@@ -15,8 +15,17 @@ while read -r m; do
 done < /modules.order
 
 RESULTS=$(param results)
+INIT=$(param init)
 R=/mnt
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose host $R || { say "cannot mount host root over 9p"; poweroff -f; }
+if [ "$INIT" = systemd ]; then
+    # systemd as PID 1 needs a writable root: the host root stays read-only below a tmpfs.
+    mkdir -p /lower /rw
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose host /lower || { say "cannot mount host root over 9p"; poweroff -f; }
+    mount -t tmpfs rw /rw && mkdir -p /rw/upper /rw/work
+    mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work $R || { say "cannot mount the overlay root"; poweroff -f; }
+else
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose host $R || { say "cannot mount host root over 9p"; poweroff -f; }
+fi
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 results "$R$RESULTS" || { say "cannot mount results dir $RESULTS"; poweroff -f; }
 mount -t proc proc $R/proc
 mount -t sysfs sys $R/sys
@@ -37,6 +46,17 @@ for k in $(echo "$KEEP" | tr , ' '); do
     mkdir -p "$R$k" && mount --move /keep/$i "$R$k" && i=$((i+1))
 done
 mount -t tmpfs shm $R/dev/shm 2>/dev/null
+if [ "$INIT" = systemd ]; then
+    # systemd mounts cgroup2 (nsdelegate, memory_recursiveprot) and enables controllers itself.
+    : > $R/etc/fstab
+    D=$R/etc/systemd/system
+    printf '[Unit]\nDescription=memqos guest job\nAllowIsolate=yes\nWants=memqos-job.service\n' > $D/memqos-job.target
+    printf '%s\n' '[Unit]' 'Description=memqos guest job' '[Service]' 'Type=oneshot' \
+        "ExecStart=/bin/sh -c 'echo memqos-init: job starting under systemd > /dev/ttyS0; /bin/sh $RESULTS/job.sh > /dev/ttyS0 2>&1 < /dev/null; echo \$\$? > $RESULTS/exit-status; dmesg > $RESULTS/dmesg; sync; echo memqos-init: job finished > /dev/ttyS0; systemctl poweroff --force --force'" \
+        > $D/memqos-job.service
+    say "starting systemd at uptime $(cut -d' ' -f1 /proc/uptime)"
+    exec switch_root $R /lib/systemd/systemd --unit=memqos-job.target --log-level=warning --show-status=false
+fi
 mount -t cgroup2 cgroup2 $R/sys/fs/cgroup || say "cannot mount cgroup2"
 mount -t bpf bpf $R/sys/fs/bpf 2>/dev/null
 mount -t tracefs tracefs $R/sys/kernel/tracing 2>/dev/null

@@ -24,6 +24,8 @@ const WANTED_MODULES: &[&str] = &[
     "crc32c_intel",
     "crc32c_cryptoapi",
     "ext4",
+    // The writable root of systemd guests (`Guest::systemd`).
+    "overlay",
 ];
 
 /// Where the host's static busybox comes from (Debian package busybox-static).

@@ -8,7 +8,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::error::Source;
-use super::{Config, ConfigError, Dirty, DirtyMax, Policy, Protect, Signals, StallAction, StallBound, Tier, Tiers};
+use super::{
+    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction, StallBound,
+    Tier, Tiers,
+};
 use crate::size::{parse_size, ByteSize};
 
 #[derive(Deserialize)]
@@ -22,6 +25,15 @@ struct RawConfig {
     tier: Vec<RawTier>,
     #[serde(default)]
     policy: RawPolicy,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<Spanned<String>>,
+    textfile: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -47,6 +59,7 @@ struct RawTier {
     oom_score_adj: Option<Spanned<i64>>,
     cpu_weight: Option<Spanned<i64>>,
     stall: Option<Spanned<RawStall>>,
+    xattr: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -104,7 +117,9 @@ impl<'de> Deserialize<'de> for RawDirtyMax {
 const MIN_DIRTY_MAX: u64 = 64 << 10;
 
 fn dirty(src: &Source, i: usize, d: Option<RawDirty>) -> Result<Dirty, ConfigError> {
-    let Some(d) = d else { return Ok(Dirty::default()) };
+    let Some(d) = d else {
+        return Ok(Dirty::default());
+    };
     let field = |f: &str| format!("tier[{i}].dirty.{f}");
     let max = match d.max {
         None => None,
@@ -167,6 +182,7 @@ struct RawPolicy {
     ws_window_ms: Option<Spanned<u64>>,
     ws_margin: Option<Spanned<f64>>,
     ws_granularity: Option<Spanned<ByteSize>>,
+    foreign_knobs: Option<ForeignKnobs>,
 }
 
 pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
@@ -192,7 +208,27 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         signals: signals(&src, raw.signals)?,
         tiers: tiers(&src, raw.tier)?,
         policy: policy(&src, raw.policy)?,
+        metrics: metrics(&src, raw.metrics)?,
     })
+}
+
+/// `[metrics]`: both off unless given.
+fn metrics(src: &Source, r: RawMetrics) -> Result<Metrics, ConfigError> {
+    let listen = match r.listen {
+        None => None,
+        Some(l) => Some(l.get_ref().parse::<std::net::SocketAddr>().map_err(|e| {
+            src.at(
+                Some(l.span()),
+                "metrics.listen",
+                format!("{:?} is not an address:port ({e}), e.g. \"127.0.0.1:9590\"", l.get_ref()),
+            )
+        })?),
+    };
+    let textfile = match r.textfile {
+        None => None,
+        Some(p) => Some(absolute(src, p, "metrics.textfile")?),
+    };
+    Ok(Metrics { listen, textfile })
 }
 
 fn absolute(src: &Source, p: Spanned<String>, field: &str) -> Result<PathBuf, ConfigError> {
@@ -296,6 +332,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
                 ))
             }
         };
+        let xattrs = xattrs(src, i, t.xattr)?;
         let stall = match t.stall {
             None => StallBound::default(),
             Some(s) if !throttle => {
@@ -330,11 +367,40 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             dirty,
             oom_score_adj,
             cpu_weight,
+            xattrs,
             stall,
         });
         matchers.push(set);
     }
     Ok(Tiers { tiers, matchers })
+}
+
+/// `xattr`: names in the `user.` namespace, the only one cgroupfs lets userspace set
+/// (systemd's `user.oomd_avoid`, `user.oomd_omit`).
+fn xattrs(src: &Source, i: usize, raw: Option<Spanned<Vec<Spanned<String>>>>) -> Result<Vec<String>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(Vec::new());
+    };
+    if raw.get_ref().is_empty() {
+        return Err(src.at(
+            Some(raw.span()),
+            &format!("tier[{i}].xattr"),
+            "needs at least one name (or leave xattr out)".into(),
+        ));
+    }
+    let mut out = Vec::new();
+    for x in raw.into_inner() {
+        let name = x.get_ref();
+        if !name.starts_with("user.") || name.len() == "user.".len() || name.contains(['/', '\0']) {
+            return Err(src.at(
+                Some(x.span()),
+                &format!("tier[{i}].xattr"),
+                format!("{name:?} is not a user.* extended attribute name (cgroupfs only has user.* ones, e.g. \"user.oomd_omit\")"),
+            ));
+        }
+        out.push(x.into_inner());
+    }
+    Ok(out)
 }
 
 fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
@@ -382,6 +448,7 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
         ws_window_ms: int(src, r.ws_window_ms, &f("ws_window_ms"), d.ws_window_ms, 1..=86_400_000)?,
         ws_margin: margin(src, r.ws_margin, &f("ws_margin"), d.ws_margin)?,
         ws_granularity: size(src, r.ws_granularity, &f("ws_granularity"), d.ws_granularity, 4096)?,
+        foreign_knobs: r.foreign_knobs.unwrap_or(d.foreign_knobs),
     })
 }
 

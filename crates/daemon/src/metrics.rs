@@ -1,0 +1,381 @@
+//! Prometheus metrics: the text exposition format (version 0.0.4) rendered from what the
+//! daemon observed and decided, served on `[metrics] listen` and/or written to
+//! `[metrics] textfile` for node_exporter's textfile collector. Every name is documented in
+//! docs/metrics.md; `render` is pure, so a test checks the exact text.
+
+use crate::observe::Seen;
+use anyhow::{Context, Result};
+use memqos_cgroupfs::Limit;
+use memqos_policy::{Config, Decision, Observation};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Upper bounds of the tick latency histogram, in seconds.
+const TICK_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
+
+/// Counters the daemon accumulates between renders.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// (tier, knob file, reason kind) -> decisions written.
+    pub decisions: BTreeMap<(String, &'static str, String), u64>,
+    /// Tick latency histogram: counts per bucket (cumulative at render), sum, count.
+    tick_buckets: Vec<u64>,
+    tick_sum: f64,
+    tick_count: u64,
+}
+
+impl Counters {
+    pub fn record_decision(&mut self, tier: &str, d: &Decision) {
+        let kind = serde_json::to_value(&d.reason).ok().and_then(|v| v["kind"].as_str().map(str::to_owned));
+        let key = (tier.to_owned(), d.action.file(), kind.unwrap_or_else(|| "unknown".into()));
+        *self.decisions.entry(key).or_default() += 1;
+    }
+
+    pub fn record_tick(&mut self, took: Duration) {
+        let secs = took.as_secs_f64();
+        if self.tick_buckets.is_empty() {
+            self.tick_buckets = vec![0; TICK_BUCKETS.len()];
+        }
+        if let Some(i) = TICK_BUCKETS.iter().position(|&b| secs <= b) {
+            self.tick_buckets[i] += 1;
+        }
+        self.tick_sum += secs;
+        self.tick_count += 1;
+    }
+}
+
+/// The daemon-wide figures of one render.
+pub struct Daemon {
+    pub cpu_seconds: f64,
+    pub parent_usage_bytes: u64,
+}
+
+fn limit(l: Limit) -> String {
+    match l {
+        Limit::Bytes(b) => b.to_string(),
+        Limit::Max => "+Inf".into(),
+    }
+}
+
+/// Label values escape `\`, `"` and newlines (exposition format).
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// (name, type, help, value of one sample).
+type Family<F> = (&'static str, &'static str, &'static str, F);
+/// Per tier: cgroups, usage, throttled cgroups, OOM kills.
+type TierSums = (u64, u64, u64, u64);
+type CgroupFamily<'a> = Family<&'a dyn Fn(&Seen) -> String>;
+type TierFamily = Family<fn(&TierSums) -> u64>;
+
+/// The whole exposition for one moment.
+pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
+    let mut out = String::new();
+    let per_cgroup: [CgroupFamily; 9] = [
+        ("memqos_cgroup_memory_usage_bytes", "gauge", "memory.current of a managed cgroup.", &|s| {
+            s.usage_bytes.to_string()
+        }),
+        ("memqos_cgroup_memory_high_bytes", "gauge", "memory.high now (+Inf = max).", &|s| limit(s.knobs.high)),
+        ("memqos_cgroup_memory_high_original_bytes", "gauge", "memory.high before memqos wrote it.", &|s| {
+            limit(s.original.high)
+        }),
+        ("memqos_cgroup_memory_low_bytes", "gauge", "memory.low now.", &|s| limit(s.knobs.low)),
+        ("memqos_cgroup_memory_min_bytes", "gauge", "memory.min now.", &|s| limit(s.knobs.min)),
+        ("memqos_cgroup_throttled", "gauge", "1 while memory.high is below its original.", &|s| {
+            u8::from(s.knobs.high < s.original.high).to_string()
+        }),
+        ("memqos_cgroup_frozen", "gauge", "1 while cgroup.freeze is set.", &|s| u8::from(s.knobs.frozen).to_string()),
+        (
+            "memqos_cgroup_memory_pressure_some_avg10_ratio",
+            "gauge",
+            "memory.pressure some avg10, as a ratio (0..1).",
+            &|s| format!("{}", s.psi_some_avg10 / 100.0),
+        ),
+        (
+            "memqos_cgroup_oom_kills_total",
+            "counter",
+            "memory.events oom_kill: processes the kernel OOM-killed in the cgroup.",
+            &|s| s.events.oom_kill.to_string(),
+        ),
+    ];
+    for (name, kind, help, value) in per_cgroup {
+        header(&mut out, name, kind, help);
+        for s in seen {
+            let _ = writeln!(out, "{name}{{cgroup=\"{}\",tier=\"{}\"}} {}", esc(&s.cgroup), esc(&s.tier), value(s));
+        }
+    }
+    header(
+        &mut out,
+        "memqos_cgroup_memory_high_events_total",
+        "counter",
+        "memory.events high: times the cgroup was over memory.high.",
+    );
+    for s in seen {
+        let _ = writeln!(
+            out,
+            "memqos_cgroup_memory_high_events_total{{cgroup=\"{}\",tier=\"{}\"}} {}",
+            esc(&s.cgroup),
+            esc(&s.tier),
+            s.events.high
+        );
+    }
+
+    // Per tier: sums over its cgroups.
+    let mut tiers: BTreeMap<&str, TierSums> = BTreeMap::new();
+    for s in seen {
+        let t = tiers.entry(&s.tier).or_default();
+        t.0 += 1;
+        t.1 += s.usage_bytes;
+        t.2 += u64::from(s.knobs.high < s.original.high);
+        t.3 += s.events.oom_kill;
+    }
+    let per_tier: [TierFamily; 4] = [
+        ("memqos_tier_cgroups", "gauge", "Managed cgroups in the tier.", |t| t.0),
+        ("memqos_tier_memory_usage_bytes", "gauge", "Sum of memory.current over the tier's cgroups.", |t| t.1),
+        (
+            "memqos_tier_throttled_cgroups",
+            "gauge",
+            "Cgroups of the tier whose memory.high is below its original.",
+            |t| t.2,
+        ),
+        (
+            "memqos_tier_oom_kills_total",
+            "counter",
+            "Sum of memory.events oom_kill over the tier's present cgroups.",
+            |t| t.3,
+        ),
+    ];
+    for (name, kind, help, value) in per_tier {
+        header(&mut out, name, kind, help);
+        for (tier, t) in &tiers {
+            let _ = writeln!(out, "{name}{{tier=\"{}\"}} {}", esc(tier), value(t));
+        }
+    }
+
+    header(
+        &mut out,
+        "memqos_decisions_total",
+        "counter",
+        "Knob writes decided by the policy engine, by tier, knob and reason.",
+    );
+    for ((tier, file, reason), n) in &counters.decisions {
+        let _ = writeln!(
+            out,
+            "memqos_decisions_total{{tier=\"{}\",knob=\"{file}\",reason=\"{}\"}} {n}",
+            esc(tier),
+            esc(reason)
+        );
+    }
+    header(
+        &mut out,
+        "memqos_parent_memory_usage_bytes",
+        "gauge",
+        "memory.current of cgroup_root (sum of its children at the hierarchy's root).",
+    );
+    let _ = writeln!(out, "memqos_parent_memory_usage_bytes {}", daemon.parent_usage_bytes);
+    header(&mut out, "memqos_daemon_cpu_seconds_total", "counter", "CPU time (user + system) the daemon has used.");
+    let _ = writeln!(out, "memqos_daemon_cpu_seconds_total {}", daemon.cpu_seconds);
+    header(&mut out, "memqos_tick_duration_seconds", "histogram", "Time from a wakeup to the tick's last knob write.");
+    let mut cumulative = 0;
+    for (i, b) in TICK_BUCKETS.iter().enumerate() {
+        cumulative += counters.tick_buckets.get(i).copied().unwrap_or(0);
+        let _ = writeln!(out, "memqos_tick_duration_seconds_bucket{{le=\"{b}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "memqos_tick_duration_seconds_bucket{{le=\"+Inf\"}} {}", counters.tick_count);
+    let _ = writeln!(out, "memqos_tick_duration_seconds_sum {}", counters.tick_sum);
+    let _ = writeln!(out, "memqos_tick_duration_seconds_count {}", counters.tick_count);
+    out
+}
+
+/// Where renders go: a listener thread serving the latest one, and/or a textfile.
+pub struct Exporter {
+    latest: Arc<Mutex<String>>,
+    textfile: Option<PathBuf>,
+    pub counters: Counters,
+}
+
+impl Exporter {
+    /// None when `[metrics]` asks for nothing. Binds the listener now, so an address in use
+    /// fails the start-up instead of a later scrape.
+    pub fn start(cfg: &memqos_policy::Metrics) -> Result<Option<Exporter>> {
+        if cfg.listen.is_none() && cfg.textfile.is_none() {
+            return Ok(None);
+        }
+        let latest = Arc::new(Mutex::new(String::new()));
+        if let Some(addr) = cfg.listen {
+            let listener = TcpListener::bind(addr).with_context(|| format!("metrics.listen {addr}"))?;
+            let latest = latest.clone();
+            std::thread::Builder::new().name("metrics".into()).spawn(move || serve(listener, latest))?;
+        }
+        Ok(Some(Exporter { latest, textfile: cfg.textfile.clone(), counters: Counters::default() }))
+    }
+
+    /// Counts one tick's decisions (by the tier of their cgroup) and its latency.
+    pub fn after_tick(&mut self, cfg: &Config, obs: &Observation, decisions: &[Decision], took: Duration) {
+        for d in decisions {
+            let tier = obs.cgroups.iter().find(|c| c.id == d.cgroup).and_then(|c| cfg.tiers.get(c.tier));
+            self.counters.record_decision(tier.map_or("", |t| t.name.as_str()), d);
+        }
+        self.counters.record_tick(took);
+    }
+
+    /// Renders and publishes. A textfile that cannot be written is reported, not fatal.
+    pub fn publish(&mut self, seen: &[Seen], daemon: &Daemon) -> Result<()> {
+        let text = render(seen, &self.counters, daemon);
+        if let Some(path) = &self.textfile {
+            // node_exporter must never read a half-written file.
+            let tmp = path.with_extension("prom.tmp");
+            std::fs::write(&tmp, &text)
+                .and_then(|_| std::fs::rename(&tmp, path))
+                .with_context(|| format!("writing metrics.textfile {}", path.display()))?;
+        }
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = text;
+        Ok(())
+    }
+}
+
+/// One request per connection: `GET /metrics` gets the latest render, anything else 404.
+fn serve(listener: TcpListener, latest: Arc<Mutex<String>>) {
+    for stream in listener.incoming() {
+        let Ok(mut s) = stream else { continue };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+        // The request line may arrive in pieces: read up to the end of the headers.
+        let mut buf = [0u8; 1024];
+        let mut n = 0;
+        while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf[n..]) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+        }
+        let request = String::from_utf8_lossy(&buf[..n]);
+        let response = if request.starts_with("GET /metrics ") || request.starts_with("GET /metrics?") {
+            let body = latest.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        } else {
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nonly GET /metrics is\n"
+                .to_string()
+        };
+        let _ = s.write_all(response.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memqos_cgroupfs::MemoryEvents;
+    use memqos_policy::{Action, Knobs, Reason};
+
+    fn seen(cgroup: &str, tier: &str, high: Limit) -> Seen {
+        let knobs = Knobs { high, ..Knobs::default() };
+        Seen {
+            cgroup: cgroup.into(),
+            cgroup_id: 0,
+            tier: tier.into(),
+            usage_bytes: 100 << 20,
+            knobs,
+            original: Knobs::default(),
+            psi_some_avg10: 12.5,
+            events: MemoryEvents { oom_kill: 2, high: 7, ..Default::default() },
+        }
+    }
+
+    #[test]
+    fn exposition_has_every_family_with_labels_and_values() {
+        let mut c = Counters::default();
+        let d = Decision {
+            cgroup: "b".into(),
+            action: Action::High(Limit::Bytes(64 << 20)),
+            reason: Reason::Release { calm_for_ms: 5000 },
+        };
+        c.record_decision("batch", &d);
+        c.record_decision("batch", &d);
+        c.record_tick(Duration::from_millis(3));
+        c.record_tick(Duration::from_secs(2));
+        let text = render(
+            &[seen("a\"x", "critical", Limit::Max), seen("b", "batch", Limit::Bytes(64 << 20))],
+            &c,
+            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42 },
+        );
+        for line in [
+            "memqos_cgroup_memory_high_bytes{cgroup=\"a\\\"x\",tier=\"critical\"} +Inf",
+            "memqos_cgroup_memory_high_bytes{cgroup=\"b\",tier=\"batch\"} 67108864",
+            "memqos_cgroup_throttled{cgroup=\"b\",tier=\"batch\"} 1",
+            "memqos_cgroup_throttled{cgroup=\"a\\\"x\",tier=\"critical\"} 0",
+            "memqos_cgroup_memory_pressure_some_avg10_ratio{cgroup=\"b\",tier=\"batch\"} 0.125",
+            "memqos_cgroup_oom_kills_total{cgroup=\"b\",tier=\"batch\"} 2",
+            "memqos_cgroup_memory_high_events_total{cgroup=\"b\",tier=\"batch\"} 7",
+            "memqos_tier_throttled_cgroups{tier=\"batch\"} 1",
+            "memqos_tier_memory_usage_bytes{tier=\"critical\"} 104857600",
+            "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"release\"} 2",
+            "memqos_parent_memory_usage_bytes 42",
+            "memqos_daemon_cpu_seconds_total 1.5",
+            "memqos_tick_duration_seconds_bucket{le=\"0.005\"} 1",
+            "memqos_tick_duration_seconds_bucket{le=\"1\"} 1",
+            "memqos_tick_duration_seconds_bucket{le=\"+Inf\"} 2",
+            "memqos_tick_duration_seconds_count 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        // Every sample's family has HELP and TYPE, and names follow Prometheus conventions.
+        let families: Vec<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            let family = name.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
+            assert!(families.contains(&family) || families.contains(&name), "{name} has no TYPE");
+            assert!(
+                name.starts_with("memqos_")
+                    && name.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()),
+                "{name}"
+            );
+        }
+        for f in &families {
+            let kind = text.lines().find_map(|l| l.strip_prefix(&format!("# TYPE {f} "))).unwrap();
+            assert_eq!(kind == "counter", f.ends_with("_total"), "{f}: counters and only counters end in _total");
+        }
+    }
+
+    #[test]
+    fn listener_serves_the_latest_render_and_404s_the_rest() {
+        let cfg = memqos_policy::Metrics { listen: Some("127.0.0.1:0".parse().unwrap()), textfile: None };
+        // Port 0 is bound by start(); find it by binding ourselves instead.
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = probe.local_addr().unwrap();
+        drop(probe);
+        let cfg = memqos_policy::Metrics { listen: Some(addr), ..cfg };
+        let mut ex = Exporter::start(&cfg).unwrap().unwrap();
+        ex.publish(&[seen("b", "batch", Limit::Max)], &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1 }).unwrap();
+        let get = |path: &str| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            // In two pieces, as a slow client would send it.
+            s.write_all(format!("GET {path} HT").as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            s.write_all(b"TP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut r = String::new();
+            s.read_to_string(&mut r).unwrap();
+            r
+        };
+        let r = get("/metrics");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains("text/plain; version=0.0.4"), "{r}");
+        assert!(r.contains("memqos_parent_memory_usage_bytes 1\n"), "{r}");
+        assert!(get("/").starts_with("HTTP/1.1 404"));
+        // The address is now taken: a second exporter fails at start-up, naming the field.
+        let e = Exporter::start(&cfg).err().unwrap();
+        assert!(format!("{e:#}").contains("metrics.listen"), "{e:#}");
+    }
+}

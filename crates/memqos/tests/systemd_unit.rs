@@ -1,0 +1,118 @@
+//! The Debian package and its unit under a real systemd: a guest boots the host's systemd as
+//! PID 1 (on a tmpfs overlay of the host root, so nothing reaches the host), builds the
+//! package from this checkout's binary, installs it with dpkg, and drives memqos.service:
+//! start (Type=notify, so `systemctl start` returns only after READY=1), protection written,
+//! stop (the daemon restores), SIGKILL of the daemon alone (KillMode=process keeps the guardian,
+//! which restores), the automatic restart, and the final stop.
+
+use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_vmtest::guest_test;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Runs a command, prints it and its output (the transcript), returns stdout; panics on failure.
+fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{}: {e}", args[0]));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("# {}\n{stdout}{stderr}", args.join(" "));
+    assert!(out.status.success(), "{} failed: {}", args.join(" "), out.status);
+    stdout.into_owned()
+}
+
+fn show(prop: &str) -> String {
+    let out = Command::new("systemctl").args(["show", "memqos.service", "-p", prop, "--value"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn low(cg: &Cgroup) -> Limit {
+    cg.limit("memory.low").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "{what}: not within {} s", limit.as_secs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed()
+}
+
+guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.systemd(true).memory_mb(1536), {
+    assert_eq!(std::fs::read_to_string("/proc/1/comm").unwrap().trim(), "systemd", "PID 1 is not systemd");
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let deb = sh(&["bash", checkout.join("scripts/build-deb.sh").to_str().unwrap(), "--no-build", "/tmp/deb"]);
+    sh(&["dpkg", "-i", deb.trim()]);
+    sh(&["dpkg", "-s", "memqos"]);
+    sh(&["/usr/bin/memqos", "--version"]);
+    assert_eq!(show("UnitFileState"), "disabled", "the package must not enable the unit");
+
+    // A protected service for memqos to act on (system.slice is the `system` tier).
+    sh(&["systemd-run", "--unit=memqos-db", "/usr/bin/memqos", "workload", "phases", "--phases", "96:2000,96:900000"]);
+    let db = Cgroup::new("/sys/fs/cgroup/system.slice/memqos-db.service");
+    wait_for("memqos-db.service cgroup", Duration::from_secs(20), || db.path().exists());
+
+    // Dry run first, as docs/operators.md says: every write it would make is logged, none made.
+    let dry = sh(&["memqos", "daemon", "--dry-run", "--duration", "4", "--config", "/etc/memqos/memqos.toml"]);
+    let would_protect = dry.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|e| {
+        e["event"] == "write"
+            && e["dry_run"] == true
+            && e["cgroup"] == "system.slice/memqos-db.service"
+            && e["file"] == "memory.low"
+    });
+    assert!(would_protect, "the dry run did not log the memory.low it would write");
+    assert_eq!(low(&db), Limit::Bytes(0), "a dry run must write nothing");
+    assert!(!Path::new("/var/lib/memqos/journal.json").exists(), "a dry run must not journal");
+
+    let t0 = Instant::now();
+    sh(&["systemctl", "start", "memqos.service"]);
+    println!("RESULT systemctl start returned after {:.2} s (Type=notify)", t0.elapsed().as_secs_f64());
+    assert_eq!(show("ActiveState"), "active");
+    // STATUS= comes with READY=1 from the daemon's first tick.
+    assert_eq!(show("StatusText"), "managing /sys/fs/cgroup");
+    let unit_cg = Cgroup::new("/sys/fs/cgroup/system.slice/memqos.service");
+    let procs = std::fs::read_to_string(unit_cg.path().join("cgroup.procs")).unwrap();
+    assert_eq!(procs.lines().count(), 2, "daemon and guardian in the unit's cgroup: {procs}");
+
+    let took = wait_for("memqos protects memqos-db", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
+    println!("RESULT memory.low of memqos-db.service = {:?} after {:.1} s", low(&db), took.as_secs_f64());
+    sh(&["memqos", "status", "--config", "/etc/memqos/memqos.toml"]);
+
+    // Stop: the daemon restores, the unit is inactive, the journal is gone.
+    sh(&["systemctl", "stop", "memqos.service"]);
+    assert_eq!(low(&db), Limit::Bytes(0), "stop must restore memory.low");
+    assert_eq!(show("ActiveState"), "inactive");
+    assert!(!Path::new("/var/lib/memqos/journal.json").exists(), "journal left after stop");
+    println!("RESULT after systemctl stop: memory.low = {:?}", low(&db));
+
+    // SIGKILL of the daemon alone: the guardian (kept by KillMode=process) restores at once,
+    // before Restart=on-failure (RestartSec=5s) brings the daemon back.
+    sh(&["systemctl", "start", "memqos.service"]);
+    wait_for("protection again", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
+    let main_pid = show("MainPID");
+    sh(&["systemctl", "kill", "--signal=SIGKILL", "--kill-whom=main", "memqos.service"]);
+    let took = wait_for("guardian restores after SIGKILL", Duration::from_secs(4), || low(&db) == Limit::Bytes(0));
+    println!(
+        "RESULT SIGKILL of daemon pid {main_pid}: guardian restored memory.low within {:.2} s",
+        took.as_secs_f64()
+    );
+    wait_for("Restart=on-failure", Duration::from_secs(30), || {
+        show("ActiveState") == "active" && show("MainPID") != main_pid && show("NRestarts") == "1"
+    });
+    wait_for("protection after restart", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
+    println!(
+        "RESULT restarted as pid {} (NRestarts {}), memory.low = {:?}",
+        show("MainPID"),
+        show("NRestarts"),
+        low(&db)
+    );
+
+    sh(&["systemctl", "stop", "memqos.service"]);
+    assert_eq!(low(&db), Limit::Bytes(0));
+    let log = sh(&["journalctl", "-u", "memqos.service", "-o", "cat", "--no-pager"]);
+    assert!(
+        log.contains("\"event\":\"write\"") && log.contains("\"event\":\"stopped\""),
+        "journal lacks the daemon's events"
+    );
+    sh(&["systemctl", "stop", "memqos-db.service"]);
+});

@@ -1,0 +1,133 @@
+//! Coexistence with other managers of the same knobs: systemd units' MemoryHigh=/MemoryLow=,
+//! kubelet's MemoryQoS memory.min/low (`policy.foreign_knobs`), and systemd-oomd's
+//! ManagedOOMPreference xattrs as tier hints (`tier.xattr`).
+
+mod common;
+
+use common::*;
+use memqos_policy::{Action, Config, Knob, Limit};
+
+fn contention(policy: &str) -> Sim {
+    let mut sim = Sim::new(config(THREE_TIERS, policy));
+    sim.add("critical/db", 500 * MB);
+    sim.add("batch/a", 400 * MB);
+    sim.add("batch/b", 200 * MB);
+    sim
+}
+
+fn set_high(sim: &mut Sim, id: &str, bytes: u64) {
+    sim.cg(id).original.high = Limit::Bytes(bytes);
+    sim.cg(id).current.high = Limit::Bytes(bytes);
+}
+
+#[test]
+fn a_units_own_memory_high_is_never_cut_by_default() {
+    let mut sim = contention("");
+    set_high(&mut sim, "batch/a", 450 * MB); // MemoryHigh=450M in the unit
+    sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
+    assert!(sim.writes("batch/a", Knob::High).is_empty(), "{:?}", sim.writes("batch/a", Knob::High));
+    assert_eq!(sim.high("batch/a"), Limit::Bytes(450 * MB));
+    // The pressure is still answered, by the cgroup memqos may throttle.
+    assert!(sim.writes("batch/b", Knob::High).len() >= 3);
+    assert!(sim.engine.restore_all().iter().all(|d| d.cgroup != "batch/a"));
+}
+
+#[test]
+fn override_cuts_a_foreign_high_and_restores_it() {
+    let mut sim = contention("foreign_knobs = \"override\"");
+    set_high(&mut sim, "batch/a", 450 * MB);
+    sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
+    assert!(sim.high("batch/a") < Limit::Bytes(400 * MB));
+    let restore: Vec<_> =
+        sim.engine.restore_all().into_iter().filter(|d| d.cgroup == "batch/a").map(|d| d.action).collect();
+    assert_eq!(restore, vec![Action::High(Limit::Bytes(450 * MB))]);
+}
+
+#[test]
+fn kubelet_memory_min_is_left_alone_and_its_pressure_still_throttles() {
+    let mut sim = contention("");
+    // kubelet's MemoryQoS: memory.min = requests on a Guaranteed pod's container.
+    sim.cg("critical/db").original.min = Limit::Bytes(256 * MB);
+    sim.cg("critical/db").current.min = Limit::Bytes(256 * MB);
+    sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
+    assert!(sim.writes("critical/db", Knob::Low).is_empty());
+    assert!(sim.writes("critical/db", Knob::Min).is_empty());
+    assert!(!sim.writes("batch/a", Knob::High).is_empty(), "protected pressure must still throttle");
+
+    // Without the foreign floor memqos does protect it.
+    let mut sim = contention("");
+    sim.run(2_000, |_| {});
+    assert!(!sim.writes("critical/db", Knob::Low).is_empty());
+}
+
+const XATTR_TIERS: &str = r#"
+cgroup_root = "/sys/fs/cgroup"
+[[tier]]
+name = "oomd-omit"
+match = ["**"]
+xattr = ["user.oomd_omit"]
+protect = "low"
+[[tier]]
+name = "oomd-avoid"
+match = ["system.slice/**"]
+xattr = ["user.oomd_avoid", "user.memqos_protect"]
+[[tier]]
+name = "rest"
+match = ["**"]
+throttle = true
+"#;
+
+#[test]
+fn xattr_tiers_take_only_cgroups_carrying_the_attribute() {
+    let cfg = Config::from_str(XATTR_TIERS, "x.toml").unwrap();
+    assert!(cfg.tiers.uses_xattrs());
+    let name = |path: &str, set: &[&str]| {
+        let mut asked = Vec::new();
+        let t = cfg.tiers.classify_with(path, |x| {
+            asked.push(x.to_string());
+            set.contains(&x)
+        });
+        (cfg.tiers.get(t.unwrap()).unwrap().name.clone(), asked)
+    };
+    assert_eq!(name("user.slice/a.scope", &["user.oomd_omit"]).0, "oomd-omit");
+    assert_eq!(name("system.slice/b.service", &["user.oomd_avoid"]).0, "oomd-avoid");
+    assert_eq!(name("system.slice/b.service", &["user.memqos_protect"]).0, "oomd-avoid");
+    // The avoid tier's glob does not match user.slice: its xattrs are not even asked for.
+    let (tier, asked) = name("user.slice/c.scope", &["user.oomd_avoid"]);
+    assert_eq!(tier, "rest");
+    assert_eq!(asked, vec!["user.oomd_omit"]);
+    // Plain classify never matches an xattr tier.
+    assert_eq!(cfg.tiers.classify("system.slice/b.service").map(|t| t.0), Some(2));
+}
+
+#[test]
+fn xattr_names_outside_user_are_rejected_with_the_field() {
+    let bad = XATTR_TIERS.replace("\"user.oomd_omit\"", "\"trusted.oomd_omit\"");
+    let e = Config::from_str(&bad, "x.toml").unwrap_err().to_string();
+    assert!(e.contains("x.toml:6") && e.contains("tier[0].xattr") && e.contains("trusted.oomd_omit"), "{e}");
+    let empty = XATTR_TIERS.replace("xattr = [\"user.oomd_omit\"]", "xattr = []");
+    assert!(Config::from_str(&empty, "x.toml").unwrap_err().to_string().contains("tier[0].xattr"));
+    let e = Config::from_str(
+        "cgroup_root = \"/a\"\n[[tier]]\nname = \"t\"\nmatch = [\"**\"]\n[policy]\nforeign_knobs = \"fight\"\n",
+        "y.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("foreign_knobs") || e.contains("fight"), "{e}");
+}
+
+#[test]
+fn metrics_are_off_by_default_and_errors_name_the_field() {
+    let base = "cgroup_root = \"/a\"\n[[tier]]\nname = \"t\"\nmatch = [\"**\"]\n";
+    assert_eq!(Config::from_str(base, "m.toml").unwrap().metrics, memqos_policy::Metrics::default());
+    let on =
+        format!("{base}[metrics]\nlisten = \"127.0.0.1:9590\"\ntextfile = \"/var/lib/node-exporter/memqos.prom\"\n");
+    let m = Config::from_str(&on, "m.toml").unwrap().metrics;
+    assert_eq!(m.listen, Some("127.0.0.1:9590".parse().unwrap()));
+    assert_eq!(m.textfile.as_deref(), Some(std::path::Path::new("/var/lib/node-exporter/memqos.prom")));
+    let e = Config::from_str(&format!("{base}[metrics]\nlisten = \"localhost\"\n"), "m.toml").unwrap_err().to_string();
+    assert!(e.starts_with("m.toml:6:") && e.contains("metrics.listen") && e.contains("\"localhost\""), "{e}");
+    let e =
+        Config::from_str(&format!("{base}[metrics]\ntextfile = \"memqos.prom\"\n"), "m.toml").unwrap_err().to_string();
+    assert!(e.contains("metrics.textfile") && e.contains("absolute"), "{e}");
+}
