@@ -17,10 +17,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How much later than in its solo run (just before, same guest) the protected workload may
-/// fall behind its schedule under memqos. An emulated guest on a shared host makes even the
-/// solo run late by seconds (CPU), so the bound is on what memqos adds to that; without memqos
-/// the two low tasks add several seconds (the unmanaged run prints it).
-const MAX_PROTECTED_EXTRA_LATE_MS: u64 = 2000;
+/// fall behind its schedule under memqos. The two low tasks share the guest's 2 vCPUs with it,
+/// so even with no memory stall at all it falls up to ~2 s behind on a loaded host (measured:
+/// 1.8 s with PSI some 0.0 %); a protected task throttled at memory.high or reclaiming for its
+/// bursts falls behind by tens of seconds. The bound sits between the two.
+const MAX_PROTECTED_EXTRA_LATE_MS: u64 = 5000;
 /// Share of its run time the protected cgroup may spend stalled on memory (PSI some) under
 /// memqos.
 const MAX_PROTECTED_STALL: f64 = 0.05;
