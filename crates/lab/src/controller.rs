@@ -11,6 +11,7 @@ use crate::workload::PhasesReport;
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents, Pressure};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -84,8 +85,10 @@ pub fn teardown(parent: &Cgroup) {
 }
 
 /// Starts `memqos workload phases` with `profile` in `cg`, stdout piped (its PhasesReport).
-pub fn start(cg: &Cgroup, profile: &str) -> Result<Child> {
-    Command::new(std::env::current_exe()?)
+/// Starts `memqos workload phases` (the binary at `memqos`: a test's own executable is not it)
+/// in `cg`.
+pub fn start(memqos: &Path, cg: &Cgroup, profile: &str) -> Result<Child> {
+    Command::new(memqos)
         .args(["workload", "phases", "--phases", profile, "--cgroup"])
         .arg(cg.path())
         .stdout(Stdio::piped())
@@ -96,10 +99,11 @@ pub fn start(cg: &Cgroup, profile: &str) -> Result<Child> {
 /// Runs the workloads to completion; the high cgroup is removed as soon as its task is done
 /// (a finished sandbox goes away, and with it its protection).
 fn run_tasks(policy: &str, parent: &Cgroup, specs: &[(&str, &Cgroup, &str)]) -> Result<Run> {
+    let exe = std::env::current_exe()?;
     let t0 = Instant::now();
     let mut running = Vec::new();
     for (name, cg, profile) in specs {
-        running.push((*name, (*cg).clone(), start(cg, profile)?));
+        running.push((*name, (*cg).clone(), start(&exe, cg, profile)?));
     }
     let mut tasks = Vec::new();
     while !running.is_empty() {

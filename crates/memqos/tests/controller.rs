@@ -27,7 +27,7 @@ const MAX_PROTECTED_EXTRA_LATE_MS: u64 = 5000;
 const MAX_PROTECTED_STALL: f64 = 0.05;
 
 fn start(cg: &Cgroup, profile: &str) -> Child {
-    controller::start(cg, profile).unwrap()
+    controller::start(Path::new(memqos_bin()), cg, profile).unwrap()
 }
 
 /// The controller config written where the daemon reads it; `state_dir` is the config's.
