@@ -135,7 +135,10 @@ guest_test!(sigkill_mid_throttle_then_restart_restores_every_knob, |g| g.memory_
         let out = Command::new(memqos_bin()).arg("restore").arg("--state-dir").arg(&state).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && stderr.contains("stop it first"), "restore beside a live daemon: {stderr}");
-        assert_eq!(knobs(), throttled, "a refused restore leaves the knobs alone");
+        // The live daemon goes on adjusting, so the values may move; a restore would have
+        // put both low cgroups back to max.
+        let (l1, l2, _) = knobs();
+        assert!(l1 != Limit::Max || l2 != Limit::Max, "a refused restore leaves the low tier throttled");
         daemon.kill(); // SIGKILL: no chance to clean up
         let after_kill = knobs();
         let originals = (Limit::Max, Limit::Max, Limit::Bytes(0));
