@@ -8,6 +8,7 @@
 //! moment it ends, so an interrupted experiment keeps what it measured.
 
 use crate::kube;
+use crate::oomd::OomdProcess;
 use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const PARENT: &str = "/sys/fs/cgroup/memqos-exp";
 const STATE_DIR: &str = "/run/memqos-exp/state";
 const WORK_DIR: &str = "/run/memqos-exp/work";
+const OOMD_DIR: &str = "/run/memqos-exp/oomd";
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 const MIB: u64 = 1 << 20;
 
@@ -47,7 +49,8 @@ pub struct ArmResult {
     /// memory.events oom_kill of the parent at the end.
     pub parent_oom_kills: u64,
     pub timeline: Timeline,
-    /// Knob writes the daemon made (memqos arm only).
+    /// Knob writes the daemon made (memqos arm), the knobs a static arm set (kube-memoryqos),
+    /// or the kills oomd logged (oomd arm: file "kill").
     pub decisions: Vec<DecisionMark>,
     /// After the daemon stopped: did it exit cleanly with no unrestored journal, and were the
     /// knobs of any cgroup still present back to their defaults?
@@ -344,7 +347,30 @@ fn run_arm(
             Arm::Policy(Policy::Memqos) => Some(Daemon::start(opts, &parent)?),
             _ => None,
         };
-        let outcome = run_tasks(opts, &tasks, &cgroups, &oom_score_adj, &parent);
+        let mut oomd = match arm {
+            Arm::Policy(Policy::Oomd) => {
+                let template = s.oomd_config.as_deref().expect("validated");
+                let parent_rel = PARENT.trim_start_matches("/sys/fs/cgroup/");
+                let ruleset = crate::oomd::render(template, parent_rel, parent_max);
+                crate::oomd::validate(&ruleset).map_err(|e| anyhow::anyhow!("oomd_config: {e}"))?;
+                Some(OomdProcess::start(&ruleset, Path::new(OOMD_DIR), parent_rel)?)
+            }
+            _ => None,
+        };
+        let outcome = run_tasks(opts, &tasks, &cgroups, &oom_score_adj, &parent, oomd.as_mut());
+        let oomd_kills = match oomd {
+            Some(o) => {
+                let end = outcome.as_ref().map(|o| o.3).unwrap_or(0.0);
+                let (mut kills, ran) = o.stop(end)?;
+                if !ran {
+                    bail!("oomd exited before the tasks ended: see {OOMD_DIR}/oomd.log");
+                }
+                let mut marks = outcome.as_ref().map(|o| o.4.clone()).unwrap_or_default();
+                marks.append(&mut kills);
+                marks
+            }
+            None => Vec::new(),
+        };
         let (decisions, knobs_restored, daemon_cpu_s) = match daemon {
             Some(d) => {
                 let (log, stopped_ok, cpu_s) = d.stop()?;
@@ -363,13 +389,14 @@ fn run_arm(
             }
             None => (Vec::new(), None, None),
         };
-        let (started_epoch, task_results, timeline) = outcome?;
+        let (started_epoch, task_results, timeline, _, _) = outcome?;
         let decisions = static_writes
             .into_iter()
             .chain(decisions.into_iter().map(|mut d| {
                 d.t_s -= started_epoch;
                 d
             }))
+            .chain(oomd_kills)
             .collect();
         Ok(ArmResult {
             scenario: s.name.clone(),
@@ -396,7 +423,9 @@ fn run_arm(
     Ok(r)
 }
 
-type TaskRun = (f64, Vec<TaskResult>, Timeline);
+/// Start time (Unix), the tasks' results, the timeline, when the last task ended (s since the
+/// start) and the kills oomd logged while they ran.
+type TaskRun = (f64, Vec<TaskResult>, Timeline, f64, Vec<DecisionMark>);
 
 fn run_tasks(
     opts: &RunnerOptions,
@@ -404,6 +433,7 @@ fn run_tasks(
     cgroups: &[Cgroup],
     oom_score_adj: &[Option<i32>],
     parent: &Cgroup,
+    mut oomd: Option<&mut OomdProcess>,
 ) -> Result<TaskRun> {
     let s = &opts.scenario;
     std::fs::create_dir_all(WORK_DIR)?;
@@ -446,10 +476,14 @@ fn run_tasks(
     }
     let mut timeline = Timeline::default();
     let mut final_events: Vec<Option<MemoryEvents>> = vec![None; children.len()];
+    let mut oomd_kills = Vec::new();
     let deadline = Duration::from_secs(900);
     while children.iter().any(|(_, end)| end.is_none()) {
         timeline.t_s.push(t0.elapsed().as_secs_f64());
         timeline.parent_current.push(parent.memory_current().unwrap_or(0));
+        if let Some(o) = oomd.as_deref_mut() {
+            oomd_kills.extend(o.poll(t0.elapsed().as_secs_f64()));
+        }
         for (((name, _, _), cg), (_, end)) in tasks.iter().zip(cgroups).zip(&children) {
             if end.is_some() {
                 continue;
@@ -514,7 +548,7 @@ fn run_tasks(
         };
         results.push(r);
     }
-    Ok((started_epoch, results, timeline))
+    Ok((started_epoch, results, timeline, t0.elapsed().as_secs_f64(), oomd_kills))
 }
 
 /// Removes `parent` and its children, waiting for exiting tasks to leave them.

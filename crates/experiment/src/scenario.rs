@@ -40,6 +40,9 @@ pub enum Policy {
     /// The knobs a v1.37 kubelet writes with MemoryQoS, throttling factor 0.9 and tiered
     /// reservation: protected = Guaranteed, lows = Burstable (see kube.rs).
     KubeMemoryqos,
+    /// Meta's oomd (the Debian package) with the scenario's ruleset: a userspace killer that
+    /// kills from the low tier when the protected tier's memory pressure rises (see oomd.rs).
+    Oomd,
 }
 
 impl Policy {
@@ -54,6 +57,7 @@ impl Policy {
             Policy::Memqos => "memqos",
             Policy::CpuWeight => "cpu-weight",
             Policy::KubeMemoryqos => "kube-memoryqos",
+            Policy::Oomd => "oomd",
         }
     }
 }
@@ -110,6 +114,9 @@ pub struct Scenario {
     pub static_high: Option<u64>,
     /// Daemon config text; `cgroup_root` and `state_dir` are set by the runner.
     pub memqos_config: Option<String>,
+    /// oomd ruleset (JSON) text for the oomd arm; its placeholders are filled by the runner.
+    #[serde(default)]
+    pub oomd_config: Option<String>,
     /// Enable the cpu controller for the task cgroups in every arm (so arms differ only in
     /// what they set), for scenarios whose memqos config sets `cpu_weight`. Otherwise only the
     /// cpu-weight arm enables it.
@@ -139,6 +146,7 @@ struct RawScenario {
     policies: Vec<Policy>,
     static_high: Option<ByteSize>,
     memqos_config: Option<PathBuf>,
+    oomd_config: Option<PathBuf>,
     #[serde(default)]
     cpu_controller: bool,
     #[serde(default = "yes")]
@@ -172,7 +180,7 @@ impl Scenario {
             .to_string();
         let config_text = |rel: &Path| {
             let path = file.parent().unwrap_or(Path::new(".")).join(rel);
-            std::fs::read_to_string(&path).map_err(|e| err(format!("memqos_config {}: {e}", path.display())))
+            std::fs::read_to_string(&path).map_err(|e| err(format!("{}: {e}", path.display())))
         };
         Scenario::parse(&name, file, &text, &config_text)
     }
@@ -192,7 +200,7 @@ impl Scenario {
         }
         if raw.policies.is_empty() {
             return Err(err(
-                "policies: list at least one of none, static-max, static-high, memqos, cpu-weight, kube-memoryqos"
+                "policies: list at least one of none, static-max, static-high, memqos, cpu-weight, kube-memoryqos, oomd"
                     .into(),
             ));
         }
@@ -211,6 +219,11 @@ impl Scenario {
         let memqos_config = match (&raw.memqos_config, raw.policies.contains(&Policy::Memqos)) {
             (Some(p), _) => Some(read_config(p)?),
             (None, true) => return Err(err("memqos_config: required when policies include memqos".into())),
+            (None, false) => None,
+        };
+        let oomd_config = match (&raw.oomd_config, raw.policies.contains(&Policy::Oomd)) {
+            (Some(p), _) => Some(read_config(p)?),
+            (None, true) => return Err(err("oomd_config: required when policies include oomd (the ruleset)".into())),
             (None, false) => None,
         };
         if raw.variant.is_empty() {
@@ -236,6 +249,7 @@ impl Scenario {
             policies: raw.policies,
             static_high: raw.static_high.map(|b| b.0),
             memqos_config,
+            oomd_config,
             cpu_controller: raw.cpu_controller,
             solo: raw.solo,
             guest_memory_mb: raw.guest_memory_mb,

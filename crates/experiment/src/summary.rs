@@ -2,7 +2,7 @@
 //! ratios against the solo and none arms of the same run) and the markdown report.
 
 use crate::avoidability::{ParkDeadline, Proof};
-use crate::kills::{task_kills, KillBounds};
+use crate::kills::{task_kills, userspace_kills, KillBounds};
 use crate::runner::{ArmResult, TaskResult};
 use crate::scenario::Tier;
 use crate::stats::{estimate, Estimate};
@@ -52,9 +52,12 @@ pub struct ArmSummary {
     pub parent_peak_mb: Option<Estimate>,
     /// memqos arm: runs after which every knob was back to its original value.
     pub knobs_restored_runs: Option<usize>,
-    /// Tasks OOM-killed, summed over runs.
+    /// Tasks killed for memory (by the kernel's OOM killer or a userspace one), summed over runs.
     #[serde(default)]
     pub task_kills: u64,
+    /// Of those, the tasks a userspace killer (oomd) SIGKILLed.
+    #[serde(default)]
+    pub userspace_kills: u64,
     /// The clairvoyant bound (the fewest kills any pausing policy could achieve on these
     /// traces, see avoidability.rs), summed over runs; `None` where it was not computed.
     #[serde(default)]
@@ -224,6 +227,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 knobs_restored_runs: (*arm == "memqos")
                     .then(|| runs.values().filter(|r| r.knobs_restored == Some(true)).count()),
                 task_kills: runs.values().map(|r| task_kills(r)).sum(),
+                userspace_kills: runs.values().map(|r| userspace_kills(r)).sum(),
                 kill_bound: run_bounds.as_ref().map(|v| v.iter().map(|b| b.1).sum()),
                 kill_bound_exact: run_bounds.as_ref().map(|v| v.iter().all(|b| b.2)),
                 avoidable_kills: run_bounds.as_ref().map(|v| v.iter().map(|b| b.0.saturating_sub(b.1)).sum()),
@@ -239,6 +243,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             "memqos" => 13,
             "cpu-weight" => 14,
             "kube-memoryqos" => 15,
+            "oomd" => 16,
             _ => 0,
         };
         arms.sort_by_key(|a| (rank(&a.arm), a.arm.clone()));
@@ -343,6 +348,33 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                         m.runs
                     ),
                     avoidable == 0,
+                );
+            }
+        }
+        // Issue 16: against oomd, the peer a user would run instead, in the same runs.
+        if let Some(o) = arm("oomd") {
+            let within = |mine: &Option<Estimate>, theirs: &Option<Estimate>| match (mine, theirs) {
+                (Some(m), Some(t)) => m.median <= t.ci_high,
+                _ => false,
+            };
+            push(
+                "vs oomd: high completion vs solo same or better (memqos median ≤ oomd's interval)",
+                format!("memqos {} vs oomd {}", ratio(&m.high_wall_vs_solo), ratio(&o.high_wall_vs_solo)),
+                within(&m.high_wall_vs_solo, &o.high_wall_vs_solo),
+            );
+            push(
+                "vs oomd: high P95 vs solo same or better (memqos median ≤ oomd's interval)",
+                format!("memqos {} vs oomd {}", ratio(&m.high_p95_vs_solo), ratio(&o.high_p95_vs_solo)),
+                within(&m.high_p95_vs_solo, &o.high_p95_vs_solo),
+            );
+            if o.task_kills > 0 {
+                push(
+                    "vs oomd: every low task finishes where oomd kills",
+                    format!(
+                        "memqos: {} of {} lows finished; oomd: {} kills ({} by oomd), {} of {} lows finished",
+                        m.low_finished, m.low_started, o.task_kills, o.userspace_kills, o.low_finished, o.low_started
+                    ),
+                    m.low_finished == m.low_started,
                 );
             }
         }
@@ -469,7 +501,7 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
     let _ = writeln!(s, "\n## Kills, the clairvoyant bound, and the priority trade-off\n");
     let _ = writeln!(
         s,
-        "Kills: tasks OOM-killed, summed over runs. Bound: the fewest kills any policy could achieve on the same \
+        "Kills: tasks killed for memory, summed over runs: by the kernel's OOM killer, or by oomd (in parentheses). Bound: the fewest kills any policy could achieve on the same \
          traces and limit if it could pause any low task at any instant but never take back memory a task holds \
          (docs/experiments.md, \"Kill avoidability\"), summed over runs; \"exact\" where a schedule with that many kills \
          exists, else a lower bound. Avoidable: kills above the bound (per run, summed). Park by: the latest moment, as a \
@@ -505,7 +537,11 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
                 g.kernel,
                 a.arm,
                 a.runs,
-                a.task_kills,
+                if a.userspace_kills > 0 {
+                    format!("{} ({} by oomd)", a.task_kills, a.userspace_kills)
+                } else {
+                    a.task_kills.to_string()
+                },
                 bound,
                 avoidable,
                 park,
