@@ -106,6 +106,9 @@ pub struct RunnerOptions {
     pub scenario: Scenario,
     pub traces_dir: PathBuf,
     pub runs: usize,
+    /// Number of the first run (1 unless a series is run in chunks): runs are numbered
+    /// `first_run..first_run + runs`, and the arm order rotates by that number.
+    pub first_run: usize,
     pub out_dir: PathBuf,
     /// The memqos binary (for `memqos replay` and `memqos daemon`).
     pub exe: PathBuf,
@@ -189,7 +192,8 @@ pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
         let dir = opts.out_dir.join(&v.name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let arms = arms(s, v);
-        for run in 1..=opts.runs {
+        let last = opts.first_run + opts.runs - 1;
+        for run in opts.first_run..=last {
             // Rotate the order each run: arm k runs in position (k + run - 1) mod n.
             let n = arms.len();
             let order: Vec<usize> = (0..n).map(|i| (i + run - 1) % n).collect();
@@ -202,11 +206,10 @@ pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
                     String::new()
                 };
                 println!(
-                    "progress: {}/{} {} run {run}/{} arm {} ({}/{total}), elapsed {}{eta}",
+                    "progress: {}/{} {} run {run}/{last} arm {} ({}/{total}), elapsed {}{eta}",
                     s.name,
                     v.name,
                     kernel,
-                    opts.runs,
                     arm.label(),
                     done + 1,
                     fmt_secs(started.elapsed().as_secs_f64())

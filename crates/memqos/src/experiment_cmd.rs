@@ -34,6 +34,11 @@ pub struct ExperimentArgs {
     /// Runs per scenario (each run has every arm).
     #[arg(long, default_value_t = 5)]
     runs: usize,
+    /// Number the runs from this one and add them to the scenario's results instead of
+    /// replacing them: a long series in chunks (`--runs 2`, then `--runs 3 --first-run 3`), so
+    /// other guests can use the machine in between.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    first_run: usize,
     /// Kernel series: "6.12", "7", "6.12,7" or "all".
     #[arg(long, default_value = "7")]
     kernel: String,
@@ -75,6 +80,9 @@ pub fn run(args: ExperimentArgs) -> Result<u8> {
     }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
+    }
+    if args.first_run == 0 {
+        bail!("--first-run must be at least 1 (runs are numbered from 1)");
     }
     let traces = resolve_traces(args.traces.as_deref())?;
     if args.in_guest {
@@ -207,6 +215,8 @@ fn run_in_guest(
         "--in-guest".into(),
         "--runs".into(),
         args.runs.to_string(),
+        "--first-run".into(),
+        args.first_run.to_string(),
         "--traces".into(),
         traces.to_string_lossy().into_owned(),
     ];
@@ -232,13 +242,18 @@ fn run_in_guest(
     }
     let from = run.results_dir.join("experiment");
     let to = args.out.join("runs").join(&s.name).join(kernel.release());
-    if to.exists() {
+    // A series starting at run 1 replaces what was there; a later chunk adds its runs.
+    if to.exists() && args.first_run == 1 {
         std::fs::remove_dir_all(&to).with_context(|| format!("replacing {}", to.display()))?;
     }
     copy_tree(&from, &to)?;
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_file = match args.first_run {
+        1 => "host-load.txt".to_string(),
+        n => format!("host-load-runs{n:02}-{:02}.txt", n + args.runs - 1),
+    };
     std::fs::write(
-        to.join("host-load.txt"),
+        to.join(load_file),
         format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
     )?;
     eprintln!(
@@ -275,6 +290,7 @@ fn in_guest(args: &ExperimentArgs, traces: &Path) -> Result<u8> {
         scenario,
         traces_dir: traces.to_path_buf(),
         runs: args.runs,
+        first_run: args.first_run,
         out_dir: Path::new(&results).join("experiment"),
         exe: std::env::current_exe()?,
     };
