@@ -40,7 +40,8 @@ impl KillBounds {
     /// naming the run it belongs to.
     pub fn compute(results: &[ArmResult], traces_dir: &Path) -> Result<KillBounds> {
         let mut bounds = BTreeMap::new();
-        for r in results {
+        // A stress-ng scenario has no traces to bound.
+        for r in results.iter().filter(|r| r.workload == crate::scenario::Workload::Replay) {
             let k = key(r);
             if bounds.contains_key(&k) {
                 continue;

@@ -43,9 +43,15 @@ pub const NEAR_FULL_SHARE: f64 = 0.95;
 /// The ruleset with its placeholders filled: `@PARENT@` (the tenants' parent, relative to the
 /// cgroup2 mount, as oomd wants it) and `@NEAR_FULL@` (95% of the parent's memory.max, in
 /// MiB with oomd's `M` suffix: a bare number would also mean MiB to oomd, but says less).
+/// A parent without a limit (`u64::MAX`) gets "100%" of the machine's memory, which a cgroup
+/// cannot exceed: the detector stays silent, as it would for an operator with no limit.
 pub fn render(template: &str, parent_rel: &str, parent_max: u64) -> String {
-    let near_full_mb = (parent_max as f64 * NEAR_FULL_SHARE / (1 << 20) as f64).floor() as u64;
-    template.replace("@PARENT@", parent_rel).replace("@NEAR_FULL@", &format!("{near_full_mb}M"))
+    let near_full = if parent_max == u64::MAX {
+        "100%".to_string()
+    } else {
+        format!("{}M", (parent_max as f64 * NEAR_FULL_SHARE / (1 << 20) as f64).floor() as u64)
+    };
+    template.replace("@PARENT@", parent_rel).replace("@NEAR_FULL@", &near_full)
 }
 
 /// Checks a ruleset's shape (oomd 0.5's JSON front end): `rulesets`, each with a name,
@@ -280,5 +286,6 @@ mod tests {
     #[test]
     fn near_full_is_95_percent_in_mib() {
         assert_eq!(render("@NEAR_FULL@ @PARENT@/x", "p", 1000 << 20), "950M p/x");
+        assert_eq!(render("@NEAR_FULL@", "p", u64::MAX), "100%");
     }
 }

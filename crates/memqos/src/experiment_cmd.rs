@@ -8,7 +8,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use memqos_experiment::runner::{self, RunnerOptions};
-use memqos_experiment::scenario::Scenario;
+use memqos_experiment::scenario::{Scenario, Workload};
 use memqos_experiment::summary;
 use memqos_vmtest::{kernels, Guest, Series};
 use std::path::{Path, PathBuf};
@@ -167,6 +167,20 @@ fn resolve_traces(arg: Option<&Path>) -> Result<PathBuf> {
 fn plan(s: &Scenario, traces: &Path, runs: usize) -> Result<(f64, u64)> {
     let mut secs = 15.0; // boot
     let mut parent_max = 0;
+    if s.workload == Workload::StressNg {
+        // stress-ng runs for its -t/--timeout (stress-ng's default is a day: refuse that).
+        let t = s
+            .stress_args
+            .windows(2)
+            .find(|w| w[0] == "-t" || w[0] == "--timeout")
+            .and_then(|w| w[1].trim_end_matches('s').parse::<f64>().ok())
+            .with_context(|| format!("{}: stress_args need -t SECONDS", s.file.display()))?;
+        for v in &s.variants {
+            let arms = if s.solo { v.tasks().len() } else { 0 } + s.policies.len();
+            secs += arms as f64 * (t + 10.0) * runs as f64;
+        }
+        return Ok((secs, s.guest_memory_mb.expect("validated for stress-ng")));
+    }
     for v in &s.variants {
         parent_max = parent_max.max(runner::parent_max_bytes(s, v, traces)?);
         let mut longest = 0.0f64;
@@ -224,8 +238,11 @@ fn run_in_guest(
     // The guest shares two host cores with whatever else runs; keep the host's load with the
     // results so a noisy run can be recognized as one.
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let run = Guest::new(kernel.clone())
-        .memory_mb(memory_mb)
+    let mut guest = Guest::new(kernel.clone()).memory_mb(memory_mb);
+    if let Some(mb) = s.swap_mb {
+        guest = guest.swap_mb(mb).zswap(s.zswap);
+    }
+    let run = guest
         .timeout(timeout)
         .env("MEMQOS_SCENARIO", &serde_json::to_string(s)?)
         .share_path(traces)
