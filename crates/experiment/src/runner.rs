@@ -487,9 +487,13 @@ fn run_tasks(
                 .with_context(|| format!("starting memqos replay for {name}")),
             // The shell joins the task's cgroup, then becomes stress-ng, so every stressor
             // process it forks is charged there from its first page.
+            // stress-ng refuses to start in a read-only directory (the guest's root is the
+            // host's, read-only): its temp path is the work directory.
             Workload::StressNg => Command::new("/bin/sh")
                 .args(["-c", "echo $$ > \"$0/cgroup.procs\" && exec stress-ng \"$@\""])
                 .arg(cg.path())
+                .current_dir(WORK_DIR)
+                .args(["--temp-path", WORK_DIR])
                 .args(&s.stress_args)
                 .arg("--yaml")
                 .arg(json.with_extension("yaml"))
@@ -619,7 +623,16 @@ fn stress_result(
         (_, Some(sig)) => Outcome::Killed { signal: sig },
         (code, _) => Outcome::Failed {
             exit_code: code,
-            message: format!("stress-ng exited with {status}; metrics in {}: {}", yaml.display(), ops_per_s.is_some()),
+            message: format!(
+                "stress-ng exited with {status}: {}",
+                std::fs::read_to_string(yaml.with_extension("log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .rev()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            ),
         },
     };
     TaskResult {
