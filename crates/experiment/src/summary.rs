@@ -218,7 +218,10 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             let solo_low = by_arm.get("solo:low1").cloned().unwrap_or_default();
             let ops_ratio = |base: &BTreeMap<usize, &ArmResult>, tier: Tier, base_tier: Tier| -> Option<Estimate> {
                 let v: Vec<f64> =
-                    runs.iter().filter_map(|(k, r)| Some(ops(r, tier)? / ops(base.get(k)?, base_tier)?)).collect();
+                    // A base with no bogo op completed has no ratio (not infinity).
+                    runs.iter()
+                        .filter_map(|(k, r)| Some(ops(r, tier)? / ops(base.get(k)?, base_tier).filter(|b| *b > 0.0)?))
+                        .collect();
                 estimate(&v)
             };
             let is_none = *arm == "none";
