@@ -215,13 +215,7 @@ fn kill_mark(line: &str, t_s: f64, parent_rel: &str) -> Option<DecisionMark> {
     let key = format!("{parent_rel}/");
     let cgroup = line
         .find(&key)
-        .map(|i| {
-            line[i + key.len()..]
-                .split(|c: char| c == '/' || c == ' ' || c == ',' || c == '"' || c == '\'')
-                .next()
-                .unwrap_or("")
-                .to_string()
-        })
+        .map(|i| line[i + key.len()..].split(['/', ' ', ',', '"', '\'']).next().unwrap_or("").to_string())
         .unwrap_or_default();
     Some(DecisionMark { t_s, cgroup, file: "kill".into(), value: "SIGKILL".into(), reason: format!("oomd: {line}") })
 }
