@@ -4,7 +4,7 @@
 //! summarized into summary.json, report.md and the plots.
 
 use crate::runner::{self, RunnerOptions};
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, Workload};
 use crate::summary;
 use anyhow::{bail, Context, Result};
 use memqos_vmtest::{kernels, self_run};
@@ -18,6 +18,9 @@ pub struct Options {
     pub scenarios: Vec<String>,
     /// Runs per scenario (each run has every arm).
     pub runs: usize,
+    /// The number of the first run; above 1 the runs are added to the scenario's results
+    /// instead of replacing them (a long series in chunks).
+    pub first_run: usize,
     /// Kernel series: "6.12", "7", "6.12,7" or "all".
     pub kernel: String,
     /// Where runs/, summary.json, report.md and the plots go.
@@ -39,6 +42,9 @@ pub struct Options {
 pub fn run(args: &Options) -> Result<u8> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
+    }
+    if args.first_run == 0 {
+        bail!("--first-run must be at least 1 (runs are numbered from 1)");
     }
     let traces = resolve_traces(args.traces.as_deref())?;
     if args.in_guest {
@@ -122,6 +128,20 @@ fn resolve_traces(arg: Option<&Path>) -> Result<PathBuf> {
 fn plan(s: &Scenario, traces: &Path, runs: usize) -> Result<(f64, u64)> {
     let mut secs = 15.0; // boot
     let mut parent_max = 0;
+    if s.workload == Workload::StressNg {
+        // stress-ng runs for its -t/--timeout (stress-ng's default is a day: refuse that).
+        let t = s
+            .stress_args
+            .windows(2)
+            .find(|w| w[0] == "-t" || w[0] == "--timeout")
+            .and_then(|w| w[1].trim_end_matches('s').parse::<f64>().ok())
+            .with_context(|| format!("{}: stress_args need -t SECONDS", s.file.display()))?;
+        for v in &s.variants {
+            let arms = if s.solo { v.tasks().len() } else { 0 } + s.policies.len();
+            secs += arms as f64 * (t + 10.0) * runs as f64;
+        }
+        return Ok((secs, s.guest_memory_mb.expect("validated for stress-ng")));
+    }
     for v in &s.variants {
         parent_max = parent_max.max(runner::parent_max_bytes(s, v, traces)?);
         let mut longest = 0.0f64;
@@ -163,15 +183,27 @@ fn run_in_guest(
     );
     // The parsed scenario travels in the environment: the file may live where the guest
     // cannot see it (its /tmp is its own).
-    let args_in_guest =
-        ["experiment", "--in-guest", "--runs", &args.runs.to_string(), "--traces", &traces.to_string_lossy()]
-            .map(String::from);
+    let args_in_guest = [
+        "experiment",
+        "--in-guest",
+        "--runs",
+        &args.runs.to_string(),
+        "--first-run",
+        &args.first_run.to_string(),
+        "--traces",
+        &traces.to_string_lossy(),
+    ]
+    .map(String::from);
     let timeout = Duration::from_secs_f64(600.0 + est_secs * 4.0);
     // The guest shares two host cores with whatever else runs; keep the host's load with the
     // results so a noisy run can be recognized as one.
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let scenario_json = serde_json::to_string(s)?;
     let run = self_run::run_self(kernel, &args_in_guest, |g| {
+        let g = match s.swap_mb {
+            Some(mb) => g.swap_mb(mb).zswap(s.zswap),
+            None => g,
+        };
         g.memory_mb(memory_mb)
             .timeout(timeout)
             .env("MEMQOS_SCENARIO", &scenario_json)
@@ -189,13 +221,18 @@ fn run_in_guest(
     }
     let from = run.results_dir.join("experiment");
     let to = args.out.join("runs").join(&s.name).join(kernel.release());
-    if to.exists() {
+    // A series starting at run 1 replaces what was there; a later chunk adds its runs.
+    if to.exists() && args.first_run == 1 {
         std::fs::remove_dir_all(&to).with_context(|| format!("replacing {}", to.display()))?;
     }
     copy_tree(&from, &to)?;
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_file = match args.first_run {
+        1 => "host-load.txt".to_string(),
+        n => format!("host-load-runs{n:02}-{:02}.txt", n + args.runs - 1),
+    };
     std::fs::write(
-        to.join("host-load.txt"),
+        to.join(load_file),
         format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
     )?;
     eprintln!(
@@ -232,6 +269,7 @@ fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
         scenario,
         traces_dir: traces.to_path_buf(),
         runs: args.runs,
+        first_run: args.first_run,
         out_dir: Path::new(&results).join("experiment"),
         exe: std::env::current_exe()?,
     };

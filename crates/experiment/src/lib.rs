@@ -7,6 +7,7 @@
 //! - [`avoidability`]: the fewest kills any pausing policy could achieve (a clairvoyant bound);
 //! - [`kills`]: that bound for each run's traces, and the kills above it.
 //! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm);
+//! - [`oomd`]: Meta's oomd with the scenario's ruleset (the `oomd` arm);
 //! - [`host`]: the host side of `memqos experiment` (a guest per scenario and kernel, the
 //!   copy of its results, the report and plots).
 
@@ -14,6 +15,7 @@ pub mod avoidability;
 pub mod host;
 pub mod kills;
 pub mod kube;
+pub mod oomd;
 pub mod runner;
 pub mod scenario;
 pub mod stats;

@@ -26,6 +26,11 @@ pub struct ExperimentArgs {
     /// Runs per scenario (each run has every arm).
     #[arg(long, default_value_t = 5)]
     runs: usize,
+    /// Number the runs from this one and add them to the scenario's results instead of
+    /// replacing them: a long series in chunks (`--runs 2`, then `--runs 3 --first-run 3`), so
+    /// other guests can use the machine in between.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    first_run: usize,
     /// Kernel series: "6.12", "7", "6.12,7" or "all".
     #[arg(long, default_value = "7")]
     kernel: String,
@@ -68,6 +73,7 @@ pub fn run(args: ExperimentArgs) -> Result<u8> {
     memqos_experiment::host::run(&Options {
         scenarios: args.scenarios,
         runs: args.runs,
+        first_run: args.first_run,
         kernel: args.kernel,
         out: args.out,
         dir: args.dir,
