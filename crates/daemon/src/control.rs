@@ -25,6 +25,8 @@ pub const SOCKET_FILE: &str = "control.sock";
 /// Longest request accepted.
 const MAX_REQUEST: usize = 4096;
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Input discarded after a reply, at most.
+const DRAIN_LIMIT: usize = 64 << 10;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -189,6 +191,17 @@ fn serve(listener: UnixListener, view: Arc<Mutex<View>>, access: Arc<Mutex<Acces
         if let Ok(mut line) = serde_json::to_vec(&reply) {
             line.push(b'\n');
             let _ = s.write_all(&line);
+        }
+        // Closing with unread input would reset the connection before the client reads the
+        // reply (an oversized request): signal EOF, then discard a bounded rest.
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut sink = [0u8; 4096];
+        let mut left = DRAIN_LIMIT;
+        while left > 0 {
+            match s.read(&mut sink) {
+                Ok(n) if n > 0 => left = left.saturating_sub(n),
+                _ => break,
+            }
         }
     }
 }

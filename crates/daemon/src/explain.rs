@@ -194,6 +194,19 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
     });
     let decisions: Vec<DecisionRecord> =
         view.history.get(&rel).map(|h| h.iter().cloned().collect()).unwrap_or_else(|| c.last_decisions.clone());
+    // The snapshot's knobs were read before that tick's writes: apply those on top.
+    let mut c = c.clone();
+    for d in decisions.iter().filter(|d| d.at_ms >= snap.now_ms) {
+        let k = &mut c.knobs;
+        match (d.file.as_str(), d.value.parse::<Limit>()) {
+            ("memory.high", Ok(l)) => k.high = l,
+            ("memory.low", Ok(l)) => k.low = l,
+            ("memory.min", Ok(l)) => k.min = l,
+            ("cgroup.freeze", _) => k.frozen = d.value == "1",
+            _ => {}
+        }
+    }
+    let c = &c;
     let (state, release) = reasons(cfg, c, tier.as_ref(), &decisions, snap);
     Ok(Explanation {
         cgroup: rel,
@@ -276,13 +289,12 @@ fn reasons(
             ));
         }
     }
-    for (knob, now, orig, file) in [(Knob::Low, k.low, o.low, "memory.low"), (Knob::Min, k.min, o.min, "memory.min")] {
+    for (now, orig, file) in [(k.low, o.low, "memory.low"), (k.min, o.min, "memory.min")] {
         if now == orig {
             continue;
         }
         let why = last(file).map(|d| format!(" ({})", d.why)).unwrap_or_default();
         state.push(format!("protected: {file} {} (originally {}){why}", lim(now), lim(orig)));
-        let _ = knob;
         release.push(format!(
             "{file} follows its working set: the peak usage over ws_window_ms = {} ms times ws_margin {}, rounded to {}; it shrinks once a whole window passes lower, returns to {} when the cgroup is empty, leaves its tier or the daemon stops",
             p.ws_window_ms,
