@@ -91,6 +91,8 @@ pub struct CgroupMount {
     /// The cgroup this mount shows as its root (`/` unless inside a cgroup namespace or a
     /// bind mount of a subtree).
     pub root: String,
+    /// The `memory_recursiveprot` mount option (systemd sets it).
+    pub memory_recursiveprot: bool,
 }
 
 /// The cgroup v2 mount memqos would use.
@@ -236,7 +238,11 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
     let cgroup2_mounts: Vec<CgroupMount> = mounts
         .iter()
         .filter(|m| m.fstype == "cgroup2")
-        .map(|m| CgroupMount { mount_point: m.mount_point.clone(), root: m.root.clone() })
+        .map(|m| CgroupMount {
+            mount_point: m.mount_point.clone(),
+            root: m.root.clone(),
+            memory_recursiveprot: m.super_options.split(',').any(|o| o == "memory_recursiveprot"),
+        })
         .collect();
     let v1_memory_mounts: Vec<PathBuf> = mounts
         .iter()
@@ -494,6 +500,22 @@ fn judge(r: &mut DoctorReport) {
                 advice: Some("remove `cgroup_disable=pressure` from the kernel command line".into()),
             });
         }
+    }
+
+    // Hierarchical protection: a cgroup's memory.low/min counts only up to its parent's.
+    if let Some(m) = pick_v2_root(&r.cgroup2_mounts).filter(|m| memory_on_v2 && !m.memory_recursiveprot) {
+        f.push(Finding {
+            severity: Severity::Note,
+            topic: "protection",
+            message: format!(
+                "{} is mounted without memory_recursiveprot: memory.low/min set on a slice do not cover its children                  that set none. Either way a protected cgroup's memory.low is capped by its ancestors' (the kernel                  limits it to the parent's effective protection), so a protected service below a slice without                  memory.low is not protected from host-wide reclaim; the daemon names such ancestors at start-up                  (event protection_void)",
+                m.mount_point.display()
+            ),
+            advice: Some(
+                "give the slices above protected cgroups a memory.low (systemd: MemoryLow= on the slice) and mount                  cgroup2 with memory_recursiveprot, as systemd does (`mount -o remount,memory_recursiveprot none /sys/fs/cgroup`)"
+                    .into(),
+            ),
+        });
     }
 
     // BTF and the optional BPF interfaces.
@@ -986,7 +1008,7 @@ mod tests {
         t.write(
             "proc/self/mountinfo",
             "22 1 0:20 / /sys rw - sysfs sysfs rw\n\
-             30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 none rw,nsdelegate\n",
+             30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 none rw,nsdelegate,memory_recursiveprot\n",
         );
         t.write("proc/cgroups", "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t0\t5\t1\nmemory\t0\t5\t1\n");
         t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
@@ -1096,6 +1118,20 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Degraded);
         assert_eq!(r.btf.state, FileState::Unreadable);
         assert!(r.btf.error.as_deref().unwrap().contains("byte 0: bad magic"), "{:?}", r.btf.error);
+    }
+
+    #[test]
+    fn a_mount_without_memory_recursiveprot_gets_a_note() {
+        let t = v2_ready();
+        let info = std::fs::read_to_string(t.paths().proc.join("self/mountinfo")).unwrap();
+        t.write("proc/self/mountinfo", info.replace(",memory_recursiveprot", "").into_bytes());
+        let r = collect(&t.paths());
+        assert!(!r.cgroup2_mounts[0].memory_recursiveprot);
+        let note = r.findings.iter().find(|f| f.topic == "protection").expect("a protection note");
+        assert_eq!(note.severity, Severity::Note);
+        assert!(note.message.contains("without memory_recursiveprot"), "{}", note.message);
+        let r = collect(&v2_ready().paths());
+        assert!(r.cgroup2_mounts[0].memory_recursiveprot && !r.findings.iter().any(|f| f.topic == "protection"));
     }
 
     #[test]
