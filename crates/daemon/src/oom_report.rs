@@ -63,7 +63,8 @@ pub struct OomKill {
     pub holders: Vec<Holder>,
     /// "memory.events", "kmsg" or "memory.events+kmsg".
     pub source: String,
-    /// CLOCK_MONOTONIC of the kill (from the kernel log's timestamp) and of this report.
+    /// When the kernel logged the kill (printk time: local_clock(), close to but not exactly
+    /// CLOCK_MONOTONIC) and CLOCK_MONOTONIC of this report.
     pub kill_mono_ns: Option<u64>,
     pub reported_mono_ns: u64,
 }

@@ -90,14 +90,18 @@ guest_test!(oom_kill_is_reported_with_victim_tier_limits_and_counted, |g| g.memo
     assert_eq!(kill.command.as_deref(), Some("memqos"));
     assert_eq!(kill.constraint.as_deref(), Some("CONSTRAINT_MEMCG"));
     assert_eq!(kill.oom_cgroup.as_deref(), Some("/oomq/batch1"));
-    assert_eq!(kill.source, "memory.events+kmsg");
+    // The log line comes first; the count is matched now or, if the daemon read the log
+    // before it sampled the count, on a later tick (then the event says "kmsg").
+    assert!(kill.source == "memory.events+kmsg" || kill.source == "kmsg", "{}", kill.source);
     assert_eq!(kill.limits.max, Some(memqos_cgroupfs::Limit::Bytes(64 * MIB)));
     let peak = kill.peak_bytes.expect("memory.peak");
     assert!(peak > 60 * MIB && peak <= 64 * MIB, "peak {peak}");
     assert!(kill.victim_anon_rss_bytes.is_some_and(|b| b > 32 * MIB), "{:?}", kill.victim_anon_rss_bytes);
     assert_eq!(kill.holders[0].cgroup, "app/db", "the largest holder: {:?}", kill.holders);
-    let delay_ms = (kill.reported_mono_ns - kill.kill_mono_ns.expect("kmsg time")) as f64 / 1e6;
-    println!("RESULT oom kill reported {delay_ms:.0} ms after the kernel logged it");
+    // printk stamps with local_clock(), close to but not exactly CLOCK_MONOTONIC (a few ms
+    // apart in TCG guests): the difference is approximate and may even be slightly negative.
+    let delay_ms = (kill.reported_mono_ns as i128 - kill.kill_mono_ns.expect("kmsg time") as i128) as f64 / 1e6;
+    println!("RESULT oom kill reported {delay_ms:.0} ms after the kernel logged it (source {})", kill.source);
     assert!(delay_ms < 1000.0, "reported within 1 s: {delay_ms} ms");
     assert_eq!(evs().iter().filter(|e| matches!(e, Event::OomKill(_))).count(), 1, "reported once");
 
