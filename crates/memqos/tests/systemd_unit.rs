@@ -93,7 +93,12 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     println!("# systemctl reload memqos.service (broken config)\n{}", String::from_utf8_lossy(&reload.stderr));
     assert!(!reload.status.success(), "a broken config must fail the reload");
     sh(&["kill", "-HUP", &main_pid]);
-    let journal = || sh(&["journalctl", "-u", "memqos.service", "-o", "cat", "--no-pager"]);
+    // Polled: read quietly (sh() would print the whole journal each time).
+    let journal = || {
+        let out =
+            Command::new("journalctl").args(["-u", "memqos.service", "-o", "cat", "--no-pager"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
     wait_for("reload_rejected", Duration::from_secs(10), || journal().contains("\"event\":\"reload_rejected\""));
     assert_eq!((show("ActiveState"), show("MainPID")), ("active".to_string(), main_pid.clone()));
     assert_ne!(low(&db), Limit::Bytes(0), "the old config still protects");
@@ -120,16 +125,15 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     wait_for("protection after reloading the original", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
 
     // An OOM kill under the unit's sandbox: the victim's pid and command come from /dev/kmsg.
-    let hog = Command::new("systemd-run")
-        .args(["--slice=agents", "--unit=memqos-hog", "-p", "MemoryMax=64M", "-p", "MemorySwapMax=0", "--wait"])
-        .args(["/usr/bin/memqos", "workload", "alloc", "--mb", "200"])
-        .output()
-        .unwrap();
-    println!("# systemd-run memqos-hog\n{}", String::from_utf8_lossy(&hog.stderr));
-    let kill = wait_for("oom_kill event", Duration::from_secs(5), || journal().contains("\"event\":\"oom_kill\""));
+    // (No `systemd-run --wait`: it needs the D-Bus system bus, which this guest lacks.)
+    sh(&["systemd-run", "--slice=agents", "--unit=memqos-hog", "-p", "MemoryMax=64M", "-p", "MemorySwapMax=0"]
+        .into_iter()
+        .chain(["/usr/bin/memqos", "workload", "alloc", "--mb", "200"])
+        .collect::<Vec<_>>());
+    let kill = wait_for("oom_kill event", Duration::from_secs(120), || journal().contains("\"event\":\"oom_kill\""));
     let log = journal();
     let line = log.lines().find(|l| l.contains("\"event\":\"oom_kill\"")).unwrap();
-    println!("RESULT oom_kill under systemd ({:.2} s after the hog ended): {line}", kill.as_secs_f64());
+    println!("RESULT oom_kill under systemd ({:.1} s after the hog started): {line}", kill.as_secs_f64());
     assert!(
         line.contains("\"cgroup\":\"agents.slice/memqos-hog.service\"") && line.contains("\"tier\":\"agents\""),
         "{line}"
