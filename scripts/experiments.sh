@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates docs/experiments/ (per-arm JSON, summary.json, report.md, plots): every
-# scenario in experiments/ (incl. sweep-tight, issue 18's 70% sweep), 5 runs, on the 7.x and
-# 6.12 kernels, in QEMU guests.
+# scenario in experiments/ (incl. sweep-tight, issue 18's 70% sweep, and rfc-demo, the RFC
+# cover letter's stress-ng demo with swap, ~11 min per kernel), 5 runs, on the 7.x and 6.12
+# kernels, in QEMU guests. The oomd arm (oom, contention, rfc-demo) needs the Debian package
+# oomd, which install-deps.sh installs. A long series can be run in chunks that add to its
+# results: `oom --runs 2 --kernel 7`, then `oom --runs 3 --first-run 3 --kernel 7`.
 # About 2.5 h of guest time on a 2-core TCG host (measured 2026-11-22: ~45 min per kernel
 # without sweep-tight; sweep-tight alone took ~10 min per run on 2026-11-23); progress and an
 # estimate are printed. The report's kill bound (avoidability.rs) reads the traces, no guest.

@@ -12,6 +12,7 @@ PACKAGES=(
     libelf-dev zlib1g-dev pkg-config make   # building libbpf (libbpf-sys)
     bpftool           # inspecting BPF programs and BTF
     fio stress-ng     # real workloads for experiments
+    oomd              # Meta's userspace OOM killer: the experiments' oomd arm runs it inside guests only
     python3-matplotlib   # PNG plots of experiment and benchmark results (scripts/plots)
     debian-archive-keyring
     systemd binutils python3-yaml   # scripts/test-package.sh: systemd-analyze verify, strip/readelf, the DaemonSet's YAML
@@ -26,5 +27,12 @@ if ((${#missing[@]})); then
     echo "install-deps: installing ${missing[*]}"
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+    # The package enables and starts oomd.service on a systemd host. memqos needs only the
+    # binary (the experiments start it in guests); a userspace OOM killer left running on a
+    # build machine could kill its processes, so the service we just installed is switched off.
+    if [[ " ${missing[*]} " == *" oomd "* ]] && [ -d /run/systemd/system ]; then
+        echo "install-deps: disabling oomd.service on this host (the experiments run oomd inside guests only)"
+        $SUDO systemctl disable --now oomd.service || true
+    fi
 fi
 command -v cargo >/dev/null || { echo "install-deps: cargo not found: install Rust (rustup) first" >&2; exit 1; }

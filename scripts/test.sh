@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # All tests: unit tests, then integration tests that boot real kernels (6.12 and 7.x) in
-# QEMU guests. Set MEMQOS_TEST_KERNELS=7 (or 6.12) to test one series only.
+# QEMU guests. Set MEMQOS_TEST_KERNELS=7 (or 6.12) to test one series only. A guest test that
+# skips fails unless MEMQOS_ALLOW_SKIP=1. Formatting and clippy are checked first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 start=$(date +%s)
 bash scripts/check-paths.sh
+cargo fmt --all --check
 # Release: guest tests run the binaries under emulation, where optimisation matters.
 cargo build --release --workspace --all-targets
+cargo clippy --workspace --all-targets --release -- -D warnings
 # The Debian package from that build: contents, unpacked binary, unit verified (no install).
 bash scripts/test-package.sh
 cargo test --release --workspace --no-fail-fast -- --test-threads=2

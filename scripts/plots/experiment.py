@@ -3,7 +3,8 @@
 
 For each scenario / variant / kernel: the protected task's allocation-latency CDF per arm,
 completion times per arm, and memory timelines of one run per policy with the daemon's
-knob writes marked. Run by `memqos experiment` (or by hand: /usr/bin/python3 THIS OUT).
+knob writes and oomd's kills marked. stress-ng scenarios (the RFC demo) get a throughput plot
+(each side's bogo-ops/s per arm and run) instead of the latency and completion plots. Run by `memqos experiment` (or by hand: /usr/bin/python3 THIS OUT).
 """
 import glob
 import json
@@ -16,9 +17,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ARM_ORDER = ["solo:high", "none", "static-max", "static-high", "memqos", "cpu-weight", "kube-memoryqos"]
+ARM_ORDER = ["solo:high", "none", "static-max", "static-high", "memqos", "cpu-weight", "kube-memoryqos", "oomd"]
 COLORS = {"solo:high": "#555555", "none": "#d62728", "static-max": "#ff7f0e",
-          "static-high": "#9467bd", "memqos": "#2ca02c", "cpu-weight": "#1f77b4", "kube-memoryqos": "#8c564b"}
+          "static-high": "#9467bd", "memqos": "#2ca02c", "cpu-weight": "#1f77b4", "kube-memoryqos": "#8c564b",
+          "oomd": "#e377c2"}
+UNLIMITED = 2**64 - 1
 
 
 def arm_rank(arm):
@@ -106,19 +109,49 @@ def timelines(key, runs, path):
             pts = [(t[i], v / mib) for i, v in enumerate(series) if v is not None]
             if pts:
                 ax.plot(*zip(*pts), lw=0.8, ls="--", label=f"{name} memory.high")
-        ax.axhline(r["parent_max_bytes"] / mib, color="#d62728", lw=0.8, ls=":", label="parent memory.max")
+        if r["parent_max_bytes"] != UNLIMITED:
+            ax.axhline(r["parent_max_bytes"] / mib, color="#d62728", lw=0.8, ls=":", label="parent memory.max")
         for d in r["decisions"]:
             if d["file"] == "memory.high":
                 ax.axvline(d["t_s"], color="#2ca02c", lw=0.4, alpha=0.5)
+            elif d["file"] == "kill":
+                ax.axvline(d["t_s"], color="#e377c2", lw=1.2, label=f"oomd kills {d['cgroup']}")
         kills = [tk["name"] for tk in r["tasks"] if tk["outcome"]["kind"] == "oom_killed"]
         title = f"{arm} (run {r['run']})" + (f": OOM-killed {', '.join(kills)}" if kills else "")
-        if r["decisions"]:
+        if arm == "oomd":
+            by_oomd = [tk["name"] for tk in r["tasks"] if tk["outcome"] == {"kind": "killed", "signal": 9}]
+            title += f"; killed by oomd: {', '.join(by_oomd) or 'none'}"
+        elif r["decisions"]:
             title += f"; {len(r['decisions'])} daemon writes (green lines: memory.high writes)"
         ax.set_title(title, fontsize=8)
         ax.set_ylabel("MiB")
         ax.legend(fontsize=6, loc="upper right", ncol=2)
     axes[-1, 0].set_xlabel("seconds since the tasks started")
     fig.suptitle(f"{key[0]} / {key[1]} on {key[2]}: memory over time", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def throughput(key, runs, path):
+    """Each side's bogo-ops/s per arm, one dot per run (stress-ng scenarios)."""
+    arms = sorted({r["arm"] for r in runs}, key=arm_rank)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, arm in enumerate(arms):
+        for r in (r for r in runs if r["arm"] == arm):
+            for t in r["tasks"]:
+                if t.get("bogo_ops_per_s") is None:
+                    continue
+                dx = -0.12 if t["tier"] == "high" else 0.12
+                ax.scatter(i + dx, t["bogo_ops_per_s"], s=22,
+                           color=("#1f77b4" if t["tier"] == "high" else "#8c564b"))
+    ax.scatter([], [], color="#1f77b4", s=22, label="high side")
+    ax.scatter([], [], color="#8c564b", s=22, label="low side")
+    ax.set_xticks(range(len(arms)))
+    ax.set_xticklabels(arms, fontsize=8)
+    ax.set_ylabel("stress-ng bogo-ops/s (real time)")
+    ax.set_title(f"{key[0]} / {key[1]} on {key[2]}: throughput of each side, every run", fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -135,6 +168,10 @@ def main():
         os.remove(old)
     for key, runs in sorted(groups.items()):
         prefix = os.path.join(out, "-".join(key))
+        if any(r.get("workload") == "stress-ng" for r in runs):
+            throughput(key, runs, prefix + "-throughput.png")
+            timelines(key, runs, prefix + "-timeline.png")
+            continue
         latency_cdf(key, runs, prefix + "-latency-cdf.png")
         completion(key, runs, prefix + "-completion.png")
         timelines(key, runs, prefix + "-timeline.png")

@@ -7,6 +7,7 @@
 
 mod cgroup;
 pub mod parse;
+pub mod procfs;
 
 pub use cgroup::{Cgroup, Error, Result};
 pub use parse::{Limit, MemoryEvents, Pressure, PressureLine};

@@ -28,7 +28,6 @@ mod observe;
 mod oom_adj;
 pub mod oom_report;
 pub mod proc_stat;
-pub mod process;
 pub mod protection_check;
 pub mod reload;
 pub mod sd_notify;

@@ -10,10 +10,17 @@ use memqos_replay::Outcome;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Tasks of a run that were OOM-killed (the parent's memory.events oom_kill counts the same
-/// processes; a task is one process).
+/// Tasks of a run that were killed for memory: OOM-killed by the kernel (the parent's
+/// memory.events oom_kill counts the same processes; a task is one process) or SIGKILLed by a
+/// userspace OOM killer (the oomd arm; see [`userspace_kills`]).
 pub fn task_kills(r: &ArmResult) -> u64 {
-    r.tasks.iter().filter(|t| matches!(t.outcome, Outcome::OomKilled { .. })).count() as u64
+    r.tasks.iter().filter(|t| matches!(t.outcome, Outcome::OomKilled { .. })).count() as u64 + userspace_kills(r)
+}
+
+/// Tasks SIGKILLed with no kernel OOM kill counted in their cgroup: nothing in the runner
+/// sends SIGKILL to a task (a stuck arm fails instead), so these are a userspace killer's.
+pub fn userspace_kills(r: &ArmResult) -> u64 {
+    r.tasks.iter().filter(|t| matches!(t.outcome, Outcome::Killed { signal: 9 })).count() as u64
 }
 
 /// The bound of every distinct (tasks, baseline, limit) among the results.
@@ -33,7 +40,8 @@ impl KillBounds {
     /// naming the run it belongs to.
     pub fn compute(results: &[ArmResult], traces_dir: &Path) -> Result<KillBounds> {
         let mut bounds = BTreeMap::new();
-        for r in results {
+        // A stress-ng scenario has no traces to bound.
+        for r in results.iter().filter(|r| r.workload == crate::scenario::Workload::Replay) {
             let k = key(r);
             if bounds.contains_key(&k) {
                 continue;

@@ -6,14 +6,16 @@
 //! - [`summary`]: paired ratios, target verdicts and the markdown report;
 //! - [`avoidability`]: the fewest kills any pausing policy could achieve (a clairvoyant bound);
 //! - [`kills`]: that bound for each run's traces, and the kills above it.
-//! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm).
-//!
-//! The host side (booting guests per kernel, progress, plots) is `memqos experiment` in the
-//! memqos binary.
+//! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm);
+//! - [`oomd`]: Meta's oomd with the scenario's ruleset (the `oomd` arm);
+//! - [`host`]: the host side of `memqos experiment` (a guest per scenario and kernel, the
+//!   copy of its results, the report and plots).
 
 pub mod avoidability;
+pub mod host;
 pub mod kills;
 pub mod kube;
+pub mod oomd;
 pub mod runner;
 pub mod scenario;
 pub mod stats;

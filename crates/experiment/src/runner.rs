@@ -8,10 +8,11 @@
 //! moment it ends, so an interrupted experiment keeps what it measured.
 
 use crate::kube;
-use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant};
+use crate::oomd::OomdProcess;
+use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant, Workload};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
-use memqos_daemon::process::DaemonProcess;
+use memqos_lab::daemon_process::DaemonProcess;
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const PARENT: &str = "/sys/fs/cgroup/memqos-exp";
 const STATE_DIR: &str = "/run/memqos-exp/state";
 const WORK_DIR: &str = "/run/memqos-exp/work";
+const OOMD_DIR: &str = "/run/memqos-exp/oomd";
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 const MIB: u64 = 1 << 20;
 
@@ -36,6 +38,9 @@ pub struct ArmResult {
     pub run: usize,
     /// `solo:<task>` or a policy name.
     pub arm: String,
+    /// What the tasks ran (trace replays unless said otherwise).
+    #[serde(default)]
+    pub workload: Workload,
     /// Position of this arm within its run (the order rotates from run to run).
     pub order: usize,
     pub speed: f64,
@@ -47,7 +52,8 @@ pub struct ArmResult {
     /// memory.events oom_kill of the parent at the end.
     pub parent_oom_kills: u64,
     pub timeline: Timeline,
-    /// Knob writes the daemon made (memqos arm only).
+    /// Knob writes the daemon made (memqos arm), the knobs a static arm set (kube-memoryqos),
+    /// or the kills oomd logged (oomd arm: file "kill").
     pub decisions: Vec<DecisionMark>,
     /// After the daemon stopped: did it exit cleanly with no unrestored journal, and were the
     /// knobs of any cgroup still present back to their defaults?
@@ -75,6 +81,11 @@ pub struct TaskResult {
     pub peak_rss_bytes: Option<u64>,
     /// memory.events of the task's cgroup at the end (the cgroup is fresh, so totals = this arm).
     pub events: MemoryEvents,
+    /// stress-ng tasks: total bogo ops and bogo ops per second of wall time, from its YAML.
+    #[serde(default)]
+    pub bogo_ops: Option<f64>,
+    #[serde(default)]
+    pub bogo_ops_per_s: Option<f64>,
 }
 
 /// Memory over time, sampled every 50 ms from the start of the tasks.
@@ -103,6 +114,9 @@ pub struct RunnerOptions {
     pub scenario: Scenario,
     pub traces_dir: PathBuf,
     pub runs: usize,
+    /// Number of the first run (1 unless a series is run in chunks): runs are numbered
+    /// `first_run..first_run + runs`, and the arm order rotates by that number.
+    pub first_run: usize,
     pub out_dir: PathBuf,
     /// The memqos binary (for `memqos replay` and `memqos daemon`).
     pub exe: PathBuf,
@@ -126,7 +140,10 @@ impl Arm {
 
 fn arms(s: &Scenario, v: &Variant) -> Vec<Arm> {
     let mut arms = Vec::new();
-    if s.solo {
+    if s.solo && s.workload == Workload::StressNg {
+        // The cover letter's sides run the same command: each still gets its own baseline.
+        arms.extend(v.tasks().into_iter().map(|(name, _, _)| Arm::Solo(name)));
+    } else if s.solo {
         // Each distinct trace once: two lows replaying the same trace share a solo baseline.
         let mut traces_seen = Vec::new();
         for (name, _, trace) in v.tasks() {
@@ -156,9 +173,11 @@ pub fn peak_demand(s: &Scenario, v: &Variant, traces_dir: &Path) -> Result<u64> 
     Ok(total)
 }
 
+/// The parent's memory.max in bytes; `u64::MAX` for none (`"max"`).
 pub fn parent_max_bytes(s: &Scenario, v: &Variant, traces_dir: &Path) -> Result<u64> {
     Ok(match s.parent_max {
         ParentMax::Bytes(b) => b,
+        ParentMax::Unlimited => u64::MAX,
         ParentMax::ShareOfDemand(share) => {
             let bytes = (peak_demand(s, v, traces_dir)? as f64 * share) as u64;
             bytes / MIB * MIB
@@ -171,7 +190,7 @@ pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").context("reading the kernel release")?;
     let kernel = kernel.trim().to_string();
     let s = &opts.scenario;
-    for v in &s.variants {
+    for v in s.variants.iter().filter(|_| s.workload == Workload::Replay) {
         for (_, _, trace) in v.tasks() {
             let p = trace_path(&opts.traces_dir, &trace);
             memqos_replay::trace::load_trace(&p).with_context(|| format!("variant {}: trace {trace}", v.name))?;
@@ -186,7 +205,8 @@ pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
         let dir = opts.out_dir.join(&v.name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let arms = arms(s, v);
-        for run in 1..=opts.runs {
+        let last = opts.first_run + opts.runs - 1;
+        for run in opts.first_run..=last {
             // Rotate the order each run: arm k runs in position (k + run - 1) mod n.
             let n = arms.len();
             let order: Vec<usize> = (0..n).map(|i| (i + run - 1) % n).collect();
@@ -199,11 +219,10 @@ pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
                     String::new()
                 };
                 println!(
-                    "progress: {}/{} {} run {run}/{} arm {} ({}/{total}), elapsed {}{eta}",
+                    "progress: {}/{} {} run {run}/{last} arm {} ({}/{total}), elapsed {}{eta}",
                     s.name,
                     v.name,
                     kernel,
-                    opts.runs,
                     arm.label(),
                     done + 1,
                     fmt_secs(started.elapsed().as_secs_f64())
@@ -281,7 +300,9 @@ fn run_arm(
         } else {
             parent.enable_controllers(&["memory"])?;
         }
-        parent.set_limit("memory.max", Limit::Bytes(parent_max))?;
+        if parent_max != u64::MAX {
+            parent.set_limit("memory.max", Limit::Bytes(parent_max))?;
+        }
         let mut cgroups = Vec::new();
         let mut static_writes = Vec::new();
         let mut oom_score_adj = vec![None; tasks.len()];
@@ -344,7 +365,30 @@ fn run_arm(
             Arm::Policy(Policy::Memqos) => Some(Daemon::start(opts, &parent)?),
             _ => None,
         };
-        let outcome = run_tasks(opts, &tasks, &cgroups, &oom_score_adj, &parent);
+        let mut oomd = match arm {
+            Arm::Policy(Policy::Oomd) => {
+                let template = s.oomd_config.as_deref().expect("validated");
+                let parent_rel = PARENT.trim_start_matches("/sys/fs/cgroup/");
+                let ruleset = crate::oomd::render(template, parent_rel, parent_max);
+                crate::oomd::validate(&ruleset).map_err(|e| anyhow::anyhow!("oomd_config: {e}"))?;
+                Some(OomdProcess::start(&ruleset, Path::new(OOMD_DIR), parent_rel)?)
+            }
+            _ => None,
+        };
+        let outcome = run_tasks(opts, &tasks, &cgroups, &oom_score_adj, &parent, oomd.as_mut());
+        let oomd_kills = match oomd {
+            Some(o) => {
+                let end = outcome.as_ref().map(|o| o.3).unwrap_or(0.0);
+                let (mut kills, ran) = o.stop(end)?;
+                if !ran {
+                    bail!("oomd exited before the tasks ended: see {OOMD_DIR}/oomd.log");
+                }
+                let mut marks = outcome.as_ref().map(|o| o.4.clone()).unwrap_or_default();
+                marks.append(&mut kills);
+                marks
+            }
+            None => Vec::new(),
+        };
         let (decisions, knobs_restored, daemon_cpu_s) = match daemon {
             Some(d) => {
                 let (log, stopped_ok, cpu_s) = d.stop()?;
@@ -363,13 +407,14 @@ fn run_arm(
             }
             None => (Vec::new(), None, None),
         };
-        let (started_epoch, task_results, timeline) = outcome?;
+        let (started_epoch, task_results, timeline, _, _) = outcome?;
         let decisions = static_writes
             .into_iter()
             .chain(decisions.into_iter().map(|mut d| {
                 d.t_s -= started_epoch;
                 d
             }))
+            .chain(oomd_kills)
             .collect();
         Ok(ArmResult {
             scenario: s.name.clone(),
@@ -377,6 +422,7 @@ fn run_arm(
             kernel: kernel.to_string(),
             run,
             arm: arm.label(),
+            workload: s.workload,
             order,
             speed: s.speed,
             baseline_mb: s.baseline_mb,
@@ -396,7 +442,9 @@ fn run_arm(
     Ok(r)
 }
 
-type TaskRun = (f64, Vec<TaskResult>, Timeline);
+/// Start time (Unix), the tasks' results, the timeline, when the last task ended (s since the
+/// start) and the kills oomd logged while they ran.
+type TaskRun = (f64, Vec<TaskResult>, Timeline, f64, Vec<DecisionMark>);
 
 fn run_tasks(
     opts: &RunnerOptions,
@@ -404,15 +452,18 @@ fn run_tasks(
     cgroups: &[Cgroup],
     oom_score_adj: &[Option<i32>],
     parent: &Cgroup,
+    mut oomd: Option<&mut OomdProcess>,
 ) -> Result<TaskRun> {
     let s = &opts.scenario;
     std::fs::create_dir_all(WORK_DIR)?;
     let started_epoch = epoch_now();
     let t0 = Instant::now();
     let mut children: Vec<(Child, Option<f64>)> = Vec::new();
+    let mut statuses: Vec<Option<std::process::ExitStatus>> = vec![None; tasks.len()];
     for (((name, _, trace), cg), adj) in tasks.iter().zip(cgroups).zip(oom_score_adj) {
         let json = Path::new(WORK_DIR).join(format!("{name}.json"));
         let _ = std::fs::remove_file(&json);
+        let _ = std::fs::remove_file(json.with_extension("yaml"));
         // oom_score_adj is per process and inherited: set it in a shell that then becomes the
         // replay, so the replay and its worker carry it from their first allocation.
         let mut command = match adj {
@@ -423,16 +474,34 @@ fn run_tasks(
             }
             None => Command::new(&opts.exe),
         };
-        let child = command
-            .arg("replay")
-            .arg(trace_path(&opts.traces_dir, trace))
-            .args(["--speed", &s.speed.to_string(), "--baseline-mb", &s.baseline_mb.to_string(), "-q", "--cgroup"])
-            .arg(cg.path())
-            .arg("--json")
-            .arg(&json)
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting memqos replay for {name}"));
+        let child = match s.workload {
+            Workload::Replay => command
+                .arg("replay")
+                .arg(trace_path(&opts.traces_dir, trace))
+                .args(["--speed", &s.speed.to_string(), "--baseline-mb", &s.baseline_mb.to_string(), "-q", "--cgroup"])
+                .arg(cg.path())
+                .arg("--json")
+                .arg(&json)
+                .stdout(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting memqos replay for {name}")),
+            // The shell joins the task's cgroup, then becomes stress-ng, so every stressor
+            // process it forks is charged there from its first page.
+            // stress-ng refuses to start in a read-only directory (the guest's root is the
+            // host's, read-only): its temp path is the work directory.
+            Workload::StressNg => Command::new("/bin/sh")
+                .args(["-c", "echo $$ > \"$0/cgroup.procs\" && exec stress-ng \"$@\""])
+                .arg(cg.path())
+                .current_dir(WORK_DIR)
+                .args(["--temp-path", WORK_DIR])
+                .args(&s.stress_args)
+                .arg("--yaml")
+                .arg(json.with_extension("yaml"))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(json.with_extension("log"))?)
+                .spawn()
+                .with_context(|| format!("starting stress-ng for {name}")),
+        };
         match child {
             Ok(c) => children.push((c, None)),
             Err(e) => {
@@ -446,10 +515,14 @@ fn run_tasks(
     }
     let mut timeline = Timeline::default();
     let mut final_events: Vec<Option<MemoryEvents>> = vec![None; children.len()];
+    let mut oomd_kills = Vec::new();
     let deadline = Duration::from_secs(900);
     while children.iter().any(|(_, end)| end.is_none()) {
         timeline.t_s.push(t0.elapsed().as_secs_f64());
         timeline.parent_current.push(parent.memory_current().unwrap_or(0));
+        if let Some(o) = oomd.as_deref_mut() {
+            oomd_kills.extend(o.poll(t0.elapsed().as_secs_f64()));
+        }
         for (((name, _, _), cg), (_, end)) in tasks.iter().zip(cgroups).zip(&children) {
             if end.is_some() {
                 continue;
@@ -462,7 +535,9 @@ fn run_tasks(
             timeline.high.entry(name.clone()).or_default().push(high);
         }
         for (i, (c, end)) in children.iter_mut().enumerate() {
-            if end.is_none() && c.try_wait()?.is_some() {
+            if end.is_none() {
+                let Some(status) = c.try_wait()? else { continue };
+                statuses[i] = Some(status);
                 *end = Some(t0.elapsed().as_secs_f64());
                 // A finished agent's sandbox goes away, and with it its claim to protection.
                 final_events[i] = Some(cgroups[i].memory_events()?);
@@ -479,10 +554,17 @@ fn run_tasks(
         std::thread::sleep(SAMPLE_EVERY);
     }
     let mut results = Vec::new();
-    for (((name, tier, trace), (_, end)), events) in tasks.iter().zip(&children).zip(final_events) {
+    for ((((name, tier, trace), (_, end)), events), status) in
+        tasks.iter().zip(&children).zip(final_events).zip(statuses)
+    {
         let json = Path::new(WORK_DIR).join(format!("{name}.json"));
         let events = events.expect("read when the task ended");
         let wall_s = end.expect("every child ended");
+        if s.workload == Workload::StressNg {
+            let status = status.expect("read when the task ended");
+            results.push(stress_result(name, *tier, trace, status, wall_s, events, &json.with_extension("yaml")));
+            continue;
+        }
         let report: Option<Report> = std::fs::read(&json).ok().and_then(|b| serde_json::from_slice(&b).ok());
         let r = match report {
             Some(rep) => TaskResult {
@@ -497,6 +579,8 @@ fn run_tasks(
                 latency: rep.summary.latency,
                 peak_rss_bytes: rep.summary.peak_rss_bytes,
                 events,
+                bogo_ops: None,
+                bogo_ops_per_s: None,
             },
             None => TaskResult {
                 name: name.clone(),
@@ -510,11 +594,71 @@ fn run_tasks(
                 latency: None,
                 peak_rss_bytes: None,
                 events,
+                bogo_ops: None,
+                bogo_ops_per_s: None,
             },
         };
         results.push(r);
     }
-    Ok((started_epoch, results, timeline))
+    Ok((started_epoch, results, timeline, t0.elapsed().as_secs_f64(), oomd_kills))
+}
+
+/// A stress-ng task's result: its exit status (stress-ng restarts a stressor the OOM killer
+/// took, so OOM kills show in memory.events, not in the status) and its YAML metrics.
+fn stress_result(
+    name: &str,
+    tier: Tier,
+    label: &str,
+    status: std::process::ExitStatus,
+    wall_s: f64,
+    events: MemoryEvents,
+    yaml: &Path,
+) -> TaskResult {
+    use std::os::unix::process::ExitStatusExt;
+    let text = std::fs::read_to_string(yaml).unwrap_or_default();
+    let (ops, ops_per_s) = parse_stress_metrics(&text);
+    let outcome = match (status.code(), status.signal()) {
+        (Some(0), _) if ops_per_s.is_some() => Outcome::Finished,
+        (_, Some(sig)) if events.oom_kill > 0 => Outcome::OomKilled { signal: sig },
+        (_, Some(sig)) => Outcome::Killed { signal: sig },
+        (code, _) => Outcome::Failed {
+            exit_code: code,
+            message: format!(
+                "stress-ng exited with {status}: {}",
+                std::fs::read_to_string(yaml.with_extension("log"))
+                    .unwrap_or_default()
+                    .lines()
+                    .rev()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            ),
+        },
+    };
+    TaskResult {
+        name: name.to_string(),
+        tier,
+        trace: label.to_string(),
+        outcome,
+        wall_s,
+        completion_s: None,
+        schedule_s: None,
+        latencies_ms: Vec::new(),
+        latency: None,
+        peak_rss_bytes: None,
+        events,
+        bogo_ops: ops,
+        bogo_ops_per_s: ops_per_s,
+    }
+}
+
+/// Bogo ops and bogo ops/s (real time) summed over the stressors of stress-ng's `--yaml`.
+pub fn parse_stress_metrics(yaml: &str) -> (Option<f64>, Option<f64>) {
+    let field = |key: &str| -> Option<f64> {
+        let v: Vec<f64> = yaml.lines().filter_map(|l| l.trim().strip_prefix(key)?.trim().parse().ok()).collect();
+        (!v.is_empty()).then(|| v.iter().sum())
+    };
+    (field("bogo-ops:"), field("bogo-ops-per-second-real-time:"))
 }
 
 /// Removes `parent` and its children, waiting for exiting tasks to leave them.
@@ -604,6 +748,13 @@ not json
         assert_eq!((w[0].cgroup.as_str(), w[0].value.as_str(), w[0].t_s), ("low1", "300M", 12.5));
         assert_eq!(w[1].value, "123");
         assert_eq!(w[1].reason, r#"{"k":1}"#);
+    }
+
+    #[test]
+    fn stress_ng_metrics_are_read_from_its_yaml() {
+        let yaml = "metrics:\n    - stressor: vm\n      bogo-ops: 81412\n      bogo-ops-per-second-usr-sys-time: 45515.7\n      bogo-ops-per-second-real-time: 40521.867834\n";
+        assert_eq!(parse_stress_metrics(yaml), (Some(81412.0), Some(40521.867834)));
+        assert_eq!(parse_stress_metrics("---\n"), (None, None));
     }
 
     #[test]

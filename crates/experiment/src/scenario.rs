@@ -40,6 +40,9 @@ pub enum Policy {
     /// The knobs a v1.37 kubelet writes with MemoryQoS, throttling factor 0.9 and tiered
     /// reservation: protected = Guaranteed, lows = Burstable (see kube.rs).
     KubeMemoryqos,
+    /// Meta's oomd (the Debian package) with the scenario's ruleset: a userspace killer that
+    /// kills from the low tier when the protected tier's memory pressure rises (see oomd.rs).
+    Oomd,
 }
 
 impl Policy {
@@ -54,6 +57,7 @@ impl Policy {
             Policy::Memqos => "memqos",
             Policy::CpuWeight => "cpu-weight",
             Policy::KubeMemoryqos => "kube-memoryqos",
+            Policy::Oomd => "oomd",
         }
     }
 }
@@ -64,11 +68,25 @@ impl fmt::Display for Policy {
     }
 }
 
-/// The parent's memory.max: fixed, or a share of what the variant's tasks need at peak.
+/// The parent's memory.max: fixed, a share of what the variant's tasks need at peak, or none
+/// (`"max"`: the tasks share the whole guest, as in the RFC cover letter's demo).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, Deserialize)]
 pub enum ParentMax {
     Bytes(u64),
     ShareOfDemand(f64),
+    Unlimited,
+}
+
+/// What each task runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// `memqos replay` of the task's agent trace.
+    #[default]
+    Replay,
+    /// `stress-ng` with the scenario's `stress_args` (the task's trace name is only a label):
+    /// the RFC cover letter's demo. Its throughput is stress-ng's bogo-ops/s.
+    StressNg,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, Deserialize)]
@@ -110,6 +128,9 @@ pub struct Scenario {
     pub static_high: Option<u64>,
     /// Daemon config text; `cgroup_root` and `state_dir` are set by the runner.
     pub memqos_config: Option<String>,
+    /// oomd ruleset (JSON) text for the oomd arm; its placeholders are filled by the runner.
+    #[serde(default)]
+    pub oomd_config: Option<String>,
     /// Enable the cpu controller for the task cgroups in every arm (so arms differ only in
     /// what they set), for scenarios whose memqos config sets `cpu_weight`. Otherwise only the
     /// cpu-weight arm enables it.
@@ -118,6 +139,16 @@ pub struct Scenario {
     pub solo: bool,
     /// Guest RAM; default: the largest parent limit plus 1 GiB for the kernel and tools.
     pub guest_memory_mb: Option<u64>,
+    #[serde(default)]
+    pub workload: Workload,
+    /// stress-ng's arguments for every task (`workload = "stress-ng"`).
+    #[serde(default)]
+    pub stress_args: Vec<String>,
+    /// A swap disk of this size in the guest (none by default), and zswap in front of it.
+    #[serde(default)]
+    pub swap_mb: Option<u64>,
+    #[serde(default)]
+    pub zswap: bool,
     pub variants: Vec<Variant>,
 }
 
@@ -139,11 +170,19 @@ struct RawScenario {
     policies: Vec<Policy>,
     static_high: Option<ByteSize>,
     memqos_config: Option<PathBuf>,
+    oomd_config: Option<PathBuf>,
     #[serde(default)]
     cpu_controller: bool,
     #[serde(default = "yes")]
     solo: bool,
     guest_memory_mb: Option<u64>,
+    #[serde(default)]
+    workload: Workload,
+    #[serde(default)]
+    stress_args: Vec<String>,
+    swap_mb: Option<u64>,
+    #[serde(default)]
+    zswap: bool,
     variant: Vec<RawVariant>,
 }
 
@@ -172,7 +211,7 @@ impl Scenario {
             .to_string();
         let config_text = |rel: &Path| {
             let path = file.parent().unwrap_or(Path::new(".")).join(rel);
-            std::fs::read_to_string(&path).map_err(|e| err(format!("memqos_config {}: {e}", path.display())))
+            std::fs::read_to_string(&path).map_err(|e| err(format!("{}: {e}", path.display())))
         };
         Scenario::parse(&name, file, &text, &config_text)
     }
@@ -192,7 +231,7 @@ impl Scenario {
         }
         if raw.policies.is_empty() {
             return Err(err(
-                "policies: list at least one of none, static-max, static-high, memqos, cpu-weight, kube-memoryqos"
+                "policies: list at least one of none, static-max, static-high, memqos, cpu-weight, kube-memoryqos, oomd"
                     .into(),
             ));
         }
@@ -213,6 +252,36 @@ impl Scenario {
             (None, true) => return Err(err("memqos_config: required when policies include memqos".into())),
             (None, false) => None,
         };
+        let oomd_config = match (&raw.oomd_config, raw.policies.contains(&Policy::Oomd)) {
+            (Some(p), _) => Some(read_config(p)?),
+            (None, true) => return Err(err("oomd_config: required when policies include oomd (the ruleset)".into())),
+            (None, false) => None,
+        };
+        if raw.workload == Workload::StressNg {
+            if raw.stress_args.is_empty() {
+                return Err(err(
+                    "stress_args: required when workload = \"stress-ng\" (e.g. [\"--vm\", \"1\", ...])".into()
+                ));
+            }
+            if let Some(p) = raw.policies.iter().find(|p| matches!(p, Policy::StaticMax | Policy::KubeMemoryqos)) {
+                return Err(err(format!(
+                    "policies: {p} sizes its knobs from the traces; a stress-ng workload has none"
+                )));
+            }
+            if matches!(parent_max, ParentMax::ShareOfDemand(_)) {
+                return Err(err("parent_max: a share of peak demand needs traces; give bytes or \"max\"".into()));
+            }
+            if raw.guest_memory_mb.is_none() {
+                return Err(err(
+                    "guest_memory_mb: required with workload = \"stress-ng\" (its sizes are shares of it)".into(),
+                ));
+            }
+        } else if !raw.stress_args.is_empty() {
+            return Err(err("stress_args: only with workload = \"stress-ng\"".into()));
+        }
+        if raw.zswap && raw.swap_mb.is_none() {
+            return Err(err("zswap: needs swap_mb (zswap compresses pages on their way to a swap device)".into()));
+        }
         if raw.variant.is_empty() {
             return Err(err("[[variant]]: at least one variant (high = TRACE, low = [TRACE, ...]) is required".into()));
         }
@@ -236,15 +305,23 @@ impl Scenario {
             policies: raw.policies,
             static_high: raw.static_high.map(|b| b.0),
             memqos_config,
+            oomd_config,
             cpu_controller: raw.cpu_controller,
             solo: raw.solo,
             guest_memory_mb: raw.guest_memory_mb,
+            workload: raw.workload,
+            stress_args: raw.stress_args,
+            swap_mb: raw.swap_mb,
+            zswap: raw.zswap,
             variants,
         })
     }
 }
 
 fn parse_parent_max(s: &str) -> Result<ParentMax, String> {
+    if s.trim() == "max" {
+        return Ok(ParentMax::Unlimited);
+    }
     if let Some(pct) = s.trim().strip_suffix('%') {
         let v: f64 = pct.trim().parse().map_err(|_| format!("{s:?} is not a percentage like \"90%\""))?;
         if !(v > 0.0 && v <= 1000.0) {
@@ -329,6 +406,36 @@ low = ["b", "b"]
         assert!(e.message.contains("twice"), "{e}");
         let e = parse(&format!("{GOOD}bogus = 1\n")).unwrap_err();
         assert!(e.message.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn stress_ng_scenarios_need_their_arguments_and_no_trace_sized_arm() {
+        let base = r#"
+description = "d"
+parent_max = "max"
+speed = 1
+policies = ["none"]
+workload = "stress-ng"
+stress_args = ["--vm", "1"]
+guest_memory_mb = 1536
+swap_mb = 2048
+[[variant]]
+name = "v"
+high = "a"
+low = ["b"]
+"#;
+        let s = parse(base).unwrap();
+        assert_eq!((s.workload, s.parent_max, s.swap_mb), (Workload::StressNg, ParentMax::Unlimited, Some(2048)));
+        let e = parse(&base.replace("stress_args = [\"--vm\", \"1\"]\n", "")).unwrap_err();
+        assert!(e.message.starts_with("stress_args:"), "{e}");
+        let e = parse(&base.replace("[\"none\"]", "[\"none\", \"static-max\"]")).unwrap_err();
+        assert!(e.message.contains("static-max"), "{e}");
+        let e = parse(&base.replace("guest_memory_mb = 1536\n", "")).unwrap_err();
+        assert!(e.message.starts_with("guest_memory_mb:"), "{e}");
+        let e = parse(&base.replace("swap_mb = 2048", "zswap = true")).unwrap_err();
+        assert!(e.message.starts_with("zswap:"), "{e}");
+        let e = parse(&GOOD.replace("baseline_mb = 100", "baseline_mb = 100\nstress_args = [\"x\"]")).unwrap_err();
+        assert!(e.message.starts_with("stress_args:"), "{e}");
     }
 
     #[test]

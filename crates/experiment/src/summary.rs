@@ -2,9 +2,9 @@
 //! ratios against the solo and none arms of the same run) and the markdown report.
 
 use crate::avoidability::{ParkDeadline, Proof};
-use crate::kills::{task_kills, KillBounds};
+use crate::kills::{task_kills, userspace_kills, KillBounds};
 use crate::runner::{ArmResult, TaskResult};
-use crate::scenario::Tier;
+use crate::scenario::{Tier, Workload};
 use crate::stats::{estimate, Estimate};
 use anyhow::{Context, Result};
 use memqos_replay::Outcome;
@@ -52,9 +52,26 @@ pub struct ArmSummary {
     pub parent_peak_mb: Option<Estimate>,
     /// memqos arm: runs after which every knob was back to its original value.
     pub knobs_restored_runs: Option<usize>,
-    /// Tasks OOM-killed, summed over runs.
+    /// Tasks killed for memory (by the kernel's OOM killer or a userspace one), summed over runs.
     #[serde(default)]
     pub task_kills: u64,
+    /// Of those, the tasks a userspace killer (oomd) SIGKILLed.
+    #[serde(default)]
+    pub userspace_kills: u64,
+    /// stress-ng scenarios (the RFC cover letter's demo): each side's bogo-ops/s, and per-run
+    /// ratios against its own solo run and against the none arm of the same run.
+    #[serde(default)]
+    pub high_ops_per_s: Option<Estimate>,
+    #[serde(default)]
+    pub low_ops_per_s: Option<Estimate>,
+    #[serde(default)]
+    pub high_ops_vs_solo: Option<Estimate>,
+    #[serde(default)]
+    pub low_ops_vs_solo: Option<Estimate>,
+    #[serde(default)]
+    pub high_ops_vs_none: Option<Estimate>,
+    #[serde(default)]
+    pub low_ops_vs_none: Option<Estimate>,
     /// The clairvoyant bound (the fewest kills any pausing policy could achieve on these
     /// traces, see avoidability.rs), summed over runs; `None` where it was not computed.
     #[serde(default)]
@@ -81,6 +98,8 @@ pub struct GroupSummary {
     pub kernel: String,
     pub parent_max_mb: u64,
     pub speed: f64,
+    #[serde(default)]
+    pub workload: Workload,
     pub traces: Vec<String>,
     pub arms: Vec<ArmSummary>,
 }
@@ -191,7 +210,28 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 .values()
                 .map(|r| bounds.for_run(r).map(|b| (task_kills(r), b.kills as u64, b.proof == Proof::Parking)))
                 .collect();
+            // Throughput (stress-ng): a side's ops/s in this arm over the same side's in `base`.
+            let ops = |r: &ArmResult, tier: Tier| -> Option<f64> {
+                let v: Vec<f64> = task(r, tier).filter_map(|t| t.bogo_ops_per_s).collect();
+                (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+            };
+            let solo_low = by_arm.get("solo:low1").cloned().unwrap_or_default();
+            let ops_ratio = |base: &BTreeMap<usize, &ArmResult>, tier: Tier, base_tier: Tier| -> Option<Estimate> {
+                let v: Vec<f64> =
+                    // A base with no bogo op completed has no ratio (not infinity).
+                    runs.iter()
+                        .filter_map(|(k, r)| Some(ops(r, tier)? / ops(base.get(k)?, base_tier).filter(|b| *b > 0.0)?))
+                        .collect();
+                estimate(&v)
+            };
+            let is_none = *arm == "none";
             arms.push(ArmSummary {
+                high_ops_per_s: estimate(&runs.values().filter_map(|r| ops(r, Tier::High)).collect::<Vec<_>>()),
+                low_ops_per_s: estimate(&runs.values().filter_map(|r| ops(r, Tier::Low)).collect::<Vec<_>>()),
+                high_ops_vs_solo: if is_policy { ops_ratio(&solo_high, Tier::High, Tier::High) } else { None },
+                low_ops_vs_solo: if is_policy { ops_ratio(&solo_low, Tier::Low, Tier::Low) } else { None },
+                high_ops_vs_none: if is_policy && !is_none { ops_ratio(&none, Tier::High, Tier::High) } else { None },
+                low_ops_vs_none: if is_policy && !is_none { ops_ratio(&none, Tier::Low, Tier::Low) } else { None },
                 arm: arm.to_string(),
                 runs: runs.len(),
                 runs_with_oom_kill: runs
@@ -224,6 +264,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 knobs_restored_runs: (*arm == "memqos")
                     .then(|| runs.values().filter(|r| r.knobs_restored == Some(true)).count()),
                 task_kills: runs.values().map(|r| task_kills(r)).sum(),
+                userspace_kills: runs.values().map(|r| userspace_kills(r)).sum(),
                 kill_bound: run_bounds.as_ref().map(|v| v.iter().map(|b| b.1).sum()),
                 kill_bound_exact: run_bounds.as_ref().map(|v| v.iter().all(|b| b.2)),
                 avoidable_kills: run_bounds.as_ref().map(|v| v.iter().map(|b| b.0.saturating_sub(b.1)).sum()),
@@ -239,6 +280,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             "memqos" => 13,
             "cpu-weight" => 14,
             "kube-memoryqos" => 15,
+            "oomd" => 16,
             _ => 0,
         };
         arms.sort_by_key(|a| (rank(&a.arm), a.arm.clone()));
@@ -258,6 +300,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             kernel,
             parent_max_mb: first.parent_max_bytes >> 20,
             speed: first.speed,
+            workload: first.workload,
             traces,
             arms,
         });
@@ -311,6 +354,25 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
         let med = |e: &Option<Estimate>| e.map(|e| e.median);
         // `oom-cpu` has the targets of `oom`, and so on.
         let base = g.scenario.strip_suffix("-cpu").unwrap_or(&g.scenario);
+        if g.workload == Workload::StressNg {
+            push(
+                "memqos: no OOM kill in any run",
+                format!("{} of {} runs with an OOM kill ({} kills)", m.runs_with_oom_kill, m.runs, m.oom_kills),
+                m.runs_with_oom_kill == 0,
+            );
+            let h = med(&m.high_ops_vs_solo);
+            push(
+                "RFC demo: memqos high side ≥ 0.95x its solo throughput (bogo-ops/s)",
+                format!(
+                    "high {} of solo; low {} of solo, {} of none",
+                    ratio(&m.high_ops_vs_solo),
+                    ratio(&m.low_ops_vs_solo),
+                    ratio(&m.low_ops_vs_none)
+                ),
+                h.is_some_and(|h| h >= 0.95),
+            );
+            continue;
+        }
         if base != "overhead" {
             push(
                 "memqos: no OOM kill in any run",
@@ -343,6 +405,33 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                         m.runs
                     ),
                     avoidable == 0,
+                );
+            }
+        }
+        // Issue 16: against oomd, the peer a user would run instead, in the same runs.
+        if let Some(o) = arm("oomd") {
+            let within = |mine: &Option<Estimate>, theirs: &Option<Estimate>| match (mine, theirs) {
+                (Some(m), Some(t)) => m.median <= t.ci_high,
+                _ => false,
+            };
+            push(
+                "vs oomd: high completion vs solo same or better (memqos median ≤ oomd's interval)",
+                format!("memqos {} vs oomd {}", ratio(&m.high_wall_vs_solo), ratio(&o.high_wall_vs_solo)),
+                within(&m.high_wall_vs_solo, &o.high_wall_vs_solo),
+            );
+            push(
+                "vs oomd: high P95 vs solo same or better (memqos median ≤ oomd's interval)",
+                format!("memqos {} vs oomd {}", ratio(&m.high_p95_vs_solo), ratio(&o.high_p95_vs_solo)),
+                within(&m.high_p95_vs_solo, &o.high_p95_vs_solo),
+            );
+            if o.task_kills > 0 {
+                push(
+                    "vs oomd: every low task finishes where oomd kills",
+                    format!(
+                        "memqos: {} of {} lows finished; oomd: {} kills ({} by oomd), {} of {} lows finished",
+                        m.low_finished, m.low_started, o.task_kills, o.userspace_kills, o.low_finished, o.low_started
+                    ),
+                    m.low_finished == m.low_started,
                 );
             }
         }
@@ -455,6 +544,28 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
                 est(&a.daemon_cpu_pct, 1),
             );
         }
+        if g.arms.iter().any(|a| a.high_ops_per_s.is_some() || a.low_ops_per_s.is_some()) {
+            let _ = writeln!(
+                s,
+                "\nThroughput (stress-ng bogo-ops/s, real time), each side against its own solo run and the none arm \
+                 of the same run:\n\n| arm | high ops/s | high/solo | high/none | low ops/s | low/solo | low/none | \
+                 OOM kills |\n|---|---|---|---|---|---|---|---|"
+            );
+            for a in &g.arms {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    a.arm,
+                    est(&a.high_ops_per_s, 0),
+                    ratio(&a.high_ops_vs_solo),
+                    ratio(&a.high_ops_vs_none),
+                    est(&a.low_ops_per_s, 0),
+                    ratio(&a.low_ops_vs_solo),
+                    ratio(&a.low_ops_vs_none),
+                    a.oom_kills,
+                );
+            }
+        }
         let prefix = format!("{}-{}-{}", g.scenario, g.variant, g.kernel);
         for p in plots.iter().filter(|p| p.starts_with(&prefix)) {
             let _ = writeln!(s, "\n![{p}]({p})");
@@ -469,7 +580,7 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
     let _ = writeln!(s, "\n## Kills, the clairvoyant bound, and the priority trade-off\n");
     let _ = writeln!(
         s,
-        "Kills: tasks OOM-killed, summed over runs. Bound: the fewest kills any policy could achieve on the same \
+        "Kills: tasks killed for memory, summed over runs: by the kernel's OOM killer, or by oomd (in parentheses). Bound: the fewest kills any policy could achieve on the same \
          traces and limit if it could pause any low task at any instant but never take back memory a task holds \
          (docs/experiments.md, \"Kill avoidability\"), summed over runs; \"exact\" where a schedule with that many kills \
          exists, else a lower bound. Avoidable: kills above the bound (per run, summed). Park by: the latest moment, as a \
@@ -505,7 +616,11 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
                 g.kernel,
                 a.arm,
                 a.runs,
-                a.task_kills,
+                if a.userspace_kills > 0 {
+                    format!("{} ({} by oomd)", a.task_kills, a.userspace_kills)
+                } else {
+                    a.task_kills.to_string()
+                },
                 bound,
                 avoidable,
                 park,
@@ -537,6 +652,8 @@ mod tests {
             latency: Some(LatencyStats { count: 2, p50_ms: 1.0, p95_ms: p95, p99_ms: p95, max_ms: p95, mean_ms: 1.0 }),
             peak_rss_bytes: None,
             events: MemoryEvents::default(),
+            bogo_ops: None,
+            bogo_ops_per_s: None,
         }
     }
 
@@ -547,6 +664,7 @@ mod tests {
             kernel: "7.2".into(),
             run,
             arm: arm.into(),
+            workload: Default::default(),
             order: 0,
             speed: 50.0,
             baseline_mb: 100,
@@ -646,5 +764,96 @@ mod tests {
         rs.push(arm("memqos", 6, vec![task("high", Tier::High, 2.0, 11.0, Outcome::Finished)], 1));
         let v = verdicts(&summarize(&rs));
         assert!(!v.iter().find(|x| x.target.starts_with("memqos: no OOM kill")).unwrap().met);
+    }
+
+    #[test]
+    fn oomd_kills_count_as_kills_and_memqos_is_checked_against_oomd() {
+        let mut rs = Vec::new();
+        for run in 1..=3 {
+            rs.push(arm("solo:high", run, vec![task("high", Tier::High, 2.0, 10.0, Outcome::Finished)], 0));
+            rs.push(arm(
+                "oomd",
+                run,
+                vec![
+                    task("high", Tier::High, 2.2, 12.0, Outcome::Finished),
+                    task("low1", Tier::Low, 1.0, 5.0, Outcome::Killed { signal: 9 }),
+                ],
+                0,
+            ));
+            rs.push(arm(
+                "memqos",
+                run,
+                vec![
+                    task("high", Tier::High, 2.1, 11.0, Outcome::Finished),
+                    task("low1", Tier::Low, 3.0, 5.0, Outcome::Finished),
+                ],
+                0,
+            ));
+        }
+        let g = summarize(&rs);
+        let o = g[0].arms.iter().find(|a| a.arm == "oomd").unwrap();
+        assert_eq!((o.task_kills, o.userspace_kills, o.runs_with_oom_kill), (3, 3, 0));
+        let v = verdicts(&g);
+        let met = |t: &str| v.iter().find(|x| x.target.starts_with(t)).unwrap_or_else(|| panic!("{t}")).met;
+        assert!(met("vs oomd: high completion"));
+        assert!(met("vs oomd: high P95"));
+        assert!(met("vs oomd: every low task finishes"));
+        assert!(render_markdown(&g, &v, &[]).contains("| oomd | 3 | 3 (3 by oomd) |"));
+        // memqos slower than oomd's whole interval misses the completion target.
+        for r in rs.iter_mut().filter(|r| r.arm == "memqos") {
+            r.tasks[0].wall_s = 3.0;
+        }
+        assert!(
+            !verdicts(&summarize(&rs)).iter().find(|x| x.target.starts_with("vs oomd: high completion")).unwrap().met
+        );
+    }
+
+    #[test]
+    fn stress_ng_throughput_is_paired_with_each_sides_solo_and_none() {
+        let with_ops = |mut t: TaskResult, ops: f64| {
+            t.bogo_ops_per_s = Some(ops);
+            t
+        };
+        let mut rs = Vec::new();
+        for run in 1..=3 {
+            let k = run as f64; // drift shared by a run
+            rs.push(arm(
+                "solo:high",
+                run,
+                vec![with_ops(task("high", Tier::High, 30.0, 1.0, Outcome::Finished), 100.0 * k)],
+                0,
+            ));
+            rs.push(arm(
+                "solo:low1",
+                run,
+                vec![with_ops(task("low1", Tier::Low, 30.0, 1.0, Outcome::Finished), 80.0 * k)],
+                0,
+            ));
+            let pair = |h: f64, l: f64| {
+                vec![
+                    with_ops(task("high", Tier::High, 30.0, 1.0, Outcome::Finished), h * k),
+                    with_ops(task("low1", Tier::Low, 30.0, 1.0, Outcome::Finished), l * k),
+                ]
+            };
+            rs.push(arm("none", run, pair(50.0, 40.0), 0));
+            rs.push(arm("memqos", run, pair(97.0, 8.0), 0));
+        }
+        for r in &mut rs {
+            r.workload = Workload::StressNg;
+        }
+        let g = summarize(&rs);
+        let m = g[0].arms.iter().find(|a| a.arm == "memqos").unwrap();
+        let close = |e: Option<Estimate>, x: f64| (e.unwrap().median - x).abs() < 1e-9;
+        assert!(close(m.high_ops_vs_solo, 0.97));
+        assert!(close(m.low_ops_vs_solo, 0.1));
+        assert!(close(m.high_ops_vs_none, 97.0 / 50.0));
+        assert!(close(m.low_ops_vs_none, 0.2));
+        let v = verdicts(&g);
+        assert!(v.iter().find(|x| x.target.starts_with("RFC demo")).unwrap().met);
+        let md = render_markdown(&g, &v, &[]);
+        assert!(md.contains("| memqos | 194 [97–291] | 0.97x [0.97–0.97] | 1.94x [1.94–1.94] |"), "{md}");
+        // Trace targets (wall time and step latency vs solo) mean nothing for a fixed-length
+        // stress-ng run and are not checked there.
+        assert!(!v.iter().any(|x| x.target.contains("P95 latency")), "{v:?}");
     }
 }

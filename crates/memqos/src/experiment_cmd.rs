@@ -1,18 +1,10 @@
-//! `memqos experiment`: the isolation experiments in real-kernel guests, then the summary,
-//! the markdown report and the plots.
-//!
-//! Host side: one guest per (scenario, kernel) runs `memqos experiment --in-guest`, which
-//! writes one JSON per arm into the guest's results directory; those are copied to
-//! `OUT/runs/<scenario>/<kernel>/`, and everything under `OUT/runs` is summarized.
+//! `memqos experiment`: the arguments; the work is `memqos_experiment::host` (scenario files)
+//! and `memqos_lab::dirty` (the dirty-page experiment).
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand};
-use memqos_experiment::runner::{self, RunnerOptions};
-use memqos_experiment::scenario::Scenario;
-use memqos_experiment::summary;
-use memqos_vmtest::{kernels, Guest, Series};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use memqos_experiment::host::Options;
+use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -34,6 +26,11 @@ pub struct ExperimentArgs {
     /// Runs per scenario (each run has every arm).
     #[arg(long, default_value_t = 5)]
     runs: usize,
+    /// Number the runs from this one and add them to the scenario's results instead of
+    /// replacing them: a long series in chunks (`--runs 2`, then `--runs 3 --first-run 3`), so
+    /// other guests can use the machine in between.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    first_run: usize,
     /// Kernel series: "6.12", "7", "6.12,7" or "all".
     #[arg(long, default_value = "7")]
     kernel: String,
@@ -66,270 +63,24 @@ pub enum SpecialExperiment {
     /// A buffered writer floods the dirty-page pool while a rate-limited sibling writes
     /// (throttled 256 KB/s disk): stock kernel vs memqos dirty.max/dirty.min
     /// (docs/dirty-isolation.md).
-    DirtyNoisyNeighbour(crate::dirty::ExperimentArgs),
+    DirtyNoisyNeighbour(memqos_lab::dirty::ExperimentArgs),
 }
 
 pub fn run(args: ExperimentArgs) -> Result<u8> {
     if let Some(SpecialExperiment::DirtyNoisyNeighbour(a)) = args.special {
-        return crate::dirty::run_cli(a);
+        return memqos_lab::dirty::run_cli(a);
     }
-    if args.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
-    let traces = resolve_traces(args.traces.as_deref())?;
-    if args.in_guest {
-        return in_guest(&args, &traces);
-    }
-    if args.list {
-        for path in scenario_files(&args.dir)? {
-            let s = Scenario::load(&path)?;
-            println!("{:<12} {}", s.name, s.description);
-        }
-        return Ok(0);
-    }
-    if !args.report_only {
-        let mut paths = Vec::new();
-        for name in &args.scenarios {
-            if name == "all" {
-                paths.extend(scenario_files(&args.dir)?);
-            } else if name.ends_with(".toml") {
-                paths.push(PathBuf::from(name));
-            } else {
-                let p = args.dir.join(format!("{name}.toml"));
-                if !p.is_file() {
-                    let known: Vec<String> = scenario_files(&args.dir)?
-                        .iter()
-                        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-                        .collect();
-                    bail!("no scenario {name:?}: {} does not exist (known: {})", p.display(), known.join(", "));
-                }
-                paths.push(p);
-            }
-        }
-        let scenarios: Vec<Scenario> = paths.iter().map(|p| Scenario::load(p)).collect::<Result<_, _>>()?;
-        let series = Series::parse_list(&args.kernel)?;
-        let plan: Vec<(f64, u64)> = scenarios.iter().map(|s| plan(s, &traces, args.runs)).collect::<Result<_>>()?;
-        let total: f64 = plan.iter().map(|p| p.0).sum::<f64>() * series.len() as f64;
-        eprintln!(
-            "memqos experiment: {} scenario(s) x {} kernel(s) x {} run(s); estimated {:.0} min of guest time",
-            scenarios.len(),
-            series.len(),
-            args.runs,
-            total / 60.0
-        );
-        // One failed scenario (a guest that timed out, a kernel that would not boot) must not
-        // throw away the others: report it, go on, and fail at the end.
-        let mut failed = Vec::new();
-        for s in series {
-            let kernel = kernels::ensure(s)?;
-            for (scenario, (secs, memory_mb)) in scenarios.iter().zip(&plan) {
-                if let Err(e) = run_in_guest(&args, scenario, &kernel, &traces, *secs, *memory_mb) {
-                    eprintln!("memqos experiment: {} on {} failed: {e:#}", scenario.name, kernel.release());
-                    failed.push(format!("{} on {}", scenario.name, kernel.release()));
-                }
-            }
-        }
-        let code = report(&args.out, &traces, !args.no_plots)?;
-        if !failed.is_empty() {
-            bail!("{} scenario run(s) failed: {} (the report covers the others)", failed.len(), failed.join(", "));
-        }
-        return Ok(code);
-    }
-    report(&args.out, &traces, !args.no_plots)
-}
-
-fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading the scenario directory {} (see --dir)", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let n = p.file_name().unwrap_or_default().to_string_lossy();
-            n.ends_with(".toml") && !n.starts_with("memqos-")
-        })
-        .collect();
-    v.sort();
-    Ok(v)
-}
-
-fn resolve_traces(arg: Option<&Path>) -> Result<PathBuf> {
-    Ok(memqos_replay::traces_dir::resolve(arg)?)
-}
-
-/// Estimated guest seconds for a scenario, and the guest memory it needs.
-fn plan(s: &Scenario, traces: &Path, runs: usize) -> Result<(f64, u64)> {
-    let mut secs = 15.0; // boot
-    let mut parent_max = 0;
-    for v in &s.variants {
-        parent_max = parent_max.max(runner::parent_max_bytes(s, v, traces)?);
-        let mut longest = 0.0f64;
-        let mut solo = 0.0;
-        let mut seen = Vec::new();
-        for (_, _, trace) in v.tasks() {
-            let t = memqos_replay::trace::load_trace(&runner::trace_path(traces, &trace))
-                .with_context(|| format!("{}: variant {}", s.file.display(), v.name))?;
-            let d = t.duration_s() / s.speed;
-            longest = longest.max(d);
-            if !seen.contains(&trace) {
-                seen.push(trace);
-                solo += d + 1.5;
-            }
-        }
-        // TCG runs a replay ~15% slower than its schedule; throttled arms take longer.
-        let per_run = if s.solo { solo } else { 0.0 } + s.policies.len() as f64 * (longest * 2.0 + 2.0);
-        secs += per_run * runs as f64;
-    }
-    let memory_mb = s.guest_memory_mb.unwrap_or((parent_max >> 20) + 1024);
-    Ok((secs, memory_mb))
-}
-
-fn run_in_guest(
-    args: &ExperimentArgs,
-    s: &Scenario,
-    kernel: &kernels::Kernel,
-    traces: &Path,
-    est_secs: f64,
-    memory_mb: u64,
-) -> Result<()> {
-    eprintln!(
-        "=== {} on {}: {} run(s), guest {} MiB, estimated {:.1} min ===",
-        s.name,
-        kernel.release(),
-        args.runs,
-        memory_mb,
-        est_secs / 60.0
-    );
-    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-    // The parsed scenario travels in the environment: the file may live where the guest
-    // cannot see it (its /tmp is its own).
-    let argv = vec![
-        exe,
-        "experiment".into(),
-        "--in-guest".into(),
-        "--runs".into(),
-        args.runs.to_string(),
-        "--traces".into(),
-        traces.to_string_lossy().into_owned(),
-    ];
-    let timeout = Duration::from_secs_f64(600.0 + est_secs * 4.0);
-    // The guest shares two host cores with whatever else runs; keep the host's load with the
-    // results so a noisy run can be recognized as one.
-    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let run = Guest::new(kernel.clone())
-        .memory_mb(memory_mb)
-        .timeout(timeout)
-        .env("MEMQOS_SCENARIO", &serde_json::to_string(s)?)
-        .share_path(traces)
-        .stream_console(true)
-        .run(&argv)?;
-    if run.exit_code != 0 {
-        bail!(
-            "{} on {}: the in-guest experiment exited with {} (console: {})",
-            s.name,
-            kernel.release(),
-            run.exit_code,
-            run.results_dir.join("console.log").display()
-        );
-    }
-    let from = run.results_dir.join("experiment");
-    let to = args.out.join("runs").join(&s.name).join(kernel.release());
-    if to.exists() {
-        std::fs::remove_dir_all(&to).with_context(|| format!("replacing {}", to.display()))?;
-    }
-    copy_tree(&from, &to)?;
-    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    std::fs::write(
-        to.join("host-load.txt"),
-        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
-    )?;
-    eprintln!(
-        "=== {} on {}: done in {:.1} min, results in {} ===",
-        s.name,
-        kernel.release(),
-        run.wall_secs / 60.0,
-        to.display()
-    );
-    Ok(())
-}
-
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target).with_context(|| format!("copying to {}", target.display()))?;
-        }
-    }
-    Ok(())
-}
-
-fn in_guest(args: &ExperimentArgs, traces: &Path) -> Result<u8> {
-    let json =
-        std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos experiment)")?;
-    let scenario: Scenario = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
-    let results =
-        std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;
-    let opts = RunnerOptions {
-        scenario,
-        traces_dir: traces.to_path_buf(),
+    memqos_experiment::host::run(&Options {
+        scenarios: args.scenarios,
         runs: args.runs,
-        out_dir: Path::new(&results).join("experiment"),
-        exe: std::env::current_exe()?,
-    };
-    let n = runner::run_all(&opts)?;
-    println!("experiment: {n} arm results written");
-    Ok(0)
-}
-
-/// Summary, report and plots from everything under `out/runs`.
-fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
-    let runs = out.join("runs");
-    let results = summary::load_results(&runs)?;
-    if results.is_empty() {
-        bail!("no results under {}", runs.display());
-    }
-    let bounds = memqos_experiment::kills::KillBounds::compute(&results, traces)?;
-    let groups = summary::summarize_with(&results, &bounds);
-    let verdicts = summary::verdicts(&groups);
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_string_pretty(&serde_json::json!({"groups": groups, "targets": verdicts}))?,
-    )?;
-    let mut plot_files = Vec::new();
-    if plots {
-        let script = Path::new("scripts/plots/experiment.py");
-        let status =
-            std::process::Command::new("/usr/bin/python3").arg(script).arg(out).status().with_context(|| {
-                format!(
-                    "running /usr/bin/python3 {} (install python3-matplotlib, or pass --no-plots)",
-                    script.display()
-                )
-            })?;
-        if !status.success() {
-            bail!("{} failed with {status}", script.display());
-        }
-        for e in std::fs::read_dir(out)? {
-            let name = e?.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".png") {
-                plot_files.push(name);
-            }
-        }
-        plot_files.sort();
-    }
-    std::fs::write(out.join("report.md"), summary::render_markdown(&groups, &verdicts, &plot_files))?;
-    for v in &verdicts {
-        println!(
-            "{:<4} {}/{} {}: {} — {}",
-            if v.met { "MET" } else { "MISS" },
-            v.scenario,
-            v.variant,
-            v.kernel,
-            v.target,
-            v.measured
-        );
-    }
-    println!("report: {}", out.join("report.md").display());
-    Ok(0)
+        first_run: args.first_run,
+        kernel: args.kernel,
+        out: args.out,
+        dir: args.dir,
+        traces: args.traces,
+        report_only: args.report_only,
+        list: args.list,
+        no_plots: args.no_plots,
+        in_guest: args.in_guest,
+    })
 }

@@ -1,19 +1,14 @@
 //! memqos: priority memory QoS for cgroup v2 hosts.
 
-mod bench_reaction;
-mod bench_run;
-mod bench_stats;
 mod daemon_cmd;
-mod demo;
-mod dirty;
-mod doctor;
 mod experiment_cmd;
 mod generate;
 mod replay_cmd;
-mod scenario;
 mod stat;
 mod vm_cmd;
-mod workload;
+
+use memqos_doctor as doctor;
+use memqos_lab::{bench, demo, workload};
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -139,12 +134,12 @@ impl From<RunArgs> for memqos_agent::Request {
 #[derive(Subcommand)]
 enum BenchCmd {
     /// Reading memcg statistics: the seeds' C/fscanf control vs memqos's text and BPF backends.
-    Stats(bench_stats::BenchStatsArgs),
+    Stats(bench::stats::BenchStatsArgs),
     /// Delay from a protected cgroup starting to reclaim to the first memory.high write on a
     /// lower tier, per signal source (BPF, PSI, memory.events).
-    Reaction(bench_reaction::ReactionArgs),
+    Reaction(bench::reaction::ReactionArgs),
     /// What `memqos run` adds to a call vs a plain exec, in guests (docs/agent/run-overhead.json).
-    Run(bench_run::BenchRunArgs),
+    Run(bench::run::BenchRunArgs),
 }
 
 fn main() -> ExitCode {
@@ -165,12 +160,12 @@ fn main() -> ExitCode {
         Cmd::Status(a) => daemon_cmd::status(a),
         Cmd::Explain(a) => daemon_cmd::explain(a),
         Cmd::Stat(a) => stat::run(a),
-        Cmd::Bench(BenchCmd::Stats(a)) => bench_stats::run(a),
+        Cmd::Bench(BenchCmd::Stats(a)) => bench::stats::run(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),
         Cmd::Workload(cmd) => workload::run(cmd),
         Cmd::Run(a) => Ok(memqos_agent::run(&a.into())),
-        Cmd::Bench(BenchCmd::Reaction(a)) => bench_reaction::run(a),
-        Cmd::Bench(BenchCmd::Run(a)) => bench_run::run(a),
+        Cmd::Bench(BenchCmd::Reaction(a)) => bench::reaction::run(a),
+        Cmd::Bench(BenchCmd::Run(a)) => bench::run::run(a),
         Cmd::Generate(a) => generate::run(a, Cli::command()),
     };
     match result {

@@ -13,6 +13,7 @@ mod common;
 
 use common::*;
 use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_lab::configs::DaemonConfig;
 use memqos_vmtest::guest_test;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,27 +31,8 @@ const OUR_PROGRAMS: &[&str] = &[
     "handle_mm_fault",
 ];
 
-fn config(psi: bool, bpf: bool) -> String {
-    format!(
-        r#"cgroup_root = "/sys/fs/cgroup/bpfq"
-state_dir = "{STATE}"
-[signals]
-psi = {psi}
-events = false
-bpf = {bpf}
-sampling_interval_ms = 1000
-[[tier]]
-name = "critical"
-match = ["prot"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["low"]
-throttle = true
-[policy]
-headroom_guard = 0
-"#
-    )
+fn config(psi: bool, bpf: bool) -> DaemonConfig {
+    DaemonConfig::named("bpf-source.toml").set("signals.psi", psi).set("signals.bpf", bpf)
 }
 
 struct Setup {
@@ -89,10 +71,10 @@ impl Setup {
 
 /// Starts the daemon (optionally through a wrapper such as setpriv) and waits until its
 /// first status file exists.
-fn start_daemon(cfg: &str, wrapper: &[&str]) -> Child {
+fn start_daemon(cfg: &DaemonConfig, wrapper: &[&str]) -> Child {
     let _ = std::fs::remove_dir_all(STATE);
     std::fs::create_dir_all(STATE).unwrap();
-    std::fs::write("/run/memqos-bpf-test.toml", cfg).unwrap();
+    cfg.write(std::path::Path::new("/run/memqos-bpf-test.toml")).unwrap();
     let log = std::fs::File::create("/run/memqos-bpf-test.log").unwrap();
     let argv: Vec<&str> = wrapper
         .iter()

@@ -1,5 +1,5 @@
 //! Dirty-page isolation against real kernels: the noisy-neighbour reproducer
-//! (crates/memqos/src/dirty/, docs/dirty-isolation.md) in short phases, once stock and once
+//! (crates/lab/src/dirty/, docs/dirty-isolation.md) in short phases, once stock and once
 //! with the memqos daemon enforcing the victim tier's dirty.min and the noisy tier's
 //! dirty.max. The stock run must show the collapse (otherwise the scenario proves nothing);
 //! the managed run must keep the victim near its solo rate and latency, keep the noisy writer

@@ -3,7 +3,7 @@
 //! (guests, replays, the daemon). It asserts what must hold in every run, not timings: every
 //! arm produced a result, a static partition too small for the protected trace OOM-kills it
 //! (and the replay reports it), memqos let no task be OOM-killed and every low task finish,
-//! and the daemon left nothing throttled. The full suite with N = 5 is scripts/experiments.sh.
+//! the daemon left nothing throttled, and oomd (issue 16's peer arm) killed only low tasks. The full suite with N = 5 is scripts/experiments.sh.
 
 use memqos_experiment::runner::ArmResult;
 use memqos_replay::Outcome;
@@ -32,7 +32,7 @@ fn oom_scenario_one_run_per_kernel() {
         arms.sort();
         assert_eq!(
             arms,
-            ["kube-memoryqos", "memqos", "none", "solo:high", "solo:low1", "static-high", "static-max"],
+            ["kube-memoryqos", "memqos", "none", "oomd", "solo:high", "solo:low1", "static-high", "static-max"],
             "{}",
             dir.display()
         );
@@ -42,6 +42,16 @@ fn oom_scenario_one_run_per_kernel() {
             assert_eq!(t.events.oom_kill, 0, "{}: task {}", dir.display(), t.name);
         }
         assert_eq!(memqos.parent_oom_kills, 0, "{}", dir.display());
+        // oomd ran (the runner fails the arm if it exited early) and its ruleset kills from
+        // the low tier only: every kill it logged names a low cgroup, and every task it
+        // SIGKILLed is a low one.
+        let oomd = results.iter().find(|r| r.arm == "oomd").unwrap();
+        for d in oomd.decisions.iter().filter(|d| d.file == "kill") {
+            assert!(d.cgroup.starts_with("low"), "{}: oomd killed {}: {}", dir.display(), d.cgroup, d.reason);
+        }
+        for t in oomd.tasks.iter().filter(|t| matches!(t.outcome, Outcome::Killed { signal: 9 })) {
+            assert!(t.name.starts_with("low"), "{}: oomd arm: {} was SIGKILLed", dir.display(), t.name);
+        }
         assert_eq!(memqos.knobs_restored, Some(true), "{}: the daemon left knobs changed", dir.display());
         // The replay's OOM path on a real kernel: under static-max each child gets 1100/3 =
         // 366 MiB, below the protected trace's peak (321 MB + 100 MiB baseline), so the kernel

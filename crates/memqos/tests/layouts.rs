@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use memqos_cgroupfs::{Cgroup, Limit};
-use memqos_daemon::process::DaemonProcess;
+use memqos_lab::daemon_process::DaemonProcess;
 use memqos_vmtest::guest_test;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -254,11 +254,18 @@ fn within(v: Option<u64>, a: Option<u64>, b: Option<u64>, slack: u64) -> bool {
 }
 
 // Trees larger than one run of the iterator (2048 records): every cgroup is reported once,
-// in the same order as the text walk (7.x only; 6.12 has no BPF backend).
+// in the same order as the text walk. 6.12 has no memcg kfuncs: there the test asserts that
+// the BPF backend says so (BpfUnavailable, which `auto` turns into the text backend).
 guest_test!(bpf_snapshot_of_a_tree_larger_than_one_run, |g| g.memory_mb(3072), {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     if release.starts_with("6.") {
-        println!("RESULT skipped on {release}: no BPF backend there");
+        let refused = memqos_stats::BpfBackend::open(std::path::Path::new("/sys/fs/cgroup"));
+        assert!(
+            matches!(refused, Err(memqos_stats::Error::BpfUnavailable(_))),
+            "{release}: the BPF backend must refuse with BpfUnavailable, got {:?}",
+            refused.as_ref().err()
+        );
+        println!("RESULT {}: no memcg kfuncs, BPF backend refused as expected", release.trim());
         return;
     }
     let root = make_cgroup("stats-big");

@@ -21,6 +21,34 @@ fn example_file_parses_and_matches_the_defaults() {
     assert_eq!(cfg.tiers.len(), 2);
 }
 
+/// Every daemon config the repository runs with is a file, checked here with the example: the
+/// lab's (demo, benches, dirty experiment, guest tests) and the experiments'.
+#[test]
+fn every_config_file_in_the_repository_parses() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut checked = Vec::new();
+    for dir in ["crates/lab/configs", "experiments"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            // experiments/ also holds scenario files; daemon configs there are memqos-*.toml.
+            if !name.ends_with(".toml") || (dir == "experiments" && !name.starts_with("memqos-")) {
+                continue;
+            }
+            // The experiment runner fills in these two placeholders per arm.
+            let text = std::fs::read_to_string(&path)
+                .unwrap()
+                .replace("@CGROUP_ROOT@", "/sys/fs/cgroup/experiment")
+                .replace("@STATE_DIR@", "/run/memqos-experiment");
+            if let Err(e) = Config::from_str(&text, &path.display().to_string()) {
+                panic!("{e}");
+            }
+            checked.push(name);
+        }
+    }
+    assert!(checked.len() >= 7, "fewer config files than expected: {checked:?}");
+}
+
 /// Every example under configs/ parses (the systemd one is the package's /etc/memqos/memqos.toml).
 #[test]
 fn configs_folder_examples_parse() {

@@ -33,6 +33,26 @@ pub struct Change {
     pub release_time: Duration,
 }
 
+/// A fresh private anonymous read-write mapping of `len` bytes, not yet touched. The caller
+/// owns it (munmap).
+pub fn map_anonymous(len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a new mapping at an address the kernel picks; the result is checked for MAP_FAILED.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ptr.cast())
+}
+
 struct Region {
     ptr: *mut u8,
     len: usize,
@@ -103,21 +123,7 @@ impl Memory {
     fn grow(&mut self, target: u64) -> Result<(), MapError> {
         while self.held < target {
             let len = self.chunk.min(usize::try_from(target - self.held).unwrap_or(usize::MAX));
-            // SAFETY: a fresh private anonymous mapping; the result is checked for MAP_FAILED.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if ptr == libc::MAP_FAILED {
-                return Err(MapError { bytes: len, held: self.held, error: io::Error::last_os_error() });
-            }
-            let ptr = ptr.cast::<u8>();
+            let ptr = map_anonymous(len).map_err(|error| MapError { bytes: len, held: self.held, error })?;
             for off in (0..len).step_by(self.page) {
                 self.stamp += 1;
                 // SAFETY: off + 8 <= len because len is a multiple of the page size (>= 8) and

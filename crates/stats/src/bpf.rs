@@ -165,15 +165,7 @@ impl BpfBackend {
         let unavailable = |why: String| Error::BpfUnavailable(why);
         let btf = Btf::load_vmlinux().map_err(|e| unavailable(format!("no kernel BTF ({e})")))?;
         let features = KernelFeatures::probe(&btf);
-        let needed = [
-            "bpf_get_mem_cgroup",
-            "bpf_put_mem_cgroup",
-            "bpf_mem_cgroup_usage",
-            "bpf_mem_cgroup_page_state",
-            "bpf_mem_cgroup_vm_events",
-            "bpf_mem_cgroup_memory_events",
-            "bpf_mem_cgroup_flush_stats",
-        ];
+        let needed = memqos_bpf::features::MEMCG_KFUNCS;
         let missing: Vec<_> = features
             .memcg_kfuncs
             .kfuncs

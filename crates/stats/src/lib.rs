@@ -24,7 +24,7 @@ mod text;
 pub use bpf::{stat_key_plan, BpfBackend, KeyPlan, KeySource, Walker};
 pub use keys::StatKeys;
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
-pub use text::{FileSet, TextBackend};
+pub use text::{FileSet, TextBackend, FILES};
 
 use serde::Serialize;
 use std::path::{Path, PathBuf};

@@ -477,6 +477,7 @@ fn cgroup_err(cgroup: &Path, op: &'static str, file: &str, source: io::Error) ->
 /// Raises RLIMIT_NOFILE (a tree of N cgroups needs 9N fds to keep every file open): the soft
 /// limit to the hard one, and with CAP_SYS_RESOURCE both to at least 65536 (within
 /// fs.nr_open). Returns the soft limit now in force.
+#[allow(clippy::unnecessary_cast)] // rlim_t is u64 here, u32 on some 32-bit targets
 fn raise_nofile_limit() -> u64 {
     const WANT: u64 = 65536;
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

@@ -10,6 +10,7 @@
 //! - [`guest`] boots QEMU (TCG unless KVM really works), shares the host root read-only over
 //!   9p so host-built binaries run unchanged, gives the guest a writable results directory,
 //!   runs one command and returns its exit status and console output;
+//! - [`self_run`] runs the current program in a guest per kernel (the lab's commands);
 //! - [`guest_test!`] turns a test body into a `cargo test` test that re-runs itself inside a
 //!   guest on every kernel series under test.
 
@@ -17,11 +18,12 @@ pub mod cache;
 pub mod guest;
 pub mod initramfs;
 pub mod kernels;
+pub mod self_run;
 mod testing;
 
 pub use guest::{Accel, Disk, Guest, GuestRun, VmError};
 pub use kernels::{Kernel, Series};
-pub use testing::{in_guest, results_dir, run_test_in_guests, test_series};
+pub use testing::{in_guest, results_dir, run_test_in_guests, skip, test_series};
 
 /// Declares a test that runs inside a guest on each kernel series under test
 /// (`MEMQOS_TEST_KERNELS`, default `6.12,7`).

@@ -21,6 +21,19 @@ pub fn test_series() -> Vec<Series> {
     Series::parse_list(&spec).unwrap_or_else(|e| panic!("MEMQOS_TEST_KERNELS={spec:?}: {e:#}"))
 }
 
+/// What [`skip`] prints; the host side looks for it.
+const SKIP_MARK: &str = "MEMQOS-GUEST-TEST-SKIPPED:";
+
+/// Ends a guest test early because this kernel cannot run it, saying so. The run then fails
+/// on the host unless `MEMQOS_ALLOW_SKIP=1`: CI must not pass a test that ran nothing.
+pub fn skip(why: &str) {
+    println!("{SKIP_MARK} {why}");
+}
+
+fn skips_allowed() -> bool {
+    std::env::var("MEMQOS_ALLOW_SKIP").is_ok_and(|v| v == "1")
+}
+
 /// Re-runs the current test binary inside a guest for each series under test, filtered to
 /// exactly `test_path`, and panics with the guest's console if any run fails. A missing
 /// kernel or qemu is a failure, not a skip: CI must not pass without having booted a kernel.
@@ -52,7 +65,14 @@ pub fn run_test_in_guests(test_path: &str, configure: impl Fn(Guest) -> Guest) {
                     eprintln!("  [{}] {}", kernel.release(), line.trim_start_matches(|c: char| c != 'R'));
                 }
                 let ran = run.console.contains("1 passed") || run.console.contains("1 failed");
-                if !run.success() || !ran {
+                let skipped = run.console.lines().find(|l| l.contains(SKIP_MARK));
+                if let (Some(line), false) = (skipped, skips_allowed()) {
+                    failures.push(format!(
+                        "--- kernel {}: the test skipped ({}); set MEMQOS_ALLOW_SKIP=1 to accept skips",
+                        kernel.release(),
+                        line.trim()
+                    ));
+                } else if !run.success() || !ran {
                     failures.push(format!(
                         "--- kernel {} exit {} (results in {}) ---\n{}",
                         kernel.release(),

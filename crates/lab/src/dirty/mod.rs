@@ -8,7 +8,7 @@ mod trace;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use memqos_vmtest::{kernels, Guest, Series};
+use memqos_vmtest::{kernels, self_run, Series};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,7 +82,8 @@ pub struct ExperimentArgs {
     /// dirty-<policy>.json in its results directory) instead of booting guests.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub from: Vec<PathBuf>,
-    /// Inside a guest: run one policy's iterations and write a GuestReport to this file.
+    /// Inside a guest: run one policy's iterations and write a GuestReport to this file (a
+    /// relative path is in the guest's results directory, $MEMQOS_RESULTS).
     #[arg(long, hide = true, value_name = "FILE")]
     pub in_guest: Option<PathBuf>,
 }
@@ -119,7 +120,8 @@ pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
             PolicyChoice::Both => bail!("--in-guest runs one policy: pass --policy stock or --policy memqos"),
         };
         let report = guest::run(&args.settings(), policy)?;
-        std::fs::write(out, serde_json::to_string(&report)?).with_context(|| format!("writing {}", out.display()))?;
+        let out = memqos_vmtest::results_dir().map_or_else(|| out.clone(), |dir| dir.join(out));
+        std::fs::write(&out, serde_json::to_string(&report)?).with_context(|| format!("writing {}", out.display()))?;
         return Ok(0);
     }
     let report = if args.from.is_empty() {
@@ -166,7 +168,6 @@ fn cli_opts(args: &ExperimentArgs) -> Result<ExperimentOpts> {
 /// Boots one guest per kernel and policy, runs `settings.runs` iterations in each, and
 /// returns every measurement with per-kernel/policy summaries.
 pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
-    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let mut runs = Vec::new();
     for &series in &opts.kernels {
         let kernel = kernels::ensure(series)?;
@@ -176,25 +177,30 @@ pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
             }
             let s = &opts.settings;
             let per_iteration = s.solo_secs + s.fill_secs + s.contended_secs + 60;
-            let guest = Guest::new(kernel.clone())
-                .scratch_mb(SCRATCH_MB, Some(DISK_WRITE_BPS))
-                .timeout(Duration::from_secs(120 + per_iteration * s.runs as u64))
-                .stream_console(false);
             let name = format!("dirty-{policy:?}.json").to_lowercase();
             let policy_arg = format!("{policy:?}").to_lowercase();
-            // The guest writes its report into the shared results directory; the path is
-            // only known once the run directory exists, so the job derives it from
-            // $MEMQOS_RESULTS.
-            let argv = vec![
-                "/bin/sh".to_string(),
-                "-c".to_string(),
-                format!(
-                    "exec \"$0\" experiment dirty-noisy-neighbour --policy {policy_arg} --runs {} --solo-secs {} --fill-secs {} --contended-secs {}{} --in-guest \"$MEMQOS_RESULTS/{name}\"",
-                    s.runs, s.solo_secs, s.fill_secs, s.contended_secs, if s.lazytime { "" } else { " --no-lazytime" }
-                ),
-                exe.clone(),
-            ];
-            let run = guest.run(&argv)?;
+            let mut args: Vec<String> = ["experiment", "dirty-noisy-neighbour", "--policy", &policy_arg]
+                .into_iter()
+                .map(String::from)
+                .collect();
+            for (flag, v) in [
+                ("--runs", u64::from(s.runs)),
+                ("--solo-secs", s.solo_secs),
+                ("--fill-secs", s.fill_secs),
+                ("--contended-secs", s.contended_secs),
+            ] {
+                args.extend([flag.to_string(), v.to_string()]);
+            }
+            if !s.lazytime {
+                args.push("--no-lazytime".into());
+            }
+            // Relative: the guest writes it into its results directory.
+            args.extend(["--in-guest".to_string(), name.clone()]);
+            let run = self_run::run_self(&kernel, &args, |g| {
+                g.scratch_mb(SCRATCH_MB, Some(DISK_WRITE_BPS))
+                    .timeout(Duration::from_secs(120 + per_iteration * s.runs as u64))
+                    .stream_console(false)
+            })?;
             if opts.progress {
                 for line in run.console.lines().filter(|l| l.starts_with("dirty-noisy-neighbour:")) {
                     eprintln!("  {line}");

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit};
-use memqos_vmtest::{kernels, Guest, Series};
+use memqos_vmtest::self_run;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,24 +13,20 @@ pub fn run(kernel_list: &str, in_guest: bool, json: bool) -> Result<u8> {
     if in_guest {
         if json {
             // Only the controller scenario, as JSON: what the controller test asserts on.
-            println!("{}", serde_json::to_string(&crate::scenario::run()?)?);
+            println!("{}", serde_json::to_string(&crate::controller::run()?)?);
             return Ok(0);
         }
         guest_demo()?;
         println!("\n== the memqos controller: protected task + two low-tier tasks under a 512 MiB parent ==");
-        crate::scenario::print(&crate::scenario::run()?);
+        crate::controller::print(&crate::controller::run()?);
         return Ok(0);
     }
     let mut worst = 0u8;
-    for series in Series::parse_list(kernel_list)? {
-        let kernel = kernels::ensure(series)?;
+    for kernel in self_run::kernels(kernel_list)? {
         println!("=== booting Debian kernel {} in QEMU ===", kernel.release());
-        let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-        let run = Guest::new(kernel.clone()).timeout(Duration::from_secs(900)).run(&[
-            exe,
-            "demo".into(),
-            "--in-guest".into(),
-        ])?;
+        let run = self_run::run_self(&kernel, &["demo".into(), "--in-guest".into()], |g| {
+            g.timeout(Duration::from_secs(900))
+        })?;
         for line in run.console.lines().filter(|l| !l.starts_with("memqos-init:") && !l.starts_with('[')) {
             println!("{line}");
         }

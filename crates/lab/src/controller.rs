@@ -5,10 +5,12 @@
 //! The protected workload bursts like an agent running tests (64 -> 256 MiB, three times);
 //! each low-tier workload ramps to 200 MiB. Together they need more than the parent limit.
 
+use crate::configs::DaemonConfig;
+use crate::daemon_process::{count_writes, DaemonProcess};
+use crate::workload::PhasesReport;
 use anyhow::{bail, Context, Result};
-use memqos_cgroupfs::{Cgroup, Limit};
-use memqos_daemon::process::{count_writes, DaemonProcess};
-use serde::Serialize;
+use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents, Pressure};
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,47 +20,40 @@ pub const HIGH_PROFILE: &str = "64:1500,256:2500,64:2500,256:2500,64:2500,256:25
 pub const LOW_PROFILE: &str = "200:10000,200:4000,0:0";
 /// What a low task needs when nothing holds it back: its profile's length.
 pub const LOW_NOMINAL_SECS: f64 = 14.0;
-const PARENT_MAX: u64 = 512 * MIB;
-const STATE_DIR: &str = "/run/memqos-demo";
+pub const PARENT_MAX: u64 = 512 * MIB;
+/// The daemon config of the managed run: `crates/lab/configs/controller.toml`.
+pub const CONFIG: &str = "controller.toml";
 
-pub const CONFIG: &str = r#"
-cgroup_root = "/sys/fs/cgroup/qos"
-state_dir = "/run/memqos-demo"
-[signals]
-sampling_interval_ms = 200
-[[tier]]
-name = "critical"
-match = ["high*"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["low*"]
-throttle = true
-[policy]
-headroom_guard = "64M"
-min_write_interval_ms = 500
-hold_ms = 3000
-"#;
-
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Task {
-    pub name: &'static str,
+    pub name: String,
     pub secs: f64,
     pub outcome: String,
-    /// memory.events `high` of its cgroup: how often the kernel throttled it.
-    pub throttled: u64,
+    /// Its cgroup's memory.events when it ended (`high`: how often the kernel throttled it).
+    pub events: MemoryEvents,
+    /// Its cgroup's memory.pressure when it ended: `some.total_us` is the time any of its
+    /// tasks stalled on memory.
+    pub pressure: Pressure,
+    /// What the workload reported (lateness behind its schedule); `None` if it was killed.
+    pub workload: Option<PhasesReport>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Run {
-    pub policy: &'static str,
+    pub policy: String,
     pub tasks: Vec<Task>,
     /// memory.events oom_kill of the parent.
     pub oom_kills: u64,
     pub daemon_writes: usize,
 }
 
-#[derive(Debug, Serialize)]
+impl Run {
+    pub fn task(&self, name: &str) -> Option<&Task> {
+        self.tasks.iter().find(|t| t.name == name)
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     pub kernel: String,
     pub solo: Run,
@@ -68,7 +63,8 @@ pub struct Report {
     pub low_high_after_stop: Vec<String>,
 }
 
-fn setup() -> Result<(Cgroup, [Cgroup; 3])> {
+/// The parent `qos` (memory.max 512 MiB) and its children high, low1, low2.
+pub fn setup() -> Result<(Cgroup, [Cgroup; 3])> {
     let parent = Cgroup::new("/sys/fs/cgroup/qos");
     parent.create()?;
     parent.enable_controllers(&["memory"])?;
@@ -80,46 +76,58 @@ fn setup() -> Result<(Cgroup, [Cgroup; 3])> {
     Ok((parent, kids))
 }
 
-fn teardown(parent: &Cgroup) {
+/// Removes the children and the parent (tasks must be gone).
+pub fn teardown(parent: &Cgroup) {
     for k in parent.children().unwrap_or_default() {
         let _ = k.remove();
     }
     let _ = parent.remove();
 }
 
-fn start(cg: &Cgroup, profile: &str) -> Result<Child> {
-    Command::new(std::env::current_exe()?)
+/// Starts `memqos workload phases` with `profile` in `cg`, stdout piped (its PhasesReport).
+/// Starts `memqos workload phases` (the binary at `memqos`: a test's own executable is not it)
+/// in `cg`.
+pub fn start(memqos: &Path, cg: &Cgroup, profile: &str) -> Result<Child> {
+    Command::new(memqos)
         .args(["workload", "phases", "--phases", profile, "--cgroup"])
         .arg(cg.path())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .context("starting a workload")
 }
 
 /// Runs the workloads to completion; the high cgroup is removed as soon as its task is done
 /// (a finished sandbox goes away, and with it its protection).
-fn run_tasks(policy: &'static str, parent: &Cgroup, specs: &[(&'static str, &Cgroup, &str)]) -> Result<Run> {
+fn run_tasks(policy: &str, parent: &Cgroup, specs: &[(&str, &Cgroup, &str)]) -> Result<Run> {
+    let exe = std::env::current_exe()?;
     let t0 = Instant::now();
     let mut running = Vec::new();
     for (name, cg, profile) in specs {
-        running.push((*name, (*cg).clone(), start(cg, profile)?));
+        running.push((*name, (*cg).clone(), start(&exe, cg, profile)?));
     }
     let mut tasks = Vec::new();
     while !running.is_empty() {
         let mut i = 0;
         while i < running.len() {
             if let Some(status) = running[i].2.try_wait()? {
-                let (name, cg, _) = running.remove(i);
-                let throttled = cg.memory_events().map(|e| e.high).unwrap_or(0);
+                let (name, cg, mut child) = running.remove(i);
+                let secs = t0.elapsed().as_secs_f64();
+                let events = cg.memory_events()?;
+                let pressure = cg.memory_pressure()?;
                 if name == "high" {
                     let _ = cg.remove();
                 }
+                let mut stdout = String::new();
+                if let Some(mut out) = child.stdout.take() {
+                    std::io::Read::read_to_string(&mut out, &mut stdout)?;
+                }
+                let workload = stdout.lines().find_map(|l| serde_json::from_str::<PhasesReport>(l).ok());
                 let outcome = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
                     (Some(0), _) => "finished".to_string(),
                     (_, Some(9)) => "killed (SIGKILL)".to_string(),
                     (c, s) => format!("exit {c:?} signal {s:?}"),
                 };
-                tasks.push(Task { name, secs: t0.elapsed().as_secs_f64(), outcome, throttled });
+                tasks.push(Task { name: name.to_owned(), secs, outcome, events, pressure, workload });
             } else {
                 i += 1;
             }
@@ -129,7 +137,7 @@ fn run_tasks(policy: &'static str, parent: &Cgroup, specs: &[(&'static str, &Cgr
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(Run { policy, tasks, oom_kills: parent.memory_events()?.oom_kill, daemon_writes: 0 })
+    Ok(Run { policy: policy.to_owned(), tasks, oom_kills: parent.memory_events()?.oom_kill, daemon_writes: 0 })
 }
 
 /// Runs the three policies in this (guest) kernel.
@@ -145,10 +153,12 @@ pub fn run() -> Result<Report> {
     teardown(&parent);
 
     let (parent, [high, low1, low2]) = setup()?;
-    std::fs::create_dir_all(STATE_DIR)?;
-    let config = Path::new(STATE_DIR).join("memqos.toml");
-    std::fs::write(&config, CONFIG)?;
-    let daemon = DaemonProcess::start(&std::env::current_exe()?, &config, Path::new(STATE_DIR), &[], Stdio::null())?;
+    let config = DaemonConfig::named(CONFIG);
+    let state_dir = config.state_dir();
+    std::fs::create_dir_all(&state_dir)?;
+    let path = state_dir.join("memqos.toml");
+    config.write(&path)?;
+    let daemon = DaemonProcess::start(&std::env::current_exe()?, &path, &state_dir, &[], Stdio::null())?;
     let mut managed = run_tasks("memqos", &parent, &all(&high, &low1, &low2));
     let (status, log) = daemon.stop()?;
     let low_high_after_stop =
@@ -165,10 +175,23 @@ pub fn run() -> Result<Report> {
 
 pub fn print(r: &Report) {
     println!("kernel {}: parent memory.max 512 MiB, no swap", r.kernel);
-    println!("{:<8} {:<6} {:>9}  {:<18} {:>10}", "POLICY", "TASK", "TIME", "OUTCOME", "THROTTLED");
+    println!(
+        "{:<8} {:<6} {:>9}  {:<18} {:>10} {:>10} {:>9}",
+        "POLICY", "TASK", "TIME", "OUTCOME", "THROTTLED", "STALL", "MAX LATE"
+    );
     for run in [&r.solo, &r.unmanaged, &r.managed] {
         for t in &run.tasks {
-            println!("{:<8} {:<6} {:>7.1} s  {:<18} {:>10}", run.policy, t.name, t.secs, t.outcome, t.throttled);
+            let late = t.workload.as_ref().map_or("-".to_string(), |w| format!("{:.2} s", w.max_late_ms as f64 / 1e3));
+            println!(
+                "{:<8} {:<6} {:>7.1} s  {:<18} {:>10} {:>8.2} s {:>9}",
+                run.policy,
+                t.name,
+                t.secs,
+                t.outcome,
+                t.events.high,
+                t.pressure.some.total_us as f64 / 1e6,
+                late
+            );
         }
         println!(
             "{:<8} OOM kills: {}{}",
@@ -177,10 +200,13 @@ pub fn print(r: &Report) {
             if run.daemon_writes > 0 { format!(", daemon knob writes: {}", run.daemon_writes) } else { String::new() }
         );
     }
-    let high = |run: &Run| run.tasks.iter().find(|t| t.name == "high").map(|t| t.secs).unwrap_or(f64::NAN);
+    let high = |run: &Run| run.task("high").map_or(f64::NAN, |t| t.secs);
     println!(
         "protected task: {:.1} s managed vs {:.1} s alone ({:.2}x); low tasks' memory.high after the daemon stopped: {}",
-        high(&r.managed), high(&r.solo), high(&r.managed) / high(&r.solo), r.low_high_after_stop.join(", ")
+        high(&r.managed),
+        high(&r.solo),
+        high(&r.managed) / high(&r.solo),
+        r.low_high_after_stop.join(", ")
     );
     let lows: Vec<String> =
         r.managed.tasks.iter().filter(|t| t.name != "high").map(|t| format!("{:.1} s", t.secs)).collect();

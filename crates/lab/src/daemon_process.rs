@@ -1,12 +1,14 @@
-//! A `memqos daemon` run as a child process: for the demo, the experiments and the benches,
-//! which all need "start it, wait until it is really running, stop it, read what it did".
+//! A `memqos daemon` run as a child process: for the demo, the experiments, the benches and
+//! the guest tests, which all need "start it, wait until it is really running, stop it, read
+//! what it did".
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::status::STATUS_FILE;
+use memqos_daemon::proc_stat;
+use memqos_daemon::status::STATUS_FILE;
 
 /// Start-up is over when the first status.json exists: the config was valid, the journal
 /// of an earlier run restored and the first tick done.
@@ -23,7 +25,7 @@ impl DaemonProcess {
     /// an earlier run in `state_dir` are removed first, so neither is mistaken for this one's.
     pub fn start(exe: &Path, config: &Path, state_dir: &Path, extra: &[&str], stdout: Stdio) -> Result<DaemonProcess> {
         std::fs::create_dir_all(state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
-        for stale in [STATUS_FILE, crate::events::EVENTS_FILE, crate::events::ROTATED_FILE] {
+        for stale in [STATUS_FILE, memqos_daemon::events::EVENTS_FILE, memqos_daemon::events::ROTATED_FILE] {
             let _ = std::fs::remove_file(state_dir.join(stale));
         }
         let mut child = Command::new(exe)
@@ -56,7 +58,7 @@ impl DaemonProcess {
 
     /// CPU time (user + system) the daemon has used so far, in seconds; None once it is gone.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        crate::proc_stat::cpu_ticks(self.pid()).map(|t| t as f64 / crate::proc_stat::ticks_per_second())
+        proc_stat::cpu_ticks(self.pid()).map(|t| t as f64 / proc_stat::ticks_per_second())
     }
 
     /// SIGTERM and wait: the daemon restores every knob it changed before it exits. Returns
@@ -69,11 +71,20 @@ impl DaemonProcess {
         Ok((status, self.events()))
     }
 
+    /// SIGKILL and wait: the daemon gets no chance to restore anything (the guardian, unless
+    /// disabled, or the next start does).
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// The daemon's event log so far (rotated part first); empty if it wrote none.
     pub fn events(&self) -> String {
         let dir = &self.state_dir;
-        let mut text = std::fs::read_to_string(dir.join(crate::events::ROTATED_FILE)).unwrap_or_default();
-        text.push_str(&std::fs::read_to_string(dir.join(crate::events::EVENTS_FILE)).unwrap_or_default());
+        let mut text = std::fs::read_to_string(dir.join(memqos_daemon::events::ROTATED_FILE)).unwrap_or_default();
+        text.push_str(&std::fs::read_to_string(dir.join(memqos_daemon::events::EVENTS_FILE)).unwrap_or_default());
         text
     }
 }
@@ -92,5 +103,5 @@ impl Drop for DaemonProcess {
 
 /// How many knob writes an event log records.
 pub fn count_writes(events: &str) -> usize {
-    crate::events::writes(&crate::events::parse(events)).count()
+    memqos_daemon::events::writes(&memqos_daemon::events::parse(events)).count()
 }

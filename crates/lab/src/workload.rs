@@ -1,19 +1,23 @@
 //! `memqos workload`: small, deterministic memory workloads for tests and demos.
 //! (The trace replayer, `memqos replay`, is the realistic workload.)
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use memqos_cgroupfs::Cgroup;
+use memqos_replay::memory::Memory;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
 
 #[derive(Subcommand)]
 pub enum WorkloadCmd {
     /// Allocate and touch anonymous memory, then hold it.
     Alloc(AllocArgs),
     /// Follow a memory profile: grow or shrink resident anonymous memory to each phase's
-    /// size, stay there for its duration; prints the completion time as JSON.
+    /// size, stay there for its duration; prints its lateness behind schedule as JSON.
     Phases(PhasesArgs),
     /// Write a file so that its page cache is charged to the cgroup, then exit.
     Pagecache(PagecacheArgs),
@@ -71,30 +75,14 @@ fn alloc(a: AllocArgs) -> Result<u8> {
     join(&a.cgroup)?;
     let len = (a.mb as usize) << 20;
     let start = Instant::now();
-    // SAFETY: anonymous private mapping, checked for MAP_FAILED; pages touched through a
-    // raw pointer within [ptr, ptr+len).
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        bail!("mmap of {} MiB failed: {}", a.mb, std::io::Error::last_os_error());
-    }
-    let page = 4096;
-    for off in (0..len).step_by(page) {
-        // Distinct non-zero bytes so no page can be deduplicated or zero-filled lazily.
-        unsafe { *(ptr as *mut u8).add(off) = (off / page) as u8 | 1 };
-    }
+    // One mapping, every page touched with a distinct stamp (never the zero page, never merged).
+    let mut mem = Memory::new(len);
+    mem.set_target(len as u64)?;
     let touched = start.elapsed();
     std::thread::sleep(Duration::from_millis(a.hold_ms));
     println!("{}", serde_json::json!({"workload": "alloc", "mb": a.mb, "touch_ms": touched.as_millis() as u64}));
     std::io::stdout().flush()?;
+    drop(mem);
     Ok(0)
 }
 
@@ -123,63 +111,44 @@ fn parse_phases(spec: &str) -> Result<Vec<(u64, u64)>> {
         .collect()
 }
 
-/// Resident anonymous memory held in 1 MiB mappings, so shrinking returns whole chunks.
-struct Chunks(Vec<*mut libc::c_void>);
-
-impl Chunks {
-    fn grow_one(&mut self) -> Result<()> {
-        const LEN: usize = 1 << 20;
-        // SAFETY: anonymous private mapping, checked; touched within bounds.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                LEN,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            bail!("mmap: {}", std::io::Error::last_os_error());
-        }
-        for off in (0..LEN).step_by(4096) {
-            unsafe { *(p as *mut u8).add(off) = (self.0.len() as u8) | 1 };
-        }
-        self.0.push(p);
-        Ok(())
-    }
-
-    fn shrink_to(&mut self, mb: usize) {
-        while self.0.len() > mb {
-            let p = self.0.pop().expect("non-empty");
-            unsafe { libc::munmap(p, 1 << 20) };
-        }
-    }
+/// What `memqos workload phases` prints when it is done (one JSON line).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhasesReport {
+    /// Wall time from start to the end of the last phase.
+    pub elapsed_ms: u64,
+    /// The profile's length: what `elapsed_ms` is when nothing holds the workload back.
+    pub nominal_ms: u64,
+    /// How far the workload fell behind its schedule at worst: for each 1 MiB chunk, the time
+    /// it was touched minus the time it was due. A delay in the middle of the profile shows
+    /// here even when a later idle phase absorbs it and `elapsed_ms` stays nominal.
+    pub max_late_ms: u64,
 }
 
 fn phases(a: PhasesArgs) -> Result<u8> {
     let plan = parse_phases(&a.phases)?;
     join(&a.cgroup)?;
     let start = Instant::now();
-    let mut mem = Chunks(Vec::new());
+    // 1 MiB mappings, so shrinking returns whole chunks.
+    let mut mem = Memory::new(MIB as usize);
     let mut phase_start = Duration::ZERO;
+    let mut max_late = Duration::ZERO;
+    let nominal: u64 = plan.iter().map(|(_, ms)| ms).sum();
     for (mb, ms) in plan {
-        let mb = mb as usize;
         let dur = Duration::from_millis(ms);
-        if mb <= mem.0.len() {
-            mem.shrink_to(mb);
+        let held_mb = mem.held() / MIB;
+        if mb <= held_mb {
+            mem.set_target(mb * MIB)?;
         } else {
             // Ramp: chunk k of the growth is due at k/n of the phase; if allocation is slow
             // (throttled) the phase simply runs long: that delay is what we measure.
-            let from = mem.0.len();
-            let n = mb - from;
+            let n = mb - held_mb;
             for k in 0..n {
                 let due = phase_start + dur.mul_f64(k as f64 / n as f64);
                 if let Some(wait) = due.checked_sub(start.elapsed()) {
                     std::thread::sleep(wait);
                 }
-                mem.grow_one()?;
+                mem.set_target((held_mb + k + 1) * MIB)?;
+                max_late = max_late.max(start.elapsed().saturating_sub(due));
             }
         }
         phase_start += dur;
@@ -188,7 +157,12 @@ fn phases(a: PhasesArgs) -> Result<u8> {
         }
         phase_start = phase_start.max(start.elapsed());
     }
-    println!("{}", serde_json::json!({"workload": "phases", "elapsed_ms": start.elapsed().as_millis() as u64}));
+    let report = PhasesReport {
+        elapsed_ms: start.elapsed().as_millis() as u64,
+        nominal_ms: nominal,
+        max_late_ms: max_late.as_millis() as u64,
+    };
+    println!("{}", serde_json::to_string(&report)?);
     std::io::stdout().flush()?;
     Ok(0)
 }
@@ -203,15 +177,5 @@ mod tests {
         let e = format!("{:#}", parse_phases("64:2000,x:1").unwrap_err());
         assert!(e.contains("phase 1") && e.contains("\"x\""), "{e}");
         assert!(parse_phases("64").is_err());
-    }
-
-    #[test]
-    fn phases_follow_the_profile_on_the_host() {
-        let mut m = Chunks(Vec::new());
-        for _ in 0..8 {
-            m.grow_one().unwrap();
-        }
-        m.shrink_to(3);
-        assert_eq!(m.0.len(), 3);
     }
 }

@@ -14,7 +14,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memqos_cgroupfs::Cgroup;
-use memqos_vmtest::{kernels, Guest, Series};
+use memqos_vmtest::self_run;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -74,18 +74,10 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
         return Ok(0);
     }
     let mut all = Vec::new();
-    for series in Series::parse_list(&a.kernel)? {
-        let kernel = kernels::ensure(series)?;
+    for kernel in self_run::kernels(&a.kernel)? {
         eprintln!("bench run: booting {} ({} calls per arm)", kernel.release(), a.calls);
-        let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-        let run = Guest::new(kernel.clone()).timeout(Duration::from_secs(1200)).run(&[
-            exe,
-            "bench".into(),
-            "run".into(),
-            "--in-guest".into(),
-            "--calls".into(),
-            a.calls.to_string(),
-        ])?;
+        let args = ["bench", "run", "--in-guest", "--calls", &a.calls.to_string()].map(String::from);
+        let run = self_run::run_self(&kernel, &args, |g| g.timeout(Duration::from_secs(1200)))?;
         let file = run.results_dir.join("run-overhead.json");
         let text = std::fs::read_to_string(&file).with_context(|| {
             format!(

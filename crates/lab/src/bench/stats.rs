@@ -331,17 +331,8 @@ impl Drop for LiveTree {
     }
 }
 
-const TEMPLATE_FILES: [&str; 9] = [
-    "memory.stat",
-    "memory.events",
-    "memory.current",
-    "memory.peak",
-    "memory.max",
-    "memory.high",
-    "memory.low",
-    "memory.min",
-    "memory.pressure",
-];
+/// The files a template cgroup of the fake trees holds: the ones the text backend reads.
+const TEMPLATE_FILES: [&str; 9] = memqos_stats::FILES;
 
 /// A fake tree of `n` cgroups (root + n-1 children) whose files are copies of `template`.
 fn fake_tree(dir: &Path, template: &Path, n: usize) -> Result<()> {

@@ -19,12 +19,14 @@
 //! Periodic sampling is set to 1 s and the headroom guard off, so a reaction faster than 1 s
 //! can only come from the source's wakeup.
 
+use crate::configs::DaemonConfig;
+use crate::daemon_process::DaemonProcess;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memqos_cgroupfs::Cgroup;
 use memqos_daemon::events::{Event, LogLine, WriteEvent};
-use memqos_daemon::process::DaemonProcess;
-use memqos_vmtest::{kernels, Guest, Series};
+use memqos_replay::memory::map_anonymous;
+use memqos_vmtest::self_run;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -37,7 +39,6 @@ const CACHE_MB: u64 = 200;
 /// Anonymous memory the probe allocates in total (crosses the limit after ~56 MiB).
 const PROBE_MB: u64 = 120;
 const CHUNK: usize = 64 * 1024;
-const ROOT: &str = "/sys/fs/cgroup/bench";
 const STATE: &str = "/run/memqos-bench";
 /// A run without a write within this long counts as a miss.
 const RUN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -156,26 +157,23 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         return Ok(0);
     }
     let mut all = Vec::new();
-    for series in Series::parse_list(&a.kernel)? {
-        let kernel = kernels::ensure(series)?;
+    for kernel in self_run::kernels(&a.kernel)? {
         eprintln!("bench reaction: booting {} ({} runs x {} sources)", kernel.release(), a.runs, sources.len());
-        let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-        let run = Guest::new(kernel.clone())
-            .scratch_mb(512, None)
-            .timeout(Duration::from_secs(600))
-            .stream_console(!a.json)
-            .run(&[
-                exe,
-                "bench".into(),
-                "reaction".into(),
-                "--in-guest".into(),
-                "--runs".into(),
-                a.runs.to_string(),
-                "--sources".into(),
-                sources.join(","),
-                "--cpu-window".into(),
-                a.cpu_window.to_string(),
-            ])?;
+        let args = [
+            "bench",
+            "reaction",
+            "--in-guest",
+            "--runs",
+            &a.runs.to_string(),
+            "--sources",
+            &sources.join(","),
+            "--cpu-window",
+            &a.cpu_window.to_string(),
+        ]
+        .map(String::from);
+        let run = self_run::run_self(&kernel, &args, |g| {
+            g.scratch_mb(512, None).timeout(Duration::from_secs(600)).stream_console(!a.json)
+        })?;
         let file = run.results_dir.join("reaction.json");
         let text = std::fs::read_to_string(&file).with_context(|| {
             format!(
@@ -266,28 +264,12 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
-fn config(source: &str) -> String {
-    let (psi, events, bpf) = (source == "psi", source == "events", source == "bpf");
-    format!(
-        r#"cgroup_root = "{ROOT}"
-state_dir = "{STATE}"
-[signals]
-psi = {psi}
-events = {events}
-bpf = {bpf}
-sampling_interval_ms = 1000
-[[tier]]
-name = "protected"
-match = ["prot"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["low"]
-throttle = true
-[policy]
-headroom_guard = 0
-"#
-    )
+/// The reaction config with exactly `source` (bpf, psi or events) on.
+fn config(source: &str) -> DaemonConfig {
+    DaemonConfig::named("reaction.toml")
+        .set("signals.psi", source == "psi")
+        .set("signals.events", source == "events")
+        .set("signals.bpf", source == "bpf")
 }
 
 fn set(cg: &Cgroup, file: &'static str, v: u64) -> Result<()> {
@@ -311,7 +293,7 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
     let mut out = Vec::new();
     let mut bpf_hooks = None;
     for source in sources {
-        std::fs::write("/run/memqos-bench.toml", config(source))?;
+        config(source).write(Path::new("/run/memqos-bench.toml"))?;
         let mut delays = Vec::new();
         let mut chunks = Vec::new();
         let mut writes = Vec::new();
@@ -374,30 +356,14 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
     Ok(KernelResult { kernel, sources: out, bpf_hooks, cpu_cost: Vec::new() })
 }
 
-const CPU_ROOT: &str = "/sys/fs/cgroup/cpucost";
 const CPU_CGROUPS: usize = 100;
 const CPU_PROTECTED: usize = 10;
 
-fn cpu_config(bpf: bool, interval_ms: u64) -> String {
-    format!(
-        r#"cgroup_root = "{CPU_ROOT}"
-state_dir = "{STATE}"
-[signals]
-bpf = {bpf}
-sampling_interval_ms = {interval_ms}
-[[tier]]
-name = "protected"
-match = ["p*"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["b*"]
-throttle = true
-"#
-    )
+fn cpu_config(bpf: bool, interval_ms: u64) -> DaemonConfig {
+    DaemonConfig::named("cpu-cost.toml").set("signals.bpf", bpf).set("signals.sampling_interval_ms", interval_ms as i64)
 }
 
-/// utime + stime of `pid` in clock ticks.
+/// The machine's page faults so far (`pgfault` of /proc/vmstat).
 fn vm_pgfault() -> Result<u64> {
     let text = std::fs::read_to_string("/proc/vmstat")?;
     text.lines()
@@ -427,7 +393,7 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
     for (bpf, interval_ms, loads) in
         [(true, 500, &["idle", "faults"][..]), (false, 500, &["idle", "faults"][..]), (true, 5000, &["idle"][..])]
     {
-        std::fs::write("/run/memqos-cpucost.toml", cpu_config(bpf, interval_ms))?;
+        cpu_config(bpf, interval_ms).write(Path::new("/run/memqos-cpucost.toml"))?;
         let _ = std::fs::remove_dir_all(STATE);
         std::fs::create_dir_all(STATE)?;
         let daemon = DaemonProcess::start(
@@ -492,19 +458,9 @@ fn fault_load() -> Result<u8> {
     std::fs::write(Path::new(&cg).join("cgroup.procs"), std::process::id().to_string())?;
     let len = 4 << 20;
     loop {
-        // SAFETY: anonymous private mapping, touched within bounds, then unmapped.
+        let p = map_anonymous(len).context("mmap")?.cast::<libc::c_void>();
+        // SAFETY: advice on, touches inside and the unmap of our own fresh mapping.
         unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                bail!("mmap: {}", std::io::Error::last_os_error());
-            }
             libc::madvise(p, len, libc::MADV_NOHUGEPAGE); // one fault per page
             for off in (0..len).step_by(4096) {
                 (p as *mut u8).add(off).write_volatile(1);
@@ -609,13 +565,10 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     let (start, done) = (w.mono_ns, w.mono_done_ns);
     let ms = |a: u64, b: u64| (b as f64 - a as f64) / 1e6;
     // The BPF crossing that woke the daemon: the last one logged before its write.
-    let crossing = read_events(&events)
-        .into_iter()
-        .filter_map(|l| match l.event {
-            Event::Bpf { ktime_ns, mono_ns, .. } if mono_ns <= start => Some((ktime_ns, mono_ns)),
-            _ => None,
-        })
-        .last();
+    let crossing = read_events(&events).into_iter().rev().find_map(|l| match l.event {
+        Event::Bpf { ktime_ns, mono_ns, .. } if mono_ns <= start => Some((ktime_ns, mono_ns)),
+        _ => None,
+    });
     let bpf_split = crossing.map(|(k, m)| [ms(before, k), ms(k, m), ms(m, start)]);
     let m = Measured {
         delay_ms: ms(before, start),
@@ -652,20 +605,8 @@ fn probe() -> Result<u8> {
     };
     let base = read_max()?;
     let len = (PROBE_MB * MIB) as usize;
-    // SAFETY: anonymous private mapping, unmapped at exit.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        bail!("mmap {} MiB: {}", PROBE_MB, std::io::Error::last_os_error());
-    }
+    // Unmapped at exit.
+    let p = map_anonymous(len).with_context(|| format!("mmap {PROBE_MB} MiB"))?.cast::<libc::c_void>();
     // Base pages: one charge per 4 KiB, so the crossing chunk is a fine-grained instant
     // (a transparent huge page would charge 2 MiB in one fault).
     // SAFETY: advice on our own mapping.
@@ -715,7 +656,7 @@ mod tests {
     #[test]
     fn configs_enable_exactly_one_source() {
         for s in ["bpf", "psi", "events"] {
-            let cfg = memqos_policy::Config::from_str(&config(s), "bench.toml").unwrap();
+            let cfg = memqos_policy::Config::from_str(&config(s).text(), "bench.toml").unwrap();
             let on = [cfg.signals.bpf, cfg.signals.psi, cfg.signals.events];
             assert_eq!(on.iter().filter(|&&x| x).count(), 1, "{s}");
             assert_eq!(cfg.policy.headroom_guard, 0);

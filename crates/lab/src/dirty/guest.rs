@@ -5,9 +5,10 @@
 
 use super::trace::{self, BdpSummary, BdpTrace};
 use super::{Policy, Settings};
+use crate::configs::DaemonConfig;
+use crate::daemon_process::{count_writes, DaemonProcess};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::Cgroup;
-use memqos_daemon::process::{count_writes, DaemonProcess};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,30 +19,12 @@ use std::time::{Duration, Instant};
 
 const SCRATCH: &str = "/run/scratch";
 const ROOT: &str = "/sys/fs/cgroup/dirtyexp";
-const STATE_DIR: &str = "/run/memqos-dirty";
 const MIB: u64 = 1 << 20;
 /// The issue's dirty limits: freerun ceiling = (32 + 16) / 2 = 24 MB.
 const DIRTY_BYTES: u64 = 32 * MIB;
 const DIRTY_BACKGROUND_BYTES: u64 = 16 * MIB;
 const VICTIM_FILE_MB: u64 = 32;
 const NOISY_FILE_MB: u64 = 64;
-
-/// The memqos config of the `memqos` policy: the victim's tier keeps a 16 MB dirty floor
-/// (its 30 s at 500 KB/s is 15 MB), the noisy tier a 4 MB ceiling.
-pub const MEMQOS_CONFIG: &str = r#"
-cgroup_root = "/sys/fs/cgroup/dirtyexp"
-state_dir = "/run/memqos-dirty"
-[signals]
-sampling_interval_ms = 100
-[[tier]]
-name = "latency"
-match = ["victim"]
-dirty = { min = "16M" }
-[[tier]]
-name = "bulk"
-match = ["noisy"]
-dirty = { max = "4M" }
-"#;
 
 /// One fio job's write side, from its JSON output.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -289,10 +272,12 @@ struct Daemon(DaemonProcess);
 
 impl Daemon {
     fn start() -> Result<Daemon> {
-        std::fs::create_dir_all(STATE_DIR)?;
-        let config = Path::new(STATE_DIR).join("memqos.toml");
-        std::fs::write(&config, MEMQOS_CONFIG)?;
-        DaemonProcess::start(&std::env::current_exe()?, &config, Path::new(STATE_DIR), &[], Stdio::null()).map(Daemon)
+        let config = DaemonConfig::named("dirty.toml");
+        let state_dir = config.state_dir();
+        std::fs::create_dir_all(&state_dir)?;
+        let path = state_dir.join("memqos.toml");
+        config.write(&path)?;
+        DaemonProcess::start(&std::env::current_exe()?, &path, &state_dir, &[], Stdio::null()).map(Daemon)
     }
 
     /// SIGTERM, wait; returns the number of knob writes it logged.

@@ -1,0 +1,296 @@
+//! Judging: findings (blockers, degraded interfaces, notes) with advice, a verdict and a
+//! headline, from the facts the probe gathered.
+
+use memqos_bpf::features::{Availability, KernelFeatures};
+
+use crate::*;
+
+/// Turns the facts into findings, a verdict and a headline.
+pub(crate) fn judge(r: &mut DoctorReport) {
+    let mut f = std::mem::take(&mut r.findings);
+    let mc = &r.memory_controller;
+    let guest = format!("to try memqos without touching this host, run it in a guest kernel: `{GUEST_COMMAND}`");
+
+    // Where the memory controller is: the one thing memqos cannot do without.
+    if mc.proc_cgroups.as_ref().is_some_and(|l| !l.enabled) {
+        f.push(Finding {
+            severity: Severity::Blocker,
+            topic: "memory controller",
+            message: "the memory controller is disabled (/proc/cgroups shows enabled 0, usually `cgroup_disable=memory` on the kernel command line)".into(),
+            advice: Some(format!("remove `cgroup_disable=memory` from the kernel command line and reboot; or {guest}")),
+        });
+    } else if mc.bound_to_v1 {
+        let at = match (&mc.v1_mounts[..], &mc.proc_cgroups) {
+            ([], Some(l)) => format!(" {} (not mounted in this mount namespace)", l.hierarchy),
+            ([], None) => String::new(),
+            (mounts, _) => {
+                format!(" at {}", mounts.iter().map(|m| m.display().to_string()).collect::<Vec<_>>().join(", "))
+            }
+        };
+        f.push(Finding {
+            severity: Severity::Blocker,
+            topic: "memory controller",
+            message: format!(
+                "the memory controller is bound to the cgroup v1 hierarchy{at}; memqos needs it on cgroup v2 \
+                 (memory.high, memory.low, memory.min, memory.events and per-cgroup memory.pressure exist only there), \
+                 and a controller serves one hierarchy at a time"
+            ),
+            advice: Some(format!(
+                "memqos does not rebind controllers; using it on this host takes a reboot with the memory controller \
+                 kept off cgroup v1 (kernel command line `cgroup_no_v1=memory`, or `systemd.unified_cgroup_hierarchy=1` \
+                 for a v2-only boot), once nothing here relies on v1 memory cgroups; {guest}"
+            )),
+        });
+    } else if f.iter().any(|x| x.topic == "mounts") {
+        // Mounts unknown: already a blocker; "no cgroup2 mount" would be a guess.
+    } else if r.cgroup2_mounts.is_empty() {
+        f.push(Finding {
+            severity: Severity::Blocker,
+            topic: "cgroup v2",
+            message: "no cgroup2 file system is mounted (no cgroup2 line in /proc/self/mountinfo)".into(),
+            advice: Some(format!(
+                "mount it where the init system expects it (`mount -t cgroup2 none /sys/fs/cgroup`; on systemd hosts boot with \
+                 `systemd.unified_cgroup_hierarchy=1`); or {guest}"
+            )),
+        });
+    } else if let Some(root) = &r.cgroup2_root {
+        let mp = root.mount_point.display();
+        if root.controllers.is_none() {
+            f.push(Finding {
+                severity: Severity::Blocker,
+                topic: "cgroup v2",
+                message: format!("cannot read {mp}/cgroup.controllers: {}", root.errors.join("; ")),
+                advice: Some("run memqos doctor as root, or check that the cgroup2 mount is intact".into()),
+            });
+        } else if !mc.available_on_v2 {
+            let missing_line = if mc.proc_cgroups.is_none() {
+                " and /proc/cgroups lists no memory controller (kernel without CONFIG_MEMCG?)"
+            } else {
+                ""
+            };
+            f.push(Finding {
+                severity: Severity::Blocker,
+                topic: "memory controller",
+                message: format!(
+                    "the memory controller is not available in the cgroup v2 tree at {mp} (cgroup.controllers: {}){missing_line}",
+                    list_or_none(root.controllers.as_deref())
+                ),
+                advice: Some(format!(
+                    "the parent of this cgroup must delegate it (`+memory` in the parent's cgroup.subtree_control; \
+                     for a container, give it a cgroup namespace with memory delegated); or {guest}"
+                )),
+            });
+        } else if !mc.enabled_for_children {
+            f.push(Finding {
+                severity: Severity::Blocker,
+                topic: "memory controller",
+                message: format!(
+                    "the memory controller is available at {mp} but not enabled for its children \
+                     (cgroup.subtree_control: {}), so child cgroups have no memory.* files",
+                    list_or_none(root.subtree_control.as_deref())
+                ),
+                advice: Some(format!("enable it as root: `echo +memory > {mp}/cgroup.subtree_control`")),
+            });
+        }
+    }
+    let memory_on_v2 = mc.available_on_v2 && !mc.bound_to_v1;
+
+    // PSI: memqos's stall signal.
+    match r.psi.state {
+        FileState::Readable => {}
+        state => f.push(Finding {
+            severity: Severity::Degraded,
+            topic: "PSI",
+            message: format!(
+                "{} is {}: memqos cannot measure memory stall time and reacts only to memory.events and reclaim counters",
+                r.psi.path.display(),
+                match state {
+                    FileState::Missing => "missing (kernel without CONFIG_PSI)",
+                    FileState::Disabled => "disabled (`psi=0`, or CONFIG_PSI_DEFAULT_DISABLED without `psi=1`)",
+                    _ => "unreadable",
+                }
+            ),
+            advice: Some("boot with `psi=1` (or a kernel built with CONFIG_PSI)".into()),
+        }),
+    }
+    if r.memory_controller.bound_to_v1 {
+        f.push(Finding {
+            severity: Severity::Note,
+            topic: "PSI",
+            message:
+                "per-cgroup memory.pressure: v1 memory cgroups have none (only the v1 memory.pressure_level notifier); \
+                      the v2 tree's memory.pressure groups tasks by the v2 hierarchy, not by memory cgroup"
+                    .into(),
+            advice: None,
+        });
+    } else if let Some(root) = r.cgroup2_root.as_ref().filter(|_| memory_on_v2) {
+        if !root.memory_pressure && r.psi.state == FileState::Readable {
+            f.push(Finding {
+                severity: Severity::Degraded,
+                topic: "PSI",
+                message: format!(
+                    "{}/memory.pressure is missing (cgroup PSI disabled, e.g. `cgroup_disable=pressure`): \
+                     memqos uses system-wide /proc/pressure/memory and per-cgroup memory.events",
+                    root.mount_point.display()
+                ),
+                advice: Some("remove `cgroup_disable=pressure` from the kernel command line".into()),
+            });
+        }
+    }
+
+    // Hierarchical protection: a cgroup's memory.low/min counts only up to its parent's.
+    if let Some(m) = crate::probe::pick_v2_root(&r.cgroup2_mounts).filter(|m| memory_on_v2 && !m.memory_recursiveprot) {
+        f.push(Finding {
+            severity: Severity::Note,
+            topic: "protection",
+            message: format!(
+                "{} is mounted without memory_recursiveprot: memory.low/min set on a slice do not cover its children \
+                 that set none. Either way a protected cgroup's memory.low is capped by its ancestors' (the kernel \
+                 limits it to the parent's effective protection), so a protected service below a slice without \
+                 memory.low is not protected from host-wide reclaim; the daemon names such ancestors at start-up \
+                 (event protection_void)",
+                m.mount_point.display()
+            ),
+            advice: Some(
+                "give the slices above protected cgroups a memory.low (systemd: MemoryLow= on the slice) and mount \
+                 cgroup2 with memory_recursiveprot, as systemd does (`mount -o remount,memory_recursiveprot none /sys/fs/cgroup`)"
+                    .into(),
+            ),
+        });
+    }
+
+    // BTF and the optional BPF interfaces.
+    match (&r.btf.state, &r.btf.features) {
+        (FileState::Readable, Some(feat)) => feature_findings(feat, &mut f),
+        (state, _) => f.push(Finding {
+            severity: Severity::Degraded,
+            topic: "BTF",
+            message: format!(
+                "{} is {}: memqos cannot load its BPF programs, so `memqos stat` uses the text backend and pressure \
+                 signals come from polling cgroupfs",
+                r.btf.path.display(),
+                match state {
+                    FileState::Missing => "missing (kernel without CONFIG_DEBUG_INFO_BTF)".to_string(),
+                    _ => format!("unreadable ({})", r.btf.error.as_deref().unwrap_or("unknown error")),
+                }
+            ),
+            advice: Some("use a kernel built with CONFIG_DEBUG_INFO_BTF=y (Debian's kernels are)".into()),
+        }),
+    }
+
+    // Swap decides what reclaim can take from low-priority groups.
+    if r.swap.error.is_none() && r.swap.devices.is_empty() {
+        f.push(Finding {
+            severity: Severity::Note,
+            topic: "swap",
+            message: "no swap: reclaim can take only page cache from low-priority cgroups; their anonymous memory \
+                      stays resident, so memory.high throttles them rather than pushing memory out"
+                .into(),
+            advice: Some(match r.zswap_enabled {
+                Some(_) => "add a swap device (zswap then compresses in front of it) if low-priority work should give memory back".into(),
+                None => "add a swap device if low-priority work should give memory back".into(),
+            }),
+        });
+    }
+
+    f.sort_by_key(|x| std::cmp::Reverse(x.severity));
+    r.verdict = match f.first().map(|x| x.severity) {
+        Some(Severity::Blocker) => Verdict::CannotRun,
+        Some(Severity::Degraded) => Verdict::Degraded,
+        _ => Verdict::Ready,
+    };
+    r.headline = match r.verdict {
+        Verdict::CannotRun => format!("memqos cannot run here: {}", f[0].message),
+        Verdict::Degraded => {
+            let topics: Vec<_> = f.iter().filter(|x| x.severity == Severity::Degraded).map(|x| x.topic).collect();
+            format!("memqos can run here, with fallbacks for: {}", topics.join(", "))
+        }
+        Verdict::Ready => format!(
+            "memqos is ready: the memory controller is on cgroup v2 at {} and every interface it uses is present",
+            r.cgroup2_root.as_ref().map(|x| x.mount_point.display().to_string()).unwrap_or_default()
+        ),
+    };
+    r.findings = f;
+}
+
+fn feature_findings(feat: &KernelFeatures, f: &mut Vec<Finding>) {
+    let kf = &feat.memcg_kfuncs;
+    if kf.availability != Availability::Present {
+        let missing: Vec<_> = kf.kfuncs.iter().filter(|k| !k.present).map(|k| k.name).collect();
+        f.push(Finding {
+            severity: Severity::Degraded,
+            topic: "memcg kfuncs",
+            message: match kf.availability {
+                Availability::Absent => {
+                    "memcg kfuncs absent (kernel < 7.0): `memqos stat` uses the text backend".into()
+                }
+                _ => format!(
+                    "memcg kfuncs partial (missing {}): `memqos stat` uses the text backend",
+                    missing.join(", ")
+                ),
+            },
+            advice: Some("a 7.0+ kernel reads memcg counters without formatting memory.stat text".into()),
+        });
+    }
+
+    let tp = &feat.memcg_tracepoints;
+    if tp.availability != Availability::Present {
+        let hooks: Vec<_> = feat.pressure_hooks.present_fentry().collect();
+        f.push(Finding {
+            severity: Severity::Degraded,
+            topic: "memcg tracepoints",
+            message: format!(
+                "memcg:* tracepoints {} (6.12 has none): memqos polls memory.stat and memory.events for reclaim and \
+                 throttling instead of counting events as they happen{}",
+                tp.availability.as_str(),
+                if hooks.is_empty() {
+                    String::new()
+                } else {
+                    format!("; fentry hooks this kernel offers instead: {}", hooks.join(", "))
+                }
+            ),
+            advice: Some("kernels 6.18 and 7.x have the memcg:* tracepoints".into()),
+        });
+    }
+
+    if !feat.cgroup_iter {
+        f.push(Finding {
+            severity: Severity::Degraded,
+            topic: "cgroup iterator",
+            message: "BPF cgroup iterator absent (kernel < 6.1): memqos walks the cgroup tree through cgroupfs".into(),
+            advice: None,
+        });
+    }
+
+    let ops = &feat.memcg_bpf_ops;
+    f.push(Finding {
+        severity: Severity::Note,
+        topic: "memcg_bpf_ops",
+        message: match ops.availability {
+            Availability::Present => "memcg_bpf_ops struct_ops present (RFC kernel): in-kernel priority throttling is possible".into(),
+            Availability::Partial => format!(
+                "memcg_bpf_ops struct_ops has another shape than memqos expects (missing: {}): memqos enforces priorities \
+                 with memory.high/low/min from user space",
+                ops.members
+                    .iter()
+                    .filter(|m| !m.present)
+                    .map(|m| m.name)
+                    .chain((!ops.value_type_present).then_some("bpf_struct_ops_memcg_bpf_ops"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Availability::Absent => "memcg_bpf_ops struct_ops absent (RFC, in no released kernel): memqos enforces priorities \
+                                     with memory.high/low/min from user space"
+                .into(),
+        },
+        advice: None,
+    });
+}
+
+pub(crate) fn list_or_none(list: Option<&[String]>) -> String {
+    match list {
+        Some([]) => "(empty)".into(),
+        Some(l) => l.join(" "),
+        None => "(unreadable)".into(),
+    }
+}

@@ -1,0 +1,165 @@
+//! Reading the system: /proc, /sys and the kernel's BTF (or a fake tree, see
+//! [`SystemPaths`]). Never fails: whatever cannot be read becomes part of the report.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use memqos_bpf::btf::Btf;
+use memqos_bpf::features::KernelFeatures;
+use memqos_cgroupfs::procfs::{parse_mountinfo, parse_proc_cgroups, parse_swaps};
+
+use crate::*;
+
+/// Reads the system described by `sys` and judges whether memqos can run on it.
+pub fn collect(sys: &SystemPaths) -> DoctorReport {
+    let mut read_errors = Vec::new();
+    let mut read = |path: PathBuf| -> Option<String> {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text),
+            Err(e) => {
+                read_errors.push(format!("{}: {e}", path.display()));
+                None
+            }
+        }
+    };
+
+    let kernel_release = read(sys.proc.join("sys/kernel/osrelease")).map(|s| s.trim().to_string());
+    let mountinfo_path = sys.proc.join("self/mountinfo");
+    let mountinfo = read(mountinfo_path.clone());
+    let mounts = mountinfo.as_deref().map(parse_mountinfo).unwrap_or_default();
+    let proc_cgroups = read(sys.proc.join("cgroups"));
+    let memory_line = proc_cgroups.as_deref().and_then(|t| parse_proc_cgroups(t, "memory"));
+
+    let cgroup2_mounts: Vec<CgroupMount> = mounts
+        .iter()
+        .filter(|m| m.fstype == "cgroup2")
+        .map(|m| CgroupMount {
+            mount_point: m.mount_point.clone(),
+            root: m.root.clone(),
+            memory_recursiveprot: m.super_options.split(',').any(|o| o == "memory_recursiveprot"),
+        })
+        .collect();
+    let v1_memory_mounts: Vec<PathBuf> = mounts
+        .iter()
+        .filter(|m| m.fstype == "cgroup" && m.super_options.split(',').any(|o| o == "memory"))
+        .map(|m| m.mount_point.clone())
+        .collect();
+
+    let cgroup2_root = pick_v2_root(&cgroup2_mounts).map(|m| read_v2_root(sys, &m.mount_point));
+    let has = |list: Option<&Vec<String>>| list.is_some_and(|l| l.iter().any(|c| c == "memory"));
+    let memory_controller = MemoryController {
+        bound_to_v1: memory_line.as_ref().is_some_and(|l| l.hierarchy != 0) || !v1_memory_mounts.is_empty(),
+        available_on_v2: has(cgroup2_root.as_ref().and_then(|r| r.controllers.as_ref())),
+        enabled_for_children: has(cgroup2_root.as_ref().and_then(|r| r.subtree_control.as_ref())),
+        proc_cgroups: memory_line,
+        v1_mounts: v1_memory_mounts,
+    };
+
+    let psi = read_psi(&sys.proc.join("pressure/memory"));
+    let btf = read_btf(&sys.sys.join("kernel/btf/vmlinux"));
+    let swap = match read(sys.proc.join("swaps")) {
+        Some(text) => match parse_swaps(&text) {
+            Ok(devices) => Swap { total_kib: devices.iter().map(|d| d.size_kib).sum(), devices, error: None },
+            Err(e) => Swap { devices: vec![], total_kib: 0, error: Some(e) },
+        },
+        None => Swap { devices: vec![], total_kib: 0, error: Some("/proc/swaps unreadable".into()) },
+    };
+    // A missing parameter file means zswap is not built in; not a read error.
+    let zswap_enabled = std::fs::read_to_string(sys.sys.join("module/zswap/parameters/enabled"))
+        .ok()
+        .map(|s| matches!(s.trim(), "Y" | "y" | "1"));
+
+    let mut report = DoctorReport {
+        verdict: Verdict::Ready,
+        headline: String::new(),
+        kernel_release,
+        cgroup2_mounts,
+        cgroup2_root,
+        memory_controller,
+        psi,
+        btf,
+        swap,
+        zswap_enabled,
+        findings: Vec::new(),
+        read_errors,
+    };
+    if mountinfo.is_none() {
+        report.findings.push(Finding {
+            severity: Severity::Blocker,
+            topic: "mounts",
+            message: format!("cannot read {}, so the cgroup mounts are unknown", mountinfo_path.display()),
+            advice: Some("run memqos doctor where /proc is mounted".into()),
+        });
+    }
+    judge::judge(&mut report);
+    report
+}
+
+pub(crate) fn pick_v2_root(mounts: &[CgroupMount]) -> Option<&CgroupMount> {
+    mounts
+        .iter()
+        .find(|m| m.root == "/" && m.mount_point == Path::new("/sys/fs/cgroup"))
+        .or_else(|| mounts.iter().find(|m| m.root == "/"))
+        .or_else(|| mounts.first())
+}
+
+fn read_v2_root(sys: &SystemPaths, mount_point: &Path) -> Cgroup2Root {
+    let dir = sys.resolve(mount_point);
+    let mut errors = Vec::new();
+    let mut list = |file: &str| match std::fs::read_to_string(dir.join(file)) {
+        Ok(text) => Some(text.split_whitespace().map(str::to_string).collect()),
+        Err(e) => {
+            errors.push(format!("{}: {e}", dir.join(file).display()));
+            None
+        }
+    };
+    let controllers = list("cgroup.controllers");
+    let subtree_control = list("cgroup.subtree_control");
+    Cgroup2Root {
+        mount_point: mount_point.to_path_buf(),
+        controllers,
+        subtree_control,
+        memory_pressure: dir.join("memory.pressure").exists(),
+        errors,
+    }
+}
+
+/// EOPNOTSUPP on Linux (all architectures memqos builds for): what PSI files return when
+/// PSI is compiled in but disabled at boot.
+const EOPNOTSUPP: i32 = 95;
+
+fn read_psi(path: &Path) -> Psi {
+    let (state, lines, error) = match std::fs::read_to_string(path) {
+        Ok(text) => (FileState::Readable, text.lines().map(str::to_string).collect(), None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (FileState::Missing, vec![], None),
+        Err(e) if e.raw_os_error() == Some(EOPNOTSUPP) => (FileState::Disabled, vec![], Some(e.to_string())),
+        Err(e) => (FileState::Unreadable, vec![], Some(e.to_string())),
+    };
+    Psi { path: path.to_path_buf(), state, lines, error }
+}
+
+fn read_btf(path: &Path) -> BtfStatus {
+    let mut status = BtfStatus {
+        path: path.to_path_buf(),
+        state: FileState::Readable,
+        types: None,
+        error: None,
+        features: None,
+        bpf_pressure_hooks: None,
+    };
+    match Btf::load(path) {
+        Ok(btf) => {
+            status.types = Some(btf.type_count());
+            status.features = Some(KernelFeatures::probe(&btf));
+            status.bpf_pressure_hooks = Some(memqos_bpf::pressure::plan(&btf));
+        }
+        Err(memqos_bpf::BtfError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            status.state = FileState::Missing;
+        }
+        Err(e) => {
+            status.state = FileState::Unreadable;
+            status.error = Some(e.to_string());
+        }
+    }
+    status
+}

@@ -1,0 +1,330 @@
+//! The host side of `memqos experiment`: one guest per (scenario, kernel) runs `memqos
+//! experiment --in-guest`, which writes one JSON per arm into the guest's results directory;
+//! those are copied to `OUT/runs/<scenario>/<kernel>/`, and everything under `OUT/runs` is
+//! summarized into summary.json, report.md and the plots.
+
+use crate::runner::{self, RunnerOptions};
+use crate::scenario::{Scenario, Workload};
+use crate::summary;
+use anyhow::{bail, Context, Result};
+use memqos_vmtest::{kernels, self_run};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What `memqos experiment` was asked to do (its arguments, parsed).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Scenario names under `dir`, paths to scenario files, or "all".
+    pub scenarios: Vec<String>,
+    /// Runs per scenario (each run has every arm).
+    pub runs: usize,
+    /// The number of the first run; above 1 the runs are added to the scenario's results
+    /// instead of replacing them (a long series in chunks).
+    pub first_run: usize,
+    /// Kernel series: "6.12", "7", "6.12,7" or "all".
+    pub kernel: String,
+    /// Where runs/, summary.json, report.md and the plots go.
+    pub out: PathBuf,
+    /// The scenario files.
+    pub dir: PathBuf,
+    /// The agent traces; `None`: `$MEMQOS_TRACES`, else the checkout's.
+    pub traces: Option<PathBuf>,
+    /// Only rebuild summary, report and plots from OUT/runs.
+    pub report_only: bool,
+    /// List the scenarios and exit.
+    pub list: bool,
+    pub no_plots: bool,
+    /// Inside a guest: run the scenario in `$MEMQOS_SCENARIO`.
+    pub in_guest: bool,
+}
+
+/// `memqos experiment` with scenario files.
+pub fn run(args: &Options) -> Result<u8> {
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    if args.first_run == 0 {
+        bail!("--first-run must be at least 1 (runs are numbered from 1)");
+    }
+    let traces = resolve_traces(args.traces.as_deref())?;
+    if args.in_guest {
+        return in_guest(args, &traces);
+    }
+    if args.list {
+        for path in scenario_files(&args.dir)? {
+            let s = Scenario::load(&path)?;
+            println!("{:<12} {}", s.name, s.description);
+        }
+        return Ok(0);
+    }
+    if !args.report_only {
+        let mut paths = Vec::new();
+        for name in &args.scenarios {
+            if name == "all" {
+                paths.extend(scenario_files(&args.dir)?);
+            } else if name.ends_with(".toml") {
+                paths.push(PathBuf::from(name));
+            } else {
+                let p = args.dir.join(format!("{name}.toml"));
+                if !p.is_file() {
+                    let known: Vec<String> = scenario_files(&args.dir)?
+                        .iter()
+                        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+                        .collect();
+                    bail!("no scenario {name:?}: {} does not exist (known: {})", p.display(), known.join(", "));
+                }
+                paths.push(p);
+            }
+        }
+        let scenarios: Vec<Scenario> = paths.iter().map(|p| Scenario::load(p)).collect::<Result<_, _>>()?;
+        let kernels = self_run::kernels(&args.kernel)?;
+        let plan: Vec<(f64, u64)> = scenarios.iter().map(|s| plan(s, &traces, args.runs)).collect::<Result<_>>()?;
+        let total: f64 = plan.iter().map(|p| p.0).sum::<f64>() * kernels.len() as f64;
+        eprintln!(
+            "memqos experiment: {} scenario(s) x {} kernel(s) x {} run(s); estimated {:.0} min of guest time",
+            scenarios.len(),
+            kernels.len(),
+            args.runs,
+            total / 60.0
+        );
+        // One failed scenario (a guest that timed out, a kernel that would not boot) must not
+        // throw away the others: report it, go on, and fail at the end.
+        let mut failed = Vec::new();
+        for kernel in &kernels {
+            for (scenario, (secs, memory_mb)) in scenarios.iter().zip(&plan) {
+                if let Err(e) = run_in_guest(args, scenario, kernel, &traces, *secs, *memory_mb) {
+                    eprintln!("memqos experiment: {} on {} failed: {e:#}", scenario.name, kernel.release());
+                    failed.push(format!("{} on {}", scenario.name, kernel.release()));
+                }
+            }
+        }
+        let code = report(&args.out, &traces, !args.no_plots)?;
+        if !failed.is_empty() {
+            bail!("{} scenario run(s) failed: {} (the report covers the others)", failed.len(), failed.join(", "));
+        }
+        return Ok(code);
+    }
+    report(&args.out, &traces, !args.no_plots)
+}
+
+fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the scenario directory {} (see --dir)", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let n = p.file_name().unwrap_or_default().to_string_lossy();
+            n.ends_with(".toml") && !n.starts_with("memqos-")
+        })
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+fn resolve_traces(arg: Option<&Path>) -> Result<PathBuf> {
+    Ok(memqos_replay::traces_dir::resolve(arg)?)
+}
+
+/// Estimated guest seconds for a scenario, and the guest memory it needs.
+fn plan(s: &Scenario, traces: &Path, runs: usize) -> Result<(f64, u64)> {
+    let mut secs = 15.0; // boot
+    let mut parent_max = 0;
+    if s.workload == Workload::StressNg {
+        // stress-ng runs for its -t/--timeout (stress-ng's default is a day: refuse that).
+        let t = s
+            .stress_args
+            .windows(2)
+            .find(|w| w[0] == "-t" || w[0] == "--timeout")
+            .and_then(|w| w[1].trim_end_matches('s').parse::<f64>().ok())
+            .with_context(|| format!("{}: stress_args need -t SECONDS", s.file.display()))?;
+        for v in &s.variants {
+            let arms = if s.solo { v.tasks().len() } else { 0 } + s.policies.len();
+            secs += arms as f64 * (t + 10.0) * runs as f64;
+        }
+        return Ok((secs, s.guest_memory_mb.expect("validated for stress-ng")));
+    }
+    for v in &s.variants {
+        parent_max = parent_max.max(runner::parent_max_bytes(s, v, traces)?);
+        let mut longest = 0.0f64;
+        let mut solo = 0.0;
+        let mut seen = Vec::new();
+        for (_, _, trace) in v.tasks() {
+            let t = memqos_replay::trace::load_trace(&runner::trace_path(traces, &trace))
+                .with_context(|| format!("{}: variant {}", s.file.display(), v.name))?;
+            let d = t.duration_s() / s.speed;
+            longest = longest.max(d);
+            if !seen.contains(&trace) {
+                seen.push(trace);
+                solo += d + 1.5;
+            }
+        }
+        // TCG runs a replay ~15% slower than its schedule; throttled arms take longer.
+        let per_run = if s.solo { solo } else { 0.0 } + s.policies.len() as f64 * (longest * 2.0 + 2.0);
+        secs += per_run * runs as f64;
+    }
+    let memory_mb = s.guest_memory_mb.unwrap_or((parent_max >> 20) + 1024);
+    Ok((secs, memory_mb))
+}
+
+fn run_in_guest(
+    args: &Options,
+    s: &Scenario,
+    kernel: &kernels::Kernel,
+    traces: &Path,
+    est_secs: f64,
+    memory_mb: u64,
+) -> Result<()> {
+    eprintln!(
+        "=== {} on {}: {} run(s), guest {} MiB, estimated {:.1} min ===",
+        s.name,
+        kernel.release(),
+        args.runs,
+        memory_mb,
+        est_secs / 60.0
+    );
+    // The parsed scenario travels in the environment: the file may live where the guest
+    // cannot see it (its /tmp is its own).
+    let args_in_guest = [
+        "experiment",
+        "--in-guest",
+        "--runs",
+        &args.runs.to_string(),
+        "--first-run",
+        &args.first_run.to_string(),
+        "--traces",
+        &traces.to_string_lossy(),
+    ]
+    .map(String::from);
+    let timeout = Duration::from_secs_f64(600.0 + est_secs * 4.0);
+    // The guest shares two host cores with whatever else runs; keep the host's load with the
+    // results so a noisy run can be recognized as one.
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let scenario_json = serde_json::to_string(s)?;
+    let run = self_run::run_self(kernel, &args_in_guest, |g| {
+        let g = match s.swap_mb {
+            Some(mb) => g.swap_mb(mb).zswap(s.zswap),
+            None => g,
+        };
+        g.memory_mb(memory_mb)
+            .timeout(timeout)
+            .env("MEMQOS_SCENARIO", &scenario_json)
+            .share_path(traces)
+            .stream_console(true)
+    })?;
+    if run.exit_code != 0 {
+        bail!(
+            "{} on {}: the in-guest experiment exited with {} (console: {})",
+            s.name,
+            kernel.release(),
+            run.exit_code,
+            run.results_dir.join("console.log").display()
+        );
+    }
+    let from = run.results_dir.join("experiment");
+    let to = args.out.join("runs").join(&s.name).join(kernel.release());
+    // A series starting at run 1 replaces what was there; a later chunk adds its runs.
+    if to.exists() && args.first_run == 1 {
+        std::fs::remove_dir_all(&to).with_context(|| format!("replacing {}", to.display()))?;
+    }
+    copy_tree(&from, &to)?;
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_file = match args.first_run {
+        1 => "host-load.txt".to_string(),
+        n => format!("host-load-runs{n:02}-{:02}.txt", n + args.runs - 1),
+    };
+    std::fs::write(
+        to.join(load_file),
+        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
+    )?;
+    eprintln!(
+        "=== {} on {}: done in {:.1} min, results in {} ===",
+        s.name,
+        kernel.release(),
+        run.wall_secs / 60.0,
+        to.display()
+    );
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target).with_context(|| format!("copying to {}", target.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
+    let json =
+        std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos experiment)")?;
+    let scenario: Scenario = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
+    let results =
+        std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;
+    let opts = RunnerOptions {
+        scenario,
+        traces_dir: traces.to_path_buf(),
+        runs: args.runs,
+        first_run: args.first_run,
+        out_dir: Path::new(&results).join("experiment"),
+        exe: std::env::current_exe()?,
+    };
+    let n = runner::run_all(&opts)?;
+    println!("experiment: {n} arm results written");
+    Ok(0)
+}
+
+/// Summary, report and plots from everything under `out/runs`.
+fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
+    let runs = out.join("runs");
+    let results = summary::load_results(&runs)?;
+    if results.is_empty() {
+        bail!("no results under {}", runs.display());
+    }
+    let bounds = crate::kills::KillBounds::compute(&results, traces)?;
+    let groups = summary::summarize_with(&results, &bounds);
+    let verdicts = summary::verdicts(&groups);
+    std::fs::write(
+        out.join("summary.json"),
+        serde_json::to_string_pretty(&serde_json::json!({"groups": groups, "targets": verdicts}))?,
+    )?;
+    let mut plot_files = Vec::new();
+    if plots {
+        let script = Path::new("scripts/plots/experiment.py");
+        let status =
+            std::process::Command::new("/usr/bin/python3").arg(script).arg(out).status().with_context(|| {
+                format!(
+                    "running /usr/bin/python3 {} (install python3-matplotlib, or pass --no-plots)",
+                    script.display()
+                )
+            })?;
+        if !status.success() {
+            bail!("{} failed with {status}", script.display());
+        }
+        for e in std::fs::read_dir(out)? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".png") {
+                plot_files.push(name);
+            }
+        }
+        plot_files.sort();
+    }
+    std::fs::write(out.join("report.md"), summary::render_markdown(&groups, &verdicts, &plot_files))?;
+    for v in &verdicts {
+        println!(
+            "{:<4} {}/{} {}: {} — {}",
+            if v.met { "MET" } else { "MISS" },
+            v.scenario,
+            v.variant,
+            v.kernel,
+            v.target,
+            v.measured
+        );
+    }
+    println!("report: {}", out.join("report.md").display());
+    Ok(0)
+}

@@ -1,0 +1,5 @@
+//! `memqos bench`: figures with medians and spread, never pass/fail.
+
+pub mod reaction;
+pub mod run;
+pub mod stats;
