@@ -24,6 +24,7 @@ contents=$(dpkg-deb -c "$deb")
 for path in ./usr/bin/memqos ./lib/systemd/system/memqos.service ./etc/memqos/memqos.toml \
     ./usr/share/man/man1/memqos.1.gz ./usr/share/man/man1/memqos-daemon.1.gz \
     ./usr/share/man/man1/memqos-restore.1.gz ./usr/share/man/man1/memqos-status.1.gz \
+    ./usr/share/man/man1/memqos-explain.1.gz \
     ./usr/share/bash-completion/completions/memqos ./usr/share/zsh/vendor-completions/_memqos \
     ./usr/share/fish/vendor_completions.d/memqos.fish ./usr/share/doc/memqos/copyright \
     ./usr/share/doc/memqos/examples/kubernetes.toml ./usr/share/doc/memqos/examples/systemd.toml; do

@@ -40,6 +40,16 @@ pub enum Event {
     Bpf { cgroup: String, cgroup_id: u64, kind: String, value: u64, ktime_ns: u64, mono_ns: u64 },
     /// The BPF source's counters at stop.
     BpfSummary { bpf: serde_json::Value },
+    /// SIGHUP: the config was re-read and now runs. `moved`: cgroups whose tier changed (their
+    /// knobs were put back, `restored` writes); `tiers`: the new tier names in order.
+    Reloaded { config: PathBuf, tiers: Vec<String>, moved: Vec<crate::reload::TierMove>, restored: usize },
+    /// SIGHUP: the config was rejected; the old one keeps running.
+    ReloadRejected { config: PathBuf, error: String },
+    /// The kernel OOM-killed a process under the managed root (`oom_report`).
+    OomKill(crate::oom_report::OomKill),
+    /// A protected cgroup's memory.low/min is capped by an ancestor without protection
+    /// (`protection_check`): reclaim from outside that ancestor ignores it.
+    ProtectionVoid(crate::protection_check::Finding),
     /// The daemon stopped and restored what it wrote.
     Stopped { restored: usize, vanished: usize, failed: Vec<String>, error: Option<String> },
 }

@@ -9,20 +9,27 @@
 //!    SIGKILL (it waits for EOF on a pipe only the daemon holds);
 //! 4. the loop: wait for a signal (PSI trigger, memory.events change) or the sampling
 //!    interval, sample, tick the engine, journal-then-write each decision, log it;
-//! 5. SIGTERM/SIGINT only set a flag; the loop ends and the journal is restored.
+//! 5. SIGTERM/SIGINT only set a flag; the loop ends and the journal is restored. SIGHUP sets
+//!    another: the loop reloads the config between two ticks (`reload`).
 
 pub mod actuator;
 pub mod beneath;
 mod bpf_source;
+pub mod control;
 mod cpu_weight;
 mod dirty;
 pub mod events;
+pub mod explain;
 pub mod journal;
 pub mod lock;
 pub mod metrics;
+pub mod mounts;
 mod observe;
 mod oom_adj;
+pub mod oom_report;
 pub mod proc_stat;
+pub mod protection_check;
+pub mod reload;
 pub mod sd_notify;
 mod signals;
 pub mod status;
@@ -62,6 +69,7 @@ fn install_signal_handlers() {
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
+    reload::install_handler();
 }
 
 pub struct Options {
@@ -138,7 +146,7 @@ fn recover(state_dir: &Path, log: &mut EventLog) -> Result<()> {
 }
 
 pub fn run(opts: Options) -> Result<()> {
-    let cfg = load_config(&opts.config_path)?;
+    let mut cfg = load_config(&opts.config_path)?;
     let state_dir = opts.state_dir.clone().unwrap_or_else(|| cfg.state_dir.clone());
     let root = Cgroup::new(&cfg.cgroup_root);
     check_root(&root)?;
@@ -178,7 +186,7 @@ pub fn run(opts: Options) -> Result<()> {
     // The loop runs under catch_unwind so a panic still reaches the restore below (the
     // actuator's Drop is the second line of defence).
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_loop(&opts, &cfg, &root, &state_dir, &mut act, &mut signals)
+        run_loop(&opts, &mut cfg, &root, &state_dir, &mut act, &mut signals)
     }));
 
     let _ = sd_notify::notify("STOPPING=1");
@@ -216,7 +224,7 @@ pub fn run(opts: Options) -> Result<()> {
 
 fn run_loop(
     opts: &Options,
-    cfg: &Config,
+    cfg: &mut Config,
     root: &Cgroup,
     state_dir: &Path,
     act: &mut Actuator,
@@ -238,9 +246,44 @@ fn run_loop(
     let mut last_periodic: Option<Instant> = None;
     let mut told_ready = false;
     let mut exporter = metrics::Exporter::start(&cfg.metrics)?;
+    let control = match control::Server::start(state_dir, explain::View::new(cfg.clone(), opts.config_path.clone())) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            act.emit(Event::Degraded { message: format!("`memqos explain` unavailable: control socket: {e:#}") });
+            None
+        }
+    };
+    let mount = mounts::current_cgroup2_of(root.path());
+    let mut oom = oom_report::OomReporter::new(root.path(), mount.as_ref());
+    // Protection capped by unprotected ancestors: checked on the first tick and after reloads.
+    let mut check_protection = true;
     while !SHUTDOWN.load(Ordering::SeqCst) {
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
+        }
+        if reload::take_request() {
+            match reload_config(opts, cfg, root, act, &mut engine, exporter.as_mut(), control.as_ref()) {
+                Ok(new_exporter) => {
+                    if let Some(e) = new_exporter {
+                        exporter = e;
+                    }
+                    dirty = dirty::DirtyEnforcer::new(cfg);
+                    oom_adj = oom_adj::OomAdjuster::new(cfg);
+                    cpu_weights = cpu_weight::CpuWeights::new(cfg);
+                    let s = &cfg.signals;
+                    if (s.psi, s.events, s.bpf) != signals.enabled() {
+                        *signals = Signals::new(s.psi, s.events, s.bpf);
+                        reported_degraded = 0;
+                        if let Some(bpf) = &signals.bpf_started {
+                            act.emit(Event::BpfSource { hooks: bpf.clone() });
+                        }
+                    }
+                    check_protection = true;
+                    last_status = None;
+                    last_periodic = None;
+                }
+                Err(e) => act.emit(Event::ReloadRejected { config: opts.config_path.clone(), error: format!("{e:#}") }),
+            }
         }
         let tick_started = Instant::now();
         // A wakeup by a pressure signal is the fast path: the engine reacts and its writes
@@ -254,6 +297,15 @@ fn run_loop(
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
+        for kill in oom.observe(cfg, root.path(), &seen, &obs.parent, now_ms) {
+            act.emit(Event::OomKill(kill));
+        }
+        notes.append(&mut oom.notes);
+        if std::mem::take(&mut check_protection) {
+            for finding in mount.iter().flat_map(|m| protection_check::check(cfg, root.path(), &seen, m)) {
+                act.emit(Event::ProtectionVoid(finding));
+            }
+        }
         let index: HashMap<String, usize> = obs.cgroups.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
         for (id, ev) in pending.drain(..) {
             if let Some(&i) = index.get(id.as_str()) {
@@ -283,14 +335,18 @@ fn run_loop(
             notes.append(&mut adj.notes);
         }
         for w in &wrote {
-            recent.push_back(DecisionRecord {
+            let record = DecisionRecord {
                 cgroup: w.cgroup.clone(),
                 file: w.file.clone(),
                 value: w.value.clone(),
                 reason: w.reason.clone(),
                 why: w.why.clone(),
                 at_ms: now_ms,
-            });
+            };
+            if let Some(c) = &control {
+                c.update(|v| v.record(record.clone()));
+            }
+            recent.push_back(record);
             if recent.len() > status::RECENT {
                 recent.pop_front();
             }
@@ -298,6 +354,10 @@ fn run_loop(
         if periodic {
             let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.cgroup_id).collect();
             act.retain_cgroups(&observed)?;
+            if let Some(c) = &control {
+                let managed: HashSet<&str> = obs.cgroups.iter().map(|c| c.id.as_str()).collect();
+                c.update(|v| v.retain(|id| managed.contains(id)));
+            }
         }
         for c in signals.bpf_crossings.drain(..) {
             act.emit(Event::Bpf {
@@ -330,12 +390,20 @@ fn run_loop(
         // status.json is for people and `memqos status`: once a second, or when knobs change.
         if !wrote.is_empty() || last_status.is_none_or(|t: Instant| t.elapsed() >= STATUS_EVERY) {
             let adjusted = oom_adj.as_ref().map_or(0, |a| a.adjusted());
-            status::write(
-                state_dir,
-                &status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted),
-            )?;
+            let mut snap =
+                status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted);
+            snap.oom_kills_by_tier = oom.by_tier.clone();
+            snap.recent_oom_kills = oom.recent.iter().cloned().collect();
+            status::write(state_dir, &snap)?;
             last_status = Some(Instant::now());
+            if let Some(c) = &control {
+                c.update(|v| {
+                    v.oom_kills = snap.recent_oom_kills.clone();
+                    v.snapshot = Some(snap);
+                });
+            }
             if let Some(m) = exporter.as_mut() {
+                m.counters.oom_kills = oom.by_tier.clone();
                 let cpu =
                     proc_stat::cpu_ticks(std::process::id()).map_or(0.0, |t| t as f64 / proc_stat::ticks_per_second());
                 let daemon = metrics::Daemon { cpu_seconds: cpu, parent_usage_bytes: obs.parent.usage_bytes };
@@ -367,6 +435,51 @@ fn run_loop(
         woke_ns = mono_ns();
     }
     Ok(())
+}
+
+/// SIGHUP: validates the config file whole and, if it is acceptable, runs it (see `reload`).
+/// Err: rejected, nothing changed. Ok(Some(exporter)): the metrics exporter to use from now.
+fn reload_config(
+    opts: &Options,
+    cfg: &mut Config,
+    root: &Cgroup,
+    act: &mut Actuator,
+    engine: &mut Engine,
+    exporter: Option<&mut metrics::Exporter>,
+    control: Option<&control::Server>,
+) -> Result<Option<Option<metrics::Exporter>>> {
+    let new = reload::load(&opts.config_path, cfg, opts.state_dir.is_some())?;
+    // What can fail comes first, so a failure leaves the old config running untouched.
+    if new.metrics.listen != cfg.metrics.listen {
+        bail!(
+            "metrics.listen changed from {:?} to {:?}; the listener is bound at start-up, restart the daemon to move it",
+            cfg.metrics.listen,
+            new.metrics.listen
+        );
+    }
+    let new_exporter = match exporter {
+        Some(e) if new.metrics.textfile.is_some() || new.metrics.listen.is_some() => {
+            e.set_textfile(new.metrics.textfile.clone());
+            None
+        }
+        Some(_) => Some(None),
+        None => metrics::Exporter::start(&new.metrics)?.map(Some),
+    };
+    let apply_control = control.map(|c| c.prepare_reload(&new)).transpose()?;
+    let root_path = root.path().to_owned();
+    let dropped = engine.reconfigure(new.clone(), |id| reload::classify(&new, &root_path, id));
+    let (moved, restores) = reload::plan(cfg, &new, &root_path, act.journal(), &dropped);
+    let wrote = act.apply(restores)?;
+    let restored = wrote.iter().filter(|w| w.outcome == events::Outcome::Ok).count();
+    if let Some(apply) = apply_control {
+        if let Err(e) = apply() {
+            act.emit(Event::Degraded { message: format!("control socket after reload: {e:#}") });
+        }
+    }
+    let tiers = new.tiers.iter().map(|(_, t)| t.name.clone()).collect();
+    *cfg = new;
+    act.emit(Event::Reloaded { config: opts.config_path.clone(), tiers, moved, restored });
+    Ok(new_exporter)
 }
 
 /// An engine decision as an actuator request (None for a cgroup no longer observed).

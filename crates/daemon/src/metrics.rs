@@ -23,6 +23,10 @@ const TICK_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 pub struct Counters {
     /// (tier, knob file, reason kind) -> decisions written.
     pub decisions: BTreeMap<(String, &'static str, String), u64>,
+    /// (tier, action) -> stall-bound actions decided (`Reason::StallBound`).
+    pub stall_bound: BTreeMap<(String, &'static str), u64>,
+    /// tier -> OOM kills reported since start (`oom_report`), set by the daemon.
+    pub oom_kills: BTreeMap<String, u64>,
     /// Tick latency histogram: counts per bucket (cumulative at render), sum, count.
     tick_buckets: Vec<u64>,
     tick_sum: f64,
@@ -34,6 +38,13 @@ impl Counters {
         let kind = serde_json::to_value(&d.reason).ok().and_then(|v| v["kind"].as_str().map(str::to_owned));
         let key = (tier.to_owned(), d.action.file(), kind.unwrap_or_else(|| "unknown".into()));
         *self.decisions.entry(key).or_default() += 1;
+        if let memqos_policy::Reason::StallBound { .. } = d.reason {
+            let action = match d.action {
+                memqos_policy::Action::Kill => "kill",
+                _ => "relieve",
+            };
+            *self.stall_bound.entry((tier.to_owned(), action)).or_default() += 1;
+        }
     }
 
     pub fn record_tick(&mut self, took: Duration) {
@@ -178,6 +189,24 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     }
     header(
         &mut out,
+        "memqos_oom_kills_total",
+        "counter",
+        "Kernel OOM kills under cgroup_root reported since the daemon started, by the victim's tier.",
+    );
+    for (tier, n) in &counters.oom_kills {
+        let _ = writeln!(out, "memqos_oom_kills_total{{tier=\"{}\"}} {n}", esc(tier));
+    }
+    header(
+        &mut out,
+        "memqos_stall_bound_actions_total",
+        "counter",
+        "Stall-bound actions (a throttled cgroup made no progress for its tier's stall.after_ms), by tier and action.",
+    );
+    for ((tier, action), n) in &counters.stall_bound {
+        let _ = writeln!(out, "memqos_stall_bound_actions_total{{tier=\"{}\",action=\"{action}\"}} {n}", esc(tier));
+    }
+    header(
+        &mut out,
         "memqos_parent_memory_usage_bytes",
         "gauge",
         "memory.current of cgroup_root (sum of its children at the hierarchy's root).",
@@ -218,6 +247,11 @@ impl Exporter {
             std::thread::Builder::new().name("metrics".into()).spawn(move || serve(listener, latest))?;
         }
         Ok(Some(Exporter { latest, textfile: cfg.textfile.clone(), counters: Counters::default() }))
+    }
+
+    /// A reload changed `[metrics] textfile` (the listener cannot move without a restart).
+    pub fn set_textfile(&mut self, textfile: Option<PathBuf>) {
+        self.textfile = textfile;
     }
 
     /// Counts one tick's decisions (by the tier of their cgroup) and its latency.
@@ -306,6 +340,19 @@ mod tests {
         c.record_decision("batch", &d);
         c.record_tick(Duration::from_millis(3));
         c.record_tick(Duration::from_secs(2));
+        let stall = Decision {
+            cgroup: "b".into(),
+            action: Action::High(Limit::Bytes(96 << 20)),
+            reason: Reason::StallBound {
+                stalled_for_ms: 31000,
+                bound_ms: 30000,
+                usage_bytes: 64 << 20,
+                high_bytes: 64 << 20,
+                psi_full_avg10: 80.0,
+            },
+        };
+        c.record_decision("batch", &stall);
+        c.oom_kills.insert("batch".into(), 3);
         let text = render(
             &[seen("a\"x", "critical", Limit::Max), seen("b", "batch", Limit::Bytes(64 << 20))],
             &c,
@@ -323,6 +370,9 @@ mod tests {
             "memqos_tier_memory_usage_bytes{tier=\"critical\"} 104857600",
             "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"release\"} 2",
             "memqos_parent_memory_usage_bytes 42",
+            "memqos_oom_kills_total{tier=\"batch\"} 3",
+            "memqos_stall_bound_actions_total{tier=\"batch\",action=\"relieve\"} 1",
+            "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"stall_bound\"} 1",
             "memqos_daemon_cpu_seconds_total 1.5",
             "memqos_tick_duration_seconds_bucket{le=\"0.005\"} 1",
             "memqos_tick_duration_seconds_bucket{le=\"1\"} 1",

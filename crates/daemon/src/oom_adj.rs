@@ -92,6 +92,20 @@ impl OomAdjuster {
                 let Some((process, ppid, current)) = inspect(pid) else {
                     continue;
                 };
+                // Journaled by this daemon before a reload rebuilt the adjuster: ours, with
+                // its true original (the value now is the one memqos wrote).
+                if let Some(original) = act.process_original(process, FILE).and_then(|v| v.parse().ok()) {
+                    if wants(current, target) {
+                        writes.push(Request::new(
+                            target_proc_of(c, process),
+                            FILE,
+                            target.to_string(),
+                            "tier oom_score_adj",
+                        ));
+                    }
+                    self.handled.insert(pid, Handled { process, wrote: true, original });
+                    continue;
+                }
                 let inherited = self.handled.get(&ppid).filter(|p| p.wrote && current == target).map(|p| p.original);
                 let target_proc = Target::Process { cgroup: c.id.clone(), cgroup_id: c.cgroup_id, process };
                 let (wrote, original) = if let Some(original) = inherited {
@@ -150,6 +164,10 @@ impl OomAdjuster {
             }
         }
     }
+}
+
+fn target_proc_of(c: &memqos_policy::CgroupObs, process: Process) -> Target {
+    Target::Process { cgroup: c.id.clone(), cgroup_id: c.cgroup_id, process }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ const PSI_TRIGGER: &str = "some 50000 500000";
 pub struct Signals {
     psi_enabled: bool,
     events_enabled: bool,
+    bpf_wanted: bool,
     psi: HashMap<String, OwnedFd>,
     inotify: Option<OwnedFd>,
     watches: HashMap<i32, String>,
@@ -39,6 +40,7 @@ impl Signals {
         let mut s = Signals {
             psi_enabled: psi,
             events_enabled: events,
+            bpf_wanted: bpf,
             psi: HashMap::new(),
             inotify: None,
             watches: HashMap::new(),
@@ -72,6 +74,12 @@ impl Signals {
             }
         }
         s
+    }
+
+    /// Which sources were asked for (psi, events, bpf): a reload that changes them builds
+    /// a new set.
+    pub fn enabled(&self) -> (bool, bool, bool) {
+        (self.psi_enabled, self.events_enabled, self.bpf_wanted)
     }
 
     /// Keeps triggers and watches in line with the managed set: `protected` get a PSI

@@ -32,6 +32,12 @@ pub struct Snapshot {
     /// Processes whose oom_score_adj memqos changed (tiers with `oom_score_adj`).
     #[serde(default)]
     pub oom_score_adj_processes: usize,
+    /// OOM kills under the root since the daemon started, by tier ("unmanaged": no tier).
+    #[serde(default)]
+    pub oom_kills_by_tier: std::collections::BTreeMap<String, u64>,
+    /// The last few, newest last.
+    #[serde(default)]
+    pub recent_oom_kills: Vec<crate::oom_report::OomKill>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,6 +121,8 @@ impl Snapshot {
             now_ms: obs.now_ms,
             recent_decisions: recent.iter().cloned().collect(),
             oom_score_adj_processes,
+            oom_kills_by_tier: Default::default(),
+            recent_oom_kills: Vec::new(),
         }
     }
 }
@@ -199,6 +207,13 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
         let _ =
             writeln!(out, "oom_score_adj set on {} process(es) of tiers with oom_score_adj", s.oom_score_adj_processes);
     }
+    if !s.oom_kills_by_tier.is_empty() {
+        let by: Vec<String> = s.oom_kills_by_tier.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        let _ = writeln!(out, "\nOOM kills since start: {}", by.join(", "));
+        for k in &s.recent_oom_kills {
+            let _ = writeln!(out, "  {}", k.describe());
+        }
+    }
     let _ = writeln!(out, "\nlast decisions{}:", if s.dry_run { " (dry run: not written)" } else { "" });
     for d in &s.recent_decisions {
         let _ =
@@ -264,6 +279,8 @@ mod tests {
             now_ms: 3000,
             recent_decisions: vec![d],
             oom_score_adj_processes: 0,
+            oom_kills_by_tier: Default::default(),
+            recent_oom_kills: Vec::new(),
         }
     }
 

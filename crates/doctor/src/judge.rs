@@ -138,6 +138,27 @@ pub(crate) fn judge(r: &mut DoctorReport) {
         }
     }
 
+    // Hierarchical protection: a cgroup's memory.low/min counts only up to its parent's.
+    if let Some(m) = crate::probe::pick_v2_root(&r.cgroup2_mounts).filter(|m| memory_on_v2 && !m.memory_recursiveprot) {
+        f.push(Finding {
+            severity: Severity::Note,
+            topic: "protection",
+            message: format!(
+                "{} is mounted without memory_recursiveprot: memory.low/min set on a slice do not cover its children \
+                 that set none. Either way a protected cgroup's memory.low is capped by its ancestors' (the kernel \
+                 limits it to the parent's effective protection), so a protected service below a slice without \
+                 memory.low is not protected from host-wide reclaim; the daemon names such ancestors at start-up \
+                 (event protection_void)",
+                m.mount_point.display()
+            ),
+            advice: Some(
+                "give the slices above protected cgroups a memory.low (systemd: MemoryLow= on the slice) and mount \
+                 cgroup2 with memory_recursiveprot, as systemd does (`mount -o remount,memory_recursiveprot none /sys/fs/cgroup`)"
+                    .into(),
+            ),
+        });
+    }
+
     // BTF and the optional BPF interfaces.
     match (&r.btf.state, &r.btf.features) {
         (FileState::Readable, Some(feat)) => feature_findings(feat, &mut f),

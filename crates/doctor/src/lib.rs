@@ -102,6 +102,8 @@ pub struct CgroupMount {
     /// The cgroup this mount shows as its root (`/` unless inside a cgroup namespace or a
     /// bind mount of a subtree).
     pub root: String,
+    /// The `memory_recursiveprot` mount option (systemd sets it).
+    pub memory_recursiveprot: bool,
 }
 
 /// The cgroup v2 mount memqos would use.

@@ -33,7 +33,11 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
     let cgroup2_mounts: Vec<CgroupMount> = mounts
         .iter()
         .filter(|m| m.fstype == "cgroup2")
-        .map(|m| CgroupMount { mount_point: m.mount_point.clone(), root: m.root.clone() })
+        .map(|m| CgroupMount {
+            mount_point: m.mount_point.clone(),
+            root: m.root.clone(),
+            memory_recursiveprot: m.super_options.split(',').any(|o| o == "memory_recursiveprot"),
+        })
         .collect();
     let v1_memory_mounts: Vec<PathBuf> = mounts
         .iter()
@@ -91,7 +95,7 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
     report
 }
 
-fn pick_v2_root(mounts: &[CgroupMount]) -> Option<&CgroupMount> {
+pub(crate) fn pick_v2_root(mounts: &[CgroupMount]) -> Option<&CgroupMount> {
     mounts
         .iter()
         .find(|m| m.root == "/" && m.mount_point == Path::new("/sys/fs/cgroup"))

@@ -114,7 +114,7 @@ fn v2_ready() -> FakeTree {
     t.write(
         "proc/self/mountinfo",
         "22 1 0:20 / /sys rw - sysfs sysfs rw\n\
-         30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 none rw,nsdelegate\n",
+         30 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 none rw,nsdelegate,memory_recursiveprot\n",
     );
     t.write("proc/cgroups", "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t0\t5\t1\nmemory\t0\t5\t1\n");
     t.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
@@ -215,6 +215,20 @@ fn malformed_btf_is_reported_not_fatal() {
     assert_eq!(r.verdict, Verdict::Degraded);
     assert_eq!(r.btf.state, FileState::Unreadable);
     assert!(r.btf.error.as_deref().unwrap().contains("byte 0: bad magic"), "{:?}", r.btf.error);
+}
+
+#[test]
+fn a_mount_without_memory_recursiveprot_gets_a_note() {
+    let t = v2_ready();
+    let info = std::fs::read_to_string(t.paths().proc.join("self/mountinfo")).unwrap();
+    t.write("proc/self/mountinfo", info.replace(",memory_recursiveprot", "").into_bytes());
+    let r = collect(&t.paths());
+    assert!(!r.cgroup2_mounts[0].memory_recursiveprot);
+    let note = r.findings.iter().find(|f| f.topic == "protection").expect("a protection note");
+    assert_eq!(note.severity, Severity::Note);
+    assert!(note.message.contains("without memory_recursiveprot"), "{}", note.message);
+    let r = collect(&v2_ready().paths());
+    assert!(r.cgroup2_mounts[0].memory_recursiveprot && !r.findings.iter().any(|f| f.topic == "protection"));
 }
 
 #[test]

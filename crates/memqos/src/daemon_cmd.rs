@@ -1,4 +1,4 @@
-//! `memqos daemon`, `memqos restore`, `memqos status`.
+//! `memqos daemon`, `memqos restore`, `memqos status`, `memqos explain`.
 
 use anyhow::{bail, Result};
 use clap::Args;
@@ -53,6 +53,21 @@ pub struct StatusArgs {
     state_dir: Option<PathBuf>,
     #[arg(long, short)]
     config: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ExplainArgs {
+    /// The cgroup: a path relative to the daemon's cgroup_root, or an absolute path below it.
+    cgroup: String,
+    /// State directory of the daemon (holds control.sock) [default: /var/lib/memqos].
+    #[arg(long, conflicts_with = "config")]
+    state_dir: Option<PathBuf>,
+    /// Take the state directory from this config.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Print the explanation as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -155,4 +170,24 @@ pub fn status(a: StatusArgs) -> Result<u8> {
         print!("{}", status::render(&s, alive));
     }
     Ok(if alive { 0 } else { 3 })
+}
+
+/// Asks the running daemon over its control socket. Exit 0 explained, 1 error, 3 no daemon.
+pub fn explain(a: ExplainArgs) -> Result<u8> {
+    use memqos_daemon::control::{self, Reply, Request};
+    let dir = state_dir(a.state_dir, a.config)?;
+    let reply = match control::ask(&dir, &Request::Explain(a.cgroup.clone())) {
+        Ok(r) => r,
+        Err(e) if e.to_string().contains("no memqos daemon is running") => {
+            eprintln!("memqos: {e:#}");
+            return Ok(3);
+        }
+        Err(e) => return Err(e),
+    };
+    match reply {
+        Reply::Ok(e) if a.json => println!("{}", serde_json::to_string_pretty(&e)?),
+        Reply::Ok(e) => print!("{}", memqos_daemon::explain::render(&e)),
+        Reply::Error(msg) => bail!("{}: {msg}", a.cgroup),
+    }
+    Ok(0)
 }

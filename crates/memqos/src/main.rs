@@ -39,6 +39,10 @@ enum Cmd {
     Restore(daemon_cmd::RestoreArgs),
     /// What the running daemon manages: tiers, knobs vs originals, pressure, last decisions.
     Status(daemon_cmd::StatusArgs),
+    /// Why a cgroup's knobs are what they are now: its tier and the rule that matched, its
+    /// knobs vs originals, the daemon's last decisions and their reasons, what would release
+    /// it. Asks the running daemon over <state_dir>/control.sock (root or `[control] group`).
+    Explain(daemon_cmd::ExplainArgs),
     /// Replay an agent's memory trace (resources.json) as a workload, optionally in a cgroup.
     Replay(replay_cmd::ReplayArgs),
     /// Run the isolation experiments (scenarios in experiments/) or the dirty-page
@@ -154,6 +158,7 @@ fn main() -> ExitCode {
         Cmd::Experiment(args) => experiment_cmd::run(args),
         Cmd::Replay(args) => replay_cmd::run(args),
         Cmd::Status(a) => daemon_cmd::status(a),
+        Cmd::Explain(a) => daemon_cmd::explain(a),
         Cmd::Stat(a) => stat::run(a),
         Cmd::Bench(BenchCmd::Stats(a)) => bench::stats::run(a),
         Cmd::Vm(cmd) => vm_cmd::run(cmd),

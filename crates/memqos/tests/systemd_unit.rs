@@ -2,7 +2,9 @@
 //! PID 1 (on a tmpfs overlay of the host root, so nothing reaches the host), builds the
 //! package from this checkout's binary, installs it with dpkg, and drives memqos.service:
 //! start (Type=notify, so `systemctl start` returns only after READY=1), protection written,
-//! stop (the daemon restores), SIGKILL of the daemon alone (KillMode=process keeps the guardian,
+//! `memqos explain`, `systemctl reload` (a broken config refused, a valid one moving a service
+//! out of its tier restores its knob), an OOM kill reported with its victim from inside the
+//! unit's sandbox, stop (the daemon restores), SIGKILL of the daemon alone (KillMode=process keeps the guardian,
 //! which restores), the automatic restart, and the final stop.
 
 use memqos_cgroupfs::{Cgroup, Limit};
@@ -77,6 +79,70 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     let took = wait_for("memqos protects memqos-db", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
     println!("RESULT memory.low of memqos-db.service = {:?} after {:.1} s", low(&db), took.as_secs_f64());
     sh(&["memqos", "status", "--config", "/etc/memqos/memqos.toml"]);
+    let explained = sh(&["memqos", "explain", "system.slice/memqos-db.service", "--config", "/etc/memqos/memqos.toml"]);
+    assert!(explained.contains("tier: system (priority 1) by match \"system.slice/**\""), "{explained}");
+    assert!(explained.contains("protected: memory.low"), "{explained}");
+
+    // Reload (ExecReload: check, then SIGHUP). A broken config fails `systemctl reload` and
+    // is never signalled; sent anyway, the daemon rejects it and keeps the old one.
+    let conf = "/etc/memqos/memqos.toml";
+    let original = std::fs::read_to_string(conf).unwrap();
+    let main_pid = show("MainPID");
+    std::fs::write(conf, format!("{original}\n[bogus]\n")).unwrap();
+    let reload = Command::new("systemctl").args(["reload", "memqos.service"]).output().unwrap();
+    println!("# systemctl reload memqos.service (broken config)\n{}", String::from_utf8_lossy(&reload.stderr));
+    assert!(!reload.status.success(), "a broken config must fail the reload");
+    sh(&["kill", "-HUP", &main_pid]);
+    // Polled: read quietly (sh() would print the whole journal each time).
+    let journal = || {
+        let out =
+            Command::new("journalctl").args(["-u", "memqos.service", "-o", "cat", "--no-pager"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_for("reload_rejected", Duration::from_secs(10), || journal().contains("\"event\":\"reload_rejected\""));
+    assert_eq!((show("ActiveState"), show("MainPID")), ("active".to_string(), main_pid.clone()));
+    assert_ne!(low(&db), Limit::Bytes(0), "the old config still protects");
+    // A valid config that takes memqos-db out of the protected tier: its memory.low goes back.
+    let moved = original.replacen(
+        "[[tier]]\nname = \"system\"",
+        "[[tier]]\nname = \"db-plain\"\nmatch = [\"system.slice/memqos-db.service\"]\n\n[[tier]]\nname = \"system\"",
+        1,
+    );
+    assert_ne!(moved, original, "the packaged config changed shape: update this test");
+    std::fs::write(conf, moved).unwrap();
+    sh(&["systemctl", "reload", "memqos.service"]);
+    let took = wait_for("memory.low restored by the reload", Duration::from_secs(10), || low(&db) == Limit::Bytes(0));
+    let log = journal();
+    let reloaded = log.lines().find(|l| l.contains("\"event\":\"reloaded\"")).expect("a reloaded event");
+    assert!(
+        reloaded.contains("\"cgroup\":\"system.slice/memqos-db.service\",\"from\":\"system\",\"to\":\"db-plain\""),
+        "{reloaded}"
+    );
+    println!("RESULT systemctl reload: memory.low restored within {:.2} s; {reloaded}", took.as_secs_f64());
+    assert_eq!(show("MainPID"), main_pid, "a reload keeps the process");
+    std::fs::write(conf, &original).unwrap();
+    sh(&["systemctl", "reload", "memqos.service"]);
+    wait_for("protection after reloading the original", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
+
+    // An OOM kill under the unit's sandbox: the victim's pid and command come from /dev/kmsg.
+    // (No `systemd-run --wait`: it needs the D-Bus system bus, which this guest lacks.)
+    sh(&["systemd-run", "--slice=agents", "--unit=memqos-hog", "-p", "MemoryMax=64M", "-p", "MemorySwapMax=0"]
+        .into_iter()
+        .chain(["/usr/bin/memqos", "workload", "alloc", "--mb", "200"])
+        .collect::<Vec<_>>());
+    let kill = wait_for("oom_kill event", Duration::from_secs(120), || journal().contains("\"event\":\"oom_kill\""));
+    let log = journal();
+    let line = log.lines().find(|l| l.contains("\"event\":\"oom_kill\"")).unwrap();
+    println!("RESULT oom_kill under systemd ({:.1} s after the hog started): {line}", kill.as_secs_f64());
+    assert!(
+        line.contains("\"cgroup\":\"agents.slice/memqos-hog.service\"") && line.contains("\"tier\":\"agents\""),
+        "{line}"
+    );
+    assert!(
+        line.contains("\"command\":\"memqos\"") && line.contains("CONSTRAINT_MEMCG"),
+        "kmsg readable in the sandbox: {line}"
+    );
+    let _ = Command::new("systemctl").args(["reset-failed", "memqos-hog.service"]).status();
 
     // Stop: the daemon restores, the unit is inactive, the journal is gone.
     sh(&["systemctl", "stop", "memqos.service"]);

@@ -33,6 +33,17 @@ pub struct Config {
     pub policy: Policy,
     /// `[metrics]`: Prometheus exposition (docs/metrics.md); off by default.
     pub metrics: Metrics,
+    /// `[control]`: who may use the daemon's control socket (`memqos explain`).
+    pub control: Control,
+}
+
+/// `[control]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Control {
+    /// `group` (optional, a group name): the control socket `<state_dir>/control.sock` is
+    /// created mode 0660 owned by this group, so its members may run `memqos explain`
+    /// (they also need search permission on `state_dir`). Unset: mode 0600, root only.
+    pub group: Option<String>,
 }
 
 /// `[metrics]`.
@@ -279,6 +290,23 @@ impl Tiers {
     /// Always false for a validated config; here for clippy's `len_without_is_empty`.
     pub fn is_empty(&self) -> bool {
         self.tiers.is_empty()
+    }
+
+    /// The first pattern of tier `index` that matches `relative_path` (for `memqos explain`).
+    pub fn matching_pattern(&self, index: TierIndex, relative_path: &str) -> Option<&str> {
+        let p = relative_path.trim_start_matches('/');
+        let first = *self.matchers.get(index.0)?.matches(p).first()?;
+        self.tiers[index.0].patterns.get(first).map(String::as_str)
+    }
+
+    /// Where a cgroup of tier `old_index` of `old` stands in these tiers after a reload: the
+    /// tier with the same name and the same settings (its patterns may differ), if any. A
+    /// cgroup keeps its state and knobs only if it lands in that tier again.
+    pub fn carry_over(&self, old: &Tiers, old_index: TierIndex) -> Option<TierIndex> {
+        let before = old.get(old_index)?;
+        let (i, now) = self.iter().find(|(_, t)| t.name == before.name)?;
+        let same = Tier { patterns: Vec::new(), ..now.clone() } == Tier { patterns: Vec::new(), ..before.clone() };
+        same.then_some(i)
     }
 
     /// Tiers with their indexes, highest priority first.

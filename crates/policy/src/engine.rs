@@ -83,6 +83,38 @@ impl Engine {
         &self.cfg
     }
 
+    /// Runs `cfg` from the next tick on (a reload). A cgroup keeps its history (write times,
+    /// working set, freeze cause) only if its tier carries over ([`crate::Tiers::carry_over`])
+    /// and it still classifies into it; the state of every other cgroup is dropped, and the
+    /// daemon restores the knobs memqos wrote for them, so they start as found. Returns the
+    /// ids of the cgroups whose state was dropped.
+    pub fn reconfigure(
+        &mut self,
+        cfg: Config,
+        classify: impl Fn(&str) -> Option<crate::config::TierIndex>,
+    ) -> Vec<String> {
+        let mut dropped = Vec::new();
+        let old = &self.cfg;
+        self.cgroups.retain(|id, s| match cfg.tiers.carry_over(&old.tiers, s.tier) {
+            Some(to) if classify(id) == Some(to) => {
+                s.tier = to;
+                true
+            }
+            _ => {
+                dropped.push(id.clone());
+                false
+            }
+        });
+        if cfg.policy.ws_window_ms != self.cfg.policy.ws_window_ms {
+            for s in self.cgroups.values_mut() {
+                s.ws.set_window(cfg.policy.ws_window_ms);
+            }
+        }
+        self.stalls.forget(&dropped);
+        self.cfg = cfg;
+        dropped
+    }
+
     /// Takes one observation, returns the writes to make now, in order.
     pub fn tick(&mut self, obs: &Observation) -> Vec<Decision> {
         // A clock that steps back is treated as no time passing.

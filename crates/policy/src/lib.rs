@@ -53,8 +53,8 @@ pub mod obs;
 pub mod size;
 
 pub use config::{
-    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction, StallBound,
-    Tier, TierIndex, Tiers,
+    Config, ConfigError, Control, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction,
+    StallBound, Tier, TierIndex, Tiers,
 };
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status};

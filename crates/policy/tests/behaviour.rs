@@ -488,3 +488,41 @@ fn an_emptied_protected_cgroup_reserves_nothing_and_gives_its_protection_back() 
     assert_eq!(run(true), (true, Limit::Bytes(560 * MB)), "a live protected task keeps its claim");
     assert_eq!(run(false), (false, Limit::Bytes(0)), "an empty one reserves nothing, low back to 0");
 }
+
+#[test]
+fn reconfigure_keeps_the_history_of_cgroups_whose_tier_carries_over_and_drops_the_rest() {
+    let mut sim = contention();
+    // Batch goes to the floor first, then low/a (see the flapping test): 25 s reach both.
+    sim.run(25_000, |s| s.set_stall("critical/db", 20.0));
+    assert!(sim.high("low/a") < Limit::Max && sim.high("batch/a") < Limit::Max, "both throttled");
+    // New config: `batch` loses throttle (its cgroups start afresh), `low` is the same tier
+    // with another pattern list, reordered after a new tier.
+    let next = config(
+        r#"
+[[tier]]
+name = "critical"
+match = ["critical/*"]
+protect = "low"
+[[tier]]
+name = "new"
+match = ["nothing/*"]
+[[tier]]
+name = "low"
+match = ["low/*", "other/*"]
+throttle = true
+[[tier]]
+name = "batch"
+match = ["batch/*"]
+"#,
+        "",
+    );
+    let classify = |id: &str| next.tiers.classify(id);
+    let mut dropped = sim.engine.reconfigure(next.clone(), classify);
+    dropped.sort();
+    assert_eq!(dropped, ["batch/a", "batch/b"]);
+    assert_eq!(sim.engine.config().tiers.len(), 4);
+    // low/a kept its state: still tracked and still counted throttled.
+    let status = sim.engine.status();
+    assert!(status.throttled.contains(&"low/a".to_string()), "{status:?}");
+    assert!(!status.throttled.iter().any(|c| c.starts_with("batch/")), "{status:?}");
+}

@@ -9,8 +9,8 @@ use toml::Spanned;
 
 use super::error::Source;
 use super::{
-    Config, ConfigError, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction, StallBound,
-    Tier, Tiers,
+    Config, ConfigError, Control, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction,
+    StallBound, Tier, Tiers,
 };
 use crate::size::{parse_size, ByteSize};
 
@@ -27,6 +27,14 @@ struct RawConfig {
     policy: RawPolicy,
     #[serde(default)]
     metrics: RawMetrics,
+    #[serde(default)]
+    control: RawControl,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    group: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -209,7 +217,31 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         tiers: tiers(&src, raw.tier)?,
         policy: policy(&src, raw.policy)?,
         metrics: metrics(&src, raw.metrics)?,
+        control: control(&src, raw.control)?,
     })
+}
+
+/// `[control]`: a group name as getgrnam(3) takes it (checked against the system's groups
+/// when the daemon creates the socket, not here: a config is validated without the host).
+fn control(src: &Source, r: RawControl) -> Result<Control, ConfigError> {
+    let group = match r.group {
+        None => None,
+        Some(g) => {
+            let name = g.get_ref();
+            let valid = !name.is_empty()
+                && name.len() <= 32
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid {
+                return Err(src.at(
+                    Some(g.span()),
+                    "control.group",
+                    format!("{name:?} is not a group name (letters, digits, '_', '-', '.'; at most 32)"),
+                ));
+            }
+            Some(g.into_inner())
+        }
+    };
+    Ok(Control { group })
 }
 
 /// `[metrics]`: both off unless given.

@@ -63,6 +63,11 @@ pub(crate) fn pinned(c: &CgroupObs, psi_full_threshold: f64) -> bool {
 }
 
 impl Stalls {
+    /// Drops the tracking of cgroups that start afresh (a reload moved them).
+    pub(crate) fn forget(&mut self, ids: &[String]) {
+        self.by_id.retain(|id, _| !ids.contains(id));
+    }
+
     /// Updates the tracking from this tick's observation and adjusts `plan`: cuts of cgroups
     /// in a relief's grace are dropped, and cgroups stalled for their tier's bound get the
     /// tier's action. Call after every other part of the tick has planned.

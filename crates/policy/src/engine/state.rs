@@ -73,6 +73,11 @@ impl WindowMax {
         WindowMax { window_ms, samples: VecDeque::new() }
     }
 
+    /// A reload changed `ws_window_ms`: samples older than the new window age out.
+    pub fn set_window(&mut self, window_ms: u64) {
+        self.window_ms = window_ms;
+    }
+
     pub fn push(&mut self, now: u64, value: u64) {
         while self.samples.back().is_some_and(|&(_, v)| v <= value) {
             self.samples.pop_back();

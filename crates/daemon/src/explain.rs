@@ -1,0 +1,416 @@
+//! `memqos explain CGROUP`: why a cgroup's knobs are what they are now. Built by the
+//! daemon's control thread ([`crate::control`]) from the view the loop publishes (the last
+//! status snapshot, each cgroup's recent decisions, the config running) and rendered as
+//! text or JSON by the client.
+
+use crate::oom_report::OomKill;
+use crate::status::{CgroupStatus, DecisionRecord, Snapshot};
+use memqos_cgroupfs::MemoryEvents;
+use memqos_policy::size::human;
+use memqos_policy::{Config, ForeignKnobs, Knob, Knobs, Limit, Protect, Reason, StallAction};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Decisions kept per cgroup for explain.
+pub const HISTORY: usize = 10;
+
+/// What the loop publishes for the control thread.
+pub struct View {
+    pub cfg: Config,
+    pub config_path: PathBuf,
+    pub snapshot: Option<Snapshot>,
+    /// Each managed cgroup's recent decisions, newest last.
+    pub history: HashMap<String, VecDeque<DecisionRecord>>,
+    pub oom_kills: Vec<OomKill>,
+}
+
+impl View {
+    pub fn new(cfg: Config, config_path: PathBuf) -> View {
+        View { cfg, config_path, snapshot: None, history: HashMap::new(), oom_kills: Vec::new() }
+    }
+
+    pub fn record(&mut self, d: DecisionRecord) {
+        let h = self.history.entry(d.cgroup.clone()).or_default();
+        h.push_back(d);
+        if h.len() > HISTORY {
+            h.pop_front();
+        }
+    }
+
+    /// Forgets cgroups that are no longer managed (bounded memory with churn).
+    pub fn retain(&mut self, managed: impl Fn(&str) -> bool) {
+        self.history.retain(|c, _| managed(c));
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// Relative to cgroup_root.
+    pub cgroup: String,
+    pub path: String,
+    pub managed: bool,
+    /// For a cgroup memqos does not manage: why.
+    pub unmanaged_because: Option<String>,
+    pub tier: Option<TierInfo>,
+    pub usage_bytes: Option<u64>,
+    pub knobs: Option<Knobs>,
+    /// What memqos puts back when it stops or the cgroup leaves its tier.
+    pub original: Option<Knobs>,
+    pub psi_some_avg10: Option<f64>,
+    pub events: Option<MemoryEvents>,
+    /// Each knob memqos holds away from its original, as a sentence.
+    pub state: Vec<String>,
+    /// Its last decisions, newest last, with their structured reasons.
+    pub decisions: Vec<DecisionRecord>,
+    /// What would release each of them.
+    pub release: Vec<String>,
+    pub oom_kills: Vec<OomKill>,
+    pub daemon: DaemonInfo,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TierInfo {
+    pub name: String,
+    /// 0 = highest priority.
+    pub priority: usize,
+    /// The `match` pattern that placed it there.
+    pub rule: Option<String>,
+    /// The tier's `xattr` (it also needed one of these set).
+    pub xattr: Vec<String>,
+    pub protect: Protect,
+    pub throttle: bool,
+    pub freeze: bool,
+    pub kill: bool,
+    pub stall_after_ms: u64,
+    pub stall_action: StallAction,
+    pub oom_score_adj: Option<i32>,
+    pub cpu_weight: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DaemonInfo {
+    pub pid: u32,
+    pub config: String,
+    pub cgroup_root: String,
+    pub dry_run: bool,
+    /// Daemon time (ms since start) of the snapshot and of the last pressure.
+    pub now_ms: u64,
+    pub last_pressure_ms: Option<u64>,
+}
+
+/// Turns what the user typed into a path relative to cgroup_root: relative paths are taken
+/// as relative to it, absolute ones must lie below it.
+pub fn relative_to_root(root: &Path, arg: &str) -> Result<String, String> {
+    let trimmed = arg.trim();
+    if trimmed.is_empty() {
+        return Err("no cgroup given".into());
+    }
+    if trimmed.starts_with('/') {
+        return match Path::new(trimmed).strip_prefix(root) {
+            Ok(rel) => Ok(rel.to_string_lossy().trim_matches('/').to_owned()),
+            Err(_) => Err(format!("{trimmed} is not below the managed root {}", root.display())),
+        };
+    }
+    if trimmed.split('/').any(|c| c == "..") {
+        return Err(format!("{trimmed}: '..' is not allowed"));
+    }
+    Ok(trimmed.trim_matches('/').to_owned())
+}
+
+fn lim(l: Limit) -> String {
+    match l {
+        Limit::Bytes(b) => human(b),
+        Limit::Max => "max".into(),
+    }
+}
+
+/// The explanation of `arg` from `view`; Err for a cgroup that does not exist under the
+/// root (or an argument outside it). Reads the directory only for cgroups not managed.
+pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
+    let cfg = &view.cfg;
+    let root = &cfg.cgroup_root;
+    let rel = relative_to_root(root, arg)?;
+    let path = root.join(&rel);
+    let snap = view.snapshot.as_ref().ok_or("the daemon has not finished its first tick yet; try again")?;
+    let daemon = DaemonInfo {
+        pid: snap.pid,
+        config: view.config_path.display().to_string(),
+        cgroup_root: root.display().to_string(),
+        dry_run: snap.dry_run,
+        now_ms: snap.now_ms,
+        last_pressure_ms: snap.last_pressure_ms,
+    };
+    let oom_kills: Vec<OomKill> = view.oom_kills.iter().filter(|k| k.cgroup == rel).cloned().collect();
+    let Some(c) = snap.cgroups.iter().find(|c| c.cgroup == rel) else {
+        if rel.is_empty() {
+            return Err(format!("{} is the managed root itself; explain one of the cgroups below it", root.display()));
+        }
+        if !path.is_dir() {
+            return Err(format!("no cgroup {rel} under {}", root.display()));
+        }
+        let has_children = std::fs::read_dir(&path)
+            .map(|d| d.flatten().any(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)))
+            .unwrap_or(false);
+        let because = if has_children {
+            "it has child cgroups: memqos manages leaf cgroups only (its children are explained one by one)".to_string()
+        } else if crate::reload::classify(cfg, root, &rel).is_none() {
+            "no tier's `match` (and `xattr`) takes it: memqos never writes its knobs".to_string()
+        } else {
+            "it appeared after the daemon's last snapshot (about a second): try again".to_string()
+        };
+        return Ok(Explanation {
+            cgroup: rel,
+            path: path.display().to_string(),
+            managed: false,
+            unmanaged_because: Some(because),
+            tier: None,
+            usage_bytes: None,
+            knobs: None,
+            original: None,
+            psi_some_avg10: None,
+            events: None,
+            state: Vec::new(),
+            decisions: Vec::new(),
+            release: Vec::new(),
+            oom_kills,
+            daemon,
+        });
+    };
+    let tier = cfg.tiers.iter().find(|(_, t)| t.name == c.tier).map(|(i, t)| TierInfo {
+        name: t.name.clone(),
+        priority: i.0,
+        rule: cfg.tiers.matching_pattern(i, &rel).map(str::to_owned),
+        xattr: t.xattrs.clone(),
+        protect: t.protect,
+        throttle: t.throttle,
+        freeze: t.freeze,
+        kill: t.kill,
+        stall_after_ms: t.stall.after_ms,
+        stall_action: t.stall.action,
+        oom_score_adj: t.oom_score_adj,
+        cpu_weight: t.cpu_weight,
+    });
+    let decisions: Vec<DecisionRecord> =
+        view.history.get(&rel).map(|h| h.iter().cloned().collect()).unwrap_or_else(|| c.last_decisions.clone());
+    // The snapshot's knobs were read before that tick's writes: apply those on top.
+    let mut c = c.clone();
+    for d in decisions.iter().filter(|d| d.at_ms >= snap.now_ms) {
+        let k = &mut c.knobs;
+        match (d.file.as_str(), d.value.parse::<Limit>()) {
+            ("memory.high", Ok(l)) => k.high = l,
+            ("memory.low", Ok(l)) => k.low = l,
+            ("memory.min", Ok(l)) => k.min = l,
+            ("cgroup.freeze", _) => k.frozen = d.value == "1",
+            _ => {}
+        }
+    }
+    let c = &c;
+    let (state, release) = reasons(cfg, c, tier.as_ref(), &decisions, snap);
+    Ok(Explanation {
+        cgroup: rel,
+        path: path.display().to_string(),
+        managed: true,
+        unmanaged_because: None,
+        tier,
+        usage_bytes: Some(c.usage_bytes),
+        knobs: Some(c.knobs),
+        original: Some(c.original),
+        psi_some_avg10: Some(c.psi_some_avg10),
+        events: Some(c.events),
+        state,
+        decisions,
+        release,
+        oom_kills,
+        daemon,
+    })
+}
+
+/// What memqos holds away from the original, and what would end it.
+fn reasons(
+    cfg: &Config,
+    c: &CgroupStatus,
+    tier: Option<&TierInfo>,
+    decisions: &[DecisionRecord],
+    snap: &Snapshot,
+) -> (Vec<String>, Vec<String>) {
+    let p = &cfg.policy;
+    let (k, o) = (&c.knobs, &c.original);
+    let mut state = Vec::new();
+    let mut release = Vec::new();
+    let last = |file: &str| decisions.iter().rev().find(|d| d.file == file);
+    let since = |d: &DecisionRecord| format!("{:.1} s ago", snap.now_ms.saturating_sub(d.at_ms) as f64 / 1000.0);
+    if k.frozen && !o.frozen {
+        let by = last("cgroup.freeze").map(|d| (d.why.clone(), since(d)));
+        state.push(match by {
+            Some((why, ago)) => format!("frozen by memqos {ago}: {why}"),
+            None => "frozen (cgroup.freeze = 1), originally not".into(),
+        });
+        let cause = last("cgroup.freeze").and_then(|d| match &d.reason {
+            Some(Reason::Stalled { by, .. }) => Some(by.clone()),
+            _ => None,
+        });
+        release.push(format!(
+            "thawed as soon as {} no longer stalls or goes away, before any memory.high is released; stopping the daemon thaws it too",
+            cause.as_deref().unwrap_or("the protected cgroup that stalled")
+        ));
+    }
+    if k.high < o.high {
+        let why = last("memory.high").map(|d| format!(" {}: {}", since(d), d.why)).unwrap_or_default();
+        state.push(format!(
+            "throttled: memory.high {} (originally {}), lowered by memqos{why}",
+            lim(k.high),
+            lim(o.high)
+        ));
+        let calm = snap.last_pressure_ms.map(|t| snap.now_ms.saturating_sub(t));
+        let wait = match calm {
+            Some(calm) if calm < p.hold_ms => format!(
+                "; last pressure {:.1} s ago, so the first step is due in about {:.1} s if none comes back",
+                calm as f64 / 1000.0,
+                (p.hold_ms - calm) as f64 / 1000.0
+            ),
+            Some(_) | None => "; that time has passed, so it goes up at the next allowed write".into(),
+        };
+        release.push(format!(
+            "memory.high goes back up one step (+{:.0} %) at most every {} ms once no protected cgroup has been under pressure and the parent has had headroom for hold_ms = {} ms{wait}",
+            p.release_ratio * 100.0,
+            p.min_write_interval_ms,
+            p.hold_ms
+        ));
+        if let Some(t) = tier {
+            let action = match t.stall_action {
+                StallAction::Relieve => "raises it one step regardless (stall bound)",
+                StallAction::Kill => "kills the cgroup (the tier opted in)",
+            };
+            release.push(format!(
+                "if it makes no progress at that limit (memory.events high rising, usage pinned, its PSI full avg10 >= {:.0} %) for {} ms, memqos {action}",
+                p.stall_psi_full_avg10, t.stall_after_ms
+            ));
+        }
+    }
+    for (now, orig, file) in [(k.low, o.low, "memory.low"), (k.min, o.min, "memory.min")] {
+        if now == orig {
+            continue;
+        }
+        let why = last(file).map(|d| format!(" ({})", d.why)).unwrap_or_default();
+        state.push(format!("protected: {file} {} (originally {}){why}", lim(now), lim(orig)));
+        release.push(format!(
+            "{file} follows its working set: the peak usage over ws_window_ms = {} ms times ws_margin {}, rounded to {}; it shrinks once a whole window passes lower, returns to {} when the cgroup is empty, leaves its tier or the daemon stops",
+            p.ws_window_ms,
+            p.ws_margin,
+            human(p.ws_granularity),
+            lim(orig)
+        ));
+    }
+    if p.foreign_knobs == ForeignKnobs::Respect {
+        if o.is_foreign(Knob::High) {
+            state.push(format!(
+                "memory.high {} was set by someone else (a unit's MemoryHigh=, kubelet): memqos leaves it alone (policy.foreign_knobs = \"respect\")",
+                lim(o.high)
+            ));
+        }
+        if o.is_foreign(Knob::Low) && tier.is_some_and(|t| t.protect != Protect::None) {
+            state.push(format!(
+                "memory.low {} / memory.min {} were set by someone else (kubelet's MemoryQoS, a unit's MemoryLow=): memqos leaves them alone",
+                lim(o.low),
+                lim(o.min)
+            ));
+        }
+    }
+    if state.is_empty() {
+        state.push("memqos holds none of its knobs away from the originals".into());
+        if let Some(t) = tier {
+            let mut would = Vec::new();
+            if t.throttle {
+                would.push(
+                    "lower memory.high when a higher protected tier is under pressure or the parent nears its limit",
+                );
+            }
+            if t.protect != Protect::None {
+                would.push("set its protection to its working set once it runs");
+            }
+            if t.freeze {
+                would.push("freeze it if a protected cgroup keeps stalling despite throttling");
+            }
+            if !would.is_empty() {
+                release.push(format!("its tier lets memqos {}", would.join("; ")));
+            }
+        }
+    }
+    (state, release)
+}
+
+/// The explanation as text.
+pub fn render(e: &Explanation) -> String {
+    let mut out = String::new();
+    let dry = if e.daemon.dry_run { " (DRY RUN: the daemon writes nothing)" } else { "" };
+    let _ = writeln!(out, "{} ({}){dry}", e.cgroup, e.path);
+    if !e.managed {
+        let _ = writeln!(out, "  not managed: {}", e.unmanaged_because.as_deref().unwrap_or("unknown"));
+    }
+    if let Some(t) = &e.tier {
+        let rule = t.rule.as_deref().map(|r| format!(" by match \"{r}\"")).unwrap_or_default();
+        let xattr = if t.xattr.is_empty() { String::new() } else { format!(" and xattr {}", t.xattr.join("|")) };
+        let mut flags = vec![format!(
+            "protect={}",
+            serde_json::to_value(t.protect).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+        )];
+        for (on, name) in [(t.throttle, "throttle"), (t.freeze, "freeze"), (t.kill, "kill")] {
+            if on {
+                flags.push(name.into());
+            }
+        }
+        if let Some(a) = t.oom_score_adj {
+            flags.push(format!("oom_score_adj={a}"));
+        }
+        if let Some(w) = t.cpu_weight {
+            flags.push(format!("cpu_weight={w}"));
+        }
+        let _ = writeln!(out, "  tier: {} (priority {}){rule}{xattr}; {}", t.name, t.priority, flags.join(", "));
+    }
+    if let (Some(k), Some(o), Some(u)) = (&e.knobs, &e.original, e.usage_bytes) {
+        let _ = writeln!(
+            out,
+            "  usage {}; memory.high {} (orig {}), memory.low {} (orig {}), memory.min {} (orig {}), memory.max {}{}",
+            human(u),
+            lim(k.high),
+            lim(o.high),
+            lim(k.low),
+            lim(o.low),
+            lim(k.min),
+            lim(o.min),
+            lim(k.max),
+            if k.frozen { ", FROZEN" } else { "" }
+        );
+    }
+    if let (Some(psi), Some(ev)) = (e.psi_some_avg10, &e.events) {
+        let _ = writeln!(
+            out,
+            "  pressure some avg10 {psi:.2} %; memory.events high {} max {} oom_kill {}",
+            ev.high, ev.max, ev.oom_kill
+        );
+    }
+    if !e.state.is_empty() {
+        let _ = writeln!(out, "why:");
+        for s in &e.state {
+            let _ = writeln!(out, "  - {s}");
+        }
+    }
+    if !e.decisions.is_empty() {
+        let _ = writeln!(out, "last decisions (daemon time):");
+        for d in &e.decisions {
+            let _ = writeln!(out, "  {:>8.1} s  {} = {}  ({})", d.at_ms as f64 / 1000.0, d.file, d.value, d.why);
+        }
+    }
+    if !e.release.is_empty() {
+        let _ = writeln!(out, "what releases it:");
+        for s in &e.release {
+            let _ = writeln!(out, "  - {s}");
+        }
+    }
+    for k in &e.oom_kills {
+        let _ = writeln!(out, "  {}", k.describe());
+    }
+    out
+}

@@ -1,0 +1,483 @@
+//! OOM attribution: every kernel OOM kill under the managed root becomes one typed event
+//! (`oom_kill`) with the victim, its cgroup and tier, the cgroup's peak, the limits in force
+//! and the largest holders at that moment; counted per tier for metrics and status.
+//!
+//! Two sources, joined per cgroup:
+//! - memory.events `oom_kill` of each managed cgroup (sampled every tick; the root's own
+//!   memory.events wakes the daemon when any descendant's count moves), which says *where*
+//!   and *how many*, and is always there;
+//! - the kernel log (`/dev/kmsg`, root only), whose `oom-kill:` summary line names the victim
+//!   (pid, command), its cgroup and the cgroup whose limit was hit, and whose "Killed
+//!   process" line gives its RSS. Read non-blocking from the end at start-up.
+//!
+//! The summary line is printed before the kernel counts the kill, so a counted kill almost
+//! always has its line by the time the daemon reads the log; a count still without a line
+//! after [`OWED_GRACE`] is reported with the victim unknown. A logged kill is reported at
+//! once, even in a cgroup created and gone between two samples; its count, if it arrives
+//! later, is matched against it instead of being reported twice.
+
+use crate::mounts::Cgroup2Mount;
+use crate::observe::Seen;
+use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_policy::{Config, ParentObs};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// How long a counted kill waits for its kernel log line before it is reported without one.
+const OWED_GRACE_MS: u64 = 250;
+/// How long a logged kill waits for its count (a cgroup may be gone before it is sampled).
+const AHEAD_KEEP_MS: u64 = 5_000;
+/// Kills kept for `memqos status`.
+pub const RECENT: usize = 10;
+/// Largest holders named in a report.
+const HOLDERS: usize = 3;
+/// The tier label of kills in cgroups no tier manages.
+pub const UNMANAGED: &str = "unmanaged";
+
+/// One OOM kill, as logged and as `memqos status` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OomKill {
+    /// The victim's cgroup relative to cgroup_root ("" if unknown).
+    pub cgroup: String,
+    pub cgroup_id: u64,
+    /// Its tier (None: no tier manages it).
+    pub tier: Option<String>,
+    /// The victim (None: the kernel log was not readable or had no line for it).
+    pub pid: Option<u32>,
+    pub command: Option<String>,
+    /// The kernel's constraint: CONSTRAINT_MEMCG (a cgroup's memory.max) or CONSTRAINT_NONE
+    /// (the whole machine).
+    pub constraint: Option<String>,
+    /// The cgroup whose limit was hit, as the kernel names it (hierarchy path).
+    pub oom_cgroup: Option<String>,
+    /// The victim's anonymous RSS when killed.
+    pub victim_anon_rss_bytes: Option<u64>,
+    /// memory.peak of the victim's cgroup (None if gone or the kernel lacks it).
+    pub peak_bytes: Option<u64>,
+    pub usage_bytes: Option<u64>,
+    /// Limits in force: the cgroup's memory.max/high and cgroup_root's.
+    pub limits: Limits,
+    /// The managed cgroups holding the most memory at that moment, largest first.
+    pub holders: Vec<Holder>,
+    /// "memory.events", "kmsg" or "memory.events+kmsg".
+    pub source: String,
+    /// When the kernel logged the kill (printk time: local_clock(), close to but not exactly
+    /// CLOCK_MONOTONIC) and CLOCK_MONOTONIC of this report.
+    pub kill_mono_ns: Option<u64>,
+    pub reported_mono_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max: Option<Limit>,
+    pub high: Option<Limit>,
+    pub root_max: Option<Limit>,
+    pub root_high: Option<Limit>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Holder {
+    pub cgroup: String,
+    pub tier: String,
+    pub usage_bytes: u64,
+}
+
+/// What the kernel log says about one kill.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoggedKill {
+    pub pid: u32,
+    pub command: String,
+    /// Hierarchy paths.
+    pub task_memcg: String,
+    pub oom_memcg: Option<String>,
+    pub constraint: Option<String>,
+    pub anon_rss_bytes: Option<u64>,
+    /// Microseconds since boot (CLOCK_MONOTONIC).
+    pub at_us: u64,
+}
+
+/// Parses one /dev/kmsg record ("prio,seq,usec,flags;text"): the `oom-kill:` summary line
+/// or a "Killed process" line (only pid, command and RSS; `task_memcg` empty).
+pub fn parse_record(record: &str) -> Option<LoggedKill> {
+    let (head, text) = record.split_once(';')?;
+    let at_us = head.split(',').nth(2)?.parse().ok()?;
+    let text = text.lines().next()?.trim_end();
+    if let Some(summary) = text.strip_prefix("oom-kill:") {
+        let mut k = LoggedKill { at_us, ..LoggedKill::default() };
+        // Values may contain commas (nodemask), but the keys we need never do; split on
+        // ",key=" boundaries by walking key=value pairs.
+        for part in summary.split(',') {
+            let Some((key, value)) = part.split_once('=') else { continue };
+            match key {
+                "constraint" => k.constraint = Some(value.to_owned()),
+                "oom_memcg" => k.oom_memcg = Some(value.to_owned()),
+                "task_memcg" => k.task_memcg = value.to_owned(),
+                "task" => k.command = value.to_owned(),
+                "pid" => k.pid = value.parse().ok()?,
+                _ => {}
+            }
+        }
+        return (k.pid != 0 && !k.task_memcg.is_empty()).then_some(k);
+    }
+    // "Memory cgroup out of memory: Killed process 1234 (cmd) total-vm:..kB, anon-rss:..kB, ..."
+    let rest = &text[text.find("Killed process ")? + "Killed process ".len()..];
+    let (pid, rest) = rest.split_once(" (")?;
+    let (command, rest) = rest.rsplit_once(") ").unwrap_or((rest.trim_end_matches(')'), ""));
+    let anon = rest
+        .split(", ")
+        .find_map(|f| f.trim().strip_prefix("anon-rss:"))
+        .and_then(|v| v.trim_end_matches("kB").parse::<u64>().ok());
+    Some(LoggedKill {
+        pid: pid.parse().ok()?,
+        command: command.to_owned(),
+        anon_rss_bytes: anon.map(|kb| kb * 1024),
+        at_us,
+        ..LoggedKill::default()
+    })
+}
+
+/// /dev/kmsg opened non-blocking at its end.
+struct Kmsg {
+    fd: OwnedFd,
+}
+
+impl Kmsg {
+    fn open() -> std::io::Result<Kmsg> {
+        let path = c"/dev/kmsg";
+        // SAFETY: plain syscalls; the fd is owned below.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Only what happens from now on: earlier kills are history.
+        unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_END) };
+        Ok(Kmsg { fd })
+    }
+
+    /// Every record logged since the last call.
+    fn drain(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 8192];
+        loop {
+            // One record per read(2).
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n > 0 {
+                out.push(String::from_utf8_lossy(&buf[..n as usize]).into_owned());
+                continue;
+            }
+            // EPIPE: records were overwritten before we read them; the next read resumes.
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPIPE) {
+                continue;
+            }
+            break;
+        }
+        out
+    }
+}
+
+struct Owed {
+    cgroup: String,
+    count: u64,
+    since_ms: u64,
+}
+
+pub struct OomReporter {
+    kmsg: Option<Kmsg>,
+    /// cgroup_root as the kernel prints it ("/qos"), to turn log paths into ours.
+    root_kernel_path: Option<String>,
+    prev: HashMap<u64, u64>,
+    primed: bool,
+    owed: Vec<Owed>,
+    /// Logged kills not yet matched by a count: (cgroup, time).
+    ahead: Vec<(String, u64)>,
+    /// Kills reported since start, by tier ([`UNMANAGED`] for no tier).
+    pub by_tier: BTreeMap<String, u64>,
+    pub recent: VecDeque<OomKill>,
+    /// Said once, for the log.
+    pub notes: Vec<String>,
+}
+
+impl OomReporter {
+    pub fn new(root: &Path, mount: Option<&Cgroup2Mount>) -> OomReporter {
+        let mut notes = Vec::new();
+        let kmsg = match Kmsg::open() {
+            Ok(k) => Some(k),
+            Err(e) => {
+                notes.push(format!(
+                    "OOM kills are reported without the victim's pid and command: /dev/kmsg: {e} (needs root or CAP_SYSLOG)"
+                ));
+                None
+            }
+        };
+        OomReporter {
+            kmsg,
+            root_kernel_path: mount.and_then(|m| m.kernel_path(root)),
+            prev: HashMap::new(),
+            primed: false,
+            owed: Vec::new(),
+            ahead: Vec::new(),
+            by_tier: BTreeMap::new(),
+            recent: VecDeque::new(),
+            notes,
+        }
+    }
+
+    /// Our relative path of a kernel cgroup path, if it is under cgroup_root.
+    fn relative(&self, kernel_path: &str) -> Option<String> {
+        let root = self.root_kernel_path.as_deref()?;
+        if root == "/" {
+            return Some(kernel_path.trim_start_matches('/').to_owned());
+        }
+        let rest = kernel_path.strip_prefix(root)?;
+        (rest.is_empty() || rest.starts_with('/')).then(|| rest.trim_start_matches('/').to_owned())
+    }
+
+    /// The kills since the last call. `seen`: this tick's managed cgroups; `parent`: the
+    /// root's observation (its `oom_kill` delta counts kills in unmanaged cgroups too).
+    pub fn observe(
+        &mut self,
+        cfg: &Config,
+        root: &Path,
+        seen: &[Seen],
+        parent: &ParentObs,
+        now_ms: u64,
+    ) -> Vec<OomKill> {
+        let records = self.kmsg.as_ref().map(|k| k.drain()).unwrap_or_default();
+        let mut logged: Vec<LoggedKill> = Vec::new();
+        for r in &records {
+            let Some(k) = parse_record(r) else { continue };
+            if k.task_memcg.is_empty() {
+                // A "Killed process" line: its RSS belongs to the summary of the same pid.
+                if let Some(s) = logged.iter_mut().rev().find(|s| s.pid == k.pid) {
+                    s.anon_rss_bytes = k.anon_rss_bytes;
+                }
+            } else {
+                logged.push(k);
+            }
+        }
+        // Counts first: they consume logged kills reported on an earlier tick.
+        let mut counted_total = 0;
+        for s in seen {
+            let total = s.events.oom_kill;
+            let before = match self.prev.get(&s.cgroup_id) {
+                Some(&p) => p,
+                // A cgroup met after start-up was created since: its count starts at 0.
+                None if self.primed => 0,
+                None => total,
+            };
+            self.prev.insert(s.cgroup_id, total);
+            let mut delta = total.saturating_sub(before);
+            counted_total += delta;
+            while delta > 0 {
+                match self.ahead.iter().position(|(c, _)| *c == s.cgroup) {
+                    Some(i) => {
+                        self.ahead.remove(i);
+                        delta -= 1;
+                    }
+                    None => break,
+                }
+            }
+            if delta > 0 {
+                self.owed.push(Owed { cgroup: s.cgroup.clone(), count: delta, since_ms: now_ms });
+            }
+        }
+        let alive: std::collections::HashSet<u64> = seen.iter().map(|s| s.cgroup_id).collect();
+        self.prev.retain(|id, _| alive.contains(id));
+        let first = !self.primed;
+        self.primed = true;
+
+        let mut out = Vec::new();
+        for k in logged {
+            let Some(cgroup) = self.relative(&k.task_memcg) else { continue };
+            let matched = match self.owed.iter().position(|o| o.cgroup == cgroup) {
+                Some(i) => {
+                    self.owed[i].count -= 1;
+                    if self.owed[i].count == 0 {
+                        self.owed.remove(i);
+                    }
+                    true
+                }
+                None => {
+                    self.ahead.push((cgroup.clone(), now_ms));
+                    false
+                }
+            };
+            let source = if matched { "memory.events+kmsg" } else { "kmsg" };
+            out.push(self.report(cfg, root, seen, parent, &cgroup, Some(&k), source));
+        }
+        self.ahead.retain(|(_, t)| now_ms.saturating_sub(*t) < AHEAD_KEEP_MS);
+        // Counts whose log line never came (or no log at all).
+        let grace = if self.kmsg.is_some() { OWED_GRACE_MS } else { 0 };
+        let due: Vec<Owed> = {
+            let (due, keep) = std::mem::take(&mut self.owed)
+                .into_iter()
+                .partition(|o: &Owed| now_ms.saturating_sub(o.since_ms) >= grace);
+            self.owed = keep;
+            due
+        };
+        for o in due {
+            for _ in 0..o.count {
+                out.push(self.report(cfg, root, seen, parent, &o.cgroup, None, "memory.events"));
+            }
+        }
+        // Without the log, kills in cgroups no tier manages show only in the root's count.
+        if self.kmsg.is_none() && !first {
+            let unexplained = parent.events_delta.oom_kill.saturating_sub(counted_total);
+            for _ in 0..unexplained {
+                out.push(self.report(cfg, root, seen, parent, "", None, "memory.events"));
+            }
+        }
+        for k in &out {
+            *self.by_tier.entry(k.tier.clone().unwrap_or_else(|| UNMANAGED.into())).or_default() += 1;
+            self.recent.push_back(k.clone());
+            if self.recent.len() > RECENT {
+                self.recent.pop_front();
+            }
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &self,
+        cfg: &Config,
+        root: &Path,
+        seen: &[Seen],
+        parent: &ParentObs,
+        cgroup: &str,
+        logged: Option<&LoggedKill>,
+        source: &str,
+    ) -> OomKill {
+        let s = seen.iter().find(|s| s.cgroup == cgroup && !cgroup.is_empty());
+        let cg = Cgroup::new(root.join(cgroup));
+        let known = !cgroup.is_empty();
+        let tier = match s {
+            Some(s) => Some(s.tier.clone()),
+            None if known => {
+                crate::reload::classify(cfg, root, cgroup).and_then(|i| cfg.tiers.get(i)).map(|t| t.name.clone())
+            }
+            None => None,
+        };
+        let mut holders: Vec<Holder> = seen
+            .iter()
+            .map(|s| Holder { cgroup: s.cgroup.clone(), tier: s.tier.clone(), usage_bytes: s.usage_bytes })
+            .collect();
+        holders.sort_by(|a, b| b.usage_bytes.cmp(&a.usage_bytes).then_with(|| a.cgroup.cmp(&b.cgroup)));
+        holders.truncate(HOLDERS);
+        let root_known = parent.max != Limit::Max || parent.high != Limit::Max || parent.usage_bytes > 0;
+        OomKill {
+            cgroup: cgroup.to_owned(),
+            cgroup_id: s.map_or(0, |s| s.cgroup_id),
+            tier,
+            pid: logged.map(|k| k.pid),
+            command: logged.map(|k| k.command.clone()),
+            constraint: logged.and_then(|k| k.constraint.clone()),
+            oom_cgroup: logged.and_then(|k| k.oom_memcg.clone()),
+            victim_anon_rss_bytes: logged.and_then(|k| k.anon_rss_bytes),
+            peak_bytes: known.then(|| cg.memory_peak().ok()).flatten(),
+            usage_bytes: s.map(|s| s.usage_bytes).or_else(|| known.then(|| cg.memory_current().ok()).flatten()),
+            limits: Limits {
+                max: s.map(|s| s.knobs.max).or_else(|| known.then(|| cg.limit("memory.max").ok()).flatten()),
+                high: s.map(|s| s.knobs.high).or_else(|| known.then(|| cg.limit("memory.high").ok()).flatten()),
+                root_max: root_known.then_some(parent.max),
+                root_high: root_known.then_some(parent.high),
+            },
+            holders,
+            source: source.to_owned(),
+            kill_mono_ns: logged.map(|k| k.at_us * 1000),
+            reported_mono_ns: crate::mono_ns(),
+        }
+    }
+}
+
+impl OomKill {
+    /// One line for people: who, where, which limit.
+    pub fn describe(&self) -> String {
+        let who = match (&self.pid, &self.command) {
+            (Some(p), Some(c)) => format!("pid {p} ({c})"),
+            _ => "a process (victim unknown)".into(),
+        };
+        let where_ = if self.cgroup.is_empty() { "an unmanaged cgroup".into() } else { self.cgroup.clone() };
+        let tier = self.tier.as_deref().unwrap_or(UNMANAGED);
+        let lim = |l: Option<Limit>| l.map_or("?".into(), |l| l.to_string());
+        format!(
+            "OOM kill of {who} in {where_} (tier {tier}): memory.max {}, peak {}, limit hit in {}",
+            lim(self.limits.max),
+            self.peak_bytes.map_or("?".into(), |b| format!("{:.0}M", b as f64 / 1048576.0)),
+            self.oom_cgroup.as_deref().unwrap_or("?")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memqos_cgroupfs::MemoryEvents;
+    use memqos_policy::Knobs;
+
+    #[test]
+    fn parses_the_summary_and_the_killed_process_line() {
+        let summary = "6,1234,5000123,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/qos/low,task_memcg=/qos/low/job,task=python3,pid=4242,uid=0\n";
+        let k = parse_record(summary).unwrap();
+        assert_eq!(
+            k,
+            LoggedKill {
+                pid: 4242,
+                command: "python3".into(),
+                task_memcg: "/qos/low/job".into(),
+                oom_memcg: Some("/qos/low".into()),
+                constraint: Some("CONSTRAINT_MEMCG".into()),
+                anon_rss_bytes: None,
+                at_us: 5000123,
+            }
+        );
+        let killed = "3,1235,5000200,-;Memory cgroup out of memory: Killed process 4242 (python3) total-vm:215000kB, anon-rss:204800kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:500kB oom_score_adj:0\n";
+        let k = parse_record(killed).unwrap();
+        assert_eq!((k.pid, k.command.as_str(), k.anon_rss_bytes), (4242, "python3", Some(204800 * 1024)));
+        assert!(k.task_memcg.is_empty());
+        assert!(parse_record("6,1,2,-;random line\n").is_none());
+    }
+
+    fn seen(cgroup: &str, id: u64, oom_kill: u64, usage: u64) -> Seen {
+        Seen {
+            cgroup: cgroup.into(),
+            cgroup_id: id,
+            tier: "batch".into(),
+            usage_bytes: usage,
+            knobs: Knobs::default(),
+            original: Knobs::default(),
+            psi_some_avg10: 0.0,
+            events: MemoryEvents { oom_kill, ..Default::default() },
+        }
+    }
+
+    #[test]
+    fn counts_become_reports_once_and_history_is_not_reported() {
+        let cfg = memqos_policy::Config::from_str(
+            "cgroup_root = \"/nonexistent\"\n[[tier]]\nname = \"batch\"\nmatch = [\"**\"]\n",
+            "t",
+        )
+        .unwrap();
+        let mount = Cgroup2Mount { mount_point: "/".into(), root: "/".into(), super_options: vec![] };
+        let root = Path::new("/nonexistent");
+        let mut r = OomReporter::new(root, Some(&mount));
+        r.kmsg = None; // counts only: reported at once, victim unknown
+        let p = ParentObs::default();
+        // Kills before start-up are history.
+        assert!(r.observe(&cfg, root, &[seen("a", 1, 3, 10)], &p, 0).is_empty());
+        let got = r.observe(&cfg, root, &[seen("a", 1, 5, 10), seen("b", 2, 0, 99)], &p, 500);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].cgroup.as_str(), got[0].tier.as_deref(), got[0].pid), ("a", Some("batch"), None));
+        assert_eq!(got[0].holders[0].cgroup, "b", "largest holder first");
+        // A cgroup created after start-up: its whole count is new.
+        let got = r.observe(&cfg, root, &[seen("a", 1, 5, 10), seen("c", 3, 1, 1)], &p, 1000);
+        assert_eq!(got.iter().map(|k| k.cgroup.as_str()).collect::<Vec<_>>(), ["c"]);
+        assert_eq!(r.by_tier["batch"], 3);
+        // A logged kill matched to a later count is reported once.
+        r.ahead.push(("a".into(), 1000));
+        assert!(r.observe(&cfg, root, &[seen("a", 1, 6, 10), seen("c", 3, 1, 1)], &p, 1500).is_empty());
+    }
+}

@@ -1,0 +1,225 @@
+//! Reload on SIGHUP (`systemctl reload memqos`): the config file is read and validated
+//! whole, then either replaces the running one or is rejected, never half-applied.
+//!
+//! Validation covers the file (every field, as `--check` does) and what a running daemon
+//! cannot change: `cgroup_root` and `state_dir` (the journal and the lock live there) need a
+//! restart. Resources the new config needs (a new metrics listener, the control socket's
+//! group) are acquired before anything changes, so a failure leaves the old config running.
+//!
+//! Once accepted, tiers are re-classified: a cgroup whose tier carries over (same name and
+//! settings, `Tiers::carry_over`) and still matches it keeps its knobs and the engine's
+//! history; every other cgroup memqos wrote to has its journaled originals written back
+//! (through the actuator, so the journal entry goes once the write is done) and starts
+//! afresh under its new tier, if any. The SIGHUP handler only sets a flag: the loop reloads
+//! between two ticks, where no write is in flight.
+
+use crate::actuator::{Request, Target};
+use crate::journal::Journal;
+use anyhow::{bail, Result};
+use memqos_cgroupfs::Cgroup;
+use memqos_policy::{Config, Reason, TierIndex};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by SIGHUP; taken by the loop.
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sighup(_: libc::c_int) {
+    REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// SIGHUP asks for a reload (its default action would kill the daemon).
+pub(crate) fn install_handler() {
+    // SAFETY: the handler only stores to an atomic. No SA_RESTART: poll(2) returns EINTR and
+    // the loop reloads at once.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sighup as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGHUP, &sa, std::ptr::null_mut());
+    }
+}
+
+/// True once per SIGHUP (several before the loop looks count as one).
+pub(crate) fn take_request() -> bool {
+    REQUESTED.swap(false, Ordering::SeqCst)
+}
+
+/// A cgroup whose tier changed with a reload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TierMove {
+    pub cgroup: String,
+    /// Its tier under the old config.
+    pub from: Option<String>,
+    /// Under the new one (None: no longer managed).
+    pub to: Option<String>,
+}
+
+/// Reads and validates the config at `path` as a replacement for `old`. `state_dir_fixed`:
+/// the command line overrides state_dir, so the file's value does not matter.
+pub(crate) fn load(path: &Path, old: &Config, state_dir_fixed: bool) -> Result<Config> {
+    let new = crate::load_config(path)?;
+    if new.cgroup_root != old.cgroup_root {
+        bail!(
+            "{}: cgroup_root changed from {} to {}; a reload cannot move the managed subtree, restart the daemon (it restores everything first)",
+            path.display(),
+            old.cgroup_root.display(),
+            new.cgroup_root.display()
+        );
+    }
+    if !state_dir_fixed && new.state_dir != old.state_dir {
+        bail!(
+            "{}: state_dir changed from {} to {}; the journal and lock live there, restart the daemon to move it",
+            path.display(),
+            old.state_dir.display(),
+            new.state_dir.display()
+        );
+    }
+    Ok(new)
+}
+
+/// The tier of the cgroup at `relative` (under `root`) in `cfg`, reading its extended
+/// attributes when a tier asks for them, as the sampler does.
+pub(crate) fn classify(cfg: &Config, root: &Path, relative: &str) -> Option<TierIndex> {
+    if cfg.tiers.uses_xattrs() {
+        let cg = Cgroup::new(root.join(relative));
+        cfg.tiers.classify_with(relative, |name| cg.xattr_flag(name))
+    } else {
+        cfg.tiers.classify(relative)
+    }
+}
+
+/// True when a cgroup at `relative` keeps its tier from `old` to `new`.
+pub(crate) fn keeps_tier(old: &Config, new: &Config, root: &Path, relative: &str) -> bool {
+    let before = classify(old, root, relative);
+    let after = classify(new, root, relative);
+    match before {
+        Some(b) => new.tiers.carry_over(&old.tiers, b) == after,
+        None => after.is_none(),
+    }
+}
+
+/// The cgroups (among `candidates` and those in the journal) that change tier, and the
+/// writes that put back what memqos wrote to them.
+pub(crate) fn plan(
+    old: &Config,
+    new: &Config,
+    root: &Path,
+    journal: &Journal,
+    candidates: &[String],
+) -> (Vec<TierMove>, Vec<Request>) {
+    let name = |cfg: &Config, i: Option<TierIndex>| i.and_then(|i| cfg.tiers.get(i)).map(|t| t.name.clone());
+    let mut moved: BTreeMap<String, TierMove> = BTreeMap::new();
+    let paths = candidates.iter().map(String::as_str).chain(journal.entries().map(|e| e.cgroup.as_str()));
+    for path in paths {
+        // "" is a process that left every managed cgroup: the adjuster puts it back itself.
+        if path.is_empty() || moved.contains_key(path) || keeps_tier(old, new, root, path) {
+            continue;
+        }
+        let m = TierMove {
+            cgroup: path.to_owned(),
+            from: name(old, classify(old, root, path)),
+            to: name(new, classify(new, root, path)),
+        };
+        moved.insert(path.to_owned(), m);
+    }
+    let mut restores = Vec::new();
+    for e in journal.entries().filter(|e| moved.contains_key(&e.cgroup)) {
+        let m = &moved[&e.cgroup];
+        let why = format!(
+            "reload: {} left tier {} (now {}): original put back",
+            e.cgroup,
+            m.from.as_deref().unwrap_or("-"),
+            m.to.as_deref().unwrap_or("unmanaged")
+        );
+        let target = match e.process {
+            Some(process) => Target::Process { cgroup: e.cgroup.clone(), cgroup_id: e.cgroup_id, process },
+            None => Target::Cgroup { path: e.cgroup.clone(), id: e.cgroup_id },
+        };
+        let Some(file) = static_file(&e.file) else { continue };
+        let mut r = Request::new(target, file, e.original.clone(), why);
+        r.reason = Some(Reason::Restore);
+        r.restores = true;
+        restores.push(r);
+    }
+    // Thaws first, as a stop restores them.
+    restores.sort_by_key(|r| r.file != "cgroup.freeze");
+    (moved.into_values().collect(), restores)
+}
+
+/// The actuator takes `&'static str` file names: the knobs memqos journals.
+fn static_file(file: &str) -> Option<&'static str> {
+    const FILES: &[&str] =
+        &["memory.high", "memory.low", "memory.min", "cgroup.freeze", "cpu.weight", "oom_score_adj", "memory.max"];
+    FILES.iter().find(|f| **f == file).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(tiers: &str) -> Config {
+        let text = format!("cgroup_root = \"/sys/fs/cgroup/qos\"\n{tiers}");
+        Config::from_str(&text, "t.toml").unwrap()
+    }
+
+    const BASE: &str = r#"
+[[tier]]
+name = "critical"
+match = ["db*"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["**"]
+throttle = true
+"#;
+
+    #[test]
+    fn a_cgroup_keeps_its_tier_only_if_name_settings_and_match_carry_over() {
+        let root = Path::new("/nonexistent");
+        let old = cfg(BASE);
+        // Same tiers, a pattern added: db1 and job stay, web moves up.
+        let wider = cfg(&BASE.replace(r#"["db*"]"#, r#"["db*", "web"]"#));
+        assert!(keeps_tier(&old, &wider, root, "db1"));
+        assert!(keeps_tier(&old, &wider, root, "job"));
+        assert!(!keeps_tier(&old, &wider, root, "web"));
+        // batch's settings change: its cgroups start afresh even though the name is the same.
+        let no_throttle = cfg(&BASE.replace("throttle = true", "throttle = false"));
+        assert!(!keeps_tier(&old, &no_throttle, root, "job"));
+        assert!(keeps_tier(&old, &no_throttle, root, "db1"));
+        // Reordering tiers keeps them (matched by name).
+        let reordered = cfg(r#"
+[[tier]]
+name = "batch"
+match = ["job*"]
+throttle = true
+[[tier]]
+name = "critical"
+match = ["db*"]
+protect = "low"
+"#);
+        assert!(keeps_tier(&old, &reordered, root, "db1"));
+        assert!(keeps_tier(&old, &reordered, root, "job7"));
+        assert!(!keeps_tier(&old, &reordered, root, "other"), "left every tier");
+    }
+
+    #[test]
+    fn load_rejects_what_needs_a_restart() {
+        let dir = std::env::temp_dir().join(format!("memqos-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        let old = cfg(BASE);
+        std::fs::write(&path, format!("cgroup_root = \"/sys/fs/cgroup/other\"\n{BASE}")).unwrap();
+        let e = format!("{:#}", load(&path, &old, false).unwrap_err());
+        assert!(e.contains("cgroup_root changed from /sys/fs/cgroup/qos to /sys/fs/cgroup/other"), "{e}");
+        std::fs::write(&path, format!("cgroup_root = \"/sys/fs/cgroup/qos\"\nstate_dir = \"/tmp/x\"\n{BASE}")).unwrap();
+        let e = format!("{:#}", load(&path, &old, false).unwrap_err());
+        assert!(e.contains("state_dir changed"), "{e}");
+        assert!(load(&path, &old, true).is_ok(), "--state-dir on the command line: the file's value is unused");
+        std::fs::write(&path, "cgroup_root = \"/sys/fs/cgroup/qos\"\n[[tier]]\nname = \"a\"\nmatch = []\n").unwrap();
+        assert!(load(&path, &old, false).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,219 @@
+//! SIGHUP reload (rejected, then accepted), `memqos explain` over the control socket and OOM
+//! attribution from memory.events, on a fake cgroup tree with the daemon loop in-process.
+//! One test in its own binary: SIGHUP goes to the whole process, so no other daemon may run
+//! in it meanwhile.
+
+use memqos_daemon::control::{self, Reply, Request};
+use memqos_daemon::events::{self, Event};
+use memqos_daemon::{status, Options};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn write_cgroup(dir: &Path, current: u64, max: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let files = [
+        ("cgroup.controllers", "memory cpu\n".to_string()),
+        ("cgroup.procs", String::new()),
+        ("cgroup.events", "populated 1\nfrozen 0\n".into()),
+        ("cgroup.freeze", "0\n".into()),
+        ("memory.current", format!("{current}\n")),
+        ("memory.peak", format!("{}\n", current + MIB)),
+        ("memory.max", format!("{max}\n")),
+        ("memory.high", "max\n".into()),
+        ("memory.low", "0\n".into()),
+        ("memory.min", "0\n".into()),
+        ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n".into()),
+        (
+            "memory.pressure",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n".into(),
+        ),
+        ("memory.stat", "anon 0\nfile 0\n".into()),
+    ];
+    for (f, v) in files {
+        std::fs::write(dir.join(f), v).unwrap();
+    }
+}
+
+fn config(root: &Path, state: &Path, critical_match: &str, batch_protect: &str) -> String {
+    format!(
+        r#"
+cgroup_root = "{}"
+state_dir = "{}"
+[signals]
+sampling_interval_ms = 50
+psi = false
+events = false
+bpf = false
+[[tier]]
+name = "critical"
+match = {critical_match}
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["low*"]
+throttle = true
+protect = "{batch_protect}"
+[policy]
+headroom_guard = "64M"
+min_write_interval_ms = 100
+hold_ms = 60000
+"#,
+        root.display(),
+        state.display()
+    )
+}
+
+fn poll<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn explain(state: &Path, cgroup: &str) -> Reply {
+    control::ask(state, &Request::Explain(cgroup.into())).expect("control socket answers")
+}
+
+#[test]
+fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
+    let base = std::env::temp_dir().join(format!("memqos-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let root = base.join("qos");
+    let state = base.join("state");
+    // The parent is within the 64M guard of its 512M max: the guard throttles low1.
+    write_cgroup(&root, 480 * MIB, &(512 * MIB).to_string());
+    write_cgroup(&root.join("high"), 150 * MIB, "max");
+    write_cgroup(&root.join("low1"), 300 * MIB, "max");
+    write_cgroup(&root.join("other"), 10 * MIB, "max");
+    let cfg_path = base.join("memqos.toml");
+    std::fs::write(&cfg_path, config(&root, &state, r#"["high*"]"#, "none")).unwrap();
+    let read = |cg: &str, file: &str| std::fs::read_to_string(root.join(cg).join(file)).unwrap().trim().to_string();
+    let evs = || -> Vec<Event> { events::read(&state).into_iter().map(|l| l.event).collect() };
+
+    // Before any daemon: a clear error, naming the state directory.
+    let e = control::ask(&state, &Request::Explain("low1".into())).unwrap_err().to_string();
+    assert!(e.contains("no memqos daemon is running") && e.contains(&state.display().to_string()), "{e}");
+
+    let opts = Options {
+        config_path: cfg_path.clone(),
+        state_dir: None,
+        guardian: false,
+        exe: PathBuf::from("/nonexistent"),
+        duration: Some(Duration::from_secs(12)),
+        stats_backend: memqos_stats::BackendChoice::Text,
+        dry_run: false,
+        echo: false,
+    };
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("low1 throttled", Duration::from_secs(10), || (read("low1", "memory.high") != "max").then_some(()));
+    poll("a status with the throttle", Duration::from_secs(5), || {
+        status::read(&state).ok().flatten().filter(|s| s.throttled.contains(&"low1".to_string()))
+    });
+    let throttled = read("low1", "memory.high");
+
+    // The socket: owner-only without [control] group.
+    let sock = state.join(control::SOCKET_FILE);
+    assert_eq!(std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // explain: tier, the rule, the knob, the decision and its reason, what releases it.
+    let Reply::Ok(e) = explain(&state, "low1") else { panic!("explain low1 failed") };
+    assert!(e.managed);
+    let tier = e.tier.as_ref().unwrap();
+    assert_eq!((tier.name.as_str(), tier.rule.as_deref(), tier.throttle), ("batch", Some("low*"), true));
+    assert_eq!(e.knobs.unwrap().high.to_string(), throttled);
+    assert!(e.state.iter().any(|s| s.starts_with("throttled: memory.high")), "{:?}", e.state);
+    let d = e.decisions.last().expect("its decision");
+    assert!(matches!(d.reason, Some(memqos_policy::Reason::HeadroomGuard { .. })), "{d:?}");
+    assert!(e.release.iter().any(|r| r.contains("hold_ms = 60000")), "{:?}", e.release);
+    let text = memqos_daemon::explain::render(&e);
+    assert!(
+        text.contains("tier: batch (priority 1) by match \"low*\"") && text.contains("what releases it:"),
+        "{text}"
+    );
+    // Absolute paths below the root work too; others, unknown and unmanaged cgroups are told apart.
+    let Reply::Ok(abs) = explain(&state, &root.join("low1").display().to_string()) else { panic!("absolute") };
+    assert_eq!(abs.cgroup, "low1");
+    let Reply::Error(err) = explain(&state, "nope") else { panic!("unknown cgroup explained") };
+    assert!(err.contains("no cgroup nope under"), "{err}");
+    let Reply::Error(err) = explain(&state, "/etc") else { panic!("outside the root") };
+    assert!(err.contains("not below the managed root"), "{err}");
+    let Reply::Ok(other) = explain(&state, "other") else { panic!("unmanaged cgroup") };
+    assert!(!other.managed && other.unmanaged_because.as_deref().unwrap().contains("no tier"), "{other:?}");
+    // A client that sends garbage or nothing gets an error and never stalls the daemon.
+    {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.write_all(&[b'x'; 5000]).unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        assert!(r.contains("longer than 4096"), "{r}");
+        let _idle = std::os::unix::net::UnixStream::connect(&sock).unwrap(); // never writes
+    }
+
+    // An OOM kill in low1 (its memory.events count): one typed event, counted by tier.
+    std::fs::write(root.join("low1/memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n")
+        .unwrap();
+    let kill = poll("the oom_kill event", Duration::from_secs(3), || {
+        evs().into_iter().find_map(|e| match e {
+            Event::OomKill(k) => Some(k),
+            _ => None,
+        })
+    });
+    assert_eq!((kill.cgroup.as_str(), kill.tier.as_deref()), ("low1", Some("batch")));
+    assert_eq!(kill.peak_bytes, Some(301 * MIB));
+    assert_eq!(kill.holders[0].cgroup, "low1", "largest holder first: {:?}", kill.holders);
+    assert_eq!(kill.limits.root_max, Some(memqos_policy::Limit::Bytes(512 * MIB)));
+    let snap = poll("oom kills in status", Duration::from_secs(3), || {
+        status::read(&state).ok().flatten().filter(|s| !s.oom_kills_by_tier.is_empty())
+    });
+    assert_eq!(snap.oom_kills_by_tier.get("batch"), Some(&1));
+    assert!(status::render(&snap, true).contains("OOM kills since start: batch 1"));
+
+    // 1. A config with an error is rejected whole; the old one keeps running.
+    std::fs::write(&cfg_path, config(&root, &state, r#"["high*", "low1"]"#, "sometimes")).unwrap();
+    unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
+    let error = poll("reload_rejected", Duration::from_secs(5), || {
+        evs().into_iter().find_map(|e| match e {
+            Event::ReloadRejected { error, .. } => Some(error),
+            _ => None,
+        })
+    });
+    assert!(error.contains("protect") && error.contains("memqos.toml"), "names the field and file: {error}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_ne!(read("low1", "memory.high"), "max", "still throttled under the old config");
+    let Reply::Ok(e) = explain(&state, "low1") else { panic!() };
+    assert_eq!(e.tier.unwrap().name, "batch", "old tiers still run");
+
+    // 2. A valid config moves low1 to the protected tier: its throttle is restored at once.
+    std::fs::write(&cfg_path, config(&root, &state, r#"["high*", "low1"]"#, "none")).unwrap();
+    unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
+    let (moved, restored) = poll("reloaded", Duration::from_secs(5), || {
+        evs().into_iter().find_map(|e| match e {
+            Event::Reloaded { moved, restored, .. } => Some((moved, restored)),
+            _ => None,
+        })
+    });
+    assert_eq!(restored, 1, "low1's memory.high");
+    let m = moved.iter().find(|m| m.cgroup == "low1").expect("low1 moved");
+    assert_eq!((m.from.as_deref(), m.to.as_deref()), (Some("batch"), Some("critical")));
+    assert!(!moved.iter().any(|m| m.cgroup == "high"), "high kept its tier: {moved:?}");
+    assert_eq!(read("low1", "memory.high"), "max", "restored through the journal");
+    let e = poll("explain under the new tiers", Duration::from_secs(5), || match explain(&state, "low1") {
+        Reply::Ok(e) if e.tier.as_ref().is_some_and(|t| t.name == "critical") => Some(e),
+        _ => None,
+    });
+    assert_eq!(e.tier.unwrap().rule.as_deref(), Some("low1"));
+
+    daemon.join().unwrap().expect("daemon run");
+    assert!(!sock.exists(), "socket removed at stop");
+    assert_eq!(read("low1", "memory.high"), "max");
+    assert_eq!(read("low1", "memory.low"), "0", "protection written under the new tier restored at stop");
+    let _ = std::fs::remove_dir_all(&base);
+}
