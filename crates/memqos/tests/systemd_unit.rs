@@ -48,6 +48,10 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     sh(&["dpkg", "-s", "memqos"]);
     sh(&["/usr/bin/memqos", "--version"]);
     assert_eq!(show("UnitFileState"), "disabled", "the package must not enable the unit");
+    // The operator turns on the Prometheus listener (off by default, docs/metrics.md).
+    let conf = "/etc/memqos/memqos.toml";
+    let packaged = std::fs::read_to_string(conf).unwrap();
+    std::fs::write(conf, format!("{packaged}\n[metrics]\nlisten = \"127.0.0.1:9590\"\n")).unwrap();
 
     // A protected service for memqos to act on (system.slice is the `system` tier).
     sh(&["systemd-run", "--unit=memqos-db", "/usr/bin/memqos", "workload", "phases", "--phases", "96:2000,96:900000"]);
@@ -82,10 +86,29 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     let explained = sh(&["memqos", "explain", "system.slice/memqos-db.service", "--config", "/etc/memqos/memqos.toml"]);
     assert!(explained.contains("tier: system (priority 1) by match \"system.slice/**\""), "{explained}");
     assert!(explained.contains("protected: memory.low"), "{explained}");
+    // A scrape from inside the unit's sandbox (RestrictAddressFamilies allows AF_INET).
+    let scrape = Command::new("curl").args(["-sf", "http://127.0.0.1:9590/metrics"]).output().unwrap();
+    assert!(scrape.status.success(), "metrics scrape failed: {}", scrape.status);
+    let scrape = String::from_utf8_lossy(&scrape.stdout).into_owned();
+    let db_lines: Vec<&str> =
+        scrape.lines().filter(|l| l.contains("cgroup=\"system.slice/memqos-db.service\"")).collect();
+    println!("# curl -s http://127.0.0.1:9590/metrics | grep memqos-db.service\n{}", db_lines.join("\n"));
+    let Limit::Bytes(db_low) = low(&db) else { panic!("memory.low of memqos-db is max") };
+    let scraped_low = db_lines
+        .iter()
+        .find(|l| l.starts_with("memqos_cgroup_memory_low_bytes{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no memory.low sample for memqos-db in the scrape:\n{scrape}"));
+    // The daemon may re-size the protection between the scrape and the read: same order.
+    assert!(
+        scraped_low > 0.0 && (scraped_low - db_low as f64).abs() <= db_low as f64 * 0.5,
+        "{scraped_low} vs {db_low}"
+    );
+    assert!(scrape.contains("# TYPE memqos_decisions_total counter"), "decision counters missing");
 
     // Reload (ExecReload: check, then SIGHUP). A broken config fails `systemctl reload` and
     // is never signalled; sent anyway, the daemon rejects it and keeps the old one.
-    let conf = "/etc/memqos/memqos.toml";
     let original = std::fs::read_to_string(conf).unwrap();
     let main_pid = show("MainPID");
     std::fs::write(conf, format!("{original}\n[bogus]\n")).unwrap();
