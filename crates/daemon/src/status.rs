@@ -176,9 +176,12 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
         mib(s.parent_usage_bytes),
         limit(s.parent_max)
     );
+    // Columns as wide as the longest name (systemd unit paths run past 28 characters).
+    let cw = s.cgroups.iter().map(|c| c.cgroup.chars().count()).max().unwrap_or(0).max(28);
+    let tw = s.cgroups.iter().map(|c| c.tier.chars().count()).max().unwrap_or(0).max(10);
     let _ = writeln!(
         out,
-        "{:<28} {:<10} {:>8} {:>8} {:>10} {:>8} {:>10} {:>7}",
+        "{:<cw$} {:<tw$} {:>8} {:>8} {:>10} {:>8} {:>10} {:>7}",
         "CGROUP", "TIER", "USAGE", "HIGH", "(ORIGINAL)", "LOW/MIN", "(ORIGINAL)", "PSI10"
     );
     for c in &s.cgroups {
@@ -191,7 +194,7 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<28} {:<10} {:>8} {:>8} {:>10} {:>8} {:>10} {:>7.2}{}",
+            "{:<cw$} {:<tw$} {:>8} {:>8} {:>10} {:>8} {:>10} {:>7.2}{}",
             c.cgroup,
             c.tier,
             mib(c.usage_bytes),
@@ -282,6 +285,22 @@ mod tests {
             oom_kills_by_tier: Default::default(),
             recent_oom_kills: Vec::new(),
         }
+    }
+
+    #[test]
+    fn long_cgroup_names_keep_the_columns_aligned() {
+        let mut s = snapshot();
+        s.cgroups[0].cgroup = "system.slice/systemd-journald.service".into();
+        let text = render(&s, true);
+        let table: Vec<&str> = text.lines().skip(2).take(3).collect();
+        let tier_at: Vec<usize> = table
+            .iter()
+            .zip(["TIER", "critical", "batch"])
+            .map(|(line, word)| line.find(&format!(" {word} ")).unwrap_or_else(|| panic!("{word} in {line:?}")))
+            .collect();
+        assert!(tier_at.iter().all(|&at| at == tier_at[0]), "TIER column moves: {table:#?}");
+        let end = |l: &str| l.len();
+        assert!(table.iter().all(|l| end(l) == end(table[0])), "rows of different widths: {table:#?}");
     }
 
     #[test]
