@@ -179,7 +179,7 @@ fn open_beneath(root: &OwnedFd, rel: &str) -> std::io::Result<OwnedFd> {
 }
 
 /// Opens `file` in the directory `dir`, never following a symlink.
-fn open_file(dir: &OwnedFd, file: &str, flags: i32) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_file(dir: &OwnedFd, file: &str, flags: i32) -> std::io::Result<std::fs::File> {
     let c = cstr(file);
     // SAFETY: valid fd and NUL-terminated name.
     let r = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) };

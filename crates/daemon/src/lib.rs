@@ -20,6 +20,7 @@ mod cpu_weight;
 mod dirty;
 pub mod events;
 pub mod explain;
+mod fast_read;
 pub mod journal;
 pub mod lock;
 pub mod metrics;
@@ -36,7 +37,7 @@ pub mod status;
 
 use actuator::{Actuator, Request, Target};
 use anyhow::{bail, Context, Result};
-use events::{Event, EventLog};
+use events::{Event, EventLog, WriteEvent};
 use journal::Journal;
 use lock::StateLock;
 use memqos_cgroupfs::Cgroup;
@@ -257,6 +258,10 @@ fn run_loop(
     let mut oom = oom_report::OomReporter::new(root.path(), mount.as_ref());
     // Protection capped by unprotected ancestors: checked on the first tick and after reloads.
     let mut check_protection = true;
+    // Knobs changed on the fast path: the next periodic tick writes status.json.
+    let mut status_due = false;
+    let fast_root = beneath::Root::open(root.path())?;
+    let hierarchy_root = root.is_hierarchy_root();
     while !SHUTDOWN.load(Ordering::SeqCst) {
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
@@ -278,6 +283,7 @@ fn run_loop(
                             act.emit(Event::BpfSource { hooks: bpf.clone() });
                         }
                     }
+                    sampler.reclassify();
                     check_protection = true;
                     last_status = None;
                     last_periodic = None;
@@ -286,14 +292,37 @@ fn run_loop(
             }
         }
         let tick_started = Instant::now();
-        // A wakeup by a pressure signal is the fast path: the engine reacts and its writes
-        // go out; per-tier settings (cpu_weight, oom_score_adj, which read every process),
-        // fd and journal housekeeping and the signal set-up wait for the periodic tick (a
-        // timeout, or a sampling interval since the last periodic one).
+        // A wakeup by a pressure signal is the fast path: it reads the parent, the cgroups
+        // that signalled and the largest throttle candidates, the engine reacts, its writes go
+        // out. Everything else (the whole tree's sample, release, protection, stall bounds,
+        // cpu_weight, oom_score_adj, dirty limits, OOM reports, status, housekeeping, the
+        // signal set-up) waits for the periodic tick: a timeout, or a sampling interval
+        // since the last periodic one.
         let periodic = pending.is_empty() || last_periodic.is_none_or(|t: Instant| t.elapsed() >= interval);
-        if periodic {
-            last_periodic = Some(tick_started);
+        if !periodic {
+            let now_ms = started.elapsed().as_millis() as u64;
+            let signalled: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
+            let mut obs = sampler.sample_fast(cfg, &fast_root, hierarchy_root, &signalled, now_ms)?;
+            for (id, ev) in pending.drain(..) {
+                if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == id) {
+                    c.signals.push(ev);
+                }
+            }
+            let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
+            let decisions = engine.tick_fast(&obs);
+            let batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
+            let wrote = act.apply(batch)?;
+            if let Some(m) = exporter.as_mut() {
+                m.after_tick(cfg, &obs, &decisions, tick_started.elapsed());
+            }
+            remember(&wrote, now_ms, &mut recent, control.as_ref());
+            status_due |= !wrote.is_empty();
+            log_bpf_crossings(signals, act, woke_ns);
+            pending = wait_coalesced(signals, interval, tick_started);
+            woke_ns = mono_ns();
+            continue;
         }
+        last_periodic = Some(tick_started);
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
@@ -313,17 +342,17 @@ fn run_loop(
             }
         }
         let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
-        let mut decisions = engine.tick(&obs);
+        let mut decisions = engine.tick_periodic(&obs);
         if let Some(d) = dirty.as_mut() {
             decisions = d.adjust(cfg, root, &obs, decisions);
             notes.append(&mut d.notes);
         }
         let mut batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
-        if let Some(w) = cpu_weights.as_mut().filter(|_| periodic) {
+        if let Some(w) = cpu_weights.as_mut() {
             batch.extend(w.plan(cfg, &obs, act));
             notes.append(&mut w.notes);
         }
-        if let Some(adj) = oom_adj.as_mut().filter(|_| periodic) {
+        if let Some(adj) = oom_adj.as_mut() {
             batch.extend(adj.plan(cfg, &obs, act));
         }
         let wrote = act.apply(batch)?;
@@ -334,24 +363,8 @@ fn run_loop(
             adj.review(&wrote);
             notes.append(&mut adj.notes);
         }
-        for w in &wrote {
-            let record = DecisionRecord {
-                cgroup: w.cgroup.clone(),
-                file: w.file.clone(),
-                value: w.value.clone(),
-                reason: w.reason.clone(),
-                why: w.why.clone(),
-                at_ms: now_ms,
-            };
-            if let Some(c) = &control {
-                c.update(|v| v.record(record.clone()));
-            }
-            recent.push_back(record);
-            if recent.len() > status::RECENT {
-                recent.pop_front();
-            }
-        }
-        if periodic {
+        remember(&wrote, now_ms, &mut recent, control.as_ref());
+        {
             let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.cgroup_id).collect();
             act.retain_cgroups(&observed)?;
             if let Some(c) = &control {
@@ -359,17 +372,8 @@ fn run_loop(
                 c.update(|v| v.retain(|id| managed.contains(id)));
             }
         }
-        for c in signals.bpf_crossings.drain(..) {
-            act.emit(Event::Bpf {
-                cgroup: c.cgroup,
-                cgroup_id: c.cgroup_id,
-                kind: serde_json::to_value(c.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
-                value: c.value,
-                ktime_ns: c.ktime_ns,
-                mono_ns: woke_ns,
-            });
-        }
-        if periodic {
+        log_bpf_crossings(signals, act, woke_ns);
+        {
             let protected: Vec<(String, u64)> = obs
                 .cgroups
                 .iter()
@@ -388,7 +392,8 @@ fn run_loop(
             act.emit(Event::Degraded { message });
         }
         // status.json is for people and `memqos status`: once a second, or when knobs change.
-        if !wrote.is_empty() || last_status.is_none_or(|t: Instant| t.elapsed() >= STATUS_EVERY) {
+        if !wrote.is_empty() || status_due || last_status.is_none_or(|t: Instant| t.elapsed() >= STATUS_EVERY) {
+            status_due = false;
             let adjusted = oom_adj.as_ref().map_or(0, |a| a.adjusted());
             let mut snap =
                 status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted);
@@ -419,22 +424,68 @@ fn run_loop(
                 act.emit(Event::Degraded { message: format!("sd_notify READY=1: {e}") });
             }
         }
-        pending = signals.wait(interval);
-        // Coalescing: a storm of signals becomes at most one reaction per COALESCE window.
-        // The first signal after a quiet spell is handled at once; one arriving sooner than
-        // COALESCE after the last tick waits out the window, gathering what else arrives.
-        let since = tick_started.elapsed();
-        if !pending.is_empty() && since < COALESCE && !SHUTDOWN.load(Ordering::SeqCst) {
-            for item in signals.wait(COALESCE - since) {
-                if !pending.contains(&item) {
-                    pending.push(item);
-                }
-            }
-        }
+        pending = wait_coalesced(signals, interval, tick_started);
         // Logged after the next tick's writes (the log costs time on the reaction path).
         woke_ns = mono_ns();
     }
     Ok(())
+}
+
+/// Waits for pressure signals, at most `interval`. Coalescing: a storm of signals becomes at
+/// most one reaction per COALESCE window. The first signal after a quiet spell is handled at
+/// once; one arriving sooner than COALESCE after the last tick began waits out the window,
+/// gathering what else arrives.
+fn wait_coalesced(signals: &mut Signals, interval: Duration, tick_started: Instant) -> Vec<(String, SignalEvent)> {
+    let mut pending = signals.wait(interval);
+    let since = tick_started.elapsed();
+    if !pending.is_empty() && since < COALESCE && !SHUTDOWN.load(Ordering::SeqCst) {
+        for item in signals.wait(COALESCE - since) {
+            if !pending.contains(&item) {
+                pending.push(item);
+            }
+        }
+    }
+    pending
+}
+
+/// The writes just made, for `memqos status` and `memqos explain`.
+fn remember(
+    wrote: &[WriteEvent],
+    now_ms: u64,
+    recent: &mut VecDeque<DecisionRecord>,
+    control: Option<&control::Server>,
+) {
+    for w in wrote {
+        let record = DecisionRecord {
+            cgroup: w.cgroup.clone(),
+            file: w.file.clone(),
+            value: w.value.clone(),
+            reason: w.reason.clone(),
+            why: w.why.clone(),
+            at_ms: now_ms,
+        };
+        if let Some(c) = control {
+            c.update(|v| v.record(record.clone()));
+        }
+        recent.push_back(record);
+        if recent.len() > status::RECENT {
+            recent.pop_front();
+        }
+    }
+}
+
+/// BPF threshold crossings drained by the last wait, logged with the time the daemon woke.
+fn log_bpf_crossings(signals: &mut Signals, act: &mut Actuator, woke_ns: u64) {
+    for c in signals.bpf_crossings.drain(..) {
+        act.emit(Event::Bpf {
+            cgroup: c.cgroup,
+            cgroup_id: c.cgroup_id,
+            kind: serde_json::to_value(c.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+            value: c.value,
+            ktime_ns: c.ktime_ns,
+            mono_ns: woke_ns,
+        });
+    }
 }
 
 /// SIGHUP: validates the config file whole and, if it is acceptable, runs it (see `reload`).

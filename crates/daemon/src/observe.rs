@@ -1,9 +1,11 @@
 //! Turns the cgroup tree into the policy engine's `Observation`, one sample per tick.
 
+use crate::beneath::Root;
+use crate::fast_read::{FastFile, FastReader};
 use crate::journal::Journal;
 use anyhow::{anyhow, Context};
 use memqos_cgroupfs::{Cgroup, MemoryEvents};
-use memqos_policy::{CgroupObs, Config, Knobs, Limit, Observation, ParentObs};
+use memqos_policy::{CgroupObs, Config, Knobs, Limit, Observation, ParentObs, TierIndex};
 use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -23,7 +25,19 @@ pub struct Sampler {
     prev_parent_events: Option<MemoryEvents>,
     /// Ids of the managed cgroups of the last sample.
     pub alive: HashSet<u64>,
+    /// Each cgroup's tier, classified once (by path and, with xattr hints, its xattrs); a
+    /// reload clears it (`reclassify`).
+    tiers: HashMap<u64, Option<TierIndex>>,
+    /// The last periodic sample's managed cgroups and parent: the fast path's base.
+    last: Vec<CgroupObs>,
+    last_parent: ParentObs,
+    fast: FastReader,
 }
+
+/// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
+/// of the last periodic sample. Fixed, so a reaction costs the same at any tree size; the
+/// next periodic tick (at most one sampling interval later) sees everyone.
+pub const FAST_CANDIDATES: usize = 8;
 
 impl Default for Sampler {
     fn default() -> Self {
@@ -90,7 +104,16 @@ impl Sampler {
             prev_psi_total: HashMap::new(),
             prev_parent_events: None,
             alive: HashSet::new(),
+            tiers: HashMap::new(),
+            last: Vec::new(),
+            last_parent: ParentObs::default(),
+            fast: FastReader::default(),
         }
+    }
+
+    /// Forgets every cgroup's tier (a reload may have changed the rules).
+    pub fn reclassify(&mut self) {
+        self.tiers.clear();
     }
 
     /// Takes one snapshot of the managed tree and turns it into an observation. Cgroups
@@ -142,12 +165,14 @@ impl Sampler {
             if !leaf {
                 continue;
             }
-            let tier = if cfg.tiers.uses_xattrs() {
-                let cg = Cgroup::new(root.path().join(&c.path));
-                cfg.tiers.classify_with(&c.path, |name| cg.xattr_flag(name))
-            } else {
-                cfg.tiers.classify(&c.path)
-            };
+            let tier = *self.tiers.entry(c.id).or_insert_with(|| {
+                if cfg.tiers.uses_xattrs() {
+                    let cg = Cgroup::new(root.path().join(&c.path));
+                    cfg.tiers.classify_with(&c.path, |name| cg.xattr_flag(name))
+                } else {
+                    cfg.tiers.classify(&c.path)
+                }
+            });
             let Some(tier) = tier else { continue };
             let (mut obs, s) =
                 Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
@@ -163,8 +188,77 @@ impl Sampler {
         }
         self.prev_events.retain(|k, _| alive.contains(k));
         self.prev_psi_total.retain(|k, _| alive.contains(k));
+        let present: HashSet<u64> = snap.cgroups.iter().map(|c| c.id).collect();
+        self.tiers.retain(|k, _| present.contains(k));
+        self.fast.retain(&alive);
         self.alive = alive;
+        self.last.clone_from(&cgroups);
+        self.last_parent = parent.clone();
         Ok((Observation { now_ms, parent, cgroups }, seen))
+    }
+
+    /// The fast path's observation: the parent, the protected cgroups in `signalled`, and the
+    /// [`FAST_CANDIDATES`] largest throttle-tier cgroups, read fresh through kept descriptors;
+    /// everything else about them (originals, low/min, tier) comes from the last periodic
+    /// sample. Deltas are taken against that sample and not stored, so the next periodic
+    /// tick still measures its own interval (what `Engine::tick_fast` expects).
+    pub fn sample_fast(
+        &mut self,
+        cfg: &Config,
+        root: &Root,
+        hierarchy_root: bool,
+        signalled: &[&str],
+        now_ms: u64,
+    ) -> anyhow::Result<Observation> {
+        let mut parent = self.last_parent.clone();
+        if !hierarchy_root {
+            let files = [FastFile::Current, FastFile::Max, FastFile::High, FastFile::Events];
+            let s = self
+                .fast
+                .read(root, "", 0, &files)?
+                .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+            parent.usage_bytes = s.current.unwrap_or(parent.usage_bytes);
+            parent.max = s.max.unwrap_or(parent.max);
+            parent.high = s.high.unwrap_or(parent.high);
+            if let (Some(ev), Some(prev)) = (s.events, self.prev_parent_events) {
+                parent.events_delta = ev.delta_since(&prev);
+            }
+        }
+        let protected = |c: &CgroupObs| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected());
+        let throttle = |c: &CgroupObs| cfg.tiers.get(c.tier).is_some_and(|t| t.throttle);
+        let mut candidates: Vec<&CgroupObs> = self.last.iter().filter(|c| throttle(c)).collect();
+        candidates.sort_by(|a, b| b.usage_bytes.cmp(&a.usage_bytes).then_with(|| a.id.cmp(&b.id)));
+        candidates.truncate(FAST_CANDIDATES);
+        let mut wanted: Vec<(&CgroupObs, &[FastFile])> = Vec::new();
+        const SIGNALLED: &[FastFile] =
+            &[FastFile::Current, FastFile::High, FastFile::Max, FastFile::Events, FastFile::Pressure];
+        const CANDIDATE: &[FastFile] = &[FastFile::Current, FastFile::High];
+        for c in self.last.iter().filter(|c| protected(c) && signalled.contains(&c.id.as_str())) {
+            wanted.push((c, SIGNALLED));
+        }
+        wanted.extend(candidates.into_iter().map(|c| (c, CANDIDATE)));
+        let mut cgroups = Vec::with_capacity(wanted.len());
+        for (last, files) in wanted {
+            let Some(s) = self.fast.read(root, &last.id, last.cgroup_id, files)? else {
+                continue; // vanished since the periodic sample
+            };
+            let mut c = last.clone();
+            c.usage_bytes = s.current.unwrap_or(c.usage_bytes);
+            c.current.high = s.high.unwrap_or(c.current.high);
+            c.current.max = s.max.unwrap_or(c.current.max);
+            c.events_delta = match (s.events, self.prev_events.get(&c.cgroup_id)) {
+                (Some(ev), Some(prev)) => ev.delta_since(prev),
+                _ => Default::default(),
+            };
+            if let Some(psi) = s.pressure {
+                let prev = self.prev_psi_total.get(&c.cgroup_id).copied();
+                c.psi_some_delta_us = prev.map_or(0, |p| psi.some.total_us.saturating_sub(p));
+                c.psi = psi;
+            }
+            c.signals.clear();
+            cgroups.push(c);
+        }
+        Ok(Observation { now_ms, parent, cgroups })
     }
 
     fn observe_one(

@@ -24,9 +24,10 @@ pub struct DaemonArgs {
     /// Validate the config and exit; nothing is touched.
     #[arg(long)]
     check: bool,
-    /// Where each tick's statistics come from: text (cgroupfs), bpf (memcg kfuncs, 7.0+)
-    /// or auto (bpf where the kernel has the kfuncs).
-    #[arg(long, default_value = "text")]
+    /// Where each periodic sample's statistics come from: text (cgroupfs files), bpf (one
+    /// cgroup-iterator read with the memcg kfuncs, 7.0+) or auto (bpf where the kernel has
+    /// the kfuncs, else text, with one log line saying why).
+    #[arg(long, default_value = "auto")]
     stats_backend: memqos_stats::BackendChoice,
     /// Observe and decide as usual but write nothing (no knob, no journal): each write it
     /// would make is logged with its reason, and `memqos status` shows the daemon as dry.

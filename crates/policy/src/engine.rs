@@ -115,7 +115,38 @@ impl Engine {
         dropped
     }
 
-    /// Takes one observation, returns the writes to make now, in order.
+    /// The fast path: a pressure signal arrived between periodic ticks. `obs` holds only what
+    /// the reaction needs (the parent, the cgroups that signalled, the throttle candidates);
+    /// cgroups missing from it are *not* treated as gone, and cgroups the engine has not seen
+    /// on a periodic tick are ignored (the next periodic tick adopts them). Only pressure
+    /// detection and cuts run here: release, escalation, protection and stall bounds stay on
+    /// the periodic path, where the whole tree is seen. Rates (`psi_some_delta_us`,
+    /// `events_delta`) must be measured since the last periodic tick, which is what the
+    /// engine divides by; the fast path does not move that tick.
+    pub fn tick_fast(&mut self, obs: &Observation) -> Vec<Decision> {
+        let now = self.last_tick_ms.map_or(obs.now_ms, |t| obs.now_ms.max(t));
+        let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
+        let cgs = sync_known(&mut self.cgroups, &self.cfg, obs);
+        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs };
+        let p = pressure::detect(&ctx, elapsed);
+        if !p.any() {
+            return Vec::new();
+        }
+        self.last_pressure_ms = Some(now);
+        let mut plan = Plan::default();
+        throttle::cut(&ctx, &p, &mut plan);
+        self.stalls.drop_cuts_in_grace(&ctx, &mut plan);
+        commit(plan, &ctx, &mut self.cgroups)
+    }
+
+    /// The periodic path: one observation of every managed cgroup (those missing are gone),
+    /// returns the writes to make now, in order.
+    pub fn tick_periodic(&mut self, obs: &Observation) -> Vec<Decision> {
+        self.tick(obs)
+    }
+
+    /// Takes one observation of every managed cgroup, returns the writes to make now, in
+    /// order (the periodic path; [`Engine::tick_periodic`] names it so at call sites).
     pub fn tick(&mut self, obs: &Observation) -> Vec<Decision> {
         // A clock that steps back is treated as no time passing.
         let now = self.last_tick_ms.map_or(obs.now_ms, |t| obs.now_ms.max(t));
@@ -235,6 +266,24 @@ fn sync<'a>(
         s.original = c.original;
         s.current = c.current;
         s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));
+    }
+    seen.into_values().collect()
+}
+
+/// The fast path's sync: updates the knobs of cgroups already tracked (same tier, same
+/// kernel id) and returns them, sorted by id; everything else is left alone.
+fn sync_known<'a>(states: &mut BTreeMap<String, CgState>, cfg: &Config, obs: &'a Observation) -> Vec<&'a CgroupObs> {
+    let mut seen: BTreeMap<&str, &CgroupObs> = BTreeMap::new();
+    for c in &obs.cgroups {
+        let known = states.get(&c.id).is_some_and(|s| s.tier == c.tier && s.cgroup_id == c.cgroup_id);
+        if known && cfg.tiers.get(c.tier).is_some() {
+            seen.entry(c.id.as_str()).or_insert(c);
+        }
+    }
+    for c in seen.values() {
+        if let Some(s) = states.get_mut(&c.id) {
+            s.current = c.current;
+        }
     }
     seen.into_values().collect()
 }

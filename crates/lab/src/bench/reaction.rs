@@ -16,8 +16,14 @@
 //! daemon's CLOCK_MONOTONIC just before its first write to `low/memory.high` (the `mono_ns`
 //! of the write in its event log). Both clocks are the guest's CLOCK_MONOTONIC.
 //!
-//! Periodic sampling is set to 1 s and the headroom guard off, so a reaction faster than 1 s
-//! can only come from the source's wakeup.
+//! Periodic sampling is set to 60 s and the headroom guard off, so a reaction can only come
+//! from the source's wakeup (the daemon's fast path); the first periodic tick happens at
+//! start, before the probe.
+//!
+//! Size axis (`--sizes`): that many idle managed cgroups (`m0`, `m1`, ..., throttle tier)
+//! beside the pair, so the reaction's cost can be compared across tree sizes. Per run, the
+//! daemon's read and write system calls (`syscr + syscw` of /proc/PID/io) from the probe's
+//! start to the write are recorded: what one pressure event costs it.
 
 use crate::configs::DaemonConfig;
 use crate::daemon_process::DaemonProcess;
@@ -54,6 +60,12 @@ pub struct ReactionArgs {
     /// Sources to measure, comma-separated: bpf, psi, events.
     #[arg(long, default_value = "bpf,psi,events")]
     sources: String,
+    /// Idle managed cgroups beside the protected/low pair, one series per size.
+    #[arg(long, default_value = "0,10,100,1000", value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Managed cgroups (10% protected) for the CPU-cost windows, one series per size.
+    #[arg(long, default_value = "100,1000,10000", value_delimiter = ',')]
+    cpu_sizes: Vec<usize>,
     /// Where to write reaction.json (created if missing).
     #[arg(long, default_value = "docs/bpf")]
     out: PathBuf,
@@ -78,6 +90,15 @@ pub struct ReactionArgs {
 #[derive(Debug, Serialize, serde::Deserialize, Clone)]
 pub struct SourceResult {
     pub source: String,
+    /// Idle managed cgroups beside the pair.
+    #[serde(default)]
+    pub cgroups: usize,
+    /// Median read + write system calls of the daemon from the probe's start to its write.
+    #[serde(default)]
+    pub syscalls_p50: Option<f64>,
+    /// Same, per reacting run.
+    #[serde(default)]
+    pub syscalls: Vec<u64>,
     pub runs: usize,
     /// Delays (ms) of the runs that reacted, in run order.
     pub delays_ms: Vec<f64>,
@@ -147,10 +168,13 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }
+    if a.sizes.is_empty() || a.cpu_sizes.iter().any(|&n| n < 10) {
+        bail!("--sizes needs at least one size; --cpu-sizes needs at least 10 cgroups each");
+    }
     if a.in_guest {
-        let mut r = in_guest(&sources, a.runs)?;
+        let mut r = in_guest(&sources, a.runs, &a.sizes)?;
         if a.cpu_window > 0 {
-            r.cpu_cost = cpu_cost(Duration::from_secs(a.cpu_window))?;
+            r.cpu_cost = cpu_cost(Duration::from_secs(a.cpu_window), &a.cpu_sizes)?;
         }
         let out = std::env::var_os("MEMQOS_RESULTS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
         std::fs::write(out.join("reaction.json"), serde_json::to_string_pretty(&r)?)?;
@@ -167,12 +191,17 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
             &a.runs.to_string(),
             "--sources",
             &sources.join(","),
+            "--sizes",
+            &join(&a.sizes),
+            "--cpu-sizes",
+            &join(&a.cpu_sizes),
             "--cpu-window",
             &a.cpu_window.to_string(),
         ]
         .map(String::from);
+        // A guest big enough for 10,000 memcgs; an hour covers the default sizes under TCG.
         let run = self_run::run_self(&kernel, &args, |g| {
-            g.scratch_mb(512, None).timeout(Duration::from_secs(600)).stream_console(!a.json)
+            g.scratch_mb(512, None).memory_mb(3072).timeout(Duration::from_secs(3600)).stream_console(!a.json)
         })?;
         let file = run.results_dir.join("reaction.json");
         let text = std::fs::read_to_string(&file).with_context(|| {
@@ -216,7 +245,7 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
     }
     let doc = serde_json::json!({
         "benchmark": "memqos bench reaction",
-        "scenario": format!("parent memory.max {} MiB, low holds {} MiB page cache, prot allocates {} MiB anon in {} KiB chunks; no swap; sampling 1 s; headroom guard off", PARENT_MAX / MIB, CACHE_MB, PROBE_MB, CHUNK / 1024),
+        "scenario": format!("parent memory.max {} MiB, low holds {} MiB page cache, prot allocates {} MiB anon in {} KiB chunks; no swap; sampling 60 s (reactions come from the fast path); headroom guard off; idle managed cgroups beside the pair per size", PARENT_MAX / MIB, CACHE_MB, PROBE_MB, CHUNK / 1024),
         "delay": "CLOCK_MONOTONIC from just before the chunk whose charge first hit the parent's memory.max to just before the daemon's first write of low/memory.high",
         "host_note": "TCG guests (no KVM) on a shared 2-core host: absolute times include emulation overhead and host noise",
         "kernels": all,
@@ -229,6 +258,10 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
     Ok(0)
 }
 
+fn join(v: &[usize]) -> String {
+    v.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+}
+
 fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
@@ -237,20 +270,22 @@ fn tail(s: &str, n: usize) -> String {
 fn print_table(r: &KernelResult) {
     println!("kernel {}", r.kernel);
     println!(
-        "  {:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9}",
-        "source", "N", "misses", "p50 ms", "p99 ms", "max ms", "min ms"
+        "  {:<8} {:>7} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "source", "cgroups", "N", "misses", "p50 ms", "p99 ms", "max ms", "min ms", "syscalls"
     );
     let f = |v: Option<f64>| v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
     for s in &r.sources {
         println!(
-            "  {:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9}",
+            "  {:<8} {:>7} {:>4} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}",
             s.source,
+            s.cgroups + 2,
             s.runs,
             s.misses,
             f(s.p50_ms),
             f(s.p99_ms),
             f(s.max_ms),
-            f(s.min_ms)
+            f(s.min_ms),
+            s.syscalls_p50.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
         );
     }
 }
@@ -276,7 +311,7 @@ fn set(cg: &Cgroup, file: &'static str, v: u64) -> Result<()> {
     cg.write_string(file, &v.to_string()).with_context(|| format!("{}/{file}", cg.path().display()))
 }
 
-fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
+fn in_guest(sources: &[String], runs: usize, sizes: &[usize]) -> Result<KernelResult> {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim().to_string();
     let root = Cgroup::new("/sys/fs/cgroup");
     let parent = root.child("bench");
@@ -292,23 +327,67 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
 
     let mut out = Vec::new();
     let mut bpf_hooks = None;
-    for source in sources {
+    let mut extra: Vec<Cgroup> = Vec::new();
+    for &size in sizes {
+        while extra.len() < size {
+            let cg = parent.child(&format!("m{}", extra.len()));
+            cg.create()?;
+            extra.push(cg);
+        }
+        while extra.len() > size {
+            let _ = extra.pop().map(|cg| cg.remove());
+        }
+        for source in sources {
+            out.push(one_series(&kernel, source, runs, size, &exe, &prot, &low, file, &mut bpf_hooks)?);
+        }
+    }
+    for cg in extra {
+        let _ = cg.remove();
+    }
+    let _ = prot.remove();
+    let _ = low.remove();
+    let _ = parent.remove();
+    Ok(KernelResult { kernel, sources: out, bpf_hooks, cpu_cost: Vec::new() })
+}
+
+/// `runs` reactions with one source and `size` idle managed cgroups beside the pair.
+#[allow(clippy::too_many_arguments)]
+fn one_series(
+    kernel: &str,
+    source: &str,
+    runs: usize,
+    size: usize,
+    exe: &Path,
+    prot: &Cgroup,
+    low: &Cgroup,
+    file: &Path,
+    bpf_hooks: &mut Option<serde_json::Value>,
+) -> Result<SourceResult> {
+    {
         config(source).write(Path::new("/run/memqos-bench.toml"))?;
         let mut delays = Vec::new();
         let mut chunks = Vec::new();
         let mut writes = Vec::new();
         let mut reasons: Vec<String> = Vec::new();
         let mut splits: Vec<[f64; 3]> = Vec::new();
+        let mut syscalls: Vec<u64> = Vec::new();
         let mut misses = 0;
         for i in 0..runs {
-            fill_cache(&low, file)?;
-            let (r, hooks) = one_run(&exe, &prot, &low)?;
+            fill_cache(low, file)?;
+            let (r, hooks) = one_run(exe, prot, low)?;
             if hooks.is_some() {
-                bpf_hooks = hooks;
+                *bpf_hooks = hooks;
             }
             match r {
                 Some(m) => {
-                    eprintln!("[{kernel}] {source} run {}/{runs}: {:.2} ms ({})", i + 1, m.delay_ms, m.reason);
+                    eprintln!(
+                        "[{kernel}] {source} +{size} cgroups run {}/{runs}: {:.2} ms, {} syscalls ({})",
+                        i + 1,
+                        m.delay_ms,
+                        m.syscalls,
+                        m.reason
+                    );
+                    syscalls.push(m.syscalls);
                     delays.push(m.delay_ms);
                     chunks.push(m.chunk_ms);
                     writes.push(m.write_ms);
@@ -318,7 +397,11 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
                     }
                 }
                 None => {
-                    eprintln!("[{kernel}] {source} run {}/{runs}: no write within {:?}", i + 1, RUN_TIMEOUT);
+                    eprintln!(
+                        "[{kernel}] {source} +{size} cgroups run {}/{runs}: no write within {:?}",
+                        i + 1,
+                        RUN_TIMEOUT
+                    );
                     misses += 1;
                 }
             }
@@ -327,8 +410,13 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
         sorted.sort_by(f64::total_cmp);
         chunks.sort_by(f64::total_cmp);
         writes.sort_by(f64::total_cmp);
-        out.push(SourceResult {
-            source: source.clone(),
+        let mut sorted_calls: Vec<f64> = syscalls.iter().map(|&n| n as f64).collect();
+        sorted_calls.sort_by(f64::total_cmp);
+        Ok(SourceResult {
+            source: source.to_owned(),
+            cgroups: size,
+            syscalls_p50: percentile(&sorted_calls, 50.0),
+            syscalls,
             runs,
             misses,
             p50_ms: percentile(&sorted, 50.0),
@@ -348,16 +436,12 @@ fn in_guest(sources: &[String], runs: usize) -> Result<KernelResult> {
                 [col(0), col(1), col(2)]
             }),
             bpf_split_ms: splits,
-        });
+        })
     }
-    let _ = prot.remove();
-    let _ = low.remove();
-    let _ = parent.remove();
-    Ok(KernelResult { kernel, sources: out, bpf_hooks, cpu_cost: Vec::new() })
 }
 
-const CPU_CGROUPS: usize = 100;
-const CPU_PROTECTED: usize = 10;
+/// One managed cgroup in ten is protected in the CPU-cost trees.
+const CPU_PROTECTED_EVERY: usize = 10;
 
 fn cpu_config(bpf: bool, interval_ms: u64) -> DaemonConfig {
     DaemonConfig::named("cpu-cost.toml").set("signals.bpf", bpf).set("signals.sampling_interval_ms", interval_ms as i64)
@@ -374,25 +458,37 @@ fn vm_pgfault() -> Result<u64> {
         .map_err(Into::into)
 }
 
-/// The daemon managing 100 cgroups (10 protected, 90 throttleable, all sources on), idle and
-/// with a steady fault load in a protected cgroup, with the BPF source on and off.
-fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
+/// For each size, the daemon managing that many cgroups (one in ten protected, the rest
+/// throttleable, all sources on), idle and with a steady fault load in a protected cgroup:
+/// default sampling (500 ms) with the BPF source on, then 5 s sampling idle (what the idle
+/// cost is made of); at the smallest size also with the BPF source off.
+fn cpu_cost(window: Duration, sizes: &[usize]) -> Result<Vec<CpuCost>> {
+    let mut out = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let mut arms = vec![(true, 500, &["idle", "faults"][..]), (true, 5000, &["idle"][..])];
+        if i == 0 {
+            arms.push((false, 500, &["idle", "faults"][..]));
+        }
+        out.extend(cpu_cost_at(window, size, &arms)?);
+    }
+    Ok(out)
+}
+
+fn cpu_cost_at(window: Duration, size: usize, arms: &[(bool, u64, &[&str])]) -> Result<Vec<CpuCost>> {
     let root = Cgroup::new("/sys/fs/cgroup");
     let parent = root.child("cpucost");
     parent.create()?;
     parent.write_string("cgroup.subtree_control", "+memory")?;
     let names: Vec<String> =
-        (0..CPU_CGROUPS).map(|i| if i < CPU_PROTECTED { format!("p{i}") } else { format!("b{i}") }).collect();
+        (0..size).map(|i| if i % CPU_PROTECTED_EVERY == 0 { format!("p{i}") } else { format!("b{i}") }).collect();
+    let made = Instant::now();
     for n in &names {
         parent.child(n).create()?;
     }
+    eprintln!("cpu cost: {size} cgroups created in {:.1} s", made.elapsed().as_secs_f64());
     let exe = std::env::current_exe()?;
     let mut out = Vec::new();
-    // Default sampling (500 ms) with BPF on and off, idle and under faults; then BPF on with
-    // 5 s sampling, idle, to show what the idle cost is made of.
-    for (bpf, interval_ms, loads) in
-        [(true, 500, &["idle", "faults"][..]), (false, 500, &["idle", "faults"][..]), (true, 5000, &["idle"][..])]
-    {
+    for &(bpf, interval_ms, loads) in arms {
         cpu_config(bpf, interval_ms).write(Path::new("/run/memqos-cpucost.toml"))?;
         let _ = std::fs::remove_dir_all(STATE);
         std::fs::create_dir_all(STATE)?;
@@ -404,7 +500,8 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
             Stdio::null(),
         )
         .context("daemon for the CPU cost")?;
-        std::thread::sleep(Duration::from_secs(3)); // start-up (BPF load, first ticks) excluded
+        // Start-up (BPF load, first ticks, fds opened for every cgroup) excluded.
+        std::thread::sleep(Duration::from_secs(3 + (size / 1000) as u64 * 2));
         for &load in loads {
             let mut loader = (load == "faults")
                 .then(|| {
@@ -431,14 +528,14 @@ fn cpu_cost(window: Duration) -> Result<Vec<CpuCost>> {
                 bpf,
                 sampling_interval_ms: interval_ms,
                 load: load.into(),
-                cgroups: CPU_CGROUPS,
+                cgroups: size,
                 window_s: secs,
                 cpu_pct: (c1 - c0) / secs * 100.0,
                 faults_per_s: (f1 - f0) as f64 / secs,
                 logged_events: logged,
             };
             eprintln!(
-                "cpu cost: bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)",
+                "cpu cost: {size} cgroups, bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)",
                 c.cpu_pct, c.faults_per_s
             );
             out.push(c);
@@ -513,6 +610,14 @@ struct Measured {
     write_ms: f64,
     reason: String,
     bpf_split: Option<[f64; 3]>,
+    syscalls: u64,
+}
+
+/// `syscr + syscw` of /proc/PID/io: the read and write system calls a process has made.
+fn rw_syscalls(pid: u32) -> Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).context("/proc/PID/io")?;
+    let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<u64>().ok());
+    Ok(field("syscr:").context("no syscr")? + field("syscw:").context("no syscw")?)
 }
 
 /// One daemon start, one probe; the measurement (None: no reaction or no crossing) and the
@@ -533,6 +638,7 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     // Let the first tick sync the watches (PSI trigger, inotify, BPF thresholds).
     std::thread::sleep(Duration::from_millis(400));
 
+    let calls_before = rw_syscalls(daemon.pid())?;
     let mut probe = Command::new(exe)
         .args(["bench", "reaction", "--probe"])
         .env("MEMQOS_BENCH_CGROUP", prot.path())
@@ -550,6 +656,7 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+    let calls = rw_syscalls(daemon.pid())? - calls_before;
     let hooks = read_events(&events).into_iter().find_map(|l| match l.event {
         Event::BpfSource { hooks } => Some(hooks),
         _ => None,
@@ -576,6 +683,7 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
         write_ms: ms(start, done),
         reason: w.why.clone(),
         bpf_split,
+        syscalls: calls,
     };
     Ok((Some(m), hooks))
 }

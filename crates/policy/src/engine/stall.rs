@@ -68,6 +68,17 @@ impl Stalls {
         self.by_id.retain(|id, _| !ids.contains(id));
     }
 
+    /// The fast path's share: cuts of cgroups in a relief's grace are dropped (the tracking
+    /// itself moves only on periodic ticks).
+    pub(crate) fn drop_cuts_in_grace(&self, ctx: &Ctx, plan: &mut Plan) {
+        for &c in &ctx.cgs {
+            let in_grace = self.by_id.get(&c.id).and_then(|t| t.no_cuts_until_ms).is_some_and(|u| ctx.now < u);
+            if in_grace {
+                plan.drop_cuts(c);
+            }
+        }
+    }
+
     /// Updates the tracking from this tick's observation and adjusts `plan`: cuts of cgroups
     /// in a relief's grace are dropped, and cgroups stalled for their tier's bound get the
     /// tier's action. Call after every other part of the tick has planned.
