@@ -260,6 +260,7 @@ fn run_loop(
     let mut check_protection = true;
     // Knobs changed on the fast path: the next periodic tick writes status.json.
     let mut status_due = false;
+    let mut adopting: Vec<Adopting> = Vec::new();
     let fast_root = beneath::Root::open(root.path())?;
     let hierarchy_root = root.is_hierarchy_root();
     while !SHUTDOWN.load(Ordering::SeqCst) {
@@ -296,29 +297,40 @@ fn run_loop(
         // that signalled and the largest throttle candidates, the engine reacts, its writes go
         // out. Everything else (the whole tree's sample, release, protection, stall bounds,
         // cpu_weight, oom_score_adj, dirty limits, OOM reports, status, housekeeping, the
-        // signal set-up) waits for the periodic tick: a timeout, or a sampling interval
-        // since the last periodic one.
-        let periodic = pending.is_empty() || last_periodic.is_none_or(|t: Instant| t.elapsed() >= interval);
+        // signal set-up) waits for the periodic tick, a sampling interval after the last one.
+        // A wakeup by new cgroups only adopts them (`adopt_created`).
+        let periodic = last_periodic.is_none_or(|t: Instant| t.elapsed() >= interval);
         if !periodic {
-            let now_ms = started.elapsed().as_millis() as u64;
-            let signalled: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
-            let mut obs = sampler.sample_fast(cfg, &fast_root, hierarchy_root, &signalled, now_ms)?;
-            for (id, ev) in pending.drain(..) {
-                if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == id) {
-                    c.signals.push(ev);
+            if !pending.is_empty() {
+                let now_ms = started.elapsed().as_millis() as u64;
+                let signalled: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
+                let mut obs = sampler.sample_fast(cfg, &fast_root, hierarchy_root, &signalled, now_ms)?;
+                for (id, ev) in pending.drain(..) {
+                    if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == id) {
+                        c.signals.push(ev);
+                    }
                 }
+                let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
+                let decisions = engine.tick_fast(&obs);
+                let batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
+                let wrote = act.apply(batch)?;
+                if let Some(m) = exporter.as_mut() {
+                    m.after_tick(cfg, &obs, &decisions, tick_started.elapsed());
+                }
+                remember(&wrote, now_ms, &mut recent, control.as_ref());
+                status_due |= !wrote.is_empty();
+                log_bpf_crossings(signals, act, woke_ns);
             }
-            let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
-            let decisions = engine.tick_fast(&obs);
-            let batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
-            let wrote = act.apply(batch)?;
-            if let Some(m) = exporter.as_mut() {
-                m.after_tick(cfg, &obs, &decisions, tick_started.elapsed());
-            }
+            let now_ms = started.elapsed().as_millis() as u64;
+            let wrote =
+                adopt_created(cfg, root, &mut sampler, signals, &mut adopting, &mut cpu_weights, &mut oom_adj, act)?;
             remember(&wrote, now_ms, &mut recent, control.as_ref());
             status_due |= !wrote.is_empty();
-            log_bpf_crossings(signals, act, woke_ns);
-            pending = wait_coalesced(signals, interval, tick_started);
+            pending = wait_coalesced(
+                signals,
+                next_wait(last_periodic, interval, &adopting).min(until_stop(opts, started)),
+                tick_started,
+            );
             woke_ns = mono_ns();
             continue;
         }
@@ -385,6 +397,7 @@ fn run_loop(
             // its `high` counter on every charge, and watching it made the daemon re-sample
             // in a tight loop exactly when it had throttled someone (found by the experiments).
             signals.sync(root.path(), &protected, &protected_paths);
+            signals.sync_tree(root.path(), &sampler.dirs());
         }
         notes.extend(signals.degraded[reported_degraded..].iter().cloned());
         reported_degraded = signals.degraded.len();
@@ -424,11 +437,101 @@ fn run_loop(
                 act.emit(Event::Degraded { message: format!("sd_notify READY=1: {e}") });
             }
         }
-        pending = wait_coalesced(signals, interval, tick_started);
+        pending = wait_coalesced(
+            signals,
+            next_wait(last_periodic, interval, &adopting).min(until_stop(opts, started)),
+            tick_started,
+        );
         // Logged after the next tick's writes (the log costs time on the reaction path).
         woke_ns = mono_ns();
     }
     Ok(())
+}
+
+/// A cgroup made since the last sample whose tier sets knobs of its own (cpu_weight,
+/// oom_score_adj), watched for a short while: `memqos run` and container runtimes move the
+/// first process in just after the mkdir.
+struct Adopting {
+    obs: memqos_policy::CgroupObs,
+    until: Instant,
+    weight_done: bool,
+}
+
+/// How long a new cgroup is re-checked for processes to adjust, and how often: after that
+/// the periodic path handles it like any other.
+const ADOPT_FOR: Duration = Duration::from_millis(300);
+const ADOPT_POLL: Duration = Duration::from_millis(10);
+
+/// Until `--duration` ends the run.
+fn until_stop(opts: &Options, started: Instant) -> Duration {
+    opts.duration.map_or(Duration::MAX, |d| d.saturating_sub(started.elapsed()))
+}
+
+/// Until the next periodic tick, or the next check of new cgroups.
+fn next_wait(last_periodic: Option<Instant>, interval: Duration, adopting: &[Adopting]) -> Duration {
+    let periodic = last_periodic.map_or(Duration::ZERO, |t| interval.saturating_sub(t.elapsed()));
+    if adopting.is_empty() {
+        periodic
+    } else {
+        periodic.min(ADOPT_POLL)
+    }
+}
+
+/// Applies the per-tier knobs of cgroups made since the last wakeup (seen by the tree
+/// watches) at once, instead of at the next periodic sample: cpu.weight, and oom_score_adj
+/// of the processes that have joined them. Memory knobs wait for the periodic tick (the
+/// engine adopts a cgroup there, with its history from the first sample).
+#[allow(clippy::too_many_arguments)]
+fn adopt_created(
+    cfg: &Config,
+    root: &Cgroup,
+    sampler: &mut Sampler,
+    signals: &mut Signals,
+    adopting: &mut Vec<Adopting>,
+    cpu_weights: &mut Option<cpu_weight::CpuWeights>,
+    oom_adj: &mut Option<oom_adj::OomAdjuster>,
+    act: &mut Actuator,
+) -> Result<Vec<WriteEvent>> {
+    use std::os::unix::fs::MetadataExt;
+    let now = Instant::now();
+    for rel in signals.take_created() {
+        let Ok(meta) = std::fs::symlink_metadata(root.path().join(&rel)) else {
+            continue; // removed already
+        };
+        let Some(tier) = sampler.tier_of(cfg, root.path(), &rel, meta.ino()) else {
+            continue;
+        };
+        let t = cfg.tiers.get(tier).expect("classified into it");
+        if t.cpu_weight.is_none() && t.oom_score_adj.is_none() {
+            continue;
+        }
+        let mut obs = memqos_policy::CgroupObs::new(rel, tier, 0);
+        obs.cgroup_id = meta.ino();
+        adopting.push(Adopting { obs, until: now + ADOPT_FOR, weight_done: false });
+    }
+    if adopting.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut batch = Vec::new();
+    if let Some(w) = cpu_weights.as_mut() {
+        let fresh: Vec<memqos_policy::CgroupObs> =
+            adopting.iter().filter(|a| !a.weight_done).map(|a| a.obs.clone()).collect();
+        let obs = memqos_policy::Observation { cgroups: fresh, ..Default::default() };
+        batch.extend(w.plan(cfg, &obs, act));
+        for a in adopting.iter_mut() {
+            a.weight_done = true;
+        }
+    }
+    if let Some(adj) = oom_adj.as_mut() {
+        let cgs: Vec<memqos_policy::CgroupObs> = adopting.iter().map(|a| a.obs.clone()).collect();
+        batch.extend(adj.plan_new(cfg, &cgs, act));
+    }
+    let wrote = act.apply(batch)?;
+    if let Some(adj) = oom_adj.as_mut() {
+        adj.review(&wrote);
+    }
+    adopting.retain(|a| now < a.until);
+    Ok(wrote)
 }
 
 /// Waits for pressure signals, at most `interval`. Coalescing: a storm of signals becomes at

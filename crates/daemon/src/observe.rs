@@ -93,6 +93,16 @@ fn originals(journal: &Journal, id: u64, current: &Knobs) -> Knobs {
     }
 }
 
+/// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
+fn classify(cfg: &Config, root: &Path, rel: &str) -> Option<TierIndex> {
+    if cfg.tiers.uses_xattrs() {
+        let cg = Cgroup::new(root.join(rel));
+        cfg.tiers.classify_with(rel, |name| cg.xattr_flag(name))
+    } else {
+        cfg.tiers.classify(rel)
+    }
+}
+
 impl Sampler {
     pub fn new(backend: BackendChoice) -> Sampler {
         Sampler {
@@ -109,6 +119,16 @@ impl Sampler {
             last_parent: ParentObs::default(),
             fast: FastReader::default(),
         }
+    }
+
+    /// Every cgroup of the last sample, the root ("") included: relative paths.
+    pub fn dirs(&self) -> Vec<&str> {
+        self.snap.cgroups.iter().map(|c| c.path.as_str()).collect()
+    }
+
+    /// A cgroup's tier, classified once per cgroup id (None: no tier).
+    pub fn tier_of(&mut self, cfg: &Config, root: &Path, rel: &str, id: u64) -> Option<TierIndex> {
+        *self.tiers.entry(id).or_insert_with(|| classify(cfg, root, rel))
     }
 
     /// Forgets every cgroup's tier (a reload may have changed the rules).
@@ -165,14 +185,7 @@ impl Sampler {
             if !leaf {
                 continue;
             }
-            let tier = *self.tiers.entry(c.id).or_insert_with(|| {
-                if cfg.tiers.uses_xattrs() {
-                    let cg = Cgroup::new(root.path().join(&c.path));
-                    cfg.tiers.classify_with(&c.path, |name| cg.xattr_flag(name))
-                } else {
-                    cfg.tiers.classify(&c.path)
-                }
-            });
+            let tier = *self.tiers.entry(c.id).or_insert_with(|| classify(cfg, root.path(), &c.path));
             let Some(tier) = tier else { continue };
             let (mut obs, s) =
                 Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;

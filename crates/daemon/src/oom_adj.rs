@@ -74,9 +74,47 @@ impl OomAdjuster {
     /// put back the value of processes that left. A child that inherited a value memqos set
     /// on its parent gets the parent's original journaled, so it is restored too.
     pub fn plan(&mut self, cfg: &Config, obs: &Observation, act: &mut Actuator) -> Vec<Request> {
-        let mut writes = Vec::new();
         let mut present: HashSet<u32> = HashSet::new();
-        for c in &obs.cgroups {
+        let mut writes = self.plan_cgroups(cfg, &obs.cgroups, act, &mut present);
+        // Processes that left: exited (forget them) or moved out of the tier (put back).
+        let mut exited = Vec::new();
+        self.handled.retain(|pid, h| {
+            if present.contains(pid) {
+                return true;
+            }
+            if h.wrote && h.process.is_alive() {
+                let mut r = Request::new(
+                    Target::Process { cgroup: String::new(), cgroup_id: 0, process: h.process },
+                    FILE,
+                    h.original.to_string(),
+                    "process left its tier: original put back",
+                );
+                r.restores = true;
+                writes.push(r);
+            } else {
+                exited.push(h.process);
+            }
+            false
+        });
+        act.forget_processes(&exited, FILE);
+        writes
+    }
+
+    /// For cgroups just created (not a whole observation): the writes for their processes
+    /// only; nothing is put back.
+    pub fn plan_new(&mut self, cfg: &Config, cgroups: &[memqos_policy::CgroupObs], act: &mut Actuator) -> Vec<Request> {
+        self.plan_cgroups(cfg, cgroups, act, &mut HashSet::new())
+    }
+
+    fn plan_cgroups(
+        &mut self,
+        cfg: &Config,
+        cgroups: &[memqos_policy::CgroupObs],
+        act: &mut Actuator,
+        present: &mut HashSet<u32>,
+    ) -> Vec<Request> {
+        let mut writes = Vec::new();
+        for c in cgroups {
             let Some(target) = cfg.tiers.get(c.tier).and_then(|t| t.oom_score_adj) else {
                 continue;
             };
@@ -127,27 +165,6 @@ impl OomAdjuster {
                 self.handled.insert(pid, Handled { process, wrote, original });
             }
         }
-        // Processes that left: exited (forget them) or moved out of the tier (put back).
-        let mut exited = Vec::new();
-        self.handled.retain(|pid, h| {
-            if present.contains(pid) {
-                return true;
-            }
-            if h.wrote && h.process.is_alive() {
-                let mut r = Request::new(
-                    Target::Process { cgroup: String::new(), cgroup_id: 0, process: h.process },
-                    FILE,
-                    h.original.to_string(),
-                    "process left its tier: original put back",
-                );
-                r.restores = true;
-                writes.push(r);
-            } else {
-                exited.push(h.process);
-            }
-            false
-        });
-        act.forget_processes(&exited, FILE);
         writes
     }
 

@@ -31,6 +31,15 @@ pub struct Signals {
     pub bpf_started: Option<serde_json::Value>,
     /// Crossings drained by the last `wait`, for the log.
     pub bpf_crossings: Vec<Crossing>,
+    /// Directory watches (IN_CREATE/IN_DELETE) on every cgroup of the managed tree: a new
+    /// cgroup is seen when it is made, not at the next sample.
+    tree: Option<OwnedFd>,
+    tree_watches: HashMap<i32, String>,
+    tree_watched: HashMap<String, i32>,
+    /// The root the tree watches are relative to (set by `sync_tree`).
+    root: Option<std::path::PathBuf>,
+    /// Cgroups created since the daemon last took them (`take_created`), relative paths.
+    created: Vec<String>,
 }
 
 impl Signals {
@@ -49,7 +58,22 @@ impl Signals {
             bpf: None,
             bpf_started: None,
             bpf_crossings: Vec::new(),
+            tree: None,
+            tree_watches: HashMap::new(),
+            tree_watched: HashMap::new(),
+            root: None,
+            created: Vec::new(),
         };
+        // SAFETY: plain syscall; the fd is owned below.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd >= 0 {
+            s.tree = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        } else {
+            s.degraded.push(format!(
+                "new cgroups are noticed at the next periodic sample only: inotify_init1: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
         if bpf {
             match BpfSource::start() {
                 Ok(src) => {
@@ -134,6 +158,100 @@ impl Signals {
         }
     }
 
+    /// Watches every directory in `dirs` (relative paths, "" = the root) for cgroups made
+    /// or removed in it; watches of directories no longer listed are dropped.
+    pub fn sync_tree(&mut self, root: &Path, dirs: &[&str]) {
+        let Some(fd) = self.tree.as_ref().map(|f| f.as_raw_fd()) else {
+            return;
+        };
+        if self.root.as_deref() != Some(root) {
+            self.root = Some(root.to_owned());
+        }
+        let keep: std::collections::HashSet<&str> = dirs.iter().copied().collect();
+        let stale: Vec<String> = self.tree_watched.keys().filter(|d| !keep.contains(d.as_str())).cloned().collect();
+        for d in stale {
+            if let Some(wd) = self.tree_watched.remove(&d) {
+                unsafe { libc::inotify_rm_watch(fd, wd) };
+                self.tree_watches.remove(&wd);
+            }
+        }
+        for d in dirs {
+            if !self.tree_watched.contains_key(*d) {
+                self.watch_dir(root, d);
+            }
+        }
+    }
+
+    fn watch_dir(&mut self, root: &Path, rel: &str) {
+        let Some(fd) = self.tree.as_ref().map(|f| f.as_raw_fd()) else {
+            return;
+        };
+        let Ok(path) = CString::new(root.join(rel).to_string_lossy().as_bytes()) else {
+            return;
+        };
+        let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_DELETE | libc::IN_ONLYDIR | libc::IN_DONT_FOLLOW;
+        // SAFETY: valid fd and NUL-terminated path.
+        let wd = unsafe { libc::inotify_add_watch(fd, path.as_ptr(), mask) };
+        if wd >= 0 {
+            self.tree_watches.insert(wd, rel.to_owned());
+            self.tree_watched.insert(rel.to_owned(), wd);
+        } else {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                self.note(format!(
+                    "new cgroups are noticed at the next periodic sample only beyond {} watches: fs.inotify.max_user_watches reached",
+                    self.tree_watched.len()
+                ));
+            }
+        }
+    }
+
+    /// Cgroups created since the last call (relative paths, parents before children).
+    pub fn take_created(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.created)
+    }
+
+    /// Reads the tree watches' events: new directories are watched at once (their own
+    /// children are seen too) and queued for `take_created`.
+    fn drain_tree(&mut self, root: &Path) {
+        let Some(fd) = self.tree.as_ref().map(|f| f.as_raw_fd()) else {
+            return;
+        };
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            let mut off = 0usize;
+            let head = std::mem::size_of::<libc::inotify_event>();
+            while off + head <= n as usize {
+                // SAFETY: the kernel writes whole inotify_event records; read unaligned.
+                let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
+                let name_bytes = &buf[off + head..(off + head + ev.len as usize).min(n as usize)];
+                let name = String::from_utf8_lossy(name_bytes).trim_end_matches('\0').to_owned();
+                off += head + ev.len as usize;
+                if ev.mask & libc::IN_IGNORED != 0 {
+                    if let Some(d) = self.tree_watches.remove(&ev.wd) {
+                        self.tree_watched.remove(&d);
+                    }
+                    continue;
+                }
+                let Some(parent) = self.tree_watches.get(&ev.wd).cloned() else { continue };
+                if ev.mask & libc::IN_ISDIR == 0 || name.is_empty() {
+                    continue;
+                }
+                let rel = if parent.is_empty() { name } else { format!("{parent}/{name}") };
+                if ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+                    self.watch_dir(root, &rel);
+                    self.created.push(rel);
+                } else if ev.mask & libc::IN_DELETE != 0 {
+                    self.created.retain(|c| c != &rel);
+                }
+            }
+        }
+    }
+
     /// The BPF source's counters per watched cgroup and its global stats (None when off).
     pub fn bpf_summary(&self) -> Option<serde_json::Value> {
         let b = self.bpf.as_ref()?;
@@ -161,6 +279,11 @@ impl Signals {
             fds.push(libc::pollfd { fd: ino.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             ids.push(None);
         }
+        let tree_fd = self.tree.as_ref().map(|f| f.as_raw_fd());
+        if let Some(fd) = tree_fd {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            ids.push(None);
+        }
         if let Some(bpf) = &self.bpf {
             fds.push(libc::pollfd { fd: bpf.fd(), events: libc::POLLIN, revents: 0 });
         }
@@ -184,17 +307,24 @@ impl Signals {
             return out;
         }
         let mut gone = Vec::new();
+        let mut tree_changed = false;
         // zip stops at `ids`: the BPF fd (last, no id) was drained above.
         for (p, id) in fds.iter().zip(ids) {
             match id {
                 Some(id) if p.revents & libc::POLLERR != 0 => gone.push(id.clone()), // cgroup removed
                 Some(id) if p.revents & libc::POLLPRI != 0 => out.push((id.clone(), SignalEvent::PsiTrigger)),
+                None if Some(p.fd) == tree_fd => tree_changed |= p.revents & libc::POLLIN != 0,
                 None if p.revents & libc::POLLIN != 0 => out.extend(self.drain_inotify()),
                 _ => {}
             }
         }
         for id in gone {
             self.psi.remove(&id);
+        }
+        if tree_changed {
+            if let Some(root) = self.root.clone() {
+                self.drain_tree(&root);
+            }
         }
         out
     }

@@ -345,3 +345,31 @@ fn children_that_inherited_oom_score_adj_get_the_original_back() {
     // SAFETY: kill(2) on the sleep the test's shell started.
     unsafe { libc::kill(child as i32, libc::SIGKILL) };
 }
+
+#[test]
+fn a_new_cgroup_gets_its_tiers_cpu_weight_without_waiting_for_a_sample() {
+    let f = fake("adopt", 100 * MIB);
+    // A minute between periodic samples: only the tree watch can explain a prompt write.
+    let text = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 60000")
+        + "[[tier]]\nname = \"tools\"\nmatch = [\"tool*\"]\nthrottle = true\ncpu_weight = 25\n";
+    std::fs::write(&f.config, text).unwrap();
+    let opts = f.options(4.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    // Made elsewhere and moved in whole (a fake cgroup needs its files before the daemon
+    // looks; mkdir in cgroupfs makes them atomically).
+    let staged = f.base.join("staged");
+    write_cgroup(&staged, 0, "max");
+    std::fs::write(staged.join("cpu.weight"), "100\n").unwrap();
+    std::fs::rename(&staged, f.root.join("tool.1")).unwrap();
+    poll("cpu.weight of the new cgroup", Duration::from_secs(3), || f.knob("tool.1", "cpu.weight") == "25");
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!(f.knob("tool.1", "cpu.weight"), "100", "restored at stop");
+    let w = f.events().into_iter().find_map(|e| match e {
+        Event::Write(w) if w.cgroup == "tool.1" && w.file == "cpu.weight" => Some(w),
+        _ => None,
+    });
+    assert_eq!(w.map(|w| w.cgroup_id), Some(f.id("tool.1")));
+}
