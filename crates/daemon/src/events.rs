@@ -38,6 +38,10 @@ pub enum Event {
     Write(WriteEvent),
     /// A BPF threshold crossing on a protected cgroup.
     Bpf { cgroup: String, cgroup_id: u64, kind: String, value: u64, ktime_ns: u64, mono_ns: u64 },
+    /// A reaction on the fast path that wrote something: the cgroups that signalled, how
+    /// many cgroups it read (parent included), and how long reading and deciding took before
+    /// its writes (whose own times are in their `write` events).
+    Reaction { signalled: Vec<String>, read_cgroups: usize, read_us: u64, decide_us: u64, writes: usize },
     /// The BPF source's counters at stop.
     BpfSummary { bpf: serde_json::Value },
     /// SIGHUP: the config was re-read and now runs. `moved`: cgroups whose tier changed (their

@@ -69,21 +69,46 @@ pub struct FastReader {
 }
 
 impl FastReader {
+    /// Opens what `read` will need (on the periodic path, so a reaction finds its
+    /// descriptors open). Ok(false): the cgroup vanished.
+    pub fn prepare(&mut self, root: &Root, rel: &str, id: u64, files: &[FastFile]) -> anyhow::Result<bool> {
+        if !self.nodes.contains_key(&id) {
+            self.syscalls += 2; // openat2 + fstat
+            let expect = (id != 0).then_some(id);
+            let dir = match root.open_dir(rel, expect) {
+                Ok((dir, _)) => dir,
+                Err(OpenError::Vanished) => return Ok(false),
+                Err(e) => anyhow::bail!("cgroup {}/{rel}: {e}", root.path().display()),
+            };
+            self.nodes.insert(id, Node { dir, files: Default::default() });
+        }
+        for &f in files {
+            let node = self.nodes.get_mut(&id).expect("inserted above");
+            let slot = &mut node.files[f.index()];
+            if slot.is_some() {
+                continue;
+            }
+            self.syscalls += 1;
+            match beneath::open_file(&node.dir, f.name(), libc::O_RDONLY) {
+                Ok(file) => *slot = Some(file),
+                Err(e) if vanished(&e) => {
+                    self.nodes.remove(&id);
+                    return Ok(false);
+                }
+                Err(e) => anyhow::bail!("{}/{rel}/{}: {e}", root.path().display(), f.name()),
+            }
+        }
+        Ok(true)
+    }
+
     /// Reads `files` of the cgroup at `rel` whose id must be `id` (0: the root, unchecked).
     /// Ok(None): it vanished or its name now belongs to another cgroup.
     pub fn read(&mut self, root: &Root, rel: &str, id: u64, files: &[FastFile]) -> anyhow::Result<Option<FastStats>> {
         if self.buf.is_empty() {
             self.buf = vec![0; 4096];
         }
-        if !self.nodes.contains_key(&id) {
-            self.syscalls += 2; // openat2 + fstat
-            let expect = (id != 0).then_some(id);
-            let dir = match root.open_dir(rel, expect) {
-                Ok((dir, _)) => dir,
-                Err(OpenError::Vanished) => return Ok(None),
-                Err(e) => anyhow::bail!("cgroup {}/{rel}: {e}", root.path().display()),
-            };
-            self.nodes.insert(id, Node { dir, files: Default::default() });
+        if !self.prepare(root, rel, id, files)? {
+            return Ok(None);
         }
         let mut out = FastStats::default();
         for &f in files {
@@ -105,17 +130,8 @@ impl FastReader {
 
     /// The file's text, or None when the cgroup is gone.
     fn read_file(&mut self, id: u64, f: FastFile) -> anyhow::Result<Option<String>> {
-        let node = self.nodes.get_mut(&id).expect("opened by read");
-        let slot = &mut node.files[f.index()];
-        if slot.is_none() {
-            self.syscalls += 1;
-            match beneath::open_file(&node.dir, f.name(), libc::O_RDONLY) {
-                Ok(file) => *slot = Some(file),
-                Err(e) if vanished(&e) => return Ok(None),
-                Err(e) => return Err(anyhow::anyhow!("opening {}: {e}", f.name())),
-            }
-        }
-        let file = slot.as_ref().expect("opened above");
+        let node = self.nodes.get(&id).expect("prepared by read");
+        let file = node.files[f.index()].as_ref().expect("prepared by read");
         self.syscalls += 1;
         match file.read_at(&mut self.buf, 0) {
             Ok(n) => Ok(Some(String::from_utf8_lossy(&self.buf[..n]).trim().to_owned())),

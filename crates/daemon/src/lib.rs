@@ -231,7 +231,7 @@ fn run_loop(
     act: &mut Actuator,
     signals: &mut Signals,
 ) -> Result<()> {
-    let interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
+    let mut interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
     let mut engine = Engine::new(cfg.clone());
     let mut sampler = Sampler::new(opts.stats_backend);
     let mut dirty = dirty::DirtyEnforcer::new(cfg);
@@ -261,6 +261,8 @@ fn run_loop(
     // Knobs changed on the fast path: the next periodic tick writes status.json.
     let mut status_due = false;
     let mut adopting: Vec<Adopting> = Vec::new();
+    // When the whole tree was last sampled (the calm path samples only the parent).
+    let mut last_full: Option<Instant> = None;
     let fast_root = beneath::Root::open(root.path())?;
     let hierarchy_root = root.is_hierarchy_root();
     while !SHUTDOWN.load(Ordering::SeqCst) {
@@ -285,6 +287,8 @@ fn run_loop(
                         }
                     }
                     sampler.reclassify();
+                    interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
+                    last_full = None;
                     check_protection = true;
                     last_status = None;
                     last_periodic = None;
@@ -300,11 +304,26 @@ fn run_loop(
         // signal set-up) waits for the periodic tick, a sampling interval after the last one.
         // A wakeup by new cgroups only adopts them (`adopt_created`).
         let periodic = last_periodic.is_none_or(|t: Instant| t.elapsed() >= interval);
-        if !periodic {
+        // Calm (`signals.calm_interval_ms`): between full samples, the periodic tick reads
+        // only the parent, unless the engine has something going on or the parent looks
+        // near trouble.
+        let calm_every = Duration::from_millis(cfg.signals.calm_interval_ms);
+        let light = periodic
+            && calm_every > interval
+            && dirty.is_none()
+            && last_full.is_some_and(|t: Instant| t.elapsed() < calm_every)
+            && engine.is_calm(started.elapsed().as_millis() as u64)
+            && !sampler.parent_needs_look(cfg, &fast_root, hierarchy_root, sampler.protected_reserve(cfg))?;
+        if light {
+            last_periodic = Some(tick_started);
+        }
+        if !periodic || light {
             if !pending.is_empty() {
                 let now_ms = started.elapsed().as_millis() as u64;
                 let signalled: Vec<&str> = pending.iter().map(|(id, _)| id.as_str()).collect();
+                let signalled_ids: Vec<String> = signalled.iter().map(|s| s.to_string()).collect();
                 let mut obs = sampler.sample_fast(cfg, &fast_root, hierarchy_root, &signalled, now_ms)?;
+                let read_at = Instant::now();
                 for (id, ev) in pending.drain(..) {
                     if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == id) {
                         c.signals.push(ev);
@@ -313,7 +332,18 @@ fn run_loop(
                 let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
                 let decisions = engine.tick_fast(&obs);
                 let batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
+                let (decided_at, writes) = (Instant::now(), batch.len());
                 let wrote = act.apply(batch)?;
+                // Logged after the writes: the log costs time on the reaction path.
+                if writes > 0 {
+                    act.emit(Event::Reaction {
+                        signalled: signalled_ids,
+                        read_cgroups: obs.cgroups.len() + usize::from(!hierarchy_root),
+                        read_us: (read_at - tick_started).as_micros() as u64,
+                        decide_us: (decided_at - read_at).as_micros() as u64,
+                        writes,
+                    });
+                }
                 if let Some(m) = exporter.as_mut() {
                     m.after_tick(cfg, &obs, &decisions, tick_started.elapsed());
                 }
@@ -335,6 +365,7 @@ fn run_loop(
             continue;
         }
         last_periodic = Some(tick_started);
+        last_full = Some(tick_started);
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
@@ -398,6 +429,7 @@ fn run_loop(
             // in a tight loop exactly when it had throttled someone (found by the experiments).
             signals.sync(root.path(), &protected, &protected_paths);
             signals.sync_tree(root.path(), &sampler.dirs());
+            sampler.warm_fast(cfg, &fast_root, hierarchy_root)?;
         }
         notes.extend(signals.degraded[reported_degraded..].iter().cloned());
         reported_degraded = signals.degraded.len();

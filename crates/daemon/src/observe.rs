@@ -69,7 +69,10 @@ fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Re
     })
 }
 
-fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
+/// `read_freeze`: whether cgroup.freeze matters (a `freeze = true` tier, or a cgroup memqos
+/// froze): it is a file of its own, three system calls per cgroup and tick, and the engine
+/// acts on it only there. Elsewhere it counts as thawed.
+fn knobs(root: &Path, c: &CgroupStats, read_freeze: bool) -> anyhow::Result<Knobs> {
     Ok(Knobs {
         high: need(c.high, root, c, "memory.high")?,
         max: need(c.max, root, c, "memory.max")?,
@@ -77,7 +80,7 @@ fn knobs(root: &Path, c: &CgroupStats) -> anyhow::Result<Knobs> {
         min: need(c.min, root, c, "memory.min")?,
         // cgroup.freeze is a knob, not a memory statistic: read here, per managed leaf. The
         // root of a hierarchy has none; leaves always do.
-        frozen: Cgroup::new(root.join(&c.path)).is_frozen().unwrap_or(false),
+        frozen: read_freeze && Cgroup::new(root.join(&c.path)).is_frozen().unwrap_or(false),
     })
 }
 
@@ -91,6 +94,23 @@ fn originals(journal: &Journal, id: u64, current: &Knobs) -> Knobs {
         min: get("memory.min", current.min),
         frozen: journal.original(id, "cgroup.freeze").map(|v| v == "1").unwrap_or(current.frozen),
     }
+}
+
+const PARENT: &[FastFile] = &[FastFile::Current, FastFile::Max, FastFile::High, FastFile::Events];
+const SIGNALLED: &[FastFile] =
+    &[FastFile::Current, FastFile::High, FastFile::Max, FastFile::Events, FastFile::Pressure];
+const CANDIDATE: &[FastFile] = &[FastFile::Current, FastFile::High];
+
+fn is_protected(cfg: &Config, c: &CgroupObs) -> bool {
+    cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected())
+}
+
+/// The throttle candidates of a fast reaction: the largest throttle-tier cgroups.
+fn candidates<'a>(cfg: &Config, cgroups: &'a [CgroupObs]) -> Vec<&'a CgroupObs> {
+    let mut v: Vec<&CgroupObs> = cgroups.iter().filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.throttle)).collect();
+    v.sort_by(|a, b| b.usage_bytes.cmp(&a.usage_bytes).then_with(|| a.id.cmp(&b.id)));
+    v.truncate(FAST_CANDIDATES);
+    v
 }
 
 /// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
@@ -129,6 +149,64 @@ impl Sampler {
     /// A cgroup's tier, classified once per cgroup id (None: no tier).
     pub fn tier_of(&mut self, cfg: &Config, root: &Path, rel: &str, id: u64) -> Option<TierIndex> {
         *self.tiers.entry(id).or_insert_with(|| classify(cfg, root, rel))
+    }
+
+    /// The calm path's check, every sampling interval between full samples: reads only the
+    /// parent. True when the whole tree should be looked at now: the parent hit its high or
+    /// max, or OOM-killed, since the last full sample, or its usage plus `reserve` (the
+    /// protected cgroups' room to grow back) comes within twice the headroom guard of its
+    /// limit (within a tenth of the limit when the guard is off).
+    pub fn parent_needs_look(
+        &mut self,
+        cfg: &Config,
+        root: &Root,
+        hierarchy_root: bool,
+        reserve: u64,
+    ) -> anyhow::Result<bool> {
+        if hierarchy_root {
+            return Ok(false); // no limit, no memory.events: pressure signals only
+        }
+        let s = self
+            .fast
+            .read(root, "", 0, PARENT)?
+            .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+        if let (Some(ev), Some(prev)) = (s.events, self.prev_parent_events) {
+            let d = ev.delta_since(&prev);
+            if d.high > 0 || d.max > 0 || d.oom > 0 || d.oom_kill > 0 {
+                return Ok(true);
+            }
+        }
+        let limit = s.max.unwrap_or(Limit::Max).min(s.high.unwrap_or(Limit::Max));
+        let Limit::Bytes(limit) = limit else { return Ok(false) };
+        let guard = cfg.policy.headroom_guard;
+        let margin = if guard > 0 { guard.saturating_mul(2) } else { limit / 10 };
+        Ok(s.current.unwrap_or(0).saturating_add(reserve).saturating_add(margin) >= limit)
+    }
+
+    /// Room the protected cgroups of the last full sample may grow back into (their
+    /// memory.low/min above their usage), for `parent_needs_look`.
+    pub fn protected_reserve(&self, cfg: &Config) -> u64 {
+        self.last
+            .iter()
+            .filter(|c| is_protected(cfg, c) && c.is_populated())
+            .map(|c| c.current.low.max(c.current.min).bytes().unwrap_or(0).saturating_sub(c.usage_bytes))
+            .sum()
+    }
+
+    /// Opens, on the periodic path, the descriptors a reaction would read now (the parent,
+    /// every protected cgroup, the current candidates), so the fast path reads without
+    /// opening. Cgroups that vanished meanwhile are skipped.
+    pub fn warm_fast(&mut self, cfg: &Config, root: &Root, hierarchy_root: bool) -> anyhow::Result<()> {
+        if !hierarchy_root {
+            self.fast.prepare(root, "", 0, PARENT)?;
+        }
+        for c in self.last.iter().filter(|c| is_protected(cfg, c)) {
+            self.fast.prepare(root, &c.id, c.cgroup_id, SIGNALLED)?;
+        }
+        for c in candidates(cfg, &self.last) {
+            self.fast.prepare(root, &c.id, c.cgroup_id, CANDIDATE)?;
+        }
+        Ok(())
     }
 
     /// Forgets every cgroup's tier (a reload may have changed the rules).
@@ -188,7 +266,10 @@ impl Sampler {
             let tier = *self.tiers.entry(c.id).or_insert_with(|| classify(cfg, root.path(), &c.path));
             let Some(tier) = tier else { continue };
             let (mut obs, s) =
-                Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal)?;
+                Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal, {
+                    let tier_freezes = cfg.tiers.get(tier).is_some_and(|t| t.freeze);
+                    tier_freezes || journal.original(c.id, "cgroup.freeze").is_some()
+                })?;
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
@@ -225,10 +306,9 @@ impl Sampler {
     ) -> anyhow::Result<Observation> {
         let mut parent = self.last_parent.clone();
         if !hierarchy_root {
-            let files = [FastFile::Current, FastFile::Max, FastFile::High, FastFile::Events];
             let s = self
                 .fast
-                .read(root, "", 0, &files)?
+                .read(root, "", 0, PARENT)?
                 .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
             parent.usage_bytes = s.current.unwrap_or(parent.usage_bytes);
             parent.max = s.max.unwrap_or(parent.max);
@@ -237,19 +317,11 @@ impl Sampler {
                 parent.events_delta = ev.delta_since(&prev);
             }
         }
-        let protected = |c: &CgroupObs| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected());
-        let throttle = |c: &CgroupObs| cfg.tiers.get(c.tier).is_some_and(|t| t.throttle);
-        let mut candidates: Vec<&CgroupObs> = self.last.iter().filter(|c| throttle(c)).collect();
-        candidates.sort_by(|a, b| b.usage_bytes.cmp(&a.usage_bytes).then_with(|| a.id.cmp(&b.id)));
-        candidates.truncate(FAST_CANDIDATES);
         let mut wanted: Vec<(&CgroupObs, &[FastFile])> = Vec::new();
-        const SIGNALLED: &[FastFile] =
-            &[FastFile::Current, FastFile::High, FastFile::Max, FastFile::Events, FastFile::Pressure];
-        const CANDIDATE: &[FastFile] = &[FastFile::Current, FastFile::High];
-        for c in self.last.iter().filter(|c| protected(c) && signalled.contains(&c.id.as_str())) {
+        for c in self.last.iter().filter(|c| is_protected(cfg, c) && signalled.contains(&c.id.as_str())) {
             wanted.push((c, SIGNALLED));
         }
-        wanted.extend(candidates.into_iter().map(|c| (c, CANDIDATE)));
+        wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c, CANDIDATE)));
         let mut cgroups = Vec::with_capacity(wanted.len());
         for (last, files) in wanted {
             let Some(s) = self.fast.read(root, &last.id, last.cgroup_id, files)? else {
@@ -280,12 +352,13 @@ impl Sampler {
         root: &Path,
         c: &CgroupStats,
         journal: &Journal,
+        read_freeze: bool,
     ) -> anyhow::Result<(CgroupObs, Seen)> {
         let id = c.path.as_str();
         let usage = need(c.current, root, c, "memory.current")?;
         let ev = need(c.events, root, c, "memory.events")?;
         let psi = need(c.pressure, root, c, "memory.pressure")?;
-        let current = knobs(root, c)?;
+        let current = knobs(root, c, read_freeze)?;
         let delta = prev_events.get(&c.id).map(|p| ev.delta_since(p)).unwrap_or_default();
         let psi_delta = prev_psi_total.get(&c.id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
         prev_events.insert(c.id, ev);

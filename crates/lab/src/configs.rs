@@ -12,6 +12,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("reaction.toml", include_str!("../configs/reaction.toml")),
     ("cpu-cost.toml", include_str!("../configs/cpu-cost.toml")),
     ("bpf-source.toml", include_str!("../configs/bpf-source.toml")),
+    ("churn.toml", include_str!("../configs/churn.toml")),
 ];
 
 /// A daemon config as TOML data.

@@ -140,6 +140,9 @@ enum BenchCmd {
     Reaction(bench::reaction::ReactionArgs),
     /// What `memqos run` adds to a call vs a plain exec, in guests (docs/agent/run-overhead.json).
     Run(bench::run::BenchRunArgs),
+    /// The daemon under tool-call cgroup churn: knobs on new cgroups, RSS, CPU, journal size
+    /// (docs/agent/churn.json).
+    Churn(bench::churn::ChurnArgs),
 }
 
 fn main() -> ExitCode {
@@ -166,6 +169,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => Ok(memqos_agent::run(&a.into())),
         Cmd::Bench(BenchCmd::Reaction(a)) => bench::reaction::run(a),
         Cmd::Bench(BenchCmd::Run(a)) => bench::run::run(a),
+        Cmd::Bench(BenchCmd::Churn(a)) => bench::churn::run(a),
         Cmd::Generate(a) => generate::run(a, Cli::command()),
     };
     match result {

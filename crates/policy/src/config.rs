@@ -80,11 +80,18 @@ pub struct Signals {
     /// `sampling_interval_ms` (default 500, 10..=60000): how often the daemon observes and
     /// calls `Engine::tick`. The engine itself only uses the `now_ms` it is given.
     pub sampling_interval_ms: u64,
+    /// `calm_interval_ms` (default 5000; 0 = off; otherwise at least `sampling_interval_ms`):
+    /// while nothing is throttled or frozen, no pressure was seen for `hold_ms` and the
+    /// parent is not near its limit, the whole tree is sampled only this often; every
+    /// sampling interval in between, only the parent is read (its usage against the limit
+    /// and the headroom guard, its memory.events), and any sign of trouble brings the full
+    /// sample back at once. Pressure signals are handled as they arrive either way.
+    pub calm_interval_ms: u64,
 }
 
 impl Default for Signals {
     fn default() -> Self {
-        Signals { psi: true, events: true, bpf: false, sampling_interval_ms: 500 }
+        Signals { psi: true, events: true, bpf: false, sampling_interval_ms: 500, calm_interval_ms: 5000 }
     }
 }
 

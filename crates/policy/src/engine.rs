@@ -227,6 +227,19 @@ impl Engine {
         thaws
     }
 
+    /// True when nothing needs the whole tree watched closely at `now_ms`: nothing memqos
+    /// throttled or froze, no protected stall going on, and no pressure within `hold_ms`.
+    /// The daemon then samples the whole tree less often (`signals.calm_interval_ms`).
+    pub fn is_calm(&self, now_ms: u64) -> bool {
+        let recent = self.last_pressure_ms.is_some_and(|t| now_ms.saturating_sub(t) < self.cfg.policy.hold_ms);
+        !recent
+            && self.stall_since_ms.is_none()
+            && self
+                .cgroups
+                .values()
+                .all(|s| s.current.high >= s.original.high && s.frozen_by.is_none() && !s.current.frozen)
+    }
+
     /// A summary of the engine's state.
     pub fn status(&self) -> Status {
         let ids = |f: &dyn Fn(&CgState) -> bool| {

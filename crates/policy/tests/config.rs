@@ -163,6 +163,10 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}[policy]\nmin_high = \"1K\"\n"), "memqos.toml:6:12: policy.min_high: 1024 bytes is too small (at least 4096)"),
         (format!("{ROOT}{tier}[policy]\nfreeze_after_ms = 0\n"), "memqos.toml:6:19: policy.freeze_after_ms: 0 is out of range 1..=86400000"),
         (format!("{ROOT}[signals]\nsampling_interval_ms = 1\n{tier}"), "memqos.toml:3:24: signals.sampling_interval_ms: 1 is out of range 10..=60000"),
+        (
+            format!("{ROOT}[signals]\nsampling_interval_ms = 1000\ncalm_interval_ms = 500\n{tier}"),
+            "memqos.toml:4:20: signals.calm_interval_ms: 500 is shorter than sampling_interval_ms (1000); use 0 to sample the whole tree every interval",
+        ),
         (format!("{ROOT}{tier}[[tier]]\nname = \"a\"\nmatch = [\"y\"]\n"), "memqos.toml:6:8: tier[1].name: duplicate tier name \"a\" (also tier[0])"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = []\n"), "memqos.toml:4:9: tier[0].match: needs at least one glob"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"/abs\"]\n"), "memqos.toml:4:10: tier[0].match: glob \"/abs\" must be relative to cgroup_root (drop the leading '/')"),

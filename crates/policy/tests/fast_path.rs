@@ -126,3 +126,30 @@ fn the_periodic_tick_after_a_fast_cut_sees_the_whole_tree_again() {
     assert_eq!(engine.status().tracked, 3);
     assert_eq!(engine.status().throttled, ["low/a"]);
 }
+
+#[test]
+fn calm_until_pressure_and_again_only_once_released_and_held() {
+    let (_, mut engine, all) = adopted();
+    assert!(engine.is_calm(50));
+    let fast = Observation {
+        now_ms: 100,
+        parent: ParentObs::default(),
+        cgroups: vec![signalled(all[0].clone()), all[1].clone()],
+    };
+    let cut = engine.tick_fast(&fast);
+    assert_eq!(cut.len(), 1);
+    // Pressure just now, and low/a throttled: not calm.
+    assert!(!engine.is_calm(200));
+    // Long after (hold_ms passed) but still throttled: not calm either.
+    let hold = engine.config().policy.hold_ms;
+    let mut now = all.clone();
+    if let Action::High(l) = cut[0].action {
+        now[1].current.high = l;
+    }
+    engine.tick_periodic(&Observation { now_ms: 100 + hold / 2, parent: ParentObs::default(), cgroups: now.clone() });
+    assert!(!engine.is_calm(100 + hold * 2));
+    // Back at its original: calm once hold_ms has passed since the pressure.
+    now[1].current.high = Limit::Max;
+    engine.tick_periodic(&Observation { now_ms: 100 + hold * 2, parent: ParentObs::default(), cgroups: now });
+    assert!(engine.is_calm(100 + hold * 2));
+}

@@ -121,6 +121,15 @@ pub struct SourceResult {
     /// Same, per run.
     #[serde(default)]
     pub bpf_split_ms: Vec<[f64; 3]>,
+    /// The daemon's own account of its reaction (its `reaction` event), medians in µs:
+    /// reading the parent, the signalled cgroup and the candidates; deciding.
+    #[serde(default)]
+    pub fast_read_p50_us: Option<f64>,
+    #[serde(default)]
+    pub fast_decide_p50_us: Option<f64>,
+    /// Cgroups the fast path read (parent included), median.
+    #[serde(default)]
+    pub fast_read_cgroups_p50: Option<f64>,
 }
 
 #[derive(Debug, Serialize, serde::Deserialize, Clone)]
@@ -371,6 +380,7 @@ fn one_series(
         let mut reasons: Vec<String> = Vec::new();
         let mut splits: Vec<[f64; 3]> = Vec::new();
         let mut syscalls: Vec<u64> = Vec::new();
+        let mut fast: Vec<(u64, u64, usize)> = Vec::new();
         let mut misses = 0;
         for i in 0..runs {
             fill_cache(low, file)?;
@@ -388,6 +398,7 @@ fn one_series(
                         m.reason
                     );
                     syscalls.push(m.syscalls);
+                    fast.extend(m.fast);
                     delays.push(m.delay_ms);
                     chunks.push(m.chunk_ms);
                     writes.push(m.write_ms);
@@ -412,7 +423,15 @@ fn one_series(
         writes.sort_by(f64::total_cmp);
         let mut sorted_calls: Vec<f64> = syscalls.iter().map(|&n| n as f64).collect();
         sorted_calls.sort_by(f64::total_cmp);
+        let median = |f: &dyn Fn(&(u64, u64, usize)) -> f64| {
+            let mut v: Vec<f64> = fast.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            percentile(&v, 50.0)
+        };
         Ok(SourceResult {
+            fast_read_p50_us: median(&|f| f.0 as f64),
+            fast_decide_p50_us: median(&|f| f.1 as f64),
+            fast_read_cgroups_p50: median(&|f| f.2 as f64),
             source: source.to_owned(),
             cgroups: size,
             syscalls_p50: percentile(&sorted_calls, 50.0),
@@ -611,6 +630,8 @@ struct Measured {
     reason: String,
     bpf_split: Option<[f64; 3]>,
     syscalls: u64,
+    /// (read µs, decide µs, cgroups read) of the daemon's first `reaction` event.
+    fast: Option<(u64, u64, usize)>,
 }
 
 /// `syscr + syscw` of /proc/PID/io: the read and write system calls a process has made.
@@ -684,6 +705,10 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
         reason: w.why.clone(),
         bpf_split,
         syscalls: calls,
+        fast: read_events(&events).into_iter().find_map(|l| match l.event {
+            Event::Reaction { read_us, decide_us, read_cgroups, .. } => Some((read_us, decide_us, read_cgroups)),
+            _ => None,
+        }),
     };
     Ok((Some(m), hooks))
 }

@@ -51,6 +51,7 @@ struct RawSignals {
     events: Option<bool>,
     bpf: Option<bool>,
     sampling_interval_ms: Option<Spanned<u64>>,
+    calm_interval_ms: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -272,17 +273,27 @@ fn absolute(src: &Source, p: Spanned<String>, field: &str) -> Result<PathBuf, Co
 
 fn signals(src: &Source, r: RawSignals) -> Result<Signals, ConfigError> {
     let d = Signals::default();
+    let sampling_interval_ms =
+        int(src, r.sampling_interval_ms, "signals.sampling_interval_ms", d.sampling_interval_ms, 10..=60_000)?;
+    let calm_span = r.calm_interval_ms.as_ref().map(|c| c.span());
+    // Unset: the default, but never shorter than the sampling interval.
+    let calm_default = d.calm_interval_ms.max(sampling_interval_ms);
+    let calm_interval_ms = int(src, r.calm_interval_ms, "signals.calm_interval_ms", calm_default, 0..=600_000)?;
+    if calm_interval_ms != 0 && calm_interval_ms < sampling_interval_ms {
+        return Err(src.at(
+            calm_span,
+            "signals.calm_interval_ms",
+            format!(
+                "{calm_interval_ms} is shorter than sampling_interval_ms ({sampling_interval_ms}); use 0 to sample the whole tree every interval"
+            ),
+        ));
+    }
     Ok(Signals {
         psi: r.psi.unwrap_or(d.psi),
         events: r.events.unwrap_or(d.events),
         bpf: r.bpf.unwrap_or(d.bpf),
-        sampling_interval_ms: int(
-            src,
-            r.sampling_interval_ms,
-            "signals.sampling_interval_ms",
-            d.sampling_interval_ms,
-            10..=60_000,
-        )?,
+        sampling_interval_ms,
+        calm_interval_ms,
     })
 }
 
