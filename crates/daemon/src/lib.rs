@@ -429,6 +429,13 @@ fn run_loop(
             // in a tight loop exactly when it had throttled someone (found by the experiments).
             signals.sync(root.path(), &protected, &protected_paths);
             signals.sync_tree(root.path(), &sampler.dirs());
+            let adjusted: Vec<&str> = obs
+                .cgroups
+                .iter()
+                .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.oom_score_adj.is_some()))
+                .map(|c| c.id.as_str())
+                .collect();
+            signals.sync_populated(root.path(), &adjusted);
             sampler.warm_fast(cfg, &fast_root, hierarchy_root)?;
         }
         notes.extend(signals.degraded[reported_degraded..].iter().cloned());
@@ -480,9 +487,9 @@ fn run_loop(
     Ok(())
 }
 
-/// A cgroup made since the last sample whose tier sets knobs of its own (cpu_weight,
-/// oom_score_adj), watched for a short while: `memqos run` and container runtimes move the
-/// first process in just after the mkdir.
+/// A cgroup made since the last sample (or whose first process just joined) whose tier sets
+/// knobs of its own (cpu_weight, oom_score_adj), re-checked for a short while: `memqos run`
+/// and container runtimes move the first process in just after the mkdir.
 struct Adopting {
     obs: memqos_policy::CgroupObs,
     until: Instant,
@@ -530,12 +537,18 @@ fn adopt_created(
         let Ok(meta) = std::fs::symlink_metadata(root.path().join(&rel)) else {
             continue; // removed already
         };
+        if adopting.iter().any(|a| a.obs.cgroup_id == meta.ino()) {
+            continue;
+        }
         let Some(tier) = sampler.tier_of(cfg, root.path(), &rel, meta.ino()) else {
             continue;
         };
         let t = cfg.tiers.get(tier).expect("classified into it");
         if t.cpu_weight.is_none() && t.oom_score_adj.is_none() {
             continue;
+        }
+        if t.oom_score_adj.is_some() {
+            signals.watch_populated(root.path(), &rel);
         }
         let mut obs = memqos_policy::CgroupObs::new(rel, tier, 0);
         obs.cgroup_id = meta.ino();

@@ -40,6 +40,10 @@ pub struct Signals {
     root: Option<std::path::PathBuf>,
     /// Cgroups created since the daemon last took them (`take_created`), relative paths.
     created: Vec<String>,
+    /// cgroup.events watches (IN_MODIFY: populated or frozen changed) of cgroups whose
+    /// tier adjusts processes: a first process joining is seen when it joins.
+    populated_watches: HashMap<i32, String>,
+    populated_watched: HashMap<String, i32>,
 }
 
 impl Signals {
@@ -63,6 +67,8 @@ impl Signals {
             tree_watched: HashMap::new(),
             root: None,
             created: Vec::new(),
+            populated_watches: HashMap::new(),
+            populated_watched: HashMap::new(),
         };
         // SAFETY: plain syscall; the fd is owned below.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
@@ -182,6 +188,45 @@ impl Signals {
         }
     }
 
+    /// Keeps cgroup.events watches on exactly `cgroups` (relative paths): a change there
+    /// (the first process joined) queues the cgroup for `take_created`, like a new one.
+    pub fn sync_populated(&mut self, root: &Path, cgroups: &[&str]) {
+        let Some(fd) = self.tree.as_ref().map(|f| f.as_raw_fd()) else {
+            return;
+        };
+        let keep: std::collections::HashSet<&str> = cgroups.iter().copied().collect();
+        let stale: Vec<String> =
+            self.populated_watched.keys().filter(|d| !keep.contains(d.as_str())).cloned().collect();
+        for d in stale {
+            if let Some(wd) = self.populated_watched.remove(&d) {
+                unsafe { libc::inotify_rm_watch(fd, wd) };
+                self.populated_watches.remove(&wd);
+            }
+        }
+        for c in cgroups {
+            self.watch_populated(root, c);
+        }
+    }
+
+    /// Watches `rel`'s cgroup.events (see `sync_populated`).
+    pub fn watch_populated(&mut self, root: &Path, rel: &str) {
+        let Some(fd) = self.tree.as_ref().map(|f| f.as_raw_fd()) else {
+            return;
+        };
+        if self.populated_watched.contains_key(rel) {
+            return;
+        }
+        let Ok(path) = CString::new(root.join(rel).join("cgroup.events").to_string_lossy().as_bytes()) else {
+            return;
+        };
+        // SAFETY: valid fd and NUL-terminated path.
+        let wd = unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_MODIFY | libc::IN_DONT_FOLLOW) };
+        if wd >= 0 {
+            self.populated_watches.insert(wd, rel.to_owned());
+            self.populated_watched.insert(rel.to_owned(), wd);
+        }
+    }
+
     fn watch_dir(&mut self, root: &Path, rel: &str) {
         let Some(fd) = self.tree.as_ref().map(|f| f.as_raw_fd()) else {
             return;
@@ -234,6 +279,15 @@ impl Signals {
                 if ev.mask & libc::IN_IGNORED != 0 {
                     if let Some(d) = self.tree_watches.remove(&ev.wd) {
                         self.tree_watched.remove(&d);
+                    }
+                    if let Some(d) = self.populated_watches.remove(&ev.wd) {
+                        self.populated_watched.remove(&d);
+                    }
+                    continue;
+                }
+                if let Some(rel) = self.populated_watches.get(&ev.wd) {
+                    if !self.created.contains(rel) {
+                        self.created.push(rel.clone());
                     }
                     continue;
                 }

@@ -303,8 +303,12 @@ fn adj(pid: u32) -> i32 {
 #[test]
 fn children_that_inherited_oom_score_adj_get_the_original_back() {
     let f = fake("inherit", 100 * MIB);
-    let text =
-        std::fs::read_to_string(&f.config).unwrap().replace("throttle = true", "throttle = true\noom_score_adj = 500");
+    // Calm off: a process joining an existing cgroup is seen at the next full sample, which
+    // the calm path would put up to calm_interval_ms away.
+    let text = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace("throttle = true", "throttle = true\noom_score_adj = 500")
+        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 50\ncalm_interval_ms = 0");
     std::fs::write(&f.config, text).unwrap();
     let go = f.base.join("fork-now");
     let script = format!("while [ ! -e {} ]; do sleep 0.02; done; sleep 30 & wait", go.display());
@@ -372,4 +376,25 @@ fn a_new_cgroup_gets_its_tiers_cpu_weight_without_waiting_for_a_sample() {
         _ => None,
     });
     assert_eq!(w.map(|w| w.cgroup_id), Some(f.id("tool.1")));
+}
+
+#[test]
+fn a_calm_daemon_reads_the_parent_and_samples_everything_when_it_nears_its_limit() {
+    let f = fake("calm", 100 * MIB);
+    // A full sample once a minute while calm; the parent every 50 ms.
+    let text = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 50\ncalm_interval_ms = 60000");
+    std::fs::write(&f.config, text).unwrap();
+    let opts = f.options(4.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(f.knob("low1", "memory.high"), "max", "calm: nothing to do");
+    // The parent fills up to within the 64M guard of its 512M: the parent check sees it and
+    // the full sample that follows lets the guard cut low1, long before a minute is up.
+    std::fs::write(f.root.join("memory.current"), format!("{}\n", 480 * MIB)).unwrap();
+    poll("low1 throttled", Duration::from_secs(3), || f.knob("low1", "memory.high") != "max");
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
 }
