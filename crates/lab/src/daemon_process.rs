@@ -24,6 +24,19 @@ impl DaemonProcess {
     /// `stdout`, and waits for its first status.json. A stale status.json and event log from
     /// an earlier run in `state_dir` are removed first, so neither is mistaken for this one's.
     pub fn start(exe: &Path, config: &Path, state_dir: &Path, extra: &[&str], stdout: Stdio) -> Result<DaemonProcess> {
+        Self::start_within(exe, config, state_dir, extra, stdout, START_TIMEOUT)
+    }
+
+    /// [`DaemonProcess::start`] with a longer start-up allowance (a first sample of a very
+    /// large tree under emulation).
+    pub fn start_within(
+        exe: &Path,
+        config: &Path,
+        state_dir: &Path,
+        extra: &[&str],
+        stdout: Stdio,
+        timeout: Duration,
+    ) -> Result<DaemonProcess> {
         std::fs::create_dir_all(state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
         for stale in [STATUS_FILE, memqos_daemon::events::EVENTS_FILE, memqos_daemon::events::ROTATED_FILE] {
             let _ = std::fs::remove_file(state_dir.join(stale));
@@ -42,10 +55,10 @@ impl DaemonProcess {
             if let Some(st) = child.try_wait()? {
                 bail!("memqos daemon exited during start-up ({st}); config {}", config.display());
             }
-            if t0.elapsed() > START_TIMEOUT {
+            if t0.elapsed() > timeout {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("memqos daemon did not write {STATUS_FILE} within {} s", START_TIMEOUT.as_secs());
+                bail!("memqos daemon did not write {STATUS_FILE} within {} s", timeout.as_secs());
             }
             std::thread::sleep(Duration::from_millis(20));
         }

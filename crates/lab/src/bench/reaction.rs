@@ -159,6 +159,9 @@ pub struct CpuCost {
     pub faults_per_s: f64,
     /// Daemon wakeups: events it logged over the window (writes, BPF crossings).
     pub logged_events: usize,
+    /// From launch to the daemon's first status.json (its first full sample), seconds.
+    #[serde(default)]
+    pub startup_s: f64,
 }
 
 pub fn run(a: ReactionArgs) -> Result<u8> {
@@ -511,14 +514,18 @@ fn cpu_cost_at(window: Duration, size: usize, arms: &[(bool, u64, &[&str])]) -> 
         cpu_config(bpf, interval_ms).write(Path::new("/run/memqos-cpucost.toml"))?;
         let _ = std::fs::remove_dir_all(STATE);
         std::fs::create_dir_all(STATE)?;
-        let daemon = DaemonProcess::start(
+        let launched = Instant::now();
+        let daemon = DaemonProcess::start_within(
             &exe,
             Path::new("/run/memqos-cpucost.toml"),
             Path::new(STATE),
             &["--no-guardian"],
             Stdio::null(),
+            Duration::from_secs(30 + size as u64 / 50),
         )
         .context("daemon for the CPU cost")?;
+        let startup_s = launched.elapsed().as_secs_f64();
+        eprintln!("cpu cost: {size} cgroups: daemon's first sample done {startup_s:.1} s after launch");
         // Start-up (BPF load, first ticks, fds opened for every cgroup) excluded.
         std::thread::sleep(Duration::from_secs(3 + (size / 1000) as u64 * 2));
         for &load in loads {
@@ -552,6 +559,7 @@ fn cpu_cost_at(window: Duration, size: usize, arms: &[(bool, u64, &[&str])]) -> 
                 cpu_pct: (c1 - c0) / secs * 100.0,
                 faults_per_s: (f1 - f0) as f64 / secs,
                 logged_events: logged,
+                startup_s,
             };
             eprintln!(
                 "cpu cost: {size} cgroups, bpf {bpf} sampling {interval_ms} ms {load}: {:.3} % ({:.0} faults/s)",
