@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Plots docs/bpf/reaction.json (written by `memqos bench reaction`) as docs/bpf/reaction.png:
-per kernel, each signal source's reaction delays (every run as a dot, p50 and p99 marked),
+per kernel, each signal source's reaction delays with the protected/low pair alone (every run as a dot, p50 and p99 marked),
 log scale. Run with Debian's python3 (matplotlib): /usr/bin/python3 scripts/plots/bpf_reaction.py
 """
 import json
@@ -20,7 +20,8 @@ fig, axes = plt.subplots(1, len(kernels), figsize=(5.5 * len(kernels), 4.5), sha
 colors = {"bpf": "tab:green", "psi": "tab:orange", "events": "tab:blue"}
 for ax, k in zip(axes[0], kernels):
     names = []
-    for i, s in enumerate(k["sources"]):
+    # The pair alone (no extra managed cgroups); scale.png shows the size axis.
+    for i, s in enumerate([s for s in k["sources"] if s.get("cgroups", 0) == 0]):
         d = s["delays_ms"]
         names.append(f'{s["source"]}\nN={s["runs"]}, miss={s["misses"]}')
         xs = [i + (j % 7 - 3) * 0.03 for j in range(len(d))]

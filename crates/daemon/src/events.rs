@@ -38,6 +38,9 @@ pub enum Event {
     Write(WriteEvent),
     /// A BPF threshold crossing on a protected cgroup.
     Bpf { cgroup: String, cgroup_id: u64, kind: String, value: u64, ktime_ns: u64, mono_ns: u64 },
+    /// Where the periodic samples' statistics come from (`text` or `bpf`), and with
+    /// `--stats-backend auto`, why not BPF when it is text.
+    StatsBackend { backend: String, why_not_bpf: Option<String> },
     /// A reaction on the fast path that wrote something: the cgroups that signalled, how
     /// many cgroups it read (parent included), and how long reading and deciding took before
     /// its writes (whose own times are in their `write` events).

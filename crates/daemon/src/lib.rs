@@ -233,7 +233,7 @@ fn run_loop(
 ) -> Result<()> {
     let mut interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
     let mut engine = Engine::new(cfg.clone());
-    let mut sampler = Sampler::new(opts.stats_backend);
+    let mut sampler = Sampler::new(stats_backend(opts.stats_backend, cfg));
     let mut dirty = dirty::DirtyEnforcer::new(cfg);
     let mut oom_adj = oom_adj::OomAdjuster::new(cfg);
     let mut cpu_weights = cpu_weight::CpuWeights::new(cfg);
@@ -287,6 +287,7 @@ fn run_loop(
                         }
                     }
                     sampler.reclassify();
+                    sampler.set_backend(stats_backend(opts.stats_backend, cfg));
                     interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
                     last_full = None;
                     check_protection = true;
@@ -369,6 +370,9 @@ fn run_loop(
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
+        if let Some((backend, why_not_bpf)) = sampler.backend_report.take() {
+            act.emit(Event::StatsBackend { backend: backend.to_owned(), why_not_bpf });
+        }
         for kill in oom.observe(cfg, root.path(), &seen, &obs.parent, now_ms) {
             act.emit(Event::OomKill(kill));
         }
@@ -500,6 +504,15 @@ struct Adopting {
 /// the periodic path handles it like any other.
 const ADOPT_FOR: Duration = Duration::from_millis(300);
 const ADOPT_POLL: Duration = Duration::from_millis(10);
+
+/// `auto` means the BPF snapshot only where the config allows BPF at all (`signals.bpf`):
+/// an operator who turned BPF off gets no BPF program of any kind.
+fn stats_backend(choice: memqos_stats::BackendChoice, cfg: &Config) -> memqos_stats::BackendChoice {
+    match choice {
+        memqos_stats::BackendChoice::Auto if !cfg.signals.bpf => memqos_stats::BackendChoice::Text,
+        c => c,
+    }
+}
 
 /// Until `--duration` ends the run.
 fn until_stop(opts: &Options, started: Instant) -> Duration {

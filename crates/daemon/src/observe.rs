@@ -17,8 +17,11 @@ pub struct Sampler {
     backend: BackendChoice,
     source: Option<(PathBuf, Box<dyn StatsSource>)>,
     snap: Snapshot,
-    /// Messages about the stats backend (e.g. BPF unavailable, text used), for the log.
+    /// Messages for the log's `degraded` lines.
     pub notes: Vec<String>,
+    /// Which backend the snapshots come from, and why not BPF under `auto`; taken once by
+    /// the daemon for its `stats_backend` event.
+    pub backend_report: Option<(&'static str, Option<String>)>,
     /// Keyed by cgroup id: a re-created cgroup starts without history.
     prev_events: HashMap<u64, MemoryEvents>,
     prev_psi_total: HashMap<u64, u64>,
@@ -130,6 +133,7 @@ impl Sampler {
             source: None,
             snap: Snapshot::default(),
             notes: Vec::new(),
+            backend_report: None,
             prev_events: HashMap::new(),
             prev_psi_total: HashMap::new(),
             prev_parent_events: None,
@@ -209,6 +213,14 @@ impl Sampler {
         Ok(())
     }
 
+    /// Snapshots from `backend` from the next sample on (a reload changed `signals.bpf`).
+    pub fn set_backend(&mut self, backend: BackendChoice) {
+        if backend != self.backend {
+            self.backend = backend;
+            self.source = None;
+        }
+    }
+
     /// Forgets every cgroup's tier (a reload may have changed the rules).
     pub fn reclassify(&mut self) {
         self.tiers.clear();
@@ -224,9 +236,10 @@ impl Sampler {
         journal: &Journal,
         now_ms: u64,
     ) -> anyhow::Result<(Observation, Vec<Seen>)> {
-        if self.source.as_ref().is_none_or(|(p, _)| p != root.path()) {
-            let notes = &mut self.notes;
-            let mut source = memqos_stats::open(root.path(), self.backend, &mut |m| notes.push(m.to_owned()))
+        let opened = self.source.as_ref().is_none_or(|(p, _)| p != root.path());
+        let mut why_not_bpf = None;
+        if opened {
+            let mut source = memqos_stats::open(root.path(), self.backend, &mut |m| why_not_bpf = Some(m.to_owned()))
                 .with_context(|| format!("opening stats for {}", root.path().display()))?;
             // The engine uses usage, events, limits and PSI; memory.stat would be read (and the
             // kernel's counters flushed) every tick for nothing.
@@ -235,6 +248,9 @@ impl Sampler {
         }
         let (_, source) = self.source.as_mut().expect("opened above");
         source.refresh(&mut self.snap)?;
+        if opened {
+            self.backend_report = Some((self.snap.backend, why_not_bpf));
+        }
         let snap = &self.snap;
         let top = snap.cgroups.first().ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
         let parent = if root.is_hierarchy_root() {

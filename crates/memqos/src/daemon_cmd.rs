@@ -25,8 +25,9 @@ pub struct DaemonArgs {
     #[arg(long)]
     check: bool,
     /// Where each periodic sample's statistics come from: text (cgroupfs files), bpf (one
-    /// cgroup-iterator read with the memcg kfuncs, 7.0+) or auto (bpf where the kernel has
-    /// the kfuncs, else text, with one log line saying why).
+    /// cgroup-iterator read with the memcg kfuncs, 7.0+) or auto (bpf where the config allows
+    /// BPF, `signals.bpf = true`, and the kernel has the kfuncs; else text). The log's
+    /// `stats_backend` event says which, and why not bpf.
     #[arg(long, default_value = "auto")]
     stats_backend: memqos_stats::BackendChoice,
     /// Observe and decide as usual but write nothing (no knob, no journal): each write it
