@@ -314,7 +314,10 @@ fn run_loop(
             && dirty.is_none()
             && last_full.is_some_and(|t: Instant| t.elapsed() < calm_every)
             && engine.is_calm(started.elapsed().as_millis() as u64)
-            && !sampler.parent_needs_look(cfg, &fast_root, hierarchy_root, sampler.protected_reserve(cfg))?;
+            && match sampler.protected_room(cfg, &fast_root)? {
+                Some(room) => !sampler.parent_needs_look(cfg, &fast_root, hierarchy_root, room)?,
+                None => false,
+            };
         if light {
             last_periodic = Some(tick_started);
         }

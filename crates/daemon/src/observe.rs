@@ -187,14 +187,41 @@ impl Sampler {
         Ok(s.current.unwrap_or(0).saturating_add(reserve).saturating_add(margin) >= limit)
     }
 
-    /// Room the protected cgroups of the last full sample may grow back into (their
-    /// memory.low/min above their usage), for `parent_needs_look`.
-    pub fn protected_reserve(&self, cfg: &Config) -> u64 {
-        self.last
+    /// The calm path's check of the protected cgroups: reads the memory.current, memory.low
+    /// and memory.min of each populated protected cgroup of the last full sample. `None`
+    /// when one of them now uses more than its protection covers, or is gone: the whole
+    /// tree must be looked at. Otherwise the room they may grow back into (protection minus
+    /// usage, summed), for `parent_needs_look`.
+    ///
+    /// All of it must be read now. The engine reserves room for a protected cgroup's
+    /// regrowth only from the peaks it saw, so a burst past the learned working set must be
+    /// seen rather than come and go between two calm full samples; and the room taken from
+    /// the last full sample (made during a burst, before the engine raised the protection)
+    /// is almost nothing, so the lower tiers grow into the next burst's room unchecked (both
+    /// seen in the controller scenario on 6.12: the protected task OOM-killed in its second
+    /// burst).
+    pub fn protected_room(&mut self, cfg: &Config, root: &Root) -> anyhow::Result<Option<u64>> {
+        const FILES: &[FastFile] = &[FastFile::Current, FastFile::Low, FastFile::Min];
+        let watched: Vec<(String, u64)> = self
+            .last
             .iter()
             .filter(|c| is_protected(cfg, c) && c.is_populated())
-            .map(|c| c.current.low.max(c.current.min).bytes().unwrap_or(0).saturating_sub(c.usage_bytes))
-            .sum()
+            .map(|c| (c.id.clone(), c.cgroup_id))
+            .collect();
+        let mut room = 0u64;
+        for (rel, id) in watched {
+            let Some(s) = self.fast.read(root, &rel, id, FILES)? else {
+                return Ok(None); // gone or re-created: the tree changed
+            };
+            let usage = s.current.unwrap_or(0);
+            let protection = s.low.unwrap_or(Limit::Bytes(0)).max(s.min.unwrap_or(Limit::Bytes(0)));
+            let protection = protection.bytes().unwrap_or(u64::MAX);
+            if usage > protection {
+                return Ok(None);
+            }
+            room = room.saturating_add(protection - usage);
+        }
+        Ok(Some(room))
     }
 
     /// Opens, on the periodic path, the descriptors a reaction would read now (the parent,

@@ -45,6 +45,10 @@ pub struct Run {
     /// memory.events oom_kill of the parent.
     pub oom_kills: u64,
     pub daemon_writes: usize,
+    /// The daemon's writes, one line each (seconds since the daemon started, cgroup, knob,
+    /// value, why): what a failed assertion is explained by.
+    #[serde(default)]
+    pub daemon_timeline: Vec<String>,
 }
 
 impl Run {
@@ -137,7 +141,13 @@ fn run_tasks(policy: &str, parent: &Cgroup, specs: &[(&str, &Cgroup, &str)]) -> 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(Run { policy: policy.to_owned(), tasks, oom_kills: parent.memory_events()?.oom_kill, daemon_writes: 0 })
+    Ok(Run {
+        policy: policy.to_owned(),
+        tasks,
+        oom_kills: parent.memory_events()?.oom_kill,
+        daemon_writes: 0,
+        daemon_timeline: Vec::new(),
+    })
 }
 
 /// Runs the three policies in this (guest) kernel.
@@ -169,8 +179,18 @@ pub fn run() -> Result<Report> {
     }
     if let Ok(m) = managed.as_mut() {
         m.daemon_writes = count_writes(&log);
+        m.daemon_timeline = timeline(&log);
     }
     Ok(Report { kernel, solo, unmanaged, managed: managed?, low_high_after_stop })
+}
+
+/// One line per write of the daemon's event log, timed from its first line.
+fn timeline(log: &str) -> Vec<String> {
+    let lines = memqos_daemon::events::parse(log);
+    let t0 = lines.first().map_or(0.0, |l| l.ts);
+    memqos_daemon::events::writes(&lines)
+        .map(|(ts, w)| format!("{:7.3} s {} {} {} ({})", ts - t0, w.cgroup, w.file, w.value, w.why))
+        .collect()
 }
 
 pub fn print(r: &Report) {

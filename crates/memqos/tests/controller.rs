@@ -88,6 +88,10 @@ guest_test!(controller_prevents_oom_and_keeps_protected_task_on_schedule, |g| g.
         r.managed.tasks.iter().filter(|t| t.name != "high").map(|t| t.secs).collect::<Vec<_>>(),
         r.managed.daemon_writes
     );
+    // The daemon's writes, so that a failure below is explained in the test's output.
+    for line in &r.managed.daemon_timeline {
+        println!("daemon write: {line}");
+    }
     assert!(r.unmanaged.oom_kills >= 1, "the scenario must force an OOM kill without memqos: {r:?}");
     assert_eq!(r.managed.oom_kills, 0, "memqos must prevent the OOM kill: {r:?}");
     for t in &r.managed.tasks {
