@@ -204,35 +204,7 @@ pub fn position(root: &Path, proc_cgroup: &str, mountinfo: &str) -> Position {
 
 /// The mount point of the cgroup2 filesystem that contains `root` (the longest match).
 fn cgroup2_mount_for(root: &Path, mountinfo: &str) -> Option<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            // Fields: id parent major:minor root mountpoint options [optional...] - fstype ...
-            let (pre, post) = l.split_once(" - ")?;
-            if post.split_whitespace().next()? != "cgroup2" {
-                return None;
-            }
-            Some(PathBuf::from(unescape_octal(pre.split_whitespace().nth(4)?)))
-        })
-        .filter(|m| root.starts_with(m))
-        .max_by_key(|m| m.as_os_str().len())
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_octal(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    memqos_cgroupfs::mounts::cgroup2_of(mountinfo, root).map(|m| m.mount_point)
 }
 
 fn fs_magic(path: &Path) -> std::io::Result<i64> {
@@ -332,6 +304,5 @@ mod tests {
         assert_eq!(position(root, "12:memory:/x\n", mountinfo), Position::Outside);
         // A root under a v1 mount point only: no cgroup2 mount contains it.
         assert_eq!(position(Path::new("/cg/agents"), "0::/agents/s/runtime\n", mountinfo), Position::Outside);
-        assert_eq!(unescape_octal("/a\\040b"), "/a b");
     }
 }

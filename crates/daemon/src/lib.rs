@@ -12,6 +12,7 @@
 //! 5. SIGTERM/SIGINT only set a flag; the loop ends and the journal is restored. SIGHUP sets
 //!    another: the loop reloads the config between two ticks (`reload`).
 
+pub use memqos_cgroupfs::mounts;
 pub mod actuator;
 pub mod beneath;
 mod bpf_source;
@@ -24,7 +25,6 @@ mod fast_read;
 pub mod journal;
 pub mod lock;
 pub mod metrics;
-pub mod mounts;
 mod observe;
 mod oom_adj;
 pub mod oom_report;

@@ -173,8 +173,16 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
         "no reclaim or over-high counted for prot: {c}"
     );
     assert!(total[3].as_u64().unwrap() > 0, "no page faults counted for prot: {c}");
-    let left = our_bpf_objects();
-    assert!(left.is_empty(), "left attached after the daemon stopped: {left:?}");
+    // The kernel frees a program after its last link and fd are gone, deferred (RCU, a
+    // workqueue): under TCG it can still be listed a moment after the daemon exited. What
+    // is still there after 5 s is held by something else (a pin, a leaked link).
+    let t0 = Instant::now();
+    let mut left = our_bpf_objects();
+    while !left.is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+        left = our_bpf_objects();
+    }
+    assert!(left.is_empty(), "left attached 5 s after the daemon stopped: {left:?}");
     assert_eq!(s.low.limit("memory.high").unwrap(), Limit::Max, "low's memory.high not restored");
     s.teardown();
 });

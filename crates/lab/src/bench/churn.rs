@@ -149,16 +149,7 @@ pub fn run(a: ChurnArgs) -> Result<u8> {
     if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    if let Some(old) =
-        std::fs::read_to_string(&a.out).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-    {
-        let earlier: Vec<KernelResult> = serde_json::from_value(old["kernels"].clone()).unwrap_or_default();
-        let mut kept: Vec<KernelResult> =
-            earlier.into_iter().filter(|k| !all.iter().any(|n| n.kernel == k.kernel)).collect();
-        kept.extend(all);
-        kept.sort_by(|a, b| a.kernel.cmp(&b.kernel));
-        all = kept;
-    }
+    let all = super::keep_earlier_kernels(&a.out, all);
     let doc = serde_json::json!({
         "benchmark": "memqos bench churn",
         "scenario": format!("{SESSIONS} sessions with a protected runtime; tool-call cgroups made at the target rate, one process each, removed after their lifetime; daemon with crates/lab/configs/churn.toml (default signals and sampling, BPF on)"),
@@ -476,4 +467,10 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
         daemon_error,
         not_restored,
     })
+}
+
+impl super::PerKernel for KernelResult {
+    fn kernel(&self) -> &str {
+        &self.kernel
+    }
 }

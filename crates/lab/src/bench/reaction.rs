@@ -243,18 +243,7 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let path = a.out.join("reaction.json");
-    // Kernels measured earlier and not in this run are kept, so `--kernel 6.12` and then
-    // `--kernel 7` build the same file as `--kernel all`.
-    if let Some(old) =
-        std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-    {
-        let earlier: Vec<KernelResult> = serde_json::from_value(old["kernels"].clone()).unwrap_or_default();
-        let mut kept: Vec<KernelResult> =
-            earlier.into_iter().filter(|k| !all.iter().any(|n| n.kernel == k.kernel)).collect();
-        kept.extend(all);
-        kept.sort_by(|a, b| a.kernel.cmp(&b.kernel));
-        all = kept;
-    }
+    let all = super::keep_earlier_kernels(&path, all);
     let doc = serde_json::json!({
         "benchmark": "memqos bench reaction",
         "scenario": format!("parent memory.max {} MiB, low holds {} MiB page cache, prot allocates {} MiB anon in {} KiB chunks; no swap; sampling 60 s (reactions come from the fast path); headroom guard off; idle managed cgroups beside the pair per size", PARENT_MAX / MIB, CACHE_MB, PROBE_MB, CHUNK / 1024),
@@ -802,5 +791,11 @@ mod tests {
             assert_eq!(on.iter().filter(|&&x| x).count(), 1, "{s}");
             assert_eq!(cfg.policy.headroom_guard, 0);
         }
+    }
+}
+
+impl super::PerKernel for KernelResult {
+    fn kernel(&self) -> &str {
+        &self.kernel
     }
 }

@@ -92,16 +92,7 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
         print_table(&r);
         all.push(r);
     }
-    if let Some(old) =
-        std::fs::read_to_string(&a.out).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-    {
-        let earlier: Vec<KernelResult> = serde_json::from_value(old["kernels"].clone()).unwrap_or_default();
-        let mut kept: Vec<KernelResult> =
-            earlier.into_iter().filter(|k| !all.iter().any(|n| n.kernel == k.kernel)).collect();
-        kept.extend(all);
-        kept.sort_by(|a, b| a.kernel.cmp(&b.kernel));
-        all = kept;
-    }
+    let all = super::keep_earlier_kernels(&a.out, all);
     if let Some(dir) = a.out.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -199,4 +190,10 @@ fn print_table(r: &KernelResult) {
         "  added by memqos run: p50 {:.2} ms (median difference); paired per call p10 {:.2} / p50 {:.2} / p90 {:.2} ms; fork+migrate path p50 {:.2} ms",
         r.added_p50_ms, p.p10, p.p50, p.p90, r.added_fork_p50_ms
     );
+}
+
+impl super::PerKernel for KernelResult {
+    fn kernel(&self) -> &str {
+        &self.kernel
+    }
 }

@@ -30,41 +30,17 @@ impl Cgroup2Mount {
     }
 }
 
-/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Every cgroup2 mount in a mountinfo text.
 pub fn parse_cgroup2(mountinfo: &str) -> Vec<Cgroup2Mount> {
-    let mut out = Vec::new();
-    for line in mountinfo.lines() {
-        // id parent major:minor root mount_point options [optional...] - fstype source super
-        let Some((left, right)) = line.split_once(" - ") else { continue };
-        let mut r = right.split(' ');
-        if r.next() != Some("cgroup2") {
-            continue;
-        }
-        let super_options = r.nth(1).unwrap_or("").split(',').map(str::to_owned).collect();
-        let l: Vec<&str> = left.split(' ').collect();
-        if l.len() < 5 {
-            continue;
-        }
-        out.push(Cgroup2Mount { mount_point: PathBuf::from(unescape(l[4])), root: unescape(l[3]), super_options });
-    }
-    out
+    crate::procfs::parse_mountinfo(mountinfo)
+        .into_iter()
+        .filter(|m| m.fstype == "cgroup2")
+        .map(|m| Cgroup2Mount {
+            mount_point: m.mount_point,
+            root: m.root,
+            super_options: m.super_options.split(',').map(str::to_owned).collect(),
+        })
+        .collect()
 }
 
 /// The cgroup2 mount holding `path` (the one with the longest mount point that is a prefix;
