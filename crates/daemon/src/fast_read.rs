@@ -24,20 +24,10 @@ pub enum FastFile {
     Max,
     Events,
     Pressure,
-    Low,
-    Min,
 }
 
 impl FastFile {
-    const ALL: [FastFile; 7] = [
-        FastFile::Current,
-        FastFile::High,
-        FastFile::Max,
-        FastFile::Events,
-        FastFile::Pressure,
-        FastFile::Low,
-        FastFile::Min,
-    ];
+    const ALL: [FastFile; 5] = [FastFile::Current, FastFile::High, FastFile::Max, FastFile::Events, FastFile::Pressure];
 
     fn name(self) -> &'static str {
         match self {
@@ -46,8 +36,6 @@ impl FastFile {
             FastFile::Max => "memory.max",
             FastFile::Events => "memory.events",
             FastFile::Pressure => "memory.pressure",
-            FastFile::Low => "memory.low",
-            FastFile::Min => "memory.min",
         }
     }
 
@@ -64,13 +52,11 @@ pub struct FastStats {
     pub max: Option<Limit>,
     pub events: Option<MemoryEvents>,
     pub pressure: Option<Pressure>,
-    pub low: Option<Limit>,
-    pub min: Option<Limit>,
 }
 
 struct Node {
     dir: OwnedFd,
-    files: [Option<File>; 7],
+    files: [Option<File>; 5],
 }
 
 /// Open descriptors per cgroup id; dropped with the cgroup (`retain`).
@@ -137,8 +123,6 @@ impl FastReader {
                 FastFile::Max => out.max = Some(parse_limit(&text).map_err(|e| bad(&e))?),
                 FastFile::Events => out.events = Some(MemoryEvents::parse(&text).map_err(|e| bad(&e))?),
                 FastFile::Pressure => out.pressure = Some(Pressure::parse(&text).map_err(|e| bad(&e))?),
-                FastFile::Low => out.low = Some(parse_limit(&text).map_err(|e| bad(&e))?),
-                FastFile::Min => out.min = Some(parse_limit(&text).map_err(|e| bad(&e))?),
             }
         }
         Ok(Some(out))

@@ -371,7 +371,7 @@ fn run_loop(
         last_periodic = Some(tick_started);
         last_full = Some(tick_started);
         let now_ms = started.elapsed().as_millis() as u64;
-        let (mut obs, seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
+        let (mut obs, mut seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
         if let Some((backend, why_not_bpf)) = sampler.backend_report.take() {
             act.emit(Event::StatsBackend { backend: backend.to_owned(), why_not_bpf });
@@ -406,6 +406,7 @@ fn run_loop(
             batch.extend(adj.plan(cfg, &obs, act));
         }
         let wrote = act.apply(batch)?;
+        sampler.note_written(&mut seen, &wrote);
         if let Some(m) = exporter.as_mut() {
             m.after_tick(cfg, &obs, &decisions, tick_started.elapsed());
         }

@@ -61,6 +61,18 @@ pub struct Seen {
     pub events: MemoryEvents,
 }
 
+/// A write's value in `knobs` (files the engine does not read are ignored).
+fn apply_write(knobs: &mut Knobs, w: &crate::events::WriteEvent) {
+    let limit = |old: Limit| memqos_cgroupfs::parse::parse_limit(&w.value).unwrap_or(old);
+    match w.file.as_str() {
+        "memory.high" => knobs.high = limit(knobs.high),
+        "memory.low" => knobs.low = limit(knobs.low),
+        "memory.min" => knobs.min = limit(knobs.min),
+        "cgroup.freeze" => knobs.frozen = w.value.trim() == "1",
+        _ => {}
+    }
+}
+
 /// A value the snapshot must have for a managed cgroup; missing means the memory controller
 /// is not enabled for it (or the kernel lacks the file).
 fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Result<T> {
@@ -187,41 +199,53 @@ impl Sampler {
         Ok(s.current.unwrap_or(0).saturating_add(reserve).saturating_add(margin) >= limit)
     }
 
-    /// The calm path's check of the protected cgroups: reads the memory.current, memory.low
-    /// and memory.min of each populated protected cgroup of the last full sample. `None`
-    /// when one of them now uses more than its protection covers, or is gone: the whole
+    /// The calm path's check of the protected cgroups: reads the memory.current of each
+    /// populated protected cgroup of the last full sample (one pread each). `None` when one
+    /// of them now uses more than its protection (memory.low/min as last sampled, updated by
+    /// memqos's own writes since: [`Sampler::note_written`]) covers, or is gone: the whole
     /// tree must be looked at. Otherwise the room they may grow back into (protection minus
-    /// usage, summed), for `parent_needs_look`.
+    /// usage now, summed), for `parent_needs_look`.
     ///
-    /// All of it must be read now. The engine reserves room for a protected cgroup's
-    /// regrowth only from the peaks it saw, so a burst past the learned working set must be
-    /// seen rather than come and go between two calm full samples; and the room taken from
-    /// the last full sample (made during a burst, before the engine raised the protection)
-    /// is almost nothing, so the lower tiers grow into the next burst's room unchecked (both
-    /// seen in the controller scenario on 6.12: the protected task OOM-killed in its second
-    /// burst).
+    /// Usage must be read now. The engine reserves room for a protected cgroup's regrowth
+    /// only from the peaks it saw, so a burst past the learned working set must be seen
+    /// rather than come and go between two calm full samples; and the room computed from the
+    /// last full sample (made during a burst) is almost nothing, so the lower tiers grow into
+    /// the next burst's room unchecked (both seen in the controller scenario on 6.12: the
+    /// protected task OOM-killed in its second burst). A protection changed by someone else
+    /// is seen at the next full sample.
     pub fn protected_room(&mut self, cfg: &Config, root: &Root) -> anyhow::Result<Option<u64>> {
-        const FILES: &[FastFile] = &[FastFile::Current, FastFile::Low, FastFile::Min];
-        let watched: Vec<(String, u64)> = self
+        let watched: Vec<(String, u64, u64)> = self
             .last
             .iter()
             .filter(|c| is_protected(cfg, c) && c.is_populated())
-            .map(|c| (c.id.clone(), c.cgroup_id))
+            .map(|c| (c.id.clone(), c.cgroup_id, c.current.low.max(c.current.min).bytes().unwrap_or(u64::MAX)))
             .collect();
         let mut room = 0u64;
-        for (rel, id) in watched {
-            let Some(s) = self.fast.read(root, &rel, id, FILES)? else {
+        for (rel, id, protection) in watched {
+            let Some(s) = self.fast.read(root, &rel, id, &[FastFile::Current])? else {
                 return Ok(None); // gone or re-created: the tree changed
             };
             let usage = s.current.unwrap_or(0);
-            let protection = s.low.unwrap_or(Limit::Bytes(0)).max(s.min.unwrap_or(Limit::Bytes(0)));
-            let protection = protection.bytes().unwrap_or(u64::MAX);
             if usage > protection {
                 return Ok(None);
             }
             room = room.saturating_add(protection - usage);
         }
         Ok(Some(room))
+    }
+
+    /// memqos's writes of this tick, into the last full sample's view (see
+    /// `protected_room`), and into `seen` for status.json and the metrics, so that both show
+    /// what the knobs hold now rather than what they held before the writes.
+    pub fn note_written(&mut self, seen: &mut [Seen], wrote: &[crate::events::WriteEvent]) {
+        for w in wrote.iter().filter(|w| w.outcome == crate::events::Outcome::Ok) {
+            if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == w.cgroup_id && s.cgroup == w.cgroup) {
+                apply_write(&mut s.knobs, w);
+            }
+            if let Some(c) = self.last.iter_mut().find(|c| c.cgroup_id == w.cgroup_id && c.id == w.cgroup) {
+                apply_write(&mut c.current, w);
+            }
+        }
     }
 
     /// Opens, on the periodic path, the descriptors a reaction would read now (the parent,
@@ -425,5 +449,56 @@ impl Sampler {
             events: ev,
         };
         Ok((obs, seen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{Outcome, WriteEvent};
+
+    fn write(cgroup: &str, id: u64, file: &str, value: &str, outcome: Outcome) -> WriteEvent {
+        WriteEvent {
+            cgroup: cgroup.into(),
+            cgroup_id: id,
+            pid: None,
+            file: file.into(),
+            value: value.into(),
+            previous: None,
+            outcome,
+            reason: None,
+            why: String::new(),
+            dry_run: false,
+            mono_ns: 0,
+            mono_done_ns: 0,
+        }
+    }
+
+    #[test]
+    fn written_knobs_show_in_the_status_view_and_nothing_else_does() {
+        let seen = |cgroup: &str, id| Seen {
+            cgroup: cgroup.into(),
+            cgroup_id: id,
+            tier: "t".into(),
+            usage_bytes: 0,
+            knobs: Knobs::default(),
+            original: Knobs::default(),
+            psi_some_avg10: 0.0,
+            events: MemoryEvents::default(),
+        };
+        let mut v = vec![seen("db", 7), seen("job", 8)];
+        Sampler::new(BackendChoice::Text).note_written(
+            &mut v,
+            &[
+                write("db", 7, "memory.low", "117440512", Outcome::Ok),
+                write("job", 8, "memory.high", "1048576", Outcome::DryRun),
+                write("job", 9, "memory.min", "4096", Outcome::Ok), // a re-created name
+                write("job", 8, "cgroup.freeze", "1", Outcome::Ok),
+            ],
+        );
+        assert_eq!(v[0].knobs.low, Limit::Bytes(117440512));
+        assert_eq!(v[1].knobs.high, Knobs::default().high, "a dry run wrote nothing");
+        assert_eq!(v[1].knobs.min, Knobs::default().min, "another cgroup's write");
+        assert!(v[1].knobs.frozen);
     }
 }

@@ -398,3 +398,26 @@ fn a_calm_daemon_reads_the_parent_and_samples_everything_when_it_nears_its_limit
     daemon.join().unwrap().expect("daemon run");
     assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
 }
+
+#[test]
+fn a_calm_daemon_sees_a_protected_burst_past_its_protection_at_once() {
+    // The parent stays far from its limit; only the protected cgroup's usage moves.
+    let f = fake("burst", 100 * MIB);
+    let text = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 50\ncalm_interval_ms = 60000");
+    std::fs::write(&f.config, text).unwrap();
+    let opts = f.options(4.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    // 150M used: protection 150M x 1.1 rounded up to 16M steps.
+    poll("the first protection", Duration::from_secs(3), || f.knob("high", "memory.low") == (176 * MIB).to_string());
+    std::thread::sleep(Duration::from_millis(300));
+    // A burst past it: the calm check reads high's usage, the full sample that follows
+    // learns the new working set (and with it the room the lower tiers must leave).
+    std::fs::write(f.root.join("high/memory.current"), format!("{}\n", 250 * MIB)).unwrap();
+    poll("protection follows the burst", Duration::from_secs(3), || {
+        f.knob("high", "memory.low") == (288 * MIB).to_string()
+    });
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!(f.knob("high", "memory.low"), "0", "restored at stop");
+}
