@@ -38,6 +38,9 @@ impl CpuWeights {
             let current = match act.read(&c.id, c.cgroup_id, FILE) {
                 Ok(v) => v,
                 Err(FileError::Vanished) if self.reported.contains(&c.cgroup_id) => continue,
+                // Removed since it was sampled (short-lived tool-call cgroups are): nothing to
+                // report. Only a cgroup that is still there without the file lacks the controller.
+                Err(FileError::Vanished) if !still_there(cfg, &c.id, c.cgroup_id) => continue,
                 Err(e) => {
                     let why = match e {
                         FileError::Vanished => "no such file".to_string(),
@@ -60,4 +63,10 @@ impl CpuWeights {
         }
         writes
     }
+}
+
+/// The cgroup at `rel` exists and is the one with `id` (not removed, not re-created).
+fn still_there(cfg: &Config, rel: &str, id: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(cfg.cgroup_root.join(rel)).is_ok_and(|m| m.is_dir() && m.ino() == id)
 }

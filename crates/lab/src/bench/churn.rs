@@ -2,8 +2,16 @@
 //!
 //! Layout (crates/lab/configs/churn.toml): `churn/s0..s9`, each with a protected `runtime`
 //! holding a process, and tool-call cgroups `sN/tool.K` made at `--rate` per second, each
-//! with one process joined right after the mkdir (as `memqos run` or a container runtime
-//! does), removed `--lifetime-ms` later. The daemon runs its default signals with BPF on.
+//! with one process moved in right after the mkdir (as `memqos run` moves itself, or a
+//! container runtime its init), moved out and the cgroup removed `--lifetime-ms` later.
+//! The daemon runs its default signals with BPF on.
+//!
+//! The processes come from a pool started before the clock runs, parked in `churn-park`
+//! (outside the managed root) between calls: under TCG, starting a process per call
+//! (fork + exec) capped the loop at ~26 calls/s. A parked process rests `REUSE_AFTER` before
+//! its next call, longer than the daemon's calm interval, so the daemon has restored its
+//! oom_score_adj (it left the tier) before it joins the next call: each call is then one
+//! oom_score_adj write, as for a new process.
 //!
 //! Per tool call: the time from just before its mkdir to the end of the daemon's write of
 //! the tier's cpu.weight, and of its process's oom_score_adj (`mono_done_ns` of the write
@@ -32,6 +40,9 @@ const ROOT: &str = "/sys/fs/cgroup/churn";
 const STATE: &str = "/run/memqos-churn";
 const SESSIONS: usize = 10;
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+const PARK: &str = "/sys/fs/cgroup/churn-park";
+/// How long a pooled process rests between two calls (see the module doc).
+const REUSE_AFTER: Duration = Duration::from_secs(8);
 
 #[derive(Args)]
 pub struct ChurnArgs {
@@ -96,7 +107,8 @@ pub struct KernelResult {
     pub degraded: Vec<String>,
     pub restore_failed: Vec<String>,
     pub daemon_error: Option<String>,
-    /// Runtime cgroups whose memory.low differed from its value before the daemon, after stop.
+    /// After stop: runtime cgroups whose memory.low differs from its value before the daemon,
+    /// and pooled processes whose oom_score_adj is not back at 0.
     pub not_restored: Vec<String>,
 }
 
@@ -257,8 +269,57 @@ impl LogTail {
 
 struct Call {
     cgroup: Cgroup,
-    child: Child,
+    pid: u32,
     remove_at: Instant,
+}
+
+/// Processes that take turns as tool calls: the oldest parked one goes next.
+struct Pool {
+    park: Cgroup,
+    children: Vec<Child>,
+    /// (pid, parked since), oldest first.
+    parked: VecDeque<(u32, Instant)>,
+}
+
+impl Pool {
+    fn start(size: usize) -> Result<Pool> {
+        let park = Cgroup::new(PARK);
+        park.create()?;
+        let mut children = Vec::with_capacity(size);
+        let mut parked = VecDeque::with_capacity(size);
+        let long_ago = Instant::now().checked_sub(REUSE_AFTER).unwrap_or_else(Instant::now);
+        for _ in 0..size {
+            let child = spawn_in(&park, "sleep", &["100000"])?;
+            parked.push_back((child.id(), long_ago));
+            children.push(child);
+        }
+        Ok(Pool { park, children, parked })
+    }
+
+    /// A process that has rested long enough, if any.
+    fn take(&mut self, now: Instant) -> Option<u32> {
+        match self.parked.front() {
+            Some(&(pid, since)) if now.duration_since(since) >= REUSE_AFTER => {
+                self.parked.pop_front();
+                Some(pid)
+            }
+            _ => None,
+        }
+    }
+
+    fn park(&mut self, pid: u32) -> Result<()> {
+        self.park.write_string("cgroup.procs", &pid.to_string())?;
+        self.parked.push_back((pid, Instant::now()));
+        Ok(())
+    }
+
+    fn stop(mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = remove_when_empty(&self.park);
+    }
 }
 
 /// A process in `cg` from its first instruction: it joins before exec.
@@ -334,6 +395,11 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
         let low = runtime.read_string("memory.low")?;
         runtimes.push((runtime, child, low));
     }
+    // Calls alive at once, plus those resting, plus slack for a loop running late.
+    let per_call = Duration::from_millis(a.lifetime_ms) + REUSE_AFTER;
+    let pool_size = (f64::from(a.rate) * per_call.as_secs_f64() * 1.2).ceil() as usize + 8;
+    eprintln!("churn: starting a pool of {pool_size} processes");
+    let mut pool = Pool::start(pool_size)?;
     let exe = std::env::current_exe()?;
     let config = Path::new("/run/memqos-churn.toml");
     DaemonConfig::named("churn.toml").write(config)?;
@@ -381,19 +447,21 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
         let now = Instant::now();
         // Removals first: a call whose lifetime is over.
         while live.front().is_some_and(|c| c.remove_at <= now) {
-            let mut c = live.pop_front().expect("checked");
-            let _ = c.child.kill();
-            let _ = c.child.wait();
+            let c = live.pop_front().expect("checked");
+            pool.park(c.pid)?;
             remove_when_empty(&c.cgroup)?;
         }
         if now >= next_make {
+            let Some(pid) = pool.take(now) else {
+                bail!("no pooled process has rested {} s: the pool is too small", REUSE_AFTER.as_secs());
+            };
             let rel = format!("s{}/tool.{n}", n % SESSIONS);
             let cg = root.child(&rel);
             let made_ns = memqos_daemon::mono_ns();
             cg.create()?;
-            let child = spawn_in(&cg, "sleep", &["100000"])?;
+            cg.write_string("cgroup.procs", &pid.to_string())?;
             made.insert(rel, made_ns);
-            live.push_back(Call { cgroup: cg, child, remove_at: now + lifetime });
+            live.push_back(Call { cgroup: cg, pid, remove_at: now + lifetime });
             n += 1;
             next_make += period;
         }
@@ -423,9 +491,8 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
         }
     }
     let duration_s = t0.elapsed().as_secs_f64();
-    for mut c in live.drain(..) {
-        let _ = c.child.kill();
-        let _ = c.child.wait();
+    for c in live.drain(..) {
+        pool.park(c.pid)?;
         remove_when_empty(&c.cgroup)?;
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -450,6 +517,14 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
         let _ = runtime.path().parent().map(|p| Cgroup::new(p).remove());
     }
     let _ = root.remove();
+    // Every pooled process was in the tool tier many times: its oom_score_adj must be back.
+    for c in &pool.children {
+        let adj = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", c.id())).unwrap_or_default();
+        if adj.trim() != "0" {
+            not_restored.push(format!("pid {} oom_score_adj {}", c.id(), adj.trim()));
+        }
+    }
+    pool.stop();
     let misses = |got: &HashMap<String, f64>| made.len() - got.len();
     Ok(KernelResult {
         kernel,

@@ -770,6 +770,12 @@ fn mono_ns() -> u64 {
     memqos_daemon::mono_ns()
 }
 
+impl super::PerKernel for KernelResult {
+    fn kernel(&self) -> &str {
+        &self.kernel
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -791,11 +797,5 @@ mod tests {
             assert_eq!(on.iter().filter(|&&x| x).count(), 1, "{s}");
             assert_eq!(cfg.policy.headroom_guard, 0);
         }
-    }
-}
-
-impl super::PerKernel for KernelResult {
-    fn kernel(&self) -> &str {
-        &self.kernel
     }
 }
