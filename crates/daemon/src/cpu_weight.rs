@@ -39,8 +39,8 @@ impl CpuWeights {
                 Ok(v) => v,
                 Err(FileError::Vanished) if self.reported.contains(&c.cgroup_id) => continue,
                 // Removed since it was sampled (short-lived tool-call cgroups are): nothing to
-                // report. Only a cgroup that is still there without the file lacks the controller.
-                Err(FileError::Vanished) if !still_there(cfg, &c.id, c.cgroup_id) => continue,
+                // report. Only a cgroup whose cgroup.controllers lacks cpu lacks the controller.
+                Err(FileError::Vanished) if !lacks_cpu_controller(cfg, &c.id) => continue,
                 Err(e) => {
                     let why = match e {
                         FileError::Vanished => "no such file".to_string(),
@@ -65,8 +65,9 @@ impl CpuWeights {
     }
 }
 
-/// The cgroup at `rel` exists and is the one with `id` (not removed, not re-created).
-fn still_there(cfg: &Config, rel: &str, id: u64) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(cfg.cgroup_root.join(rel)).is_ok_and(|m| m.is_dir() && m.ino() == id)
+/// The cgroup at `rel` is there and the cpu controller is not enabled for it. A cgroup being
+/// removed loses its files before its directory, so a missing cpu.weight alone says nothing.
+fn lacks_cpu_controller(cfg: &Config, rel: &str) -> bool {
+    std::fs::read_to_string(cfg.cgroup_root.join(rel).join("cgroup.controllers"))
+        .is_ok_and(|text| !memqos_cgroupfs::parse::parse_controllers(&text).contains(&"cpu"))
 }

@@ -502,10 +502,24 @@ struct Adopting {
     obs: memqos_policy::CgroupObs,
     until: Instant,
     weight_done: bool,
+    /// When its processes are read next, and how many times they were.
+    due: Instant,
+    polls: u32,
 }
 
-/// How long a new cgroup is re-checked for processes to adjust, and how often: after that
-/// the periodic path handles it like any other.
+impl Adopting {
+    /// After a read: the next one comes twice as late as the last (10, 20, 40, ... ms).
+    /// A joining process is caught by the cgroup.events watch anyway (`due` becomes now);
+    /// the reads catch processes forked inside an already populated cgroup. At 100 new
+    /// cgroups/s, reading every adopting cgroup every 10 ms cost the daemon most of its CPU.
+    fn polled(&mut self, now: Instant) {
+        self.due = now + ADOPT_POLL * 2u32.pow(self.polls.min(8));
+        self.polls += 1;
+    }
+}
+
+/// How long a new cgroup is re-checked for processes to adjust, and the first interval
+/// between checks (doubling): after that the periodic path handles it like any other.
 const ADOPT_FOR: Duration = Duration::from_millis(300);
 const ADOPT_POLL: Duration = Duration::from_millis(10);
 
@@ -526,11 +540,8 @@ fn until_stop(opts: &Options, started: Instant) -> Duration {
 /// Until the next periodic tick, or the next check of new cgroups.
 fn next_wait(last_periodic: Option<Instant>, interval: Duration, adopting: &[Adopting]) -> Duration {
     let periodic = last_periodic.map_or(Duration::ZERO, |t| interval.saturating_sub(t.elapsed()));
-    if adopting.is_empty() {
-        periodic
-    } else {
-        periodic.min(ADOPT_POLL)
-    }
+    let now = Instant::now();
+    adopting.iter().map(|a| a.due.saturating_duration_since(now)).fold(periodic, Duration::min)
 }
 
 /// Applies the per-tier knobs of cgroups made since the last wakeup (seen by the tree
@@ -554,7 +565,8 @@ fn adopt_created(
         let Ok(meta) = std::fs::symlink_metadata(root.path().join(&rel)) else {
             continue; // removed already
         };
-        if adopting.iter().any(|a| a.obs.cgroup_id == meta.ino()) {
+        if let Some(a) = adopting.iter_mut().find(|a| a.obs.cgroup_id == meta.ino()) {
+            a.due = now; // its cgroup.events changed: a process joined
             continue;
         }
         let Some(tier) = sampler.tier_of(cfg, root.path(), &rel, meta.ino()) else {
@@ -569,9 +581,9 @@ fn adopt_created(
         }
         let mut obs = memqos_policy::CgroupObs::new(rel, tier, 0);
         obs.cgroup_id = meta.ino();
-        adopting.push(Adopting { obs, until: now + ADOPT_FOR, weight_done: false });
+        adopting.push(Adopting { obs, until: now + ADOPT_FOR, weight_done: false, due: now, polls: 0 });
     }
-    if adopting.is_empty() {
+    if !adopting.iter().any(|a| a.due <= now) {
         return Ok(Vec::new());
     }
     let mut batch = Vec::new();
@@ -585,8 +597,12 @@ fn adopt_created(
         }
     }
     if let Some(adj) = oom_adj.as_mut() {
-        let cgs: Vec<memqos_policy::CgroupObs> = adopting.iter().map(|a| a.obs.clone()).collect();
+        let cgs: Vec<memqos_policy::CgroupObs> =
+            adopting.iter().filter(|a| a.due <= now).map(|a| a.obs.clone()).collect();
         batch.extend(adj.plan_new(cfg, &cgs, act));
+    }
+    for a in adopting.iter_mut().filter(|a| a.due <= now) {
+        a.polled(now);
     }
     let wrote = act.apply(batch)?;
     if let Some(adj) = oom_adj.as_mut() {
