@@ -107,6 +107,10 @@ pub struct KernelResult {
     pub degraded: Vec<String>,
     pub restore_failed: Vec<String>,
     pub daemon_error: Option<String>,
+    /// The 20 slowest oom_score_adj adoptions: (seconds into the run the call was made, ms),
+    /// to tell a steady tail from one that comes with the daemon's periodic work.
+    #[serde(default)]
+    pub slowest: Vec<(f64, f64)>,
     /// After stop: runtime cgroups whose memory.low differs from its value before the daemon,
     /// and pooled processes whose oom_score_adj is not back at 0.
     pub not_restored: Vec<String>,
@@ -526,6 +530,11 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
     }
     pool.stop();
     let misses = |got: &HashMap<String, f64>| made.len() - got.len();
+    let t0_ns = made.values().min().copied().unwrap_or(0);
+    let mut slowest: Vec<(f64, f64)> =
+        adj_ms.iter().map(|(rel, &ms)| ((made[rel] - t0_ns) as f64 / 1e9, ms)).collect();
+    slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    slowest.truncate(20);
     Ok(KernelResult {
         kernel,
         rate_target: a.rate,
@@ -540,6 +549,7 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
         degraded,
         restore_failed,
         daemon_error,
+        slowest,
         not_restored,
     })
 }
