@@ -61,6 +61,12 @@ pub struct Seen {
     pub events: MemoryEvents,
 }
 
+/// The cgroup at `dir` is there and the memory controller is not enabled for it.
+fn lacks_memory_controller(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .is_ok_and(|text| !memqos_cgroupfs::parse::parse_controllers(&text).contains(&"memory"))
+}
+
 /// A write's value in `knobs` (files the engine does not read are ignored).
 fn apply_write(knobs: &mut Knobs, w: &crate::events::WriteEvent) {
     let limit = |old: Limit| memqos_cgroupfs::parse::parse_limit(&w.value).unwrap_or(old);
@@ -332,11 +338,19 @@ impl Sampler {
             }
             let tier = *self.tiers.entry(c.id).or_insert_with(|| classify(cfg, root.path(), &c.path));
             let Some(tier) = tier else { continue };
-            let (mut obs, s) =
+            let observed =
                 Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal, {
                     let tier_freezes = cfg.tiers.get(tier).is_some_and(|t| t.freeze);
                     tier_freezes || journal.original(c.id, "cgroup.freeze").is_some()
-                })?;
+                });
+            let (mut obs, s) = match observed {
+                Ok(o) => o,
+                // A cgroup being removed loses its files before its directory (seen at 100
+                // tool-call cgroups/s: the daemon stopped on "no memory.current"): it has
+                // vanished. Only a cgroup still there without the memory controller is an error.
+                Err(_) if !lacks_memory_controller(&root.path().join(&c.path)) => continue,
+                Err(e) => return Err(e),
+            };
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {

@@ -421,3 +421,17 @@ fn a_calm_daemon_sees_a_protected_burst_past_its_protection_at_once() {
     daemon.join().unwrap().expect("daemon run");
     assert_eq!(f.knob("high", "memory.low"), "0", "restored at stop");
 }
+
+#[test]
+fn a_cgroup_losing_its_files_is_skipped_but_one_without_the_memory_controller_is_an_error() {
+    // Being removed: the kernel takes a cgroup's files away before its directory.
+    let f = fake("dying", 100 * MIB);
+    let dying = f.root.join("low2");
+    std::fs::create_dir_all(&dying).unwrap();
+    std::fs::write(dying.join("cgroup.controllers"), "memory cpu\n").unwrap();
+    memqos_daemon::run(f.options(0.5, false)).expect("a vanishing cgroup is not an error");
+    // Still there, memory controller not enabled: the operator must hear of it.
+    std::fs::write(dying.join("cgroup.controllers"), "cpu\n").unwrap();
+    let err = memqos_daemon::run(f.options(0.5, false)).expect_err("no memory controller");
+    assert!(format!("{err:#}").contains("low2") && format!("{err:#}").contains("memory controller"), "{err:#}");
+}

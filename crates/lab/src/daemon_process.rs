@@ -69,6 +69,11 @@ impl DaemonProcess {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// Its exit status if it has exited (without waiting).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// CPU time (user + system) the daemon has used so far, in seconds; None once it is gone.
     pub fn cpu_seconds(&self) -> Option<f64> {
         proc_stat::cpu_ticks(self.pid()).map(|t| t as f64 / proc_stat::ticks_per_second())
@@ -78,6 +83,9 @@ impl DaemonProcess {
     /// its exit status and its whole event log (one JSON object per line, restore included).
     pub fn stop(mut self) -> Result<(ExitStatus, String)> {
         let mut child = self.child.take().expect("stopped only once");
+        if let Ok(Some(status)) = child.try_wait() {
+            return Ok((status, self.events())); // exited on its own (and reaped: no kill)
+        }
         // SAFETY: kill(2) on our own child's pid, which is not reaped yet.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let status = child.wait().context("waiting for the memqos daemon")?;

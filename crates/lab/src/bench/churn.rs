@@ -408,7 +408,7 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
     let config = Path::new("/run/memqos-churn.toml");
     DaemonConfig::named("churn.toml").write(config)?;
     let _ = std::fs::remove_dir_all(STATE);
-    let daemon = DaemonProcess::start(&exe, config, Path::new(STATE), &["--no-guardian"], Stdio::null())?;
+    let mut daemon = DaemonProcess::start(&exe, config, Path::new(STATE), &["--no-guardian"], Stdio::null())?;
     let mut tail = LogTail::new(Path::new(STATE));
 
     let period = Duration::from_secs_f64(1.0 / f64::from(a.rate));
@@ -470,6 +470,10 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
             next_make += period;
         }
         if now >= next_sample {
+            if let Some(status) = daemon.exited() {
+                eprintln!("churn: the daemon exited ({status}) after {:.0} s: stopping", t0.elapsed().as_secs_f64());
+                break;
+            }
             absorb(tail.next()?, &made);
             let cpu = daemon.cpu_seconds().unwrap_or(last_cpu);
             let s = Sample {
@@ -531,8 +535,7 @@ fn in_guest(a: &ChurnArgs) -> Result<KernelResult> {
     pool.stop();
     let misses = |got: &HashMap<String, f64>| made.len() - got.len();
     let t0_ns = made.values().min().copied().unwrap_or(0);
-    let mut slowest: Vec<(f64, f64)> =
-        adj_ms.iter().map(|(rel, &ms)| ((made[rel] - t0_ns) as f64 / 1e9, ms)).collect();
+    let mut slowest: Vec<(f64, f64)> = adj_ms.iter().map(|(rel, &ms)| ((made[rel] - t0_ns) as f64 / 1e9, ms)).collect();
     slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
     slowest.truncate(20);
     Ok(KernelResult {
