@@ -55,7 +55,7 @@ for row, k in zip(axes, kernels):
     ax.set_ylabel("mkdir to the daemon's write, ms")
     ax.set_title("a new cgroup's knobs: delay", fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left")
 fig.suptitle("memqos daemon under tool-call cgroup churn (QEMU TCG guest on a shared 2-core host)", fontsize=10)
 fig.tight_layout()
 fig.savefig(out, dpi=110)

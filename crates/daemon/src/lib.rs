@@ -561,6 +561,13 @@ fn adopt_created(
 ) -> Result<Vec<WriteEvent>> {
     use std::os::unix::fs::MetadataExt;
     let now = Instant::now();
+    // Removals first: a name removed and made again in one wakeup is a new cgroup.
+    let removed = signals.take_removed();
+    adopting.retain(|a| !removed.contains(&a.obs.id));
+    let mut batch = match oom_adj.as_mut() {
+        Some(adj) => adj.settle_removed(&removed, act),
+        None => Vec::new(),
+    };
     for rel in signals.take_created() {
         let Ok(meta) = std::fs::symlink_metadata(root.path().join(&rel)) else {
             continue; // removed already
@@ -583,10 +590,9 @@ fn adopt_created(
         obs.cgroup_id = meta.ino();
         adopting.push(Adopting { obs, until: now + ADOPT_FOR, weight_done: false, due: now, polls: 0 });
     }
-    if !adopting.iter().any(|a| a.due <= now) {
+    if batch.is_empty() && !adopting.iter().any(|a| a.due <= now) {
         return Ok(Vec::new());
     }
-    let mut batch = Vec::new();
     if let Some(w) = cpu_weights.as_mut() {
         let fresh: Vec<memqos_policy::CgroupObs> =
             adopting.iter().filter(|a| !a.weight_done).map(|a| a.obs.clone()).collect();

@@ -23,6 +23,9 @@ pub const FILE: &str = "oom_score_adj";
 /// One process we have looked at.
 struct Handled {
     process: Process,
+    /// The cgroup it was last seen in (relative path): when that cgroup empties or is
+    /// removed, its processes are settled at once rather than at the next full sample.
+    cgroup: String,
     /// False when its value was already at or beyond the target: nothing to put back.
     wrote: bool,
     /// The value to put back (journaled by the actuator; kept here for its children).
@@ -76,10 +79,17 @@ impl OomAdjuster {
     pub fn plan(&mut self, cfg: &Config, obs: &Observation, act: &mut Actuator) -> Vec<Request> {
         let mut present: HashSet<u32> = HashSet::new();
         let mut writes = self.plan_cgroups(cfg, &obs.cgroups, act, &mut present);
-        // Processes that left: exited (forget them) or moved out of the tier (put back).
+        writes.extend(self.settle(act, |pid, _| !present.contains(pid)));
+        writes
+    }
+
+    /// Processes that left: exited (forgotten) or moved out of the tier (original put back),
+    /// among those `left` says have left.
+    fn settle(&mut self, act: &mut Actuator, left: impl Fn(&u32, &Handled) -> bool) -> Vec<Request> {
+        let mut writes = Vec::new();
         let mut exited = Vec::new();
         self.handled.retain(|pid, h| {
-            if present.contains(pid) {
+            if !left(pid, h) {
                 return true;
             }
             if h.wrote && h.process.is_alive() {
@@ -100,10 +110,26 @@ impl OomAdjuster {
         writes
     }
 
-    /// For cgroups just created (not a whole observation): the writes for their processes
-    /// only; nothing is put back.
+    /// For cgroups just created or whose processes changed (not a whole observation): the
+    /// writes for their processes, and the settling of processes that were last seen in one
+    /// of them and are no longer there (a tool call's process moved out or exited).
     pub fn plan_new(&mut self, cfg: &Config, cgroups: &[memqos_policy::CgroupObs], act: &mut Actuator) -> Vec<Request> {
-        self.plan_cgroups(cfg, cgroups, act, &mut HashSet::new())
+        let mut present = HashSet::new();
+        let mut writes = self.plan_cgroups(cfg, cgroups, act, &mut present);
+        let looked: HashSet<&str> = cgroups.iter().map(|c| c.id.as_str()).collect();
+        writes.extend(self.settle(act, |pid, h| looked.contains(h.cgroup.as_str()) && !present.contains(pid)));
+        writes
+    }
+
+    /// For cgroups just removed (relative paths): their processes have all left, so they
+    /// are settled now. At 100 tool calls a second, leaving this to the calm path's full
+    /// sample made one batch of ~500 restores every 5 s that held up new cgroups' knobs.
+    pub fn settle_removed(&mut self, removed: &[String], act: &mut Actuator) -> Vec<Request> {
+        if removed.is_empty() {
+            return Vec::new();
+        }
+        let removed: HashSet<&str> = removed.iter().map(String::as_str).collect();
+        self.settle(act, |_, h| removed.contains(h.cgroup.as_str()))
     }
 
     fn plan_cgroups(
@@ -124,7 +150,10 @@ impl OomAdjuster {
             };
             for pid in pids {
                 present.insert(pid);
-                if self.handled.contains_key(&pid) {
+                if let Some(h) = self.handled.get_mut(&pid) {
+                    if h.cgroup != c.id {
+                        h.cgroup.clone_from(&c.id);
+                    }
                     continue;
                 }
                 let Some((process, ppid, current)) = inspect(pid) else {
@@ -141,7 +170,7 @@ impl OomAdjuster {
                             "tier oom_score_adj",
                         ));
                     }
-                    self.handled.insert(pid, Handled { process, wrote: true, original });
+                    self.handled.insert(pid, Handled { process, cgroup: c.id.clone(), wrote: true, original });
                     continue;
                 }
                 let inherited = self.handled.get(&ppid).filter(|p| p.wrote && current == target).map(|p| p.original);
@@ -162,7 +191,7 @@ impl OomAdjuster {
                 } else {
                     (false, current)
                 };
-                self.handled.insert(pid, Handled { process, wrote, original });
+                self.handled.insert(pid, Handled { process, cgroup: c.id.clone(), wrote, original });
             }
         }
         writes

@@ -40,6 +40,8 @@ pub struct Signals {
     root: Option<std::path::PathBuf>,
     /// Cgroups created since the daemon last took them (`take_created`), relative paths.
     created: Vec<String>,
+    /// Cgroups removed since the daemon last took them (`take_removed`), relative paths.
+    removed: Vec<String>,
     /// cgroup.events watches (IN_MODIFY: populated or frozen changed) of cgroups whose
     /// tier adjusts processes: a first process joining is seen when it joins.
     populated_watches: HashMap<i32, String>,
@@ -67,6 +69,7 @@ impl Signals {
             tree_watched: HashMap::new(),
             root: None,
             created: Vec::new(),
+            removed: Vec::new(),
             populated_watches: HashMap::new(),
             populated_watched: HashMap::new(),
         };
@@ -256,6 +259,11 @@ impl Signals {
         std::mem::take(&mut self.created)
     }
 
+    /// Cgroups removed since the last call (relative paths, in the order seen).
+    pub fn take_removed(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.removed)
+    }
+
     /// Reads the tree watches' events: new directories are watched at once (their own
     /// children are seen too) and queued for `take_created`.
     fn drain_tree(&mut self, root: &Path) {
@@ -301,6 +309,7 @@ impl Signals {
                     self.created.push(rel);
                 } else if ev.mask & libc::IN_DELETE != 0 {
                     self.created.retain(|c| c != &rel);
+                    self.removed.push(rel);
                 }
             }
         }

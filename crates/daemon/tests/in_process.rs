@@ -378,6 +378,50 @@ fn a_new_cgroup_gets_its_tiers_cpu_weight_without_waiting_for_a_sample() {
     assert_eq!(w.map(|w| w.cgroup_id), Some(f.id("tool.1")));
 }
 
+// A tool call's process leaves its cgroup (it exits, or moves back to a pool) and the
+// cgroup is emptied or removed: its original oom_score_adj goes back at once, not at the
+// next full sample (a minute away here, with the calm path on).
+#[test]
+fn a_process_leaving_an_emptied_or_removed_cgroup_gets_its_original_back_at_once() {
+    let f = fake("settle", 100 * MIB);
+    let text = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 50\ncalm_interval_ms = 60000")
+        + "[[tier]]\nname = \"tools\"\nmatch = [\"tool*\"]\nthrottle = true\noom_score_adj = 500\n";
+    std::fs::write(&f.config, text).unwrap();
+    let mut sleepers: Vec<std::process::Child> =
+        (0..2).map(|_| std::process::Command::new("sleep").arg("30").spawn().unwrap()).collect();
+    let pids: Vec<u32> = sleepers.iter().map(|c| c.id()).collect();
+    let original = adj(pids[0]);
+    assert!(original < 500, "the test needs processes below 500, found {original}");
+    let opts = f.options(4.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    for (i, pid) in pids.iter().enumerate() {
+        let staged = f.base.join(format!("staged{i}"));
+        write_cgroup(&staged, 0, "max");
+        std::fs::write(staged.join("cgroup.procs"), format!("{pid}\n")).unwrap();
+        std::fs::rename(&staged, f.root.join(format!("tool.{i}"))).unwrap();
+    }
+    poll("both adjusted", Duration::from_secs(3), || pids.iter().all(|&p| adj(p) == 500));
+    // tool.0 empties (its cgroup.events changes), tool.1 is removed.
+    std::fs::write(f.root.join("tool.0/cgroup.procs"), "").unwrap();
+    std::fs::write(f.root.join("tool.0/cgroup.events"), "populated 0\nfrozen 0\n").unwrap();
+    std::fs::remove_dir_all(f.root.join("tool.1")).unwrap();
+    poll("both put back", Duration::from_secs(3), || pids.iter().all(|&p| adj(p) == original));
+    daemon.join().unwrap().expect("daemon run");
+    let restores = f
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, Event::Write(w) if w.file == "oom_score_adj" && w.value == original.to_string()))
+        .count();
+    assert_eq!(restores, 2, "one restore each, none repeated at stop");
+    for s in &mut sleepers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+}
+
 #[test]
 fn a_calm_daemon_reads_the_parent_and_samples_everything_when_it_nears_its_limit() {
     let f = fake("calm", 100 * MIB);
