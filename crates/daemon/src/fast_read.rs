@@ -59,6 +59,28 @@ struct Node {
     files: [Option<File>; 5],
 }
 
+/// The process ran out of descriptors (EMFILE/ENFILE) opening a fast-path file: callers
+/// degrade (the cgroup is left to the periodic sample) instead of stopping the daemon.
+#[derive(Debug)]
+pub struct OutOfDescriptors(pub String);
+
+impl std::fmt::Display for OutOfDescriptors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: out of file descriptors (the open-file limit)", self.0)
+    }
+}
+
+impl std::error::Error for OutOfDescriptors {}
+
+/// Whether `e` is [`OutOfDescriptors`].
+pub fn out_of_descriptors(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<OutOfDescriptors>().is_some()
+}
+
+fn too_many(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
 /// Open descriptors per cgroup id; dropped with the cgroup (`retain`).
 #[derive(Default)]
 pub struct FastReader {
@@ -78,6 +100,9 @@ impl FastReader {
             let dir = match root.open_dir(rel, expect) {
                 Ok((dir, _)) => dir,
                 Err(OpenError::Vanished) => return Ok(false),
+                Err(OpenError::Io(e)) if too_many(&e) => {
+                    return Err(OutOfDescriptors(format!("cgroup {}/{rel}", root.path().display())).into())
+                }
                 Err(e) => anyhow::bail!("cgroup {}/{rel}: {e}", root.path().display()),
             };
             self.nodes.insert(id, Node { dir, files: Default::default() });
@@ -94,6 +119,9 @@ impl FastReader {
                 Err(e) if vanished(&e) => {
                     self.nodes.remove(&id);
                     return Ok(false);
+                }
+                Err(e) if too_many(&e) => {
+                    return Err(OutOfDescriptors(format!("{}/{rel}/{}", root.path().display(), f.name())).into())
                 }
                 Err(e) => anyhow::bail!("{}/{rel}/{}: {e}", root.path().display(), f.name()),
             }

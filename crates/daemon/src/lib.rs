@@ -113,13 +113,31 @@ fn check_root(root: &Cgroup) -> Result<()> {
     Ok(())
 }
 
-/// One managed cgroup's fd per knob file is cached, plus the text backend's: lift the soft
-/// open-file limit to the hard one so a thousand cgroups fit.
+/// Descriptors are cached per managed cgroup (the fast path's ~6 per protected cgroup, the
+/// text backend's 7 per cgroup): lift the open-file limit so ten thousand cgroups fit. As
+/// root, up to `fs.nr_open` (capped at 2^20); a 10,000-cgroup tree ran out at a guest
+/// init's default hard limit. Otherwise the soft limit goes up to the hard one.
 fn raise_fd_limit() {
+    const WANT: libc::rlim_t = 1 << 20;
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+        .unwrap_or(WANT);
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: valid out-pointer; setrlimit with values the kernel gave us.
+    // SAFETY: valid out-pointer; setrlimit with values the kernel gave us or bounded by
+    // fs.nr_open (raising the hard limit needs CAP_SYS_RESOURCE; EPERM falls back).
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return;
+        }
+        let target = WANT.min(nr_open);
+        if r.rlim_max < target {
+            let raised = libc::rlimit { rlim_cur: target, rlim_max: target };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return;
+            }
+        }
+        if r.rlim_cur < r.rlim_max {
             r.rlim_cur = r.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }

@@ -1,7 +1,7 @@
 //! Turns the cgroup tree into the policy engine's `Observation`, one sample per tick.
 
 use crate::beneath::Root;
-use crate::fast_read::{FastFile, FastReader};
+use crate::fast_read::{out_of_descriptors, FastFile, FastReader};
 use crate::journal::Journal;
 use anyhow::{anyhow, Context};
 use memqos_cgroupfs::{Cgroup, MemoryEvents};
@@ -19,6 +19,8 @@ pub struct Sampler {
     snap: Snapshot,
     /// Messages for the log's `degraded` lines.
     pub notes: Vec<String>,
+    /// The fast path ran out of descriptors once (said once per run).
+    fd_limit_noted: bool,
     /// Which backend the snapshots come from, and why not BPF under `auto`; taken once by
     /// the daemon for its `stats_backend` event.
     pub backend_report: Option<(&'static str, Option<String>)>,
@@ -151,6 +153,7 @@ impl Sampler {
             source: None,
             snap: Snapshot::default(),
             notes: Vec::new(),
+            fd_limit_noted: false,
             backend_report: None,
             prev_events: HashMap::new(),
             prev_psi_total: HashMap::new(),
@@ -228,8 +231,14 @@ impl Sampler {
             .collect();
         let mut room = 0u64;
         for (rel, id, protection) in watched {
-            let Some(s) = self.fast.read(root, &rel, id, &[FastFile::Current])? else {
-                return Ok(None); // gone or re-created: the tree changed
+            let s = match self.fast.read(root, &rel, id, &[FastFile::Current]) {
+                Ok(Some(s)) => s,
+                Ok(None) => return Ok(None), // gone or re-created: the tree changed
+                Err(e) if out_of_descriptors(&e) => {
+                    Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                    return Ok(None); // cannot look cheaply: take the full sample
+                }
+                Err(e) => return Err(e),
             };
             let usage = s.current.unwrap_or(0);
             if usage > protection {
@@ -258,16 +267,34 @@ impl Sampler {
     /// every protected cgroup, the current candidates), so the fast path reads without
     /// opening. Cgroups that vanished meanwhile are skipped.
     pub fn warm_fast(&mut self, cfg: &Config, root: &Root, hierarchy_root: bool) -> anyhow::Result<()> {
+        let mut wanted: Vec<(&str, u64, &[FastFile])> = Vec::new();
         if !hierarchy_root {
-            self.fast.prepare(root, "", 0, PARENT)?;
+            wanted.push(("", 0, PARENT));
         }
-        for c in self.last.iter().filter(|c| is_protected(cfg, c)) {
-            self.fast.prepare(root, &c.id, c.cgroup_id, SIGNALLED)?;
-        }
-        for c in candidates(cfg, &self.last) {
-            self.fast.prepare(root, &c.id, c.cgroup_id, CANDIDATE)?;
+        wanted
+            .extend(self.last.iter().filter(|c| is_protected(cfg, c)).map(|c| (c.id.as_str(), c.cgroup_id, SIGNALLED)));
+        wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c.id.as_str(), c.cgroup_id, CANDIDATE)));
+        for (rel, id, files) in wanted {
+            if let Err(e) = self.fast.prepare(root, rel, id, files) {
+                if !out_of_descriptors(&e) {
+                    return Err(e);
+                }
+                // Not fatal: what is not open is opened when a reaction needs it, or left
+                // to the periodic sample.
+                Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                break;
+            }
         }
         Ok(())
+    }
+
+    /// One `degraded` line per run when the fast path runs out of descriptors.
+    fn note_fd_limit(notes: &mut Vec<String>, noted: &mut bool, e: &anyhow::Error) {
+        if !std::mem::replace(noted, true) {
+            notes.push(format!(
+                "{e:#}: the fast path keeps ~6 descriptors per protected cgroup; cgroups it cannot open wait for the periodic sample. Raise LimitNOFILE"
+            ));
+        }
     }
 
     /// Snapshots from `backend` from the next sample on (a reload changed `signals.bpf`).
@@ -405,8 +432,14 @@ impl Sampler {
         wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c, CANDIDATE)));
         let mut cgroups = Vec::with_capacity(wanted.len());
         for (last, files) in wanted {
-            let Some(s) = self.fast.read(root, &last.id, last.cgroup_id, files)? else {
-                continue; // vanished since the periodic sample
+            let s = match self.fast.read(root, &last.id, last.cgroup_id, files) {
+                Ok(Some(s)) => s,
+                Ok(None) => continue, // vanished since the periodic sample
+                Err(e) if out_of_descriptors(&e) => {
+                    Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             let mut c = last.clone();
             c.usage_bytes = s.current.unwrap_or(c.usage_bytes);

@@ -141,6 +141,9 @@ pub struct KernelResult {
     /// Daemon CPU cost with 100 managed cgroups.
     #[serde(default)]
     pub cpu_cost: Vec<CpuCost>,
+    /// Sizes whose CPU-cost windows failed, with the error.
+    #[serde(default)]
+    pub cpu_cost_errors: Vec<String>,
 }
 
 /// The daemon's CPU use over one window.
@@ -186,7 +189,7 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
     if a.in_guest {
         let mut r = in_guest(&sources, a.runs, &a.sizes)?;
         if a.cpu_window > 0 {
-            r.cpu_cost = cpu_cost(Duration::from_secs(a.cpu_window), &a.cpu_sizes)?;
+            r.cpu_cost = cpu_cost(Duration::from_secs(a.cpu_window), &a.cpu_sizes, &mut r.cpu_cost_errors)?;
         }
         let out = std::env::var_os("MEMQOS_RESULTS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
         std::fs::write(out.join("reaction.json"), serde_json::to_string_pretty(&r)?)?;
@@ -348,7 +351,7 @@ fn in_guest(sources: &[String], runs: usize, sizes: &[usize]) -> Result<KernelRe
     let _ = prot.remove();
     let _ = low.remove();
     let _ = parent.remove();
-    Ok(KernelResult { kernel, sources: out, bpf_hooks, cpu_cost: Vec::new() })
+    Ok(KernelResult { kernel, sources: out, bpf_hooks, cpu_cost: Vec::new(), cpu_cost_errors: Vec::new() })
 }
 
 /// `runs` reactions with one source and `size` idle managed cgroups beside the pair.
@@ -473,14 +476,22 @@ fn vm_pgfault() -> Result<u64> {
 /// throttleable, all sources on), idle and with a steady fault load in a protected cgroup:
 /// default sampling (500 ms) with the BPF source on, then 5 s sampling idle (what the idle
 /// cost is made of); at the smallest size also with the BPF source off.
-fn cpu_cost(window: Duration, sizes: &[usize]) -> Result<Vec<CpuCost>> {
+fn cpu_cost(window: Duration, sizes: &[usize], errors: &mut Vec<String>) -> Result<Vec<CpuCost>> {
     let mut out = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         let mut arms = vec![(true, 500, &["idle", "faults"][..]), (true, 5000, &["idle"][..])];
         if i == 0 {
             arms.push((false, 500, &["idle", "faults"][..]));
         }
-        out.extend(cpu_cost_at(window, size, &arms)?);
+        // One size failing (the daemon refusing a tree that large, say) is reported and the
+        // others are still measured: a 10,000-cgroup failure used to lose the whole run.
+        match cpu_cost_at(window, size, &arms) {
+            Ok(costs) => out.extend(costs),
+            Err(e) => {
+                eprintln!("cpu cost: {size} cgroups: FAILED: {e:#}");
+                errors.push(format!("{size} cgroups: {e:#}"));
+            }
+        }
     }
     Ok(out)
 }
@@ -497,6 +508,20 @@ fn cpu_cost_at(window: Duration, size: usize, arms: &[(bool, u64, &[&str])]) -> 
         parent.child(n).create()?;
     }
     eprintln!("cpu cost: {size} cgroups created in {:.1} s", made.elapsed().as_secs_f64());
+    let measured = cpu_cost_arms(window, size, arms, &parent);
+    for n in &names {
+        let _ = parent.child(n).remove();
+    }
+    let _ = parent.remove();
+    measured
+}
+
+fn cpu_cost_arms(
+    window: Duration,
+    size: usize,
+    arms: &[(bool, u64, &[&str])],
+    parent: &Cgroup,
+) -> Result<Vec<CpuCost>> {
     let exe = std::env::current_exe()?;
     let mut out = Vec::new();
     for &(bpf, interval_ms, loads) in arms {
@@ -558,10 +583,6 @@ fn cpu_cost_at(window: Duration, size: usize, arms: &[(bool, u64, &[&str])]) -> 
         }
         daemon.stop()?;
     }
-    for n in &names {
-        let _ = parent.child(n).remove();
-    }
-    let _ = parent.remove();
     Ok(out)
 }
 
@@ -656,6 +677,7 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     // Let the first tick sync the watches (PSI trigger, inotify, BPF thresholds).
     std::thread::sleep(Duration::from_millis(400));
 
+    let stall_before = prot.memory_pressure().map(|p| p.some.total_us).unwrap_or(0);
     let calls_before = rw_syscalls(daemon.pid())?;
     let mut probe = Command::new(exe)
         .args(["bench", "reaction", "--probe"])
@@ -675,6 +697,8 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
         }
     }
     let calls = rw_syscalls(daemon.pid())? - calls_before;
+    let stall_ms =
+        prot.memory_pressure().map(|p| p.some.total_us).unwrap_or(0).saturating_sub(stall_before) as f64 / 1e3;
     let hooks = read_events(&events).into_iter().find_map(|l| match l.event {
         Event::BpfSource { hooks } => Some(hooks),
         _ => None,
@@ -682,6 +706,17 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
     let _ = probe.kill();
     let _ = probe.wait();
     daemon.stop()?;
+    if write.is_none() {
+        // The PSI trigger fires on `some` stall of 50 ms within 500 ms: say how much there was.
+        eprintln!(
+            "  no reaction; prot stalled {stall_ms:.1} ms in all (PSI some); the daemon logged: {}",
+            miss_summary(&read_events(&events))
+        );
+        let stderr = std::fs::read_to_string("/run/memqos-bench.log").unwrap_or_default();
+        for line in stderr.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev() {
+            eprintln!("  daemon stderr: {line}");
+        }
+    }
     let (Some(c), Some(w)) = (crossing, write) else { return Ok((None, hooks)) };
     let (Some(before), Some(after)) = (c["before_ns"].as_u64(), c["after_ns"].as_u64()) else {
         eprintln!("probe did not see the crossing: {c}");
@@ -708,6 +743,27 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
         }),
     };
     Ok((Some(m), hooks))
+}
+
+/// What a daemon that did not react logged: its degraded lines, its writes and whether it
+/// ever reacted, so a miss explains itself.
+fn miss_summary(lines: &[LogLine]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for l in lines {
+        match &l.event {
+            Event::Degraded { message } => parts.push(format!("degraded: {message}")),
+            Event::Write(w) => parts.push(format!("write {}/{} = {} ({})", w.cgroup, w.file, w.value, w.why)),
+            Event::Reaction { signalled, writes, .. } => {
+                parts.push(format!("reaction to {} with {writes} writes", signalled.join(",")))
+            }
+            _ => {}
+        }
+    }
+    if parts.is_empty() {
+        format!("{} lines, no write, no reaction, nothing degraded", lines.len())
+    } else {
+        parts.join("; ")
+    }
 }
 
 /// The daemon's event log, through its typed schema.
