@@ -100,6 +100,33 @@ impl Fake {
         }
     }
 
+    /// Changes one value of the fake's config, as data: `set("signals.calm_interval_ms",
+    /// 60000)`; a number in the path indexes an array (`tier.1.oom_score_adj`).
+    fn set(&self, path: &str, value: impl Into<toml::Value>) {
+        let mut config: toml::Value =
+            std::fs::read_to_string(&self.config).unwrap().parse::<toml::Table>().unwrap().into();
+        let mut at = &mut config;
+        for key in path.split('.') {
+            at = match key.parse::<usize>() {
+                Ok(i) => &mut at.as_array_mut().unwrap_or_else(|| panic!("{path}: {key} indexes no array"))[i],
+                Err(_) => at
+                    .as_table_mut()
+                    .unwrap_or_else(|| panic!("{path}: no table at {key}"))
+                    .entry(key)
+                    .or_insert_with(|| toml::Value::Table(Default::default())),
+            };
+        }
+        *at = value.into();
+        std::fs::write(&self.config, toml::to_string(&config).unwrap()).unwrap();
+    }
+
+    /// Appends a tier to the fake's config.
+    fn add_tier(&self, tier: toml::Table) {
+        let mut config = std::fs::read_to_string(&self.config).unwrap().parse::<toml::Table>().unwrap();
+        config.get_mut("tier").and_then(toml::Value::as_array_mut).unwrap().push(tier.into());
+        std::fs::write(&self.config, toml::to_string(&config).unwrap()).unwrap();
+    }
+
     fn knob(&self, cg: &str, file: &str) -> String {
         std::fs::read_to_string(self.root.join(cg).join(file)).unwrap().trim().to_string()
     }
@@ -305,11 +332,8 @@ fn children_that_inherited_oom_score_adj_get_the_original_back() {
     let f = fake("inherit", 100 * MIB);
     // Calm off: a process joining an existing cgroup is seen at the next full sample, which
     // the calm path would put up to calm_interval_ms away.
-    let text = std::fs::read_to_string(&f.config)
-        .unwrap()
-        .replace("throttle = true", "throttle = true\noom_score_adj = 500")
-        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 50\ncalm_interval_ms = 0");
-    std::fs::write(&f.config, text).unwrap();
+    f.set("tier.1.oom_score_adj", 500);
+    f.set("signals.calm_interval_ms", 0);
     let go = f.base.join("fork-now");
     let script = format!("while [ ! -e {} ]; do sleep 0.02; done; sleep 30 & wait", go.display());
     let mut parent = std::process::Command::new("sh").args(["-c", &script]).spawn().unwrap();
@@ -354,11 +378,8 @@ fn children_that_inherited_oom_score_adj_get_the_original_back() {
 fn a_new_cgroup_gets_its_tiers_cpu_weight_without_waiting_for_a_sample() {
     let f = fake("adopt", 100 * MIB);
     // A minute between periodic samples: only the tree watch can explain a prompt write.
-    let text = std::fs::read_to_string(&f.config)
-        .unwrap()
-        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 60000")
-        + "[[tier]]\nname = \"tools\"\nmatch = [\"tool*\"]\nthrottle = true\ncpu_weight = 25\n";
-    std::fs::write(&f.config, text).unwrap();
+    f.set("signals.sampling_interval_ms", 60000);
+    f.add_tier(toml::toml! { name = "tools" match = ["tool*"] throttle = true cpu_weight = 25 });
     let opts = f.options(4.0, false);
     let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
     poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
@@ -384,11 +405,8 @@ fn a_new_cgroup_gets_its_tiers_cpu_weight_without_waiting_for_a_sample() {
 #[test]
 fn a_process_leaving_an_emptied_or_removed_cgroup_gets_its_original_back_at_once() {
     let f = fake("settle", 100 * MIB);
-    let text = std::fs::read_to_string(&f.config)
-        .unwrap()
-        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 50\ncalm_interval_ms = 60000")
-        + "[[tier]]\nname = \"tools\"\nmatch = [\"tool*\"]\nthrottle = true\noom_score_adj = 500\n";
-    std::fs::write(&f.config, text).unwrap();
+    f.set("signals.calm_interval_ms", 60000);
+    f.add_tier(toml::toml! { name = "tools" match = ["tool*"] throttle = true oom_score_adj = 500 });
     let mut sleepers: Vec<std::process::Child> =
         (0..2).map(|_| std::process::Command::new("sleep").arg("30").spawn().unwrap()).collect();
     let pids: Vec<u32> = sleepers.iter().map(|c| c.id()).collect();
@@ -426,10 +444,7 @@ fn a_process_leaving_an_emptied_or_removed_cgroup_gets_its_original_back_at_once
 fn a_calm_daemon_reads_the_parent_and_samples_everything_when_it_nears_its_limit() {
     let f = fake("calm", 100 * MIB);
     // A full sample once a minute while calm; the parent every 50 ms.
-    let text = std::fs::read_to_string(&f.config)
-        .unwrap()
-        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 50\ncalm_interval_ms = 60000");
-    std::fs::write(&f.config, text).unwrap();
+    f.set("signals.calm_interval_ms", 60000);
     let opts = f.options(4.0, false);
     let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
     poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
@@ -447,10 +462,7 @@ fn a_calm_daemon_reads_the_parent_and_samples_everything_when_it_nears_its_limit
 fn a_calm_daemon_sees_a_protected_burst_past_its_protection_at_once() {
     // The parent stays far from its limit; only the protected cgroup's usage moves.
     let f = fake("burst", 100 * MIB);
-    let text = std::fs::read_to_string(&f.config)
-        .unwrap()
-        .replace("sampling_interval_ms = 50", "sampling_interval_ms = 50\ncalm_interval_ms = 60000");
-    std::fs::write(&f.config, text).unwrap();
+    f.set("signals.calm_interval_ms", 60000);
     let opts = f.options(4.0, false);
     let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
     // 150M used: protection 150M x 1.1 rounded up to 16M steps.
