@@ -8,10 +8,11 @@
 //!
 //! The processes come from a pool started before the clock runs, parked in `churn-park`
 //! (outside the managed root) between calls: under TCG, starting a process per call
-//! (fork + exec) capped the loop at ~26 calls/s. A parked process rests `REUSE_AFTER` before
-//! its next call, longer than the daemon's calm interval, so the daemon has restored its
-//! oom_score_adj (it left the tier) before it joins the next call: each call is then one
-//! oom_score_adj write, as for a new process.
+//! (fork + exec) capped the loop at ~26 calls/s. A parked process has left the tier, so the
+//! daemon puts its oom_score_adj back when its call's cgroup is removed; it rests
+//! `REUSE_AFTER` before its next call, long enough for that restore (and for a full sample
+//! at the calm interval, should a removal be missed), so each call is one oom_score_adj
+//! write, as for a new process.
 //!
 //! Per tool call: the time from just before its mkdir to the end of the daemon's write of
 //! the tier's cpu.weight, and of its process's oom_score_adj (`mono_done_ns` of the write
