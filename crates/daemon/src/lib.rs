@@ -274,6 +274,7 @@ fn run_loop(
     };
     let mount = mounts::current_cgroup2_of(root.path());
     let mut oom = oom_report::OomReporter::new(root.path(), mount.as_ref());
+    signals.watch_kernel_log(oom.log_fd());
     // Protection capped by unprotected ancestors: checked on the first tick and after reloads.
     let mut check_protection = true;
     // Knobs changed on the fast path: the next periodic tick writes status.json.
@@ -299,6 +300,7 @@ fn run_loop(
                     let s = &cfg.signals;
                     if (s.psi, s.events, s.bpf) != signals.enabled() {
                         *signals = Signals::new(s.psi, s.events, s.bpf);
+                        signals.watch_kernel_log(oom.log_fd());
                         reported_degraded = 0;
                         if let Some(bpf) = &signals.bpf_started {
                             act.emit(Event::BpfSource { hooks: bpf.clone() });
@@ -322,12 +324,16 @@ fn run_loop(
         // cpu_weight, oom_score_adj, dirty limits, OOM reports, status, housekeeping, the
         // signal set-up) waits for the periodic tick, a sampling interval after the last one.
         // A wakeup by new cgroups only adopts them (`adopt_created`).
-        let periodic = last_periodic.is_none_or(|t: Instant| t.elapsed() >= interval);
+        // A kill the kernel just logged is reported now (within the second, as promised),
+        // not at the next full sample, which may be seconds away while calm.
+        let kill_logged = std::mem::take(&mut signals.kernel_log_ready) && oom.read_log();
+        let periodic = kill_logged || last_periodic.is_none_or(|t: Instant| t.elapsed() >= interval);
         // Calm (`signals.calm_interval_ms`): between full samples, the periodic tick reads
         // only the parent, unless the engine has something going on or the parent looks
         // near trouble.
         let calm_every = Duration::from_millis(cfg.signals.calm_interval_ms);
         let light = periodic
+            && !kill_logged
             && calm_every > interval
             && dirty.is_none()
             && last_full.is_some_and(|t: Instant| t.elapsed() < calm_every)

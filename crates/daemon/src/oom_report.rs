@@ -22,7 +22,7 @@ use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_policy::{Config, ParentObs};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 /// How long a counted kill waits for its kernel log line before it is reported without one.
@@ -186,6 +186,8 @@ struct Owed {
 
 pub struct OomReporter {
     kmsg: Option<Kmsg>,
+    /// Kill lines read by [`OomReporter::read_log`] ahead of the tick that reports them.
+    logged_early: Vec<String>,
     /// cgroup_root as the kernel prints it ("/qos"), to turn log paths into ours.
     root_kernel_path: Option<String>,
     prev: HashMap<u64, u64>,
@@ -214,6 +216,7 @@ impl OomReporter {
         };
         OomReporter {
             kmsg,
+            logged_early: Vec::new(),
             root_kernel_path: mount.and_then(|m| m.kernel_path(root)),
             prev: HashMap::new(),
             primed: false,
@@ -223,6 +226,28 @@ impl OomReporter {
             recent: VecDeque::new(),
             notes,
         }
+    }
+
+    /// The kernel log's descriptor, for the daemon's poll: a kill is logged the moment it
+    /// happens, which is the only prompt sign of one when cgroup_root is the hierarchy's root
+    /// (it has no memory.events to watch), and otherwise waits for the next full sample.
+    pub fn log_fd(&self) -> Option<RawFd> {
+        self.kmsg.as_ref().map(|k| k.fd.as_raw_fd())
+    }
+
+    /// Reads what the kernel logged since the last read and keeps the kill lines for the next
+    /// [`OomReporter::observe`]; true if one is a kill's summary (the caller then samples the
+    /// tree now, while the victim's cgroup is likely still there to read its peak).
+    pub fn read_log(&mut self) -> bool {
+        let Some(k) = &self.kmsg else { return false };
+        let mut summary = false;
+        for r in k.drain() {
+            if let Some(kill) = parse_record(&r) {
+                summary |= !kill.task_memcg.is_empty();
+                self.logged_early.push(r);
+            }
+        }
+        summary
     }
 
     /// Our relative path of a kernel cgroup path, if it is under cgroup_root.
@@ -245,7 +270,8 @@ impl OomReporter {
         parent: &ParentObs,
         now_ms: u64,
     ) -> Vec<OomKill> {
-        let records = self.kmsg.as_ref().map(|k| k.drain()).unwrap_or_default();
+        let mut records = std::mem::take(&mut self.logged_early);
+        records.extend(self.kmsg.as_ref().map(|k| k.drain()).unwrap_or_default());
         let mut logged: Vec<LoggedKill> = Vec::new();
         for r in &records {
             let Some(k) = parse_record(r) else { continue };
@@ -479,5 +505,61 @@ mod tests {
         // A logged kill matched to a later count is reported once.
         r.ahead.push(("a".into(), 1000));
         assert!(r.observe(&cfg, root, &[seen("a", 1, 6, 10), seen("c", 3, 1, 1)], &p, 1500).is_empty());
+    }
+
+    /// A kernel log stand-in: a datagram socket gives one record per read(2), as /dev/kmsg does.
+    fn fake_kmsg() -> (Kmsg, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: plain syscall into a two-element array; both fds are owned below.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0, "socketpair: {}", std::io::Error::last_os_error());
+        unsafe { (Kmsg { fd: OwnedFd::from_raw_fd(fds[0]) }, OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    fn log(writer: &OwnedFd, record: &str) {
+        let n = unsafe { libc::write(writer.as_raw_fd(), record.as_ptr().cast(), record.len()) };
+        assert_eq!(n, record.len() as isize);
+    }
+
+    #[test]
+    fn a_logged_kill_is_noticed_when_read_and_reported_at_the_next_observe_in_a_cgroup_already_gone() {
+        let cfg = memqos_policy::Config::from_str(
+            "cgroup_root = \"/nonexistent\"\n[[tier]]\nname = \"tools\"\nmatch = [\"agents.slice/*\"]\n",
+            "t",
+        )
+        .unwrap();
+        // cgroup_root is the hierarchy's root (mounted there), as under systemd: no
+        // memory.events to watch.
+        let mount = Cgroup2Mount { mount_point: "/nonexistent".into(), root: "/".into(), super_options: vec![] };
+        let root = Path::new("/nonexistent");
+        let mut r = OomReporter::new(root, Some(&mount));
+        let (kmsg, writer) = fake_kmsg();
+        r.kmsg = Some(kmsg);
+        let p = ParentObs::default();
+        assert!(r.observe(&cfg, root, &[], &p, 0).is_empty());
+        log(&writer, "6,10,900000,-;systemd[1]: Started memqos-hog.service.\n");
+        assert!(!r.read_log(), "an ordinary line is not a kill");
+        log(&writer, "4,11,970000,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/agents.slice/hog.service,task_memcg=/agents.slice/hog.service,task=python3,pid=310,uid=0\n");
+        log(&writer, "3,12,970100,-;Memory cgroup out of memory: Killed process 310 (python3) total-vm:70000kB, anon-rss:65316kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:200kB oom_score_adj:0\n");
+        assert!(r.read_log(), "the summary line is a kill");
+        assert!(!r.read_log(), "read once");
+        // The service's cgroup is gone by the time the daemon samples: the log alone names it.
+        let got = r.observe(&cfg, root, &[], &p, 100);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let k = &got[0];
+        assert_eq!(
+            (k.cgroup.as_str(), k.tier.as_deref(), k.pid, k.command.as_deref(), k.source.as_str()),
+            ("agents.slice/hog.service", Some("tools"), Some(310), Some("python3"), "kmsg")
+        );
+        assert_eq!(k.victim_anon_rss_bytes, Some(65316 * 1024));
+        assert_eq!(k.kill_mono_ns, Some(970_000_000));
+        assert!(r.observe(&cfg, root, &[], &p, 200).is_empty(), "reported once");
     }
 }

@@ -7,7 +7,7 @@ use crate::bpf_source::{BpfSource, Crossing};
 use memqos_policy::SignalEvent;
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -46,6 +46,10 @@ pub struct Signals {
     /// tier adjusts processes: a first process joining is seen when it joins.
     populated_watches: HashMap<i32, String>,
     populated_watched: HashMap<String, i32>,
+    /// The kernel log (`/dev/kmsg`), polled for OOM kills; `kernel_log_ready` says it has
+    /// records the daemon has not read yet.
+    kernel_log: Option<RawFd>,
+    pub kernel_log_ready: bool,
 }
 
 impl Signals {
@@ -72,6 +76,8 @@ impl Signals {
             removed: Vec::new(),
             populated_watches: HashMap::new(),
             populated_watched: HashMap::new(),
+            kernel_log: None,
+            kernel_log_ready: false,
         };
         // SAFETY: plain syscall; the fd is owned below.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
@@ -107,6 +113,12 @@ impl Signals {
             }
         }
         s
+    }
+
+    /// Wakes `wait` when the kernel logs something (the fd stays owned by the caller and
+    /// must outlive this set).
+    pub fn watch_kernel_log(&mut self, fd: Option<RawFd>) {
+        self.kernel_log = fd;
     }
 
     /// Which sources were asked for (psi, events, bpf): a reload that changes them builds
@@ -347,6 +359,10 @@ impl Signals {
             fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             ids.push(None);
         }
+        if let Some(fd) = self.kernel_log {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            ids.push(None);
+        }
         if let Some(bpf) = &self.bpf {
             fds.push(libc::pollfd { fd: bpf.fd(), events: libc::POLLIN, revents: 0 });
         }
@@ -377,6 +393,8 @@ impl Signals {
                 Some(id) if p.revents & libc::POLLERR != 0 => gone.push(id.clone()), // cgroup removed
                 Some(id) if p.revents & libc::POLLPRI != 0 => out.push((id.clone(), SignalEvent::PsiTrigger)),
                 None if Some(p.fd) == tree_fd => tree_changed |= p.revents & libc::POLLIN != 0,
+                // POLLERR too: records were overwritten unread, and the next read resumes.
+                None if Some(p.fd) == self.kernel_log => self.kernel_log_ready |= p.revents != 0,
                 None if p.revents & libc::POLLIN != 0 => out.extend(self.drain_inotify()),
                 _ => {}
             }
