@@ -13,6 +13,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("cpu-cost.toml", include_str!("../configs/cpu-cost.toml")),
     ("bpf-source.toml", include_str!("../configs/bpf-source.toml")),
     ("churn.toml", include_str!("../configs/churn.toml")),
+    ("stall.toml", include_str!("../configs/stall.toml")),
 ];
 
 /// A daemon config as TOML data.
