@@ -14,6 +14,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("bpf-source.toml", include_str!("../configs/bpf-source.toml")),
     ("churn.toml", include_str!("../configs/churn.toml")),
     ("stall.toml", include_str!("../configs/stall.toml")),
+    ("oom-report.toml", include_str!("../configs/oom-report.toml")),
 ];
 
 /// A daemon config as TOML data.

@@ -9,26 +9,10 @@ mod common;
 
 use common::*;
 use memqos_daemon::events::{self, Event};
+use memqos_lab::configs::DaemonConfig;
 use memqos_vmtest::guest_test;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const CONFIG: &str = r#"
-cgroup_root = "/sys/fs/cgroup/oomq"
-state_dir = "/run/memqos-oom"
-[signals]
-sampling_interval_ms = 500
-[[tier]]
-name = "critical"
-match = ["app/*"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["batch*"]
-throttle = true
-[metrics]
-textfile = "/run/memqos-oom.prom"
-"#;
 
 fn poll<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let t0 = Instant::now();
@@ -50,7 +34,7 @@ guest_test!(oom_kill_is_reported_with_victim_tier_limits_and_counted, |g| g.memo
     let batch = make_cgroup("oomq/batch1");
     set(&batch, "memory.max", 64 * MIB);
     let mut holder = spawn_workload(&db, "alloc", &["--mb", "96", "--hold-ms", "600000"]);
-    std::fs::write("/run/memqos-oom.toml", CONFIG).unwrap();
+    DaemonConfig::named("oom-report.toml").write(std::path::Path::new("/run/memqos-oom.toml")).unwrap();
     let log = std::fs::File::create("/run/memqos-oom.log").unwrap();
     let mut daemon = Command::new(memqos_bin())
         .args(["daemon", "--config", "/run/memqos-oom.toml"])

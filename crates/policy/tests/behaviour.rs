@@ -285,7 +285,10 @@ fn no_escalation_by_default_and_kill_only_when_opted_in() {
     sim.run(120_000, |s| s.set_stall("critical/db", 50.0));
     assert!(sim.log.iter().all(|(_, d)| !matches!(d.action, Action::Freeze(_) | Action::Kill)));
 
-    let tiers = FREEZE_TIERS.replace("freeze = true", "kill = true");
+    let tiers = edit_tier(FREEZE_TIERS, "batch", |t| {
+        t.remove("freeze");
+        t.insert("kill".into(), true.into());
+    });
     let mut sim = Sim::new(config(&tiers, ""));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);

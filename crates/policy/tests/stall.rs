@@ -144,11 +144,9 @@ fn high_events_every_few_seconds_are_enough_but_none_for_long_is_progress() {
 
 #[test]
 fn a_tier_that_opts_into_kill_gets_cgroup_kill_at_its_bound() {
-    let tiers = THREE_TIERS.replace(
-        "name = \"low\"\nmatch = [\"low/*\"]\nthrottle = true",
-        "name = \"low\"\nmatch = [\"low/*\"]\nthrottle = true\nstall = { after_ms = 5000, action = \"kill\" }",
-    );
-    assert_ne!(tiers, THREE_TIERS);
+    let tiers = edit_tier(THREE_TIERS, "low", |t| {
+        t.insert("stall".into(), toml::toml! { after_ms = 5000 action = "kill" }.into());
+    });
     let (sim, _) = livelock(&tiers, 400 * MB, 20_000);
     let first_cut = sim.log.iter().find(|(_, d)| d.cgroup == "low/a").unwrap().0;
     let actions = stall_actions(&sim);

@@ -16,6 +16,22 @@ pub fn config(tiers: &str, policy: &str) -> Config {
     Config::from_str(&text, "test.toml").unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `tiers` (a `[[tier]]` TOML snippet) with the tier called `name` changed by `edit`: tests
+/// vary a config as data, not by replacing text in it.
+pub fn edit_tier(tiers: &str, name: &str, edit: impl FnOnce(&mut toml::Table)) -> String {
+    let mut doc: toml::Table = tiers.parse().unwrap_or_else(|e| panic!("tier snippet: {e}"));
+    let tier = doc
+        .get_mut("tier")
+        .and_then(|t| t.as_array_mut())
+        .expect("a [[tier]] snippet")
+        .iter_mut()
+        .filter_map(|t| t.as_table_mut())
+        .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
+        .unwrap_or_else(|| panic!("no tier named {name}"));
+    edit(tier);
+    toml::to_string(&doc).expect("a TOML table serializes")
+}
+
 /// critical (protect=low) > low (throttle) > batch (throttle), default policy.
 pub const THREE_TIERS: &str = r#"
 [[tier]]
