@@ -387,7 +387,16 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
-    fn tree(name: &str) -> (PathBuf, PathBuf) {
+    /// The scratch directory of one test, removed when the test ends (passed or not).
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tree(name: &str) -> (PathBuf, PathBuf, Scratch) {
         let base = std::env::temp_dir().join(format!("memqos-journal-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let root = base.join("cg");
@@ -396,7 +405,7 @@ mod tests {
             std::fs::write(root.join(d).join("memory.high"), "max\n").unwrap();
             std::fs::write(root.join(d).join("cgroup.freeze"), "0\n").unwrap();
         }
-        (root, base.join("state"))
+        (root, base.join("state"), Scratch(base))
     }
 
     fn id(root: &Path, rel: &str) -> u64 {
@@ -410,7 +419,7 @@ mod tests {
 
     #[test]
     fn records_once_survives_reopen_and_restores_everything() {
-        let (root, state) = tree("restore");
+        let (root, state, _scratch) = tree("restore");
         let mut j = Journal::open(&state, &root).unwrap();
         assert!(j.stage(entry(&root, "low/a", "memory.high", "max")));
         assert!(!j.stage(entry(&root, "low/a", "memory.high", "12345")), "the first original stays");
@@ -439,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_recreated_name_is_another_cgroup() {
-        let (root, state) = tree("recreated");
+        let (root, state, _scratch) = tree("recreated");
         let mut j = Journal::open(&state, &root).unwrap();
         j.stage(entry(&root, "low/a", "memory.high", "max"));
         j.commit().unwrap();
@@ -461,7 +470,7 @@ mod tests {
 
     #[test]
     fn tampered_entries_are_refused_and_kept() {
-        let (root, state) = tree("tampered");
+        let (root, state, _scratch) = tree("tampered");
         let base = root.parent().unwrap().to_owned();
         std::fs::create_dir_all(base.join("outside")).unwrap();
         std::fs::write(base.join("outside/memory.high"), "untouched").unwrap();
@@ -503,7 +512,7 @@ mod tests {
 
     #[test]
     fn process_entries_restore_only_the_same_process() {
-        let (root, state) = tree("process");
+        let (root, state, _scratch) = tree("process");
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let live = Process::current(child.id()).expect("child is running");
         let adj = format!("/proc/{}/oom_score_adj", live.pid);
@@ -536,7 +545,7 @@ mod tests {
 
     #[test]
     fn forgets_compaction_and_torn_tail() {
-        let (root, state) = tree("forget");
+        let (root, state, _scratch) = tree("forget");
         let mut j = Journal::open(&state, &root).unwrap();
         let p = Process { pid: 1, start_time: 1 };
         j.stage(Entry {
@@ -569,7 +578,7 @@ mod tests {
 
     #[test]
     fn corrupt_journal_is_a_clear_error() {
-        let (root, state) = tree("corrupt");
+        let (root, state, _scratch) = tree("corrupt");
         std::fs::create_dir_all(&state).unwrap();
         std::fs::write(state.join(JOURNAL_FILE), "{not json\n{}\n").unwrap();
         let err = Journal::open(&state, &root).err().unwrap();
