@@ -188,6 +188,10 @@ pub struct OomReporter {
     kmsg: Option<Kmsg>,
     /// Kill lines read by [`OomReporter::read_log`] ahead of the tick that reports them.
     logged_early: Vec<String>,
+    /// memory.peak of their cgroups, read the moment the kill was logged: a unit's cgroup
+    /// (systemd) or a tool call's may be gone by the time the report is made.
+    early_peaks: HashMap<String, u64>,
+    root: std::path::PathBuf,
     /// cgroup_root as the kernel prints it ("/qos"), to turn log paths into ours.
     root_kernel_path: Option<String>,
     prev: HashMap<u64, u64>,
@@ -217,6 +221,8 @@ impl OomReporter {
         OomReporter {
             kmsg,
             logged_early: Vec::new(),
+            early_peaks: HashMap::new(),
+            root: root.to_owned(),
             root_kernel_path: mount.and_then(|m| m.kernel_path(root)),
             prev: HashMap::new(),
             primed: false,
@@ -242,10 +248,16 @@ impl OomReporter {
         let Some(k) = &self.kmsg else { return false };
         let mut summary = false;
         for r in k.drain() {
-            if let Some(kill) = parse_record(&r) {
-                summary |= !kill.task_memcg.is_empty();
-                self.logged_early.push(r);
+            let Some(kill) = parse_record(&r) else { continue };
+            if !kill.task_memcg.is_empty() {
+                summary = true;
+                if let Some(rel) = self.relative(&kill.task_memcg) {
+                    if let Ok(peak) = Cgroup::new(self.root.join(&rel)).memory_peak() {
+                        self.early_peaks.insert(rel, peak);
+                    }
+                }
             }
+            self.logged_early.push(r);
         }
         summary
     }
@@ -356,6 +368,7 @@ impl OomReporter {
                 out.push(self.report(cfg, root, seen, parent, "", None, "memory.events"));
             }
         }
+        self.early_peaks.clear();
         for k in &out {
             *self.by_tier.entry(k.tier.clone().unwrap_or_else(|| UNMANAGED.into())).or_default() += 1;
             self.recent.push_back(k.clone());
@@ -403,7 +416,10 @@ impl OomReporter {
             constraint: logged.and_then(|k| k.constraint.clone()),
             oom_cgroup: logged.and_then(|k| k.oom_memcg.clone()),
             victim_anon_rss_bytes: logged.and_then(|k| k.anon_rss_bytes),
-            peak_bytes: known.then(|| cg.memory_peak().ok()).flatten(),
+            peak_bytes: known
+                .then(|| cg.memory_peak().ok())
+                .flatten()
+                .or_else(|| self.early_peaks.get(cgroup).copied()),
             usage_bytes: s.map(|s| s.usage_bytes).or_else(|| known.then(|| cg.memory_current().ok()).flatten()),
             limits: Limits {
                 max: s.map(|s| s.knobs.max).or_else(|| known.then(|| cg.limit("memory.max").ok()).flatten()),
@@ -530,16 +546,23 @@ mod tests {
 
     #[test]
     fn a_logged_kill_is_noticed_when_read_and_reported_at_the_next_observe_in_a_cgroup_already_gone() {
+        // cgroup_root is the hierarchy's root (mounted there), as under systemd: no
+        // memory.events to watch.
+        let root = std::env::temp_dir().join(format!("memqos-oom-report-{}", std::process::id()));
+        let victim = root.join("agents.slice/hog.service");
+        std::fs::create_dir_all(&victim).unwrap();
+        std::fs::write(victim.join("memory.peak"), "67108864\n").unwrap();
         let cfg = memqos_policy::Config::from_str(
-            "cgroup_root = \"/nonexistent\"\n[[tier]]\nname = \"tools\"\nmatch = [\"agents.slice/*\"]\n",
+            &format!(
+                "cgroup_root = \"{}\"\n[[tier]]\nname = \"tools\"\nmatch = [\"agents.slice/*\"]\n",
+                root.display()
+            ),
             "t",
         )
         .unwrap();
-        // cgroup_root is the hierarchy's root (mounted there), as under systemd: no
-        // memory.events to watch.
-        let mount = Cgroup2Mount { mount_point: "/nonexistent".into(), root: "/".into(), super_options: vec![] };
-        let root = Path::new("/nonexistent");
-        let mut r = OomReporter::new(root, Some(&mount));
+        let mount = Cgroup2Mount { mount_point: root.clone(), root: "/".into(), super_options: vec![] };
+        let mut r = OomReporter::new(&root, Some(&mount));
+        let root = root.as_path();
         let (kmsg, writer) = fake_kmsg();
         r.kmsg = Some(kmsg);
         let p = ParentObs::default();
@@ -550,7 +573,9 @@ mod tests {
         log(&writer, "3,12,970100,-;Memory cgroup out of memory: Killed process 310 (python3) total-vm:70000kB, anon-rss:65316kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:200kB oom_score_adj:0\n");
         assert!(r.read_log(), "the summary line is a kill");
         assert!(!r.read_log(), "read once");
-        // The service's cgroup is gone by the time the daemon samples: the log alone names it.
+        // The service's cgroup is gone by the time the daemon samples: the log names it and
+        // its peak was read when the kill was logged.
+        std::fs::remove_dir_all(root).unwrap();
         let got = r.observe(&cfg, root, &[], &p, 100);
         assert_eq!(got.len(), 1, "{got:?}");
         let k = &got[0];
@@ -559,6 +584,7 @@ mod tests {
             ("agents.slice/hog.service", Some("tools"), Some(310), Some("python3"), "kmsg")
         );
         assert_eq!(k.victim_anon_rss_bytes, Some(65316 * 1024));
+        assert_eq!(k.peak_bytes, Some(64 << 20));
         assert_eq!(k.kill_mono_ns, Some(970_000_000));
         assert!(r.observe(&cfg, root, &[], &p, 200).is_empty(), "reported once");
     }
