@@ -178,6 +178,14 @@ impl Kmsg {
     }
 }
 
+/// What a killed task's cgroup held when the kill was logged.
+#[derive(Clone, Copy, Debug, Default)]
+struct EarlyRead {
+    peak: Option<u64>,
+    max: Option<Limit>,
+    high: Option<Limit>,
+}
+
 struct Owed {
     cgroup: String,
     count: u64,
@@ -188,9 +196,9 @@ pub struct OomReporter {
     kmsg: Option<Kmsg>,
     /// Kill lines read by [`OomReporter::read_log`] ahead of the tick that reports them.
     logged_early: Vec<String>,
-    /// memory.peak of their cgroups, read the moment the kill was logged: a unit's cgroup
-    /// (systemd) or a tool call's may be gone by the time the report is made.
-    early_peaks: HashMap<String, u64>,
+    /// Their cgroups' memory.peak and limits, read the moment the kill was logged: a unit's
+    /// cgroup (systemd) or a tool call's may be gone by the time the report is made.
+    early: HashMap<String, EarlyRead>,
     root: std::path::PathBuf,
     /// cgroup_root as the kernel prints it ("/qos"), to turn log paths into ours.
     root_kernel_path: Option<String>,
@@ -221,7 +229,7 @@ impl OomReporter {
         OomReporter {
             kmsg,
             logged_early: Vec::new(),
-            early_peaks: HashMap::new(),
+            early: HashMap::new(),
             root: root.to_owned(),
             root_kernel_path: mount.and_then(|m| m.kernel_path(root)),
             prev: HashMap::new(),
@@ -252,9 +260,13 @@ impl OomReporter {
             if !kill.task_memcg.is_empty() {
                 summary = true;
                 if let Some(rel) = self.relative(&kill.task_memcg) {
-                    if let Ok(peak) = Cgroup::new(self.root.join(&rel)).memory_peak() {
-                        self.early_peaks.insert(rel, peak);
-                    }
+                    let cg = Cgroup::new(self.root.join(&rel));
+                    let read = EarlyRead {
+                        peak: cg.memory_peak().ok(),
+                        max: cg.limit("memory.max").ok(),
+                        high: cg.limit("memory.high").ok(),
+                    };
+                    self.early.insert(rel, read);
                 }
             }
             self.logged_early.push(r);
@@ -368,7 +380,7 @@ impl OomReporter {
                 out.push(self.report(cfg, root, seen, parent, "", None, "memory.events"));
             }
         }
-        self.early_peaks.clear();
+        self.early.clear();
         for k in &out {
             *self.by_tier.entry(k.tier.clone().unwrap_or_else(|| UNMANAGED.into())).or_default() += 1;
             self.recent.push_back(k.clone());
@@ -392,6 +404,7 @@ impl OomReporter {
     ) -> OomKill {
         let s = seen.iter().find(|s| s.cgroup == cgroup && !cgroup.is_empty());
         let cg = Cgroup::new(root.join(cgroup));
+        let early = self.early.get(cgroup);
         let known = !cgroup.is_empty();
         let tier = match s {
             Some(s) => Some(s.tier.clone()),
@@ -416,14 +429,17 @@ impl OomReporter {
             constraint: logged.and_then(|k| k.constraint.clone()),
             oom_cgroup: logged.and_then(|k| k.oom_memcg.clone()),
             victim_anon_rss_bytes: logged.and_then(|k| k.anon_rss_bytes),
-            peak_bytes: known
-                .then(|| cg.memory_peak().ok())
-                .flatten()
-                .or_else(|| self.early_peaks.get(cgroup).copied()),
+            peak_bytes: known.then(|| cg.memory_peak().ok()).flatten().or_else(|| early.and_then(|e| e.peak)),
             usage_bytes: s.map(|s| s.usage_bytes).or_else(|| known.then(|| cg.memory_current().ok()).flatten()),
             limits: Limits {
-                max: s.map(|s| s.knobs.max).or_else(|| known.then(|| cg.limit("memory.max").ok()).flatten()),
-                high: s.map(|s| s.knobs.high).or_else(|| known.then(|| cg.limit("memory.high").ok()).flatten()),
+                max: s
+                    .map(|s| s.knobs.max)
+                    .or_else(|| known.then(|| cg.limit("memory.max").ok()).flatten())
+                    .or_else(|| early.and_then(|e| e.max)),
+                high: s
+                    .map(|s| s.knobs.high)
+                    .or_else(|| known.then(|| cg.limit("memory.high").ok()).flatten())
+                    .or_else(|| early.and_then(|e| e.high)),
                 root_max: root_known.then_some(parent.max),
                 root_high: root_known.then_some(parent.high),
             },
@@ -552,6 +568,8 @@ mod tests {
         let victim = root.join("agents.slice/hog.service");
         std::fs::create_dir_all(&victim).unwrap();
         std::fs::write(victim.join("memory.peak"), "67108864\n").unwrap();
+        std::fs::write(victim.join("memory.max"), "67108864\n").unwrap();
+        std::fs::write(victim.join("memory.high"), "max\n").unwrap();
         let cfg = memqos_policy::Config::from_str(
             &format!(
                 "cgroup_root = \"{}\"\n[[tier]]\nname = \"tools\"\nmatch = [\"agents.slice/*\"]\n",
@@ -585,6 +603,7 @@ mod tests {
         );
         assert_eq!(k.victim_anon_rss_bytes, Some(65316 * 1024));
         assert_eq!(k.peak_bytes, Some(64 << 20));
+        assert_eq!((k.limits.max, k.limits.high), (Some(Limit::Bytes(64 << 20)), Some(Limit::Max)));
         assert_eq!(k.kill_mono_ns, Some(970_000_000));
         assert!(r.observe(&cfg, root, &[], &p, 200).is_empty(), "reported once");
     }
