@@ -184,6 +184,20 @@ impl Cgroup {
             || n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE)
     }
 
+    /// The value of the extended attribute `name` on the cgroup's directory, trimmed, if it
+    /// is set and at most 64 bytes of UTF-8; absent, unreadable, longer or a vanished cgroup
+    /// all read as `None` (a hint, not a knob).
+    pub fn xattr_value(&self, name: &str) -> Option<String> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.path.as_os_str().as_bytes()).ok()?;
+        let name = std::ffi::CString::new(name).ok()?;
+        let mut buf = [0u8; 64];
+        // SAFETY: NUL-terminated strings and a buffer of the length given.
+        let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let n = usize::try_from(n).ok()?;
+        std::str::from_utf8(&buf[..n]).ok().map(|v| v.trim().to_owned())
+    }
+
     /// Direct child cgroups (directories), sorted by name.
     pub fn children(&self) -> Result<Vec<Cgroup>> {
         let rd = std::fs::read_dir(&self.path).map_err(|e| self.map_err("readdir", "", e))?;
@@ -302,6 +316,10 @@ mod tests {
         set("a", "user.oomd_omit", "1");
         set("b", "user.oomd_omit", "0");
         set("a/x", "user.oomd_avoid", "a value longer than sixteen bytes");
+        set("b", "user.memqos.expected_peak", " 512M\n");
+        assert_eq!(Cgroup::new(dir.join("b")).xattr_value("user.memqos.expected_peak").as_deref(), Some("512M"));
+        assert_eq!(Cgroup::new(dir.join("a")).xattr_value("user.memqos.expected_peak"), None);
+        assert_eq!(Cgroup::new(dir.join("gone")).xattr_value("user.oomd_omit"), None);
         assert!(Cgroup::new(dir.join("a")).xattr_flag("user.oomd_omit"));
         assert!(!Cgroup::new(dir.join("b")).xattr_flag("user.oomd_omit"), "\"0\" means unset");
         assert!(!Cgroup::new(dir.join("a")).xattr_flag("user.oomd_avoid"));

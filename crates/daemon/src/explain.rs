@@ -272,6 +272,11 @@ fn reasons(
             ),
             Some(_) | None => "; that time has passed, so it goes up at the next allowed write".into(),
         };
+        if let Some(Reason::Reservation { by, .. }) = last("memory.high").and_then(|d| d.reason.as_ref()) {
+            release.push(format!(
+                "room is reserved for {by}'s declared expected peak (expected_peak, or its user.memqos.expected_peak xattr): this cap rises as that room frees (a sibling leaves) and is released once {by} is empty or gone"
+            ));
+        }
         release.push(format!(
             "memory.high goes back up one step (+{:.0} %) at most every {} ms once no protected cgroup has been under pressure and the parent has had headroom for hold_ms = {} ms{wait}",
             p.release_ratio * 100.0,

@@ -37,7 +37,14 @@ pub struct Sampler {
     last: Vec<CgroupObs>,
     last_parent: ParentObs,
     fast: FastReader,
+    /// Cgroups whose `user.memqos.expected_peak` did not parse, with the value (said once
+    /// per value).
+    bad_declarations: HashMap<u64, String>,
 }
+
+/// The extended attribute a protected cgroup declares its expected peak in (a size, as in
+/// the config: "512M", "2G", bytes); it overrides the tier's `expected_peak`.
+pub const EXPECTED_PEAK_XATTR: &str = "user.memqos.expected_peak";
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
 /// of the last periodic sample. Fixed, so a reaction costs the same at any tree size; the
@@ -136,6 +143,29 @@ fn candidates<'a>(cfg: &Config, cgroups: &'a [CgroupObs]) -> Vec<&'a CgroupObs> 
     v
 }
 
+/// A protected cgroup's declared expected peak ([`EXPECTED_PEAK_XATTR`]), read on every full
+/// sample so a declaration made after the mkdir counts. A value that is not a size is ignored
+/// with one `degraded` line naming the cgroup and the value (`bad`: what was said, per id).
+fn declaration(
+    bad: &mut HashMap<u64, String>,
+    notes: &mut Vec<String>,
+    cg: &Cgroup,
+    id: u64,
+    rel: &str,
+) -> Option<u64> {
+    let value = cg.xattr_value(EXPECTED_PEAK_XATTR)?;
+    match memqos_policy::size::parse_size(&value) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            if bad.get(&id) != Some(&value) {
+                notes.push(format!("{rel}: {EXPECTED_PEAK_XATTR} = {value:?} ignored: {e}"));
+                bad.insert(id, value);
+            }
+            None
+        }
+    }
+}
+
 /// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
 fn classify(cfg: &Config, root: &Path, rel: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
@@ -163,6 +193,7 @@ impl Sampler {
             last: Vec::new(),
             last_parent: ParentObs::default(),
             fast: FastReader::default(),
+            bad_declarations: HashMap::new(),
         }
     }
 
@@ -381,7 +412,9 @@ impl Sampler {
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
-                obs.populated = Cgroup::new(root.path().join(&c.path)).is_populated().ok();
+                let cg = Cgroup::new(root.path().join(&c.path));
+                obs.populated = cg.is_populated().ok();
+                obs.expected_peak_bytes = declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
             }
             let tier_name = cfg.tiers.get(tier).map(|t| t.name.clone()).unwrap_or_default();
             seen.push(Seen { tier: tier_name, ..s });
@@ -390,6 +423,7 @@ impl Sampler {
         }
         self.prev_events.retain(|k, _| alive.contains(k));
         self.prev_psi_total.retain(|k, _| alive.contains(k));
+        self.bad_declarations.retain(|k, _| alive.contains(k));
         let present: HashSet<u64> = snap.cgroups.iter().map(|c| c.id).collect();
         self.tiers.retain(|k, _| present.contains(k));
         self.fast.retain(&alive);

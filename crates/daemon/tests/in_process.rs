@@ -491,3 +491,46 @@ fn a_cgroup_losing_its_files_is_skipped_but_one_without_the_memory_controller_is
     let err = memqos_daemon::run(f.options(0.5, false)).expect_err("no memory controller");
     assert!(format!("{err:#}").contains("low2") && format!("{err:#}").contains("memory controller"), "{err:#}");
 }
+
+fn set_xattr(dir: &Path, name: &str, value: &str) {
+    let p = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: NUL-terminated strings, value pointer and length from one slice.
+    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr {name} on {}: {}", dir.display(), std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named() {
+    // high holds 150M of a 512M parent and declares 400M; low1 holds 20M. The budget left to
+    // low1 is (512 - 64) - 150 - (400 - 150) = 48M: capped there, although the parent is
+    // below its guard line even counting high's regrowth (170 + 250 < 448M), so the guard
+    // alone would have cut nothing.
+    let f = fake("reserve", 170 * MIB);
+    std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
+    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "400M");
+    write_cgroup(&f.root.join("high2"), 0, "max");
+    set_xattr(&f.root.join("high2"), "user.memqos.expected_peak", "lots");
+    let opts = f.options(2.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    assert_eq!(f.knob("low1", "memory.high"), (48 * MIB).to_string());
+    assert_eq!(f.knob("high", "memory.low"), (400 * MIB).to_string(), "protection covers the declaration");
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
+    let evs = f.events();
+    let why = evs.iter().find_map(|e| match e {
+        Event::Write(w) if w.cgroup == "low1" && w.file == "memory.high" => w.reason.clone(),
+        _ => None,
+    });
+    assert!(matches!(&why, Some(memqos_policy::Reason::Reservation { by, members: 1, .. }) if by == "high"), "{why:?}");
+    let bad: Vec<&String> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Degraded { message } if message.contains("user.memqos.expected_peak") => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(bad.len(), 1, "said once: {bad:?}");
+    assert!(bad[0].starts_with("high2: user.memqos.expected_peak = \"lots\" ignored"), "{}", bad[0]);
+}

@@ -157,6 +157,15 @@ pub struct Tier {
     /// `policy.stall_psi_full_avg10`) for `after_ms` gets `action`, logged with the reason:
     /// see [`StallBound`]. Always on for throttle tiers; these are the defaults.
     pub stall: StallBound,
+    /// `expected_peak` (optional size, protected tiers only): how large each of the tier's
+    /// cgroups is expected to grow (its request). A cgroup's own `user.memqos.expected_peak`
+    /// xattr overrides it. Room up to it is reserved from the start: protection covers it and
+    /// the lower tiers' memory.high are capped so that they fit in what the reservation
+    /// leaves under the parent's limit (`engine::reserve`). On a swapless host the anonymous
+    /// memory a lower tier has taken cannot be given back, so a protected cgroup that grows
+    /// past what the others left would end in an OOM kill: the reservation delays the others
+    /// instead. Unset: the reservation follows the recent working set only.
+    pub expected_peak: Option<u64>,
 }
 
 /// A throttle tier's bound on a throttling stall (`engine::stall`).

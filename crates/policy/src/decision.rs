@@ -218,6 +218,18 @@ pub enum Reason {
         /// Its memory.pressure `full avg10`, percent.
         psi_full_avg10: f64,
     },
+    /// Room is reserved for a protected cgroup's declared expected peak: the throttle-tier
+    /// cgroups below it share what is left (`engine::reserve`).
+    Reservation {
+        /// The declaring cgroup (the largest declaration if several).
+        by: String,
+        /// Sum of the declarations in force.
+        declared_bytes: u64,
+        /// What the capped cgroups may hold together.
+        budget_bytes: u64,
+        /// How many cgroups share it.
+        members: usize,
+    },
     /// `Engine::restore_all`: back to the original value.
     Restore,
     /// memory.high sized so the kernel's per-memcg dirty limit is the tier's dirty ceiling
@@ -269,6 +281,12 @@ impl fmt::Display for Reason {
                 "no progress for {stalled_for_ms} ms (bound {bound_ms} ms): usage {} pinned at memory.high {}, psi full avg10 {psi_full_avg10:.0}%",
                 human(*usage_bytes),
                 human(*high_bytes)
+            ),
+            Reason::Reservation { by, declared_bytes, budget_bytes, members } => write!(
+                f,
+                "room reserved for {by} (expected peak {}): {members} lower cgroup(s) share {}",
+                human(*declared_bytes),
+                human(*budget_bytes)
             ),
             Reason::Restore => f.write_str("restoring the original value"),
             Reason::DirtyCeiling { cap_bytes, dirty_bytes, budget_bytes } => write!(

@@ -8,9 +8,11 @@
 //! 4. under pressure, cut memory.high of lower tiers (`throttle::cut`); otherwise, once calm
 //!    for `hold_ms` and nothing is frozen, release one step (`throttle::release`);
 //! 5. escalate (opt-in freeze/kill) if a protected cgroup keeps stalling;
-//! 6. move protection (memory.low/min) with the working set;
-//! 7. bound stalls that throttling causes (`stall`): relieve or kill, per tier;
-//! 8. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
+//! 6. cap lower tiers within what a protected cgroup's declared `expected_peak` leaves
+//!    (`reserve`; counts as pressure while in force);
+//! 7. move protection (memory.low/min) with the working set (and the declared peak);
+//! 8. bound stalls that throttling causes (`stall`): relieve or kill, per tier;
+//! 9. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
 //!    come sooner than `min_write_interval_ms` after the previous write of the same knob,
 //!    and order the rest: thaws, highs, low/min, freezes,
 //!    kills.
@@ -18,6 +20,7 @@
 mod escalate;
 mod pressure;
 mod protect;
+mod reserve;
 mod stall;
 mod state;
 mod throttle;
@@ -157,7 +160,9 @@ impl Engine {
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
         let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs };
         let p = pressure::detect(&ctx, elapsed);
-        if p.any() {
+        // Periodic only: the shares need every member, which the fast path does not read.
+        let reservation = reserve::find(&ctx);
+        if p.any() || reservation.is_some() {
             self.last_pressure_ms = Some(now);
         }
         self.stall_since_ms = p.top().map(|_| self.stall_since_ms.unwrap_or(now));
@@ -176,6 +181,9 @@ impl Engine {
         }
         if let (Some(top), Some(since)) = (p.top(), self.stall_since_ms) {
             escalate::escalate(&ctx, top, since, &self.ladder, &self.cgroups, &mut plan);
+        }
+        if let Some(r) = &reservation {
+            reserve::plan(&ctx, r, p.any(), &mut plan);
         }
         protect::plan(&ctx, &self.cgroups, &mut plan);
         self.stalls.plan(&ctx, &mut plan);
@@ -362,6 +370,16 @@ impl Plan {
 
     pub fn raise_high(&mut self, c: &CgroupObs, to: Limit, reason: Reason) {
         self.push(c, Action::High(to), reason);
+    }
+
+    /// True when a memory.high write of `c` is already proposed.
+    pub fn has_high(&self, c: &CgroupObs) -> bool {
+        self.items.iter().any(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)))
+    }
+
+    /// Withdraws every proposed memory.high write of `c`.
+    pub fn drop_highs(&mut self, c: &CgroupObs) {
+        self.items.retain(|(id, a, _)| !(*id == c.id && matches!(a, Action::High(_))));
     }
 
     /// Withdraws every proposed lowering of `c`'s memory.high.

@@ -81,6 +81,11 @@ pub struct CgroupObs {
     /// as populated.
     #[serde(default)]
     pub populated: Option<bool>,
+    /// The size this cgroup declared it expects to reach (its `user.memqos.expected_peak`
+    /// xattr); the tier's `expected_peak` applies where it is `None`. Only protected cgroups'
+    /// declarations count (`engine::reserve`).
+    #[serde(default)]
+    pub expected_peak_bytes: Option<u64>,
 }
 
 impl CgroupObs {
@@ -104,6 +109,7 @@ impl CgroupObs {
             psi_some_delta_us: 0,
             signals: Vec::new(),
             populated: None,
+            expected_peak_bytes: None,
         }
     }
 }

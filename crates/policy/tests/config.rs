@@ -151,7 +151,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -189,6 +189,8 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}stall = {{ after_ms = 5000 }}\n"), "memqos.toml:5:9: tier[0].stall: needs throttle = true (memqos bounds the stalls its own memory.high causes)"),
         (format!("{ROOT}{tier}throttle = true\nstall = {{ after_ms = 10 }}\n"), "memqos.toml:6:22: tier[0].stall.after_ms: 10 is out of range 1000..=86400000"),
         (format!("{ROOT}{tier}throttle = true\nstall = {{ action = \"freeze\" }}\n"), "memqos.toml:6:20: tier[0].stall: unknown variant `freeze`, expected `relieve` or `kill`"),
+        (format!("{ROOT}{tier}expected_peak = \"1G\"\n"), "memqos.toml:5:17: tier[0].expected_peak: needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
+        (format!("{ROOT}{tier}protect = \"low\"\nexpected_peak = 100\n"), "memqos.toml:6:17: tier[0].expected_peak: 100 bytes is below one page"),
         (format!("{ROOT}{tier}[policy]\nstall_psi_full_avg10 = 0.0\n"), "memqos.toml:6:24: policy.stall_psi_full_avg10: 0 is out of range (0, 100]"),
     ];
     for (text, want) in cases {

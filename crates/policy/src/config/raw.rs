@@ -69,6 +69,7 @@ struct RawTier {
     cpu_weight: Option<Spanned<i64>>,
     stall: Option<Spanned<RawStall>>,
     xattr: Option<Spanned<Vec<Spanned<String>>>>,
+    expected_peak: Option<Spanned<ByteSize>>,
 }
 
 #[derive(Deserialize)]
@@ -376,6 +377,21 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             }
         };
         let xattrs = xattrs(src, i, t.xattr)?;
+        let protect = t.protect.unwrap_or(Protect::None);
+        let expected_peak = match t.expected_peak {
+            None => None,
+            Some(v) if protect == Protect::None => {
+                return Err(at(
+                    v.span(),
+                    "expected_peak",
+                    "needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)".into(),
+                ))
+            }
+            Some(v) if v.get_ref().0 < crate::size::PAGE => {
+                return Err(at(v.span(), "expected_peak", format!("{} bytes is below one page", v.get_ref().0)))
+            }
+            Some(v) => Some(v.get_ref().0),
+        };
         let stall = match t.stall {
             None => StallBound::default(),
             Some(s) if !throttle => {
@@ -403,7 +419,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
         tiers.push(Tier {
             name: name.to_string(),
             patterns: t.patterns.into_inner().into_iter().map(Spanned::into_inner).collect(),
-            protect: t.protect.unwrap_or(Protect::None),
+            protect,
             throttle,
             freeze: t.freeze.is_some_and(|f| *f.get_ref()),
             kill: t.kill.is_some_and(|f| *f.get_ref()),
@@ -412,6 +428,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             cpu_weight,
             xattrs,
             stall,
+            expected_peak,
         });
         matchers.push(set);
     }

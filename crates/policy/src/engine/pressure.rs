@@ -88,13 +88,15 @@ pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a>
 /// as used, so lower tiers are stopped while a protected cgroup is between bursts, not when
 /// its next burst is already running into the limit: with no swap, the anonymous memory a
 /// lower tier has grabbed cannot be taken back, and the burst would end in an OOM kill.
-/// A cgroup with no process left cannot grow back and reserves nothing.
-fn protected_regrowth(ctx: &Ctx) -> u64 {
+/// A cgroup with no process left cannot grow back and reserves nothing. A declared
+/// `expected_peak` reserves at least that much, from the tick it is seen (`engine::reserve`).
+pub(crate) fn protected_regrowth(ctx: &Ctx) -> u64 {
     ctx.cgs
         .iter()
         .filter(|c| ctx.tier(c).is_protected() && c.is_populated())
         .map(|c| {
-            let reserved = c.current.low.max(c.current.min).bytes().unwrap_or(0);
+            let protection = c.current.low.max(c.current.min).bytes().unwrap_or(0);
+            let reserved = protection.max(super::reserve::reserved(ctx, c));
             reserved.saturating_sub(c.usage_bytes)
         })
         .sum()

@@ -38,7 +38,8 @@ pub(crate) fn plan(ctx: &Ctx, states: &std::collections::BTreeMap<String, CgStat
 }
 
 /// Nothing running in it: the original (a lingering cgroup of a finished task keeps no claim on
-/// memory its task will never use again). Otherwise `peak * ws_margin`, rounded up to `ws_granularity` (so it moves in steps, not on every
+/// memory its task will never use again). Otherwise `peak * ws_margin` (at least the declared
+/// `expected_peak`), rounded up to `ws_granularity` (so it moves in steps, not on every
 /// page; the window's peak only drops when a whole window passes lower, which is the
 /// hysteresis on the way down), clamped to the parent's limit and the cgroup's own
 /// memory.max/high (protection above what it may use is meaningless), and never below what
@@ -52,7 +53,8 @@ fn target(ctx: &Ctx, c: &CgroupObs, peak: u64, protect: Protect) -> Limit {
         return original;
     }
     let p = &ctx.cfg.policy;
-    let want = (peak as f64 * p.ws_margin).ceil() as u64;
+    let declared = super::reserve::declared(ctx, c).unwrap_or(0);
+    let want = ((peak as f64 * p.ws_margin).ceil() as u64).max(declared);
     let rounded = want.div_ceil(p.ws_granularity).saturating_mul(p.ws_granularity);
     let bound = ctx.parent_limit().min(c.current.max).min(c.current.high);
     Limit::Bytes(rounded).min(bound).max(original)

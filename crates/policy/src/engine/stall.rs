@@ -116,7 +116,7 @@ impl Stalls {
             };
             match tier.stall.action {
                 StallAction::Relieve => {
-                    plan.drop_cuts(c);
+                    plan.drop_highs(c);
                     plan.raise_high(c, relief(c, policy.release_ratio), reason);
                 }
                 StallAction::Kill => plan.push(c, Action::Kill, reason),

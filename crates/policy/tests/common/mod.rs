@@ -173,8 +173,11 @@ impl Sim {
                     } else {
                         assert!(l <= c.original.high, "raised above the original: {at}");
                         assert!(
-                            matches!(d.reason, Reason::Release { .. } | Reason::StallBound { .. }),
-                            "raise without release or stall bound: {at}"
+                            matches!(
+                                d.reason,
+                                Reason::Release { .. } | Reason::StallBound { .. } | Reason::Reservation { .. }
+                            ),
+                            "raise without release, stall bound or reservation: {at}"
                         );
                     }
                 }

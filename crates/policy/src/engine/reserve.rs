@@ -1,0 +1,154 @@
+//! Room reserved for a protected cgroup's expected peak (`expected_peak`).
+//!
+//! The headroom guard reacts to what the subtree holds now. On a swapless host that can be
+//! too late: the lower tiers' anonymous memory cannot be taken back, and a best-effort task
+//! can take hundreds of MiB between two samples (an agent's framework loading in its first
+//! second). Once the protected cgroup's next burst no longer fits beside what they hold, an
+//! OOM kill is certain, whatever memqos does next. The clairvoyant bound in
+//! docs/experiments.md shows every kill measured so far was avoidable by holding lower tasks
+//! back early enough, and at 70% of the summed peak "early enough" is the first second.
+//!
+//! A protected cgroup that declares how large it will grow (the tier's `expected_peak`, or
+//! its `user.memqos.expected_peak` xattr) gets that room reserved from the start. While it is
+//! populated and the parent's limit is finite, the throttle-tier cgroups below its tier share
+//! the budget that is left:
+//!
+//!   budget = (limit - headroom_guard) - (usage outside those cgroups) - (reserved regrowth)
+//!
+//! where the reserved regrowth is, per protected cgroup, its reservation (protection or
+//! declaration, the larger) minus what it uses now. Each member's memory.high is capped at its
+//! share: its usage plus an equal part of what is free, or, when they already hold more than
+//! the budget, its usage minus a part of the excess in proportion to usage (as the guard
+//! does). Never below `min_high`. The caps are lowered at once and raised (when a member
+//! leaves, say) only by at least `ws_granularity` and only while nothing else presses, so
+//! they do not move on every page. While a reservation is in force it counts as pressure:
+//! nothing is released until the declaring cgroup empties or goes, then release runs as
+//! usual after `hold_ms`.
+//!
+//! The caps hold tasks back (a task over memory.high sleeps); they do not kill. A member that
+//! stays pinned at its cap for its tier's stall bound is relieved like any throttled cgroup
+//! (`engine::stall`), even into the reservation: a declared peak postpones the others, it
+//! does not starve them forever.
+
+use super::pressure::protected_regrowth;
+use super::{Ctx, Plan};
+use crate::config::TierIndex;
+use crate::decision::Reason;
+use crate::obs::CgroupObs;
+use crate::size::{page_down, Limit};
+
+/// A reservation in force this tick.
+pub(crate) struct Reservation<'a> {
+    /// The declaring cgroup with the largest declaration (named in the log).
+    by: &'a CgroupObs,
+    /// Sum of the populated protected cgroups' declarations.
+    declared: u64,
+    /// What the members may hold together.
+    budget: u64,
+    /// Throttle-tier cgroups below the highest declaring tier.
+    members: Vec<&'a CgroupObs>,
+}
+
+/// The declared expected peak of `c`, if it is a protected cgroup that declares one.
+pub(crate) fn declared(ctx: &Ctx, c: &CgroupObs) -> Option<u64> {
+    let tier = ctx.tier(c);
+    if !tier.is_protected() {
+        return None;
+    }
+    c.expected_peak_bytes.or(tier.expected_peak).filter(|&b| b > 0)
+}
+
+/// The room `c` reserves for its declaration: rounded up to `ws_granularity` as its
+/// protection will be (`engine::protect`), so the budget is the same before and after that
+/// write.
+pub(crate) fn reserved(ctx: &Ctx, c: &CgroupObs) -> u64 {
+    let g = ctx.cfg.policy.ws_granularity;
+    declared(ctx, c).map_or(0, |d| d.div_ceil(g).saturating_mul(g))
+}
+
+/// The reservation of this tick: `None` without a finite parent limit, without a populated
+/// protected cgroup that declares a peak, or without a throttle-tier cgroup below it.
+pub(crate) fn find<'a>(ctx: &Ctx<'a>) -> Option<Reservation<'a>> {
+    let Limit::Bytes(limit) = ctx.parent_limit() else {
+        return None;
+    };
+    let declaring: Vec<(&CgroupObs, u64)> =
+        ctx.cgs.iter().filter(|c| c.is_populated()).filter_map(|&c| declared(ctx, c).map(|d| (c, d))).collect();
+    let top: TierIndex = declaring.iter().map(|(c, _)| c.tier).min()?;
+    let by = declaring.iter().max_by_key(|(c, d)| (*d, std::cmp::Reverse(&c.id))).map(|(c, _)| *c)?;
+    let members: Vec<&CgroupObs> = ctx.cgs.iter().copied().filter(|c| c.tier > top && ctx.tier(c).throttle).collect();
+    if members.is_empty() {
+        return None;
+    }
+    let held: u64 = members.iter().map(|c| c.usage_bytes).sum();
+    let others = ctx.parent.usage_bytes.saturating_sub(held);
+    let line = limit.saturating_sub(ctx.cfg.policy.headroom_guard);
+    let budget = line.saturating_sub(others.saturating_add(protected_regrowth(ctx)));
+    let declared = declaring.iter().map(|(_, d)| d).sum();
+    Some(Reservation { by, declared, budget, members })
+}
+
+/// Caps the members' memory.high at their shares of the budget (see the module doc).
+/// `pressed`: something else (protected pressure, the guard, parent limit events) is acting
+/// this tick, so caps are only lowered.
+pub(crate) fn plan(ctx: &Ctx, r: &Reservation, pressed: bool, plan: &mut Plan) {
+    let floor = ctx.floor();
+    let usage: Vec<u64> = r.members.iter().map(|c| c.usage_bytes).collect();
+    let reason = Reason::Reservation {
+        by: r.by.id.clone(),
+        declared_bytes: r.declared,
+        budget_bytes: r.budget,
+        members: r.members.len(),
+    };
+    for (c, share) in r.members.iter().zip(shares(r.budget, &usage, floor)) {
+        let cap = Limit::Bytes(share).min(c.original.high);
+        if cap < c.current.high {
+            plan.lower_high(c, share, reason.clone());
+        } else if !pressed
+            && c.current.high < c.original.high
+            && !plan.has_high(c)
+            && cap.bytes().unwrap_or(u64::MAX)
+                >= c.current.high.bytes().unwrap_or(u64::MAX).saturating_add(ctx.cfg.policy.ws_granularity)
+        {
+            plan.raise_high(c, cap, reason.clone());
+        }
+    }
+}
+
+/// Each member's share of `budget`, page aligned, never below `floor`: its usage plus an
+/// equal part of what is free, or its usage less a part of the excess in proportion to usage.
+pub(crate) fn shares(budget: u64, usage: &[u64], floor: u64) -> Vec<u64> {
+    let held: u64 = usage.iter().sum();
+    if usage.is_empty() {
+        return Vec::new();
+    }
+    if budget >= held {
+        let each = (budget - held) / usage.len() as u64;
+        return usage.iter().map(|u| page_down(u + each).max(floor)).collect();
+    }
+    let room: Vec<u64> = usage.iter().map(|u| u.saturating_sub(floor)).collect();
+    let take = (held - budget).min(room.iter().sum());
+    let cuts = super::throttle::water_fill(take, usage, &room);
+    usage.iter().zip(cuts).map(|(u, cut)| page_down(u - cut).max(floor)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shares;
+
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn free_room_is_split_equally_on_top_of_usage() {
+        assert_eq!(shares(200 * M, &[0, 0], 32 * M), vec![100 * M, 100 * M]);
+        assert_eq!(shares(200 * M, &[100 * M, 20 * M], 32 * M), vec![140 * M, 60 * M]);
+    }
+
+    #[test]
+    fn an_overdrawn_budget_is_taken_in_proportion_to_usage_down_to_the_floor() {
+        assert_eq!(shares(150 * M, &[100 * M, 100 * M], 32 * M), vec![75 * M, 75 * M]);
+        // Nothing can go below the floor, even when the budget asks for it.
+        assert_eq!(shares(10 * M, &[40 * M, 10 * M], 32 * M), vec![32 * M, 32 * M]);
+        assert_eq!(shares(0, &[0, 0, 0], 32 * M), vec![32 * M; 3]);
+    }
+}
