@@ -198,6 +198,23 @@ impl Cgroup {
         std::str::from_utf8(&buf[..n]).ok().map(|v| v.trim().to_owned())
     }
 
+    /// Sets the extended attribute `name` (a `user.*` name: cgroupfs keeps those since 5.7)
+    /// on the cgroup's directory, e.g. `user.memqos.expected_peak`.
+    pub fn set_xattr(&self, name: &'static str, value: &str) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let invalid =
+            |what: &str| self.io_err("setxattr", name, io::Error::new(io::ErrorKind::InvalidInput, what.to_owned()));
+        let path = std::ffi::CString::new(self.path.as_os_str().as_bytes()).map_err(|_| invalid("NUL in the path"))?;
+        let cname = std::ffi::CString::new(name).map_err(|_| invalid("NUL in the name"))?;
+        // SAFETY: NUL-terminated strings, value pointer and length from one slice.
+        let rc = unsafe { libc::setxattr(path.as_ptr(), cname.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(self.map_err("setxattr", name, io::Error::last_os_error()))
+        }
+    }
+
     /// Direct child cgroups (directories), sorted by name.
     pub fn children(&self) -> Result<Vec<Cgroup>> {
         let rd = std::fs::read_dir(&self.path).map_err(|e| self.map_err("readdir", "", e))?;
@@ -317,8 +334,12 @@ mod tests {
         set("b", "user.oomd_omit", "0");
         set("a/x", "user.oomd_avoid", "a value longer than sixteen bytes");
         set("b", "user.memqos.expected_peak", " 512M\n");
+        Cgroup::new(dir.join("a")).set_xattr("user.memqos.expected_peak", "1G").unwrap();
+        assert_eq!(Cgroup::new(dir.join("a")).xattr_value("user.memqos.expected_peak").as_deref(), Some("1G"));
+        Cgroup::new(dir.join("a")).set_xattr("user.memqos.expected_peak", "").unwrap();
         assert_eq!(Cgroup::new(dir.join("b")).xattr_value("user.memqos.expected_peak").as_deref(), Some("512M"));
-        assert_eq!(Cgroup::new(dir.join("a")).xattr_value("user.memqos.expected_peak"), None);
+        assert_eq!(Cgroup::new(dir.join("a")).xattr_value("user.memqos.expected_peak").as_deref(), Some(""));
+        assert!(Cgroup::new(dir.join("gone")).set_xattr("user.memqos.expected_peak", "1G").is_err());
         assert_eq!(Cgroup::new(dir.join("gone")).xattr_value("user.oomd_omit"), None);
         assert!(Cgroup::new(dir.join("a")).xattr_flag("user.oomd_omit"));
         assert!(!Cgroup::new(dir.join("b")).xattr_flag("user.oomd_omit"), "\"0\" means unset");

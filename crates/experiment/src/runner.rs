@@ -357,6 +357,19 @@ fn run_arm(
                         reason: why.into(),
                     });
                 }
+                Arm::Policy(Policy::Memqos) if s.memqos_declares_peak && *tier == Tier::High => {
+                    let t = memqos_replay::trace::load_trace(&trace_path(&opts.traces_dir, trace))?;
+                    let sizes: Vec<u64> = t.samples.iter().map(|x| x.used_bytes + s.baseline_mb * MIB).collect();
+                    let peak = kube::request(&sizes, true);
+                    cg.set_xattr("user.memqos.expected_peak", &peak.to_string())?;
+                    static_writes.push(DecisionMark {
+                        t_s: 0.0,
+                        cgroup: name.clone(),
+                        file: "user.memqos.expected_peak".into(),
+                        value: peak.to_string(),
+                        reason: "declared: the protected task's replayed peak + 10% (the kube arm's request)".into(),
+                    });
+                }
                 _ => {}
             }
             cgroups.push(cg);

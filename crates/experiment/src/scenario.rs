@@ -149,6 +149,11 @@ pub struct Scenario {
     pub swap_mb: Option<u64>,
     #[serde(default)]
     pub zswap: bool,
+    /// In the memqos arm, the protected task's cgroup declares its expected peak
+    /// (`user.memqos.expected_peak`): its replayed peak plus 10%, the request the
+    /// kube-memoryqos arm gives its Guaranteed pod. Off: memqos learns from the working set.
+    #[serde(default)]
+    pub memqos_declares_peak: bool,
     pub variants: Vec<Variant>,
 }
 
@@ -183,6 +188,8 @@ struct RawScenario {
     swap_mb: Option<u64>,
     #[serde(default)]
     zswap: bool,
+    #[serde(default)]
+    memqos_declares_peak: bool,
     variant: Vec<RawVariant>,
 }
 
@@ -282,6 +289,12 @@ impl Scenario {
         if raw.zswap && raw.swap_mb.is_none() {
             return Err(err("zswap: needs swap_mb (zswap compresses pages on their way to a swap device)".into()));
         }
+        if raw.memqos_declares_peak && (!raw.policies.contains(&Policy::Memqos) || raw.workload == Workload::StressNg) {
+            return Err(err(
+                "memqos_declares_peak: needs the memqos arm and a trace workload (the peak comes from the trace)"
+                    .into(),
+            ));
+        }
         if raw.variant.is_empty() {
             return Err(err("[[variant]]: at least one variant (high = TRACE, low = [TRACE, ...]) is required".into()));
         }
@@ -313,6 +326,7 @@ impl Scenario {
             stress_args: raw.stress_args,
             swap_mb: raw.swap_mb,
             zswap: raw.zswap,
+            memqos_declares_peak: raw.memqos_declares_peak,
             variants,
         })
     }
@@ -382,6 +396,15 @@ low = ["b", "b"]
         let tasks = s.variants[0].tasks();
         assert_eq!(tasks.iter().map(|t| t.0.as_str()).collect::<Vec<_>>(), ["high", "low1", "low2"]);
         assert_eq!(tasks[2].1, Tier::Low);
+    }
+
+    #[test]
+    fn a_declared_peak_needs_the_memqos_arm() {
+        let declared = GOOD.replacen("[[variant]]", "memqos_declares_peak = true\n[[variant]]", 1);
+        assert!(parse(&declared).unwrap().memqos_declares_peak);
+        assert!(!parse(GOOD).unwrap().memqos_declares_peak);
+        let e = parse(&declared.replace(", \"memqos\"]", "]").replace("memqos_config = \"m.toml\"\n", "")).unwrap_err();
+        assert!(e.message.starts_with("memqos_declares_peak: needs the memqos arm"), "{e}");
     }
 
     #[test]
