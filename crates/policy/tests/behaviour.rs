@@ -210,21 +210,16 @@ fn multi_tier_order_lowest_first_never_the_pressured_tier_or_above() {
     assert!(tier_order("normal/small").is_empty());
 }
 
-const FREEZE_TIERS: &str = r#"
-[[tier]]
-name = "critical"
-match = ["critical/*"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["batch/*"]
-throttle = true
-freeze = true
-"#;
+/// `TWO_TIERS` with `freeze = true` on batch.
+fn freeze_tiers() -> String {
+    edit_tier(TWO_TIERS, "batch", |t| {
+        t.insert("freeze".into(), true.into());
+    })
+}
 
 #[test]
 fn freeze_escalation_then_thaw_before_release() {
-    let mut sim = Sim::new(config(FREEZE_TIERS, ""));
+    let mut sim = Sim::new(config(&freeze_tiers(), ""));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);
     sim.add("batch/b", 200 * MB);
@@ -251,7 +246,7 @@ fn freeze_escalation_then_thaw_before_release() {
 
 #[test]
 fn thaw_waits_for_rate_limit_and_release_waits_for_thaw() {
-    let mut sim = Sim::new(config(FREEZE_TIERS, "hold_ms = 0\nmin_write_interval_ms = 3000"));
+    let mut sim = Sim::new(config(&freeze_tiers(), "hold_ms = 0\nmin_write_interval_ms = 3000"));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);
     sim.run(10_500, |s| s.set_stall("critical/db", 20.0)); // frozen at t = 10000
@@ -265,7 +260,7 @@ fn thaw_waits_for_rate_limit_and_release_waits_for_thaw() {
 
 #[test]
 fn thaw_when_the_stalling_cgroup_disappears() {
-    let mut sim = Sim::new(config(FREEZE_TIERS, ""));
+    let mut sim = Sim::new(config(&freeze_tiers(), ""));
     sim.add("critical/db", 500 * MB);
     sim.add("critical/web", 100 * MB);
     sim.add("batch/a", 400 * MB);
@@ -285,7 +280,7 @@ fn no_escalation_by_default_and_kill_only_when_opted_in() {
     sim.run(120_000, |s| s.set_stall("critical/db", 50.0));
     assert!(sim.log.iter().all(|(_, d)| !matches!(d.action, Action::Freeze(_) | Action::Kill)));
 
-    let tiers = edit_tier(FREEZE_TIERS, "batch", |t| {
+    let tiers = edit_tier(&freeze_tiers(), "batch", |t| {
         t.remove("freeze");
         t.insert("kill".into(), true.into());
     });
@@ -400,7 +395,7 @@ fn protection_never_goes_below_the_administrators_value() {
 #[test]
 fn restore_all_thaws_first_then_puts_originals_back() {
     // batch/a's 450M high is someone else's: overridden here so that it is cut and restored.
-    let mut sim = Sim::new(config(FREEZE_TIERS, "foreign_knobs = \"override\""));
+    let mut sim = Sim::new(config(&freeze_tiers(), "foreign_knobs = \"override\""));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);
     sim.cg("batch/a").original.high = Limit::Bytes(450 * MB);

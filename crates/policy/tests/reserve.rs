@@ -6,20 +6,21 @@ mod common;
 use common::*;
 use memqos_policy::{Action, Knob, Limit, Reason};
 
-const TIERS: &str = r#"
-[[tier]]
-name = "critical"
-match = ["critical/*"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["batch/*"]
-throttle = true
-"#;
-
 fn sim(tiers: &str) -> Sim {
     let mut sim = Sim::new(config(tiers, "min_write_interval_ms = 200\nhold_ms = 2000"));
     sim.tick_ms = 100;
+    sim
+}
+
+/// A 711 MiB parent, critical/agent at 12 MiB declaring 450 MiB, and empty `lows`.
+fn declared(tiers: &str, lows: &[&str]) -> Sim {
+    let mut sim = sim(tiers);
+    sim.parent.max = Limit::Bytes(711 * MB);
+    sim.add("critical/agent", 12 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
+    for id in lows {
+        sim.add(id, 0);
+    }
     sim
 }
 
@@ -29,7 +30,7 @@ fn sim(tiers: &str) -> Sim {
 /// which the three hold more than the limit is an OOM kill. Returns (the first tick over the
 /// limit, when each task finished).
 fn tight(declared: Option<u64>) -> (Option<u64>, Vec<Option<u64>>) {
-    let mut sim = sim(TIERS);
+    let mut sim = sim(TWO_TIERS);
     sim.parent.max = Limit::Bytes(711 * MB);
     let mut high = Workload::new("critical/agent", [hold(12, 3), ramp(12, 406, 30), hold(406, 20)].concat());
     let lows: Vec<Workload> = ["batch/a", "batch/b"]
@@ -82,12 +83,7 @@ fn a_declared_peak_holds_the_low_tasks_back_before_they_jump_and_nobody_is_kille
 
 #[test]
 fn caps_are_the_reservation_and_name_it() {
-    let mut sim = sim(TIERS);
-    sim.parent.max = Limit::Bytes(711 * MB);
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
-    sim.add("batch/a", 0);
-    sim.add("batch/b", 0);
+    let mut sim = declared(TWO_TIERS, &["batch/a", "batch/b"]);
     let d = sim.tick();
     // The reservation is the declaration rounded up as protection is (450 -> 464 MiB):
     // budget = (711 - 64) - 12 - (464 - 12) = 183 MiB, split equally over two empty cgroups.
@@ -115,7 +111,7 @@ fn caps_are_the_reservation_and_name_it() {
 
 #[test]
 fn without_a_declaration_nothing_is_reserved() {
-    let mut sim = sim(TIERS);
+    let mut sim = sim(TWO_TIERS);
     sim.parent.max = Limit::Bytes(711 * MB);
     sim.add("critical/agent", 12 * MB);
     sim.add("batch/a", 100 * MB);
@@ -126,7 +122,7 @@ fn without_a_declaration_nothing_is_reserved() {
 
 #[test]
 fn the_tier_declares_for_its_cgroups_and_a_cgroups_own_declaration_wins() {
-    let tiers = edit_tier(TIERS, "critical", |t| {
+    let tiers = edit_tier(TWO_TIERS, "critical", |t| {
         t.insert("expected_peak".into(), "300M".into());
     });
     let mut sim = sim(&tiers);
@@ -140,12 +136,7 @@ fn the_tier_declares_for_its_cgroups_and_a_cgroups_own_declaration_wins() {
 
 #[test]
 fn a_cap_rises_when_a_member_leaves_and_everything_is_released_when_the_declarer_ends() {
-    let mut sim = sim(TIERS);
-    sim.parent.max = Limit::Bytes(711 * MB);
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
-    sim.add("batch/a", 0);
-    sim.add("batch/b", 0);
+    let mut sim = declared(TWO_TIERS, &["batch/a", "batch/b"]);
     sim.run(500, |_| {});
     let half = sim.high("batch/a");
     sim.cg("batch/a").usage_bytes = 90 * MB;
@@ -161,16 +152,12 @@ fn a_cap_rises_when_a_member_leaves_and_everything_is_released_when_the_declarer
 
 #[test]
 fn the_stall_bound_still_relieves_a_member_pinned_at_its_cap() {
-    let tiers = edit_tier(TIERS, "batch", |t| {
+    let tiers = edit_tier(TWO_TIERS, "batch", |t| {
         let mut stall = toml::Table::new();
         stall.insert("after_ms".into(), 1000.into());
         t.insert("stall".into(), stall.into());
     });
-    let mut sim = sim(&tiers);
-    sim.parent.max = Limit::Bytes(711 * MB);
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
-    sim.add("batch/a", 0);
+    let mut sim = declared(&tiers, &["batch/a"]);
     sim.tick();
     let cap = sim.high("batch/a").bytes().expect("capped");
     sim.run(2_000, |s| {

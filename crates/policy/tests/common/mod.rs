@@ -32,6 +32,18 @@ pub fn edit_tier(tiers: &str, name: &str, edit: impl FnOnce(&mut toml::Table)) -
     toml::to_string(&doc).expect("a TOML table serializes")
 }
 
+/// critical (protect=low) > batch (throttle).
+pub const TWO_TIERS: &str = r#"
+[[tier]]
+name = "critical"
+match = ["critical/*"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["batch/*"]
+throttle = true
+"#;
+
 /// critical (protect=low) > low (throttle) > batch (throttle), default policy.
 pub const THREE_TIERS: &str = r#"
 [[tier]]
