@@ -130,7 +130,8 @@ impl Engine {
         let now = self.last_tick_ms.map_or(obs.now_ms, |t| obs.now_ms.max(t));
         let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
         let cgs = sync_known(&mut self.cgroups, &self.cfg, obs);
-        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs };
+        let waiting = not_yet_run(&self.cgroups);
+        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
         let p = pressure::detect(&ctx, elapsed);
         if !p.any() {
             return Vec::new();
@@ -158,7 +159,8 @@ impl Engine {
         self.last_tick_ms = Some(now);
 
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
-        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs };
+        let waiting = not_yet_run(&self.cgroups);
+        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
         let p = pressure::detect(&ctx, elapsed);
         // Periodic only: the shares need every member, which the fast path does not read.
         let reservation = reserve::find(&ctx);
@@ -286,9 +288,15 @@ fn sync<'a>(
             .or_insert_with(|| CgState::new(c.tier, c.cgroup_id, cfg.policy.ws_window_ms, c.original, c.current));
         s.original = c.original;
         s.current = c.current;
+        s.has_run |= c.is_populated();
         s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));
     }
     seen.into_values().collect()
+}
+
+/// Ids of the tracked cgroups that have never had a process in them.
+fn not_yet_run(states: &BTreeMap<String, CgState>) -> std::collections::BTreeSet<String> {
+    states.iter().filter(|(_, s)| !s.has_run).map(|(id, _)| id.clone()).collect()
 }
 
 /// The fast path's sync: updates the knobs of cgroups already tracked (same tier, same
@@ -316,6 +324,8 @@ pub(crate) struct Ctx<'a> {
     pub parent: &'a ParentObs,
     /// Valid cgroups, sorted by id.
     pub cgs: Vec<&'a CgroupObs>,
+    /// Tracked cgroups never seen with a process in them.
+    pub not_yet_run: &'a std::collections::BTreeSet<String>,
 }
 
 impl<'a> Ctx<'a> {
@@ -326,6 +336,12 @@ impl<'a> Ctx<'a> {
 
     pub fn get(&self, id: &str) -> Option<&'a CgroupObs> {
         self.cgs.binary_search_by(|c| c.id.as_str().cmp(id)).ok().map(|i| self.cgs[i])
+    }
+
+    /// True when `c`'s declared room counts: it runs, or it has not run yet (a cgroup made
+    /// and declared before its task starts). One that ran and emptied reserves nothing.
+    pub fn reserving(&self, c: &CgroupObs) -> bool {
+        c.is_populated() || self.not_yet_run.contains(&c.id)
     }
 
     /// `min_high`, rounded up to a page.

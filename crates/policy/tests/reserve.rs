@@ -174,3 +174,19 @@ fn the_stall_bound_still_relieves_a_member_pinned_at_its_cap() {
     assert!(!reliefs.is_empty(), "the stall bound acts on a reservation cap like on any throttle");
     assert!(sim.high("batch/a").bytes().unwrap_or(u64::MAX) > cap);
 }
+
+#[test]
+fn a_declared_cgroup_reserves_before_its_task_starts_but_not_after_it_ended() {
+    // Made and declared, nothing in it yet: the lows starting beside it are capped at once.
+    let mut sim = declared(TWO_TIERS, &["batch/a"]);
+    sim.cg("critical/agent").usage_bytes = 0;
+    sim.cg("critical/agent").populated = Some(false);
+    sim.tick();
+    assert!(sim.high("batch/a") < Limit::Max, "capped before the protected task runs");
+    // It runs, then ends: the reservation is gone and the cap released after hold_ms.
+    sim.cg("critical/agent").populated = Some(true);
+    sim.run(500, |_| {});
+    sim.cg("critical/agent").populated = Some(false);
+    sim.run(4_000, |_| {});
+    assert_eq!(sim.high("batch/a"), Limit::Max);
+}

@@ -93,9 +93,9 @@ pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a>
 pub(crate) fn protected_regrowth(ctx: &Ctx) -> u64 {
     ctx.cgs
         .iter()
-        .filter(|c| ctx.tier(c).is_protected() && c.is_populated())
+        .filter(|c| ctx.tier(c).is_protected() && ctx.reserving(c))
         .map(|c| {
-            let protection = c.current.low.max(c.current.min).bytes().unwrap_or(0);
+            let protection = if c.is_populated() { c.current.low.max(c.current.min).bytes().unwrap_or(0) } else { 0 };
             let reserved = protection.max(super::reserve::reserved(ctx, c));
             reserved.saturating_sub(c.usage_bytes)
         })

@@ -66,14 +66,15 @@ pub(crate) fn reserved(ctx: &Ctx, c: &CgroupObs) -> u64 {
     declared(ctx, c).map_or(0, |d| d.div_ceil(g).saturating_mul(g))
 }
 
-/// The reservation of this tick: `None` without a finite parent limit, without a populated
-/// protected cgroup that declares a peak, or without a throttle-tier cgroup below it.
+/// The reservation of this tick: `None` without a finite parent limit, without a protected
+/// cgroup that declares a peak and runs (or has not run yet: a cgroup made and declared
+/// before its task starts reserves at once), or without a throttle-tier cgroup below it.
 pub(crate) fn find<'a>(ctx: &Ctx<'a>) -> Option<Reservation<'a>> {
     let Limit::Bytes(limit) = ctx.parent_limit() else {
         return None;
     };
     let declaring: Vec<(&CgroupObs, u64)> =
-        ctx.cgs.iter().filter(|c| c.is_populated()).filter_map(|&c| declared(ctx, c).map(|d| (c, d))).collect();
+        ctx.cgs.iter().filter(|c| ctx.reserving(c)).filter_map(|&c| declared(ctx, c).map(|d| (c, d))).collect();
     let top: TierIndex = declaring.iter().map(|(c, _)| c.tier).min()?;
     let by = declaring.iter().max_by_key(|(c, d)| (*d, std::cmp::Reverse(&c.id))).map(|(c, _)| *c)?;
     let members: Vec<&CgroupObs> = ctx.cgs.iter().copied().filter(|c| c.tier > top && ctx.tier(c).throttle).collect();

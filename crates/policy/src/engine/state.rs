@@ -22,6 +22,9 @@ pub(crate) struct CgState {
     /// `restore_all` knows what to put back without another observation.
     pub original: Knobs,
     pub current: Knobs,
+    /// Seen with a process in it at least once (`CgroupObs::populated` not `Some(false)`):
+    /// a declared cgroup that has not run yet is about to, and reserves its room already.
+    pub has_run: bool,
 }
 
 impl CgState {
@@ -34,6 +37,7 @@ impl CgState {
             frozen_by: None,
             original,
             current,
+            has_run: false,
         }
     }
 
