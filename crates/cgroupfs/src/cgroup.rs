@@ -170,32 +170,32 @@ impl Cgroup {
     /// but "0" (systemd writes "1" in user.oomd_avoid/omit). Absent, unreadable or a vanished
     /// cgroup all read as unset: a hint, not a knob.
     pub fn xattr_flag(&self, name: &str) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let (Ok(path), Ok(name)) =
-            (std::ffi::CString::new(self.path.as_os_str().as_bytes()), std::ffi::CString::new(name))
-        else {
-            return false;
-        };
         let mut buf = [0u8; 16];
-        // SAFETY: NUL-terminated strings and a buffer of the length given.
-        let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        // ERANGE (a long value) still means "set".
-        n >= 0 && &buf[..n as usize] != b"0"
-            || n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE)
+        match self.getxattr(name, &mut buf) {
+            Ok(n) => &buf[..n] != b"0",
+            // ERANGE (a long value) still means "set".
+            Err(e) => e.raw_os_error() == Some(libc::ERANGE),
+        }
     }
 
     /// The value of the extended attribute `name` on the cgroup's directory, trimmed, if it
     /// is set and at most 64 bytes of UTF-8; absent, unreadable, longer or a vanished cgroup
     /// all read as `None` (a hint, not a knob).
     pub fn xattr_value(&self, name: &str) -> Option<String> {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(self.path.as_os_str().as_bytes()).ok()?;
-        let name = std::ffi::CString::new(name).ok()?;
         let mut buf = [0u8; 64];
+        let n = self.getxattr(name, &mut buf).ok()?;
+        std::str::from_utf8(&buf[..n]).ok().map(|v| v.trim().to_owned())
+    }
+
+    /// getxattr(2) of `name` on the cgroup's directory into `buf`: the value's length.
+    fn getxattr(&self, name: &str, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::ffi::OsStrExt;
+        let invalid = || io::Error::from(io::ErrorKind::InvalidInput);
+        let path = std::ffi::CString::new(self.path.as_os_str().as_bytes()).map_err(|_| invalid())?;
+        let name = std::ffi::CString::new(name).map_err(|_| invalid())?;
         // SAFETY: NUL-terminated strings and a buffer of the length given.
         let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        let n = usize::try_from(n).ok()?;
-        std::str::from_utf8(&buf[..n]).ok().map(|v| v.trim().to_owned())
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
     }
 
     /// Sets the extended attribute `name` (a `user.*` name: cgroupfs keeps those since 5.7)

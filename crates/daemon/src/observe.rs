@@ -5,7 +5,7 @@ use crate::fast_read::{out_of_descriptors, FastFile, FastReader};
 use crate::journal::Journal;
 use anyhow::{anyhow, Context};
 use memqos_cgroupfs::{Cgroup, MemoryEvents};
-use memqos_policy::{CgroupObs, Config, Knobs, Limit, Observation, ParentObs, TierIndex};
+use memqos_policy::{CgroupObs, Config, Knobs, Limit, Observation, ParentObs, TierIndex, EXPECTED_PEAK_XATTR};
 use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -41,10 +41,6 @@ pub struct Sampler {
     /// per value).
     bad_declarations: HashMap<u64, String>,
 }
-
-/// The extended attribute a protected cgroup declares its expected peak in (a size, as in
-/// the config: "512M", "2G", bytes); it overrides the tier's `expected_peak`.
-pub const EXPECTED_PEAK_XATTR: &str = "user.memqos.expected_peak";
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
 /// of the last periodic sample. Fixed, so a reaction costs the same at any tree size; the

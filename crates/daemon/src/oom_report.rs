@@ -178,12 +178,19 @@ impl Kmsg {
     }
 }
 
-/// What a killed task's cgroup held when the kill was logged.
+/// A killed task's cgroup's memory.peak and limits, as read at one moment.
 #[derive(Clone, Copy, Debug, Default)]
 struct EarlyRead {
     peak: Option<u64>,
     max: Option<Limit>,
     high: Option<Limit>,
+}
+
+impl EarlyRead {
+    /// What `cg` holds now; a file that cannot be read (the cgroup is gone) is `None`.
+    fn of(cg: &Cgroup) -> EarlyRead {
+        EarlyRead { peak: cg.memory_peak().ok(), max: cg.limit("memory.max").ok(), high: cg.limit("memory.high").ok() }
+    }
 }
 
 struct Owed {
@@ -260,12 +267,7 @@ impl OomReporter {
             if !kill.task_memcg.is_empty() {
                 summary = true;
                 if let Some(rel) = self.relative(&kill.task_memcg) {
-                    let cg = Cgroup::new(self.root.join(&rel));
-                    let read = EarlyRead {
-                        peak: cg.memory_peak().ok(),
-                        max: cg.limit("memory.max").ok(),
-                        high: cg.limit("memory.high").ok(),
-                    };
+                    let read = EarlyRead::of(&Cgroup::new(self.root.join(&rel)));
                     self.early.insert(rel, read);
                 }
             }
@@ -404,8 +406,10 @@ impl OomReporter {
     ) -> OomKill {
         let s = seen.iter().find(|s| s.cgroup == cgroup && !cgroup.is_empty());
         let cg = Cgroup::new(root.join(cgroup));
-        let early = self.early.get(cgroup);
         let known = !cgroup.is_empty();
+        // Read now, and else as read when the kill was logged (the cgroup may be gone).
+        let now = if known { EarlyRead::of(&cg) } else { EarlyRead::default() };
+        let early = self.early.get(cgroup).copied().unwrap_or_default();
         let tier = match s {
             Some(s) => Some(s.tier.clone()),
             None if known => {
@@ -429,17 +433,11 @@ impl OomReporter {
             constraint: logged.and_then(|k| k.constraint.clone()),
             oom_cgroup: logged.and_then(|k| k.oom_memcg.clone()),
             victim_anon_rss_bytes: logged.and_then(|k| k.anon_rss_bytes),
-            peak_bytes: known.then(|| cg.memory_peak().ok()).flatten().or_else(|| early.and_then(|e| e.peak)),
+            peak_bytes: now.peak.or(early.peak),
             usage_bytes: s.map(|s| s.usage_bytes).or_else(|| known.then(|| cg.memory_current().ok()).flatten()),
             limits: Limits {
-                max: s
-                    .map(|s| s.knobs.max)
-                    .or_else(|| known.then(|| cg.limit("memory.max").ok()).flatten())
-                    .or_else(|| early.and_then(|e| e.max)),
-                high: s
-                    .map(|s| s.knobs.high)
-                    .or_else(|| known.then(|| cg.limit("memory.high").ok()).flatten())
-                    .or_else(|| early.and_then(|e| e.high)),
+                max: s.map(|s| s.knobs.max).or(now.max).or(early.max),
+                high: s.map(|s| s.knobs.high).or(now.high).or(early.high),
                 root_max: root_known.then_some(parent.max),
                 root_high: root_known.then_some(parent.high),
             },

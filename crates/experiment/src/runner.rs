@@ -13,6 +13,7 @@ use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant, Workload};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use memqos_lab::daemon_process::DaemonProcess;
+use memqos_policy::EXPECTED_PEAK_XATTR;
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
 use serde::{Deserialize, Serialize};
@@ -320,8 +321,7 @@ fn run_arm(
                     cg.write_string("cpu.weight", if *tier == Tier::High { "10000" } else { "1" })?
                 }
                 Arm::Policy(Policy::KubeMemoryqos) => {
-                    let t = memqos_replay::trace::load_trace(&trace_path(&opts.traces_dir, trace))?;
-                    let sizes: Vec<u64> = t.samples.iter().map(|x| x.used_bytes + s.baseline_mb * MIB).collect();
+                    let sizes = replayed_sizes(opts, trace)?;
                     let guaranteed = *tier == Tier::High;
                     let request = kube::request(&sizes, guaranteed);
                     let knobs =
@@ -358,14 +358,12 @@ fn run_arm(
                     });
                 }
                 Arm::Policy(Policy::Memqos) if s.memqos_declares_peak && *tier == Tier::High => {
-                    let t = memqos_replay::trace::load_trace(&trace_path(&opts.traces_dir, trace))?;
-                    let sizes: Vec<u64> = t.samples.iter().map(|x| x.used_bytes + s.baseline_mb * MIB).collect();
-                    let peak = kube::request(&sizes, true);
-                    cg.set_xattr("user.memqos.expected_peak", &peak.to_string())?;
+                    let peak = kube::request(&replayed_sizes(opts, trace)?, true);
+                    cg.set_xattr(EXPECTED_PEAK_XATTR, &peak.to_string())?;
                     static_writes.push(DecisionMark {
                         t_s: 0.0,
                         cgroup: name.clone(),
-                        file: "user.memqos.expected_peak".into(),
+                        file: EXPECTED_PEAK_XATTR.into(),
                         value: peak.to_string(),
                         reason: "declared: the protected task's replayed peak + 10% (the kube arm's request)".into(),
                     });
@@ -453,6 +451,12 @@ fn run_arm(
     let r = result?;
     cleanup?;
     Ok(r)
+}
+
+/// The sizes `trace` is replayed at in this scenario: each sample plus the baseline.
+fn replayed_sizes(opts: &RunnerOptions, trace: &str) -> Result<Vec<u64>> {
+    let t = memqos_replay::trace::load_trace(&trace_path(&opts.traces_dir, trace))?;
+    Ok(t.samples.iter().map(|x| x.used_bytes + opts.scenario.baseline_mb * MIB).collect())
 }
 
 /// Start time (Unix), the tasks' results, the timeline, when the last task ended (s since the

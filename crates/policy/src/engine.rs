@@ -130,7 +130,7 @@ impl Engine {
         let now = self.last_tick_ms.map_or(obs.now_ms, |t| obs.now_ms.max(t));
         let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
         let cgs = sync_known(&mut self.cgroups, &self.cfg, obs);
-        let waiting = not_yet_run(&self.cgroups);
+        let waiting = not_yet_run(&self.cgroups, &self.cfg);
         let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
         let p = pressure::detect(&ctx, elapsed);
         if !p.any() {
@@ -159,7 +159,7 @@ impl Engine {
         self.last_tick_ms = Some(now);
 
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
-        let waiting = not_yet_run(&self.cgroups);
+        let waiting = not_yet_run(&self.cgroups, &self.cfg);
         let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
         let p = pressure::detect(&ctx, elapsed);
         // Periodic only: the shares need every member, which the fast path does not read.
@@ -294,9 +294,11 @@ fn sync<'a>(
     seen.into_values().collect()
 }
 
-/// Ids of the tracked cgroups that have never had a process in them.
-fn not_yet_run(states: &BTreeMap<String, CgState>) -> std::collections::BTreeSet<String> {
-    states.iter().filter(|(_, s)| !s.has_run).map(|(id, _)| id.clone()).collect()
+/// Ids of the tracked protected cgroups that have never had a process in them (only their
+/// declarations count before they run; built every tick, so kept to the protected few).
+fn not_yet_run(states: &BTreeMap<String, CgState>, cfg: &Config) -> std::collections::BTreeSet<String> {
+    let protected = |s: &CgState| cfg.tiers.get(s.tier).is_some_and(Tier::is_protected);
+    states.iter().filter(|(_, s)| !s.has_run && protected(s)).map(|(id, _)| id.clone()).collect()
 }
 
 /// The fast path's sync: updates the knobs of cgroups already tracked (same tier, same
@@ -324,7 +326,7 @@ pub(crate) struct Ctx<'a> {
     pub parent: &'a ParentObs,
     /// Valid cgroups, sorted by id.
     pub cgs: Vec<&'a CgroupObs>,
-    /// Tracked cgroups never seen with a process in them.
+    /// Tracked protected cgroups never seen with a process in them.
     pub not_yet_run: &'a std::collections::BTreeSet<String>,
 }
 

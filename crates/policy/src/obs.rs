@@ -9,6 +9,10 @@ use crate::config::TierIndex;
 use crate::size::Limit;
 use memqos_cgroupfs::{MemoryEvents, Pressure};
 
+/// The extended attribute a protected cgroup declares its expected peak in (a size, as in
+/// the config: "512M", "2G", bytes); it overrides the tier's `expected_peak`.
+pub const EXPECTED_PEAK_XATTR: &str = "user.memqos.expected_peak";
+
 /// One sample of the managed subtree at `now_ms` (any monotonic clock, in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
@@ -81,8 +85,7 @@ pub struct CgroupObs {
     /// as populated.
     #[serde(default)]
     pub populated: Option<bool>,
-    /// The size this cgroup declared it expects to reach (its `user.memqos.expected_peak`
-    /// xattr); the tier's `expected_peak` applies where it is `None`. Only protected cgroups'
+    /// The size this cgroup declared it expects to reach (its [`EXPECTED_PEAK_XATTR`]); the tier's `expected_peak` applies where it is `None`. Only protected cgroups'
     /// declarations count (`engine::reserve`).
     #[serde(default)]
     pub expected_peak_bytes: Option<u64>,
