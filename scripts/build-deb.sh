@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Builds the Debian package of memqos with dpkg-deb alone (no debhelper, no network):
 #   scripts/build-deb.sh [--no-build] [OUTDIR]      (default OUTDIR: target/debian)
-# Contents: /usr/bin/memqos, the systemd unit, /etc/memqos/memqos.toml (a conffile, from
+# Contents: /usr/bin/memqos, /usr/bin/memqos-run (`memqos run` as a small program, for
+# agent hosts that start it per tool call), the systemd unit, /etc/memqos/memqos.toml (a conffile, from
 # configs/systemd.toml), the example configs, man pages and bash/zsh/fish completions
 # generated from the CLI definition (`memqos generate`). Prints the .deb's path last.
-# --no-build packages target/release/memqos as it is (the test script uses it).
+# --no-build packages target/release/memqos and memqos-run as they are (the test script uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=1
 if [ "${1:-}" = --no-build ]; then build=0; shift; fi
 out=${1:-target/debian}
 
-if ((build)); then cargo build --release --locked -p memqos; fi
+if ((build)); then cargo build --release --locked -p memqos -p memqos-agent; fi
 bin=target/release/memqos
-[ -x "$bin" ] || { echo "build-deb: $bin missing: run without --no-build" >&2; exit 1; }
+for b in "$bin" target/release/memqos-run; do
+    [ -x "$b" ] || { echo "build-deb: $b missing: run without --no-build" >&2; exit 1; }
+done
 version=$("$bin" --version | awk '{print $2}')
 arch=$(dpkg --print-architecture)
 [ -n "$version" ] || { echo "build-deb: cannot read the version from $bin --version" >&2; exit 1; }
@@ -22,7 +25,8 @@ root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 # Debug info stays in target/ (the release profile keeps it for perf); the package is stripped.
 install -D -m 0755 "$bin" "$root/usr/bin/memqos"
-strip --strip-debug "$root/usr/bin/memqos"
+install -D -m 0755 target/release/memqos-run "$root/usr/bin/memqos-run"
+strip --strip-debug "$root/usr/bin/memqos" "$root/usr/bin/memqos-run"
 install -D -m 0644 packaging/memqos.service "$root/lib/systemd/system/memqos.service"
 install -D -m 0644 configs/systemd.toml "$root/etc/memqos/memqos.toml"
 doc="$root/usr/share/doc/memqos"

@@ -21,7 +21,7 @@ grep -q "^ Version: $version$" <<<"$info" || fail "control version is not $versi
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/memqos/memqos.toml ] || fail "conffiles is not exactly /etc/memqos/memqos.toml"
 
 contents=$(dpkg-deb -c "$deb")
-for path in ./usr/bin/memqos ./lib/systemd/system/memqos.service ./etc/memqos/memqos.toml \
+for path in ./usr/bin/memqos ./usr/bin/memqos-run ./lib/systemd/system/memqos.service ./etc/memqos/memqos.toml \
     ./usr/share/man/man1/memqos.1.gz ./usr/share/man/man1/memqos-daemon.1.gz \
     ./usr/share/man/man1/memqos-restore.1.gz ./usr/share/man/man1/memqos-status.1.gz \
     ./usr/share/man/man1/memqos-explain.1.gz \
@@ -38,6 +38,9 @@ root="$out/root"
 dpkg-deb -x "$deb" "$root"
 got=$("$root/usr/bin/memqos" --version)
 [ "$got" = "memqos $version" ] || fail "unpacked binary says '$got'"
+got=$("$root/usr/bin/memqos-run" --version)
+[ "$got" = "memqos-run $version" ] || fail "unpacked memqos-run says '$got'"
+! ldd "$root/usr/bin/memqos-run" | grep -q "libelf\|libz" || fail "memqos-run links libelf or libz"
 "$root/usr/bin/memqos" daemon --check --config "$root/etc/memqos/memqos.toml" || fail "shipped config does not pass --check"
 cmp -s "$root/etc/memqos/memqos.toml" configs/systemd.toml || fail "shipped config differs from configs/systemd.toml"
 ! readelf -S "$root/usr/bin/memqos" | grep -q "\.debug_info" || fail "binary still has debug info"

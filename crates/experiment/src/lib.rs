@@ -8,9 +8,12 @@
 //! - [`kills`]: that bound for each run's traces, and the kills above it.
 //! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm);
 //! - [`oomd`]: Meta's oomd with the scenario's ruleset (the `oomd` arm);
+//! - [`agent_host`]: many agent sessions under one host budget, a cgroup per tool call
+//!   (`memqos experiment agent-host`, its own runner and report);
 //! - [`host`]: the host side of `memqos experiment` (a guest per scenario and kernel, the
 //!   copy of its results, the report and plots).
 
+pub mod agent_host;
 pub mod avoidability;
 pub mod host;
 pub mod kills;

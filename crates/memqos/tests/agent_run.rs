@@ -1,4 +1,4 @@
-//! `memqos run` and `memqos-shell` on real kernels: each tool call in its own cgroup below
+//! `memqos run`, `memqos-run` and `memqos-shell` on real kernels: each tool call in its own cgroup below
 //! the session, removed afterwards, the command's exit status preserved (128 + signal
 //! included), signals forwarded, an OOM kill explained on stderr.
 
@@ -79,6 +79,22 @@ guest_test!(run_preserves_status_signals_and_removes_the_call_cgroup, |g| g, {
     let out = run(&root, &["--session", "s1", "--json", "--", bin, "run", "--", "cat", "/proc/self/cgroup"]);
     let outer = report(&out)["cgroup"].as_str().unwrap().to_owned();
     assert_eq!(text(&out.stdout).trim(), format!("0::{}", outer.trim_start_matches("/sys/fs/cgroup")));
+
+    // memqos-run, the small binary beside memqos (a workspace build makes both), makes the
+    // same call: own cgroup, status back, cgroup removed.
+    let lean = std::path::Path::new(bin).with_file_name("memqos-run");
+    let out = Command::new(&lean)
+        .arg("--root")
+        .arg(root.path())
+        .args(["--session", "s1", "--json", "--", "sh", "-c", "cat /proc/self/cgroup; exit 5"])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", lean.display()));
+    let r = report(&out);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    let cg = r["cgroup"].as_str().unwrap();
+    assert!(cg.starts_with(&format!("{}/tool.", session.path().display())), "{cg}");
+    assert_eq!(text(&out.stdout).trim(), format!("0::{}", cg.trim_start_matches("/sys/fs/cgroup")));
+    assert!(children(&session).is_empty(), "{:?}", children(&session));
 
     // SIGTERM sent to memqos run reaches the command; its status says so.
     let mut child = Command::new(bin)

@@ -5,7 +5,10 @@
 //! - `binary`: `memqos --version` (the cost of starting the memqos binary at all);
 //! - `run`: `memqos run --session bench -- /bin/true` (clone3 CLONE_INTO_CGROUP);
 //! - `run-fork`: the same with MEMQOS_RUN_SPAWN=fork (fork, then a write to cgroup.procs:
-//!   the migration path older kernels take).
+//!   the migration path older kernels take);
+//! - `lean-binary`: `memqos-run --version` (starting the small binary at all);
+//! - `lean-run`: `memqos-run --session bench -- /bin/true` (the same call as `run` through the
+//!   small binary, which links no libelf/libz and builds no command tree).
 //!
 //! The added cost per call is the median of `run` minus the median of `plain`; the paired
 //! per-iteration differences are reported too. Times are host wall-clock of the guest's
@@ -21,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const ROOT: &str = "/sys/fs/cgroup/agents-bench";
-const ARMS: [&str; 4] = ["plain", "binary", "run", "run-fork"];
+const ARMS: [&str; 6] = ["plain", "binary", "run", "run-fork", "lean-binary", "lean-run"];
 
 #[derive(Args)]
 pub struct BenchRunArgs {
@@ -61,6 +64,12 @@ pub struct KernelResult {
     pub added_paired: Dist,
     /// median(run-fork) - median(plain), ms.
     pub added_fork_p50_ms: f64,
+    /// median(lean-run) - median(plain), ms, and the paired differences (absent in results
+    /// from before memqos-run).
+    #[serde(default)]
+    pub added_lean_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub added_lean_paired: Option<Dist>,
 }
 
 pub fn run(a: BenchRunArgs) -> Result<u8> {
@@ -98,7 +107,7 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
     }
     let doc = serde_json::json!({
         "benchmark": "memqos bench run",
-        "arms": "plain = /bin/true; binary = memqos --version; run = memqos run -- /bin/true (clone3 CLONE_INTO_CGROUP); run-fork = the same with MEMQOS_RUN_SPAWN=fork (migration through cgroup.procs)",
+        "arms": "plain = /bin/true; binary = memqos --version; run = memqos run -- /bin/true (clone3 CLONE_INTO_CGROUP); run-fork = the same with MEMQOS_RUN_SPAWN=fork (migration through cgroup.procs); lean-binary = memqos-run --version; lean-run = memqos-run -- /bin/true (the small binary)",
         "method": "arms interleaved per iteration after 10 warm-up rounds; wall time from spawn to reaped exit in the guest; milliseconds",
         "target": "added p50 <= 5 ms per call on 7.x",
         "host_note": "TCG guests (no KVM) on a shared 2-core host: absolute times include emulation overhead and host noise",
@@ -115,12 +124,27 @@ fn in_guest(calls: usize) -> Result<KernelResult> {
     root.create()?;
     root.enable_controllers(&["memory"])?;
     let exe = std::env::current_exe()?;
+    // Built beside memqos by a workspace build (`cargo build --release`).
+    let lean = exe.with_file_name("memqos-run");
+    if !lean.is_file() {
+        bail!("{} is missing: build it with `cargo build --release -p memqos-agent`", lean.display());
+    }
     let spawn = |arm: &str| -> Result<f64> {
         let mut cmd = match arm {
             "plain" => Command::new("/bin/true"),
             "binary" => {
                 let mut c = Command::new(&exe);
                 c.arg("--version");
+                c
+            }
+            "lean-binary" => {
+                let mut c = Command::new(&lean);
+                c.arg("--version");
+                c
+            }
+            "lean-run" => {
+                let mut c = Command::new(&lean);
+                c.args(["--root", ROOT, "--session", "bench", "--", "/bin/true"]);
                 c
             }
             _ => {
@@ -159,12 +183,15 @@ fn in_guest(calls: usize) -> Result<KernelResult> {
         bail!("{leftovers} call cgroups left under {ROOT}/bench");
     }
     let paired: Vec<f64> = samples[2].iter().zip(&samples[0]).map(|(r, p)| r - p).collect();
+    let lean_paired: Vec<f64> = samples[5].iter().zip(&samples[0]).map(|(r, p)| r - p).collect();
     let dists: Vec<Dist> = samples.iter().map(|s| dist(s)).collect();
     Ok(KernelResult {
         kernel,
         added_p50_ms: dists[2].p50 - dists[0].p50,
         added_fork_p50_ms: dists[3].p50 - dists[0].p50,
         added_paired: dist(&paired),
+        added_lean_p50_ms: Some(dists[5].p50 - dists[0].p50),
+        added_lean_paired: Some(dist(&lean_paired)),
         arms: ARMS.iter().map(|a| a.to_string()).zip(dists).collect(),
     })
 }
@@ -179,17 +206,26 @@ fn dist(v: &[f64]) -> Dist {
 fn print_table(r: &KernelResult) {
     println!("kernel {}", r.kernel);
     println!(
-        "  {:<9} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "  {:<11} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "arm", "N", "p10 ms", "p50 ms", "p90 ms", "p99 ms", "max ms"
     );
     for (name, d) in &r.arms {
-        println!("  {:<9} {:>4} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}", name, d.n, d.p10, d.p50, d.p90, d.p99, d.max);
+        println!(
+            "  {:<11} {:>4} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+            name, d.n, d.p10, d.p50, d.p90, d.p99, d.max
+        );
     }
     let p = &r.added_paired;
     println!(
         "  added by memqos run: p50 {:.2} ms (median difference); paired per call p10 {:.2} / p50 {:.2} / p90 {:.2} ms; fork+migrate path p50 {:.2} ms",
         r.added_p50_ms, p.p10, p.p50, p.p90, r.added_fork_p50_ms
     );
+    if let (Some(m), Some(p)) = (r.added_lean_p50_ms, &r.added_lean_paired) {
+        println!(
+            "  added by memqos-run: p50 {m:.2} ms (median difference); paired per call p10 {:.2} / p50 {:.2} / p90 {:.2} ms",
+            p.p10, p.p50, p.p90
+        );
+    }
 }
 
 impl super::PerKernel for KernelResult {

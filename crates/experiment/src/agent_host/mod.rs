@@ -1,0 +1,196 @@
+//! The agent-host experiment (issue 14.6): many agent sessions replayed from the traces under
+//! one host budget, each session's runtime in its session cgroup and each tool call's extra
+//! memory in a tool-call cgroup of its own, made by `memqos run` as on a real agent host.
+//! Arms: none, a static memory.max per session at its peak, and memqos with the documented
+//! session config. The question: how many concurrent sessions can a host run before an agent
+//! runtime is OOM-killed (the session lost), and what happens to the tool calls.
+//!
+//! - [`split`]: a trace cut into its runtime's memory and its calls' (pure);
+//! - [`scenario`]: the scenario file (`experiments/agent-host/scenario.toml`);
+//! - [`runner`]: the in-guest loop (runs × levels × arms, one JSON per arm);
+//! - [`summary`]: per level and arm, densities, the target, the markdown report.
+
+pub mod runner;
+pub mod scenario;
+pub mod split;
+pub mod summary;
+
+use anyhow::{bail, Context, Result};
+use memqos_vmtest::self_run;
+use runner::HostRunnerOptions;
+use scenario::HostScenario;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What `memqos experiment agent-host` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub scenario: PathBuf,
+    pub runs: usize,
+    pub first_run: usize,
+    pub kernel: String,
+    pub out: PathBuf,
+    pub traces: Option<PathBuf>,
+    pub report_only: bool,
+    pub no_plots: bool,
+    pub in_guest: bool,
+}
+
+pub fn run(args: &Options) -> Result<u8> {
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    if args.first_run == 0 {
+        bail!("--first-run must be at least 1 (runs are numbered from 1)");
+    }
+    let traces = memqos_replay::traces_dir::resolve(args.traces.as_deref())?;
+    if args.in_guest {
+        return in_guest(args, &traces);
+    }
+    let scenario = HostScenario::load(&args.scenario)?;
+    if !args.report_only {
+        let plans = runner::plans(&scenario, &traces)?;
+        let est = estimate_secs(&scenario, &plans, args.runs);
+        let kernels = self_run::kernels(&args.kernel)?;
+        eprintln!(
+            "memqos experiment agent-host: {} kernel(s) x {} run(s) x {} levels x {} arms; estimated {:.0} min of guest time",
+            kernels.len(),
+            args.runs,
+            scenario.levels.len(),
+            scenario.policies.len(),
+            est * kernels.len() as f64 / 60.0
+        );
+        let mut failed = Vec::new();
+        for kernel in &kernels {
+            if let Err(e) = run_in_guest(args, &scenario, kernel, &traces, est) {
+                eprintln!("memqos experiment agent-host: {} failed: {e:#}", kernel.release());
+                failed.push(kernel.release());
+            }
+        }
+        let code = report(&args.out, &scenario, !args.no_plots)?;
+        if !failed.is_empty() {
+            bail!("agent-host failed on {} (the report covers the rest)", failed.join(", "));
+        }
+        return Ok(code);
+    }
+    report(&args.out, &scenario, !args.no_plots)
+}
+
+/// Guest seconds: each solo session, then each level and arm as long as its longest session
+/// plus the stagger, doubled for contention and TCG.
+fn estimate_secs(s: &HostScenario, plans: &[split::SessionPlan], runs: usize) -> f64 {
+    let solo: f64 = plans.iter().map(|p| p.duration_s / s.speed + 2.0).sum();
+    let longest = plans.iter().map(|p| p.duration_s / s.speed).fold(0.0, f64::max);
+    let hosts: f64 =
+        s.levels.iter().map(|&l| (longest + l as f64 * s.stagger_s) * 2.0 + 3.0).sum::<f64>() * s.policies.len() as f64;
+    20.0 + (solo + hosts) * runs as f64
+}
+
+fn run_in_guest(
+    args: &Options,
+    s: &HostScenario,
+    kernel: &memqos_vmtest::kernels::Kernel,
+    traces: &Path,
+    est: f64,
+) -> Result<()> {
+    eprintln!("=== agent-host on {}: {} run(s), guest {} MiB ===", kernel.release(), args.runs, s.guest_memory_mb);
+    let argv = [
+        "experiment",
+        "agent-host",
+        "--in-guest",
+        "--runs",
+        &args.runs.to_string(),
+        "--first-run",
+        &args.first_run.to_string(),
+        "--traces",
+        &traces.to_string_lossy(),
+    ]
+    .map(String::from);
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let run = self_run::run_self(kernel, &argv, |g| {
+        g.memory_mb(s.guest_memory_mb)
+            .timeout(Duration::from_secs_f64(600.0 + est * 3.0))
+            .env("MEMQOS_SCENARIO", &serde_json::to_string(s).expect("a scenario serializes"))
+            .share_path(traces)
+            .stream_console(true)
+    })?;
+    if run.exit_code != 0 {
+        bail!(
+            "the in-guest experiment exited with {} (console: {})",
+            run.exit_code,
+            run.results_dir.join("console.log").display()
+        );
+    }
+    let to = args.out.join("runs").join(kernel.release());
+    if to.exists() && args.first_run == 1 {
+        std::fs::remove_dir_all(&to).with_context(|| format!("replacing {}", to.display()))?;
+    }
+    std::fs::create_dir_all(&to)?;
+    let from = run.results_dir.join("agent-host");
+    for e in std::fs::read_dir(&from).with_context(|| format!("reading {}", from.display()))? {
+        let e = e?;
+        std::fs::copy(e.path(), to.join(e.file_name()))?;
+    }
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let name = format!("host-load-runs{:02}-{:02}.txt", args.first_run, args.first_run + args.runs - 1);
+    std::fs::write(
+        to.join(name),
+        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
+    )?;
+    eprintln!("=== agent-host on {}: done in {:.1} min ===", kernel.release(), run.wall_secs / 60.0);
+    Ok(())
+}
+
+fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
+    let json = std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO")?;
+    let scenario: HostScenario = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
+    let results = std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest")?;
+    let opts = HostRunnerOptions {
+        scenario,
+        traces_dir: traces.to_path_buf(),
+        runs: args.runs,
+        first_run: args.first_run,
+        out_dir: Path::new(&results).join("agent-host"),
+        exe: std::env::current_exe()?,
+    };
+    let n = runner::run_all(&opts)?;
+    println!("agent-host: {n} arm results written");
+    Ok(0)
+}
+
+/// summary.json, report.md and the plots from everything under `out/runs`.
+fn report(out: &Path, s: &HostScenario, plots: bool) -> Result<u8> {
+    let results = summary::load(&out.join("runs"))?;
+    if results.is_empty() {
+        bail!("no results under {}", out.join("runs").display());
+    }
+    let sum = summary::summarize(&results);
+    std::fs::write(out.join("summary.json"), serde_json::to_string_pretty(&sum)?)?;
+    let mut files = Vec::new();
+    if plots {
+        let script = Path::new("scripts/plots/agent_host.py");
+        let status =
+            std::process::Command::new("/usr/bin/python3").arg(script).arg(out).status().with_context(|| {
+                format!("running {} (install python3-matplotlib, or pass --no-plots)", script.display())
+            })?;
+        if !status.success() {
+            bail!("{} failed with {status}", script.display());
+        }
+        for e in std::fs::read_dir(out)? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".png") {
+                files.push(name);
+            }
+        }
+        files.sort();
+    }
+    std::fs::write(out.join("report.md"), summary::render_markdown(&sum, &s.description, &files))?;
+    for v in &sum.targets {
+        println!("{:<4} agent-host {}: {} — {}", if v.met { "MET" } else { "MISS" }, v.kernel, v.target, v.measured);
+    }
+    for d in &sum.density {
+        println!("density {} {}: {} sessions", d.kernel, d.arm, d.sessions);
+    }
+    println!("report: {}", out.join("report.md").display());
+    Ok(0)
+}

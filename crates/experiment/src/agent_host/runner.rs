@@ -1,0 +1,563 @@
+//! The in-guest side of the agent-host experiment: for each run, each session's trace alone
+//! (the solo baselines), then every concurrency level with every arm, in an order that
+//! rotates from run to run.
+//!
+//! A host is the parent cgroup (memory.max = the budget) with one session cgroup per agent.
+//! Each session's runtime runs as `memqos run --runtime --session sK -- memqos replay <its
+//! part of the trace>`, and each tool call, when the trace says it starts, as `memqos run
+//! --session sK -- memqos replay <the call's part>`: the layout of docs/agent-hosts.md, made
+//! by the same command an agent host uses, in every arm. Arms differ only in the knobs: none,
+//! a memory.max per session at its peak, or the daemon with the documented session config.
+//! A session whose runtime is killed is lost: its later tool calls never start.
+
+use super::scenario::{HostPolicy, HostScenario};
+use super::split::{resources_json, split, SessionPlan};
+use anyhow::{bail, Context, Result};
+use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_lab::daemon_process::DaemonProcess;
+use memqos_replay::report::{LatencyStats, Report};
+use memqos_replay::Outcome;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const PARENT: &str = "/sys/fs/cgroup/memqos-agent-host";
+const STATE_DIR: &str = "/run/memqos-agent-host/state";
+const WORK_DIR: &str = "/run/memqos-agent-host/work";
+const TICK: Duration = Duration::from_millis(20);
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+const DEADLINE: Duration = Duration::from_secs(600);
+
+/// One arm at one level of one run (or one session alone: arm "solo").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostArmResult {
+    pub kernel: String,
+    pub run: usize,
+    /// Concurrent sessions (1 for a solo arm).
+    pub level: usize,
+    /// `solo` or a policy name.
+    pub arm: String,
+    /// Position of this arm within its run.
+    pub order: usize,
+    pub speed: f64,
+    /// The parent's memory.max; `None` for a solo arm (unlimited).
+    pub host_budget_bytes: Option<u64>,
+    pub started_epoch: f64,
+    pub sessions: Vec<SessionResult>,
+    /// memory.events oom_kill of the parent at the end.
+    pub parent_oom_kills: u64,
+    pub parent_peak_bytes: Option<u64>,
+    /// The parent's memory.current every 100 ms.
+    pub parent_current: Vec<(f64, u64)>,
+    /// memqos arm: the daemon exited cleanly, left no journal, and every session cgroup
+    /// still there has memory.high max and memory.low/min 0.
+    pub knobs_restored: Option<bool>,
+    pub daemon_cpu_s: Option<f64>,
+    /// memqos arm: knob writes and stall actions the daemon logged.
+    pub daemon_writes: Option<usize>,
+    pub daemon_stall_actions: Option<usize>,
+    /// Whether cgroup2 was mounted with memory_recursiveprot (the runtime's memory.low
+    /// protects it below its session only then).
+    pub recursiveprot: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionResult {
+    /// `s0`, `s1`, ...
+    pub name: String,
+    pub trace: String,
+    /// When its runtime started, seconds after the arm's start.
+    pub start_s: f64,
+    /// static-peak: the session's memory.max.
+    pub memory_max: Option<u64>,
+    pub runtime: ProcResult,
+    pub calls: Vec<CallResult>,
+}
+
+/// A `memqos run` of a replay: what the replay and `memqos run --json` reported.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcResult {
+    pub outcome: Outcome,
+    /// `memqos run`'s exit status (the replay's: 0 finished, 3 OOM-killed, ...; 128 + signal).
+    pub status: Option<i32>,
+    pub wall_s: f64,
+    pub schedule_s: Option<f64>,
+    pub completion_s: Option<f64>,
+    /// Growth-step latencies (the runtime's only: calls keep the summary).
+    pub latencies_ms: Vec<f64>,
+    pub latency: Option<LatencyStats>,
+    /// From `memqos run --json`: the cgroup's memory.peak and memory.events.
+    pub peak_bytes: Option<u64>,
+    pub oom_kills: u64,
+    pub high_events: u64,
+    /// The plain-language account `memqos run` printed for an OOM kill.
+    pub explanation: Option<String>,
+}
+
+impl ProcResult {
+    /// Killed by the OOM killer: the cgroup counted a kill and the replay did not finish.
+    pub fn oom_killed(&self) -> bool {
+        !matches!(self.outcome, Outcome::Finished)
+            && (self.oom_kills > 0 || matches!(self.outcome, Outcome::OomKilled { .. }))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CallResult {
+    pub index: usize,
+    pub tools: String,
+    pub planned_peak_bytes: u64,
+    /// Scheduled start, seconds after the arm's start.
+    pub due_s: f64,
+    /// `None`: never started (its session's runtime had been killed).
+    pub started_s: Option<f64>,
+    pub result: Option<ProcResult>,
+}
+
+pub struct HostRunnerOptions {
+    pub scenario: HostScenario,
+    pub traces_dir: PathBuf,
+    pub runs: usize,
+    pub first_run: usize,
+    pub out_dir: PathBuf,
+    pub exe: PathBuf,
+}
+
+fn epoch_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The session plans of every trace the scenario names, in its order.
+pub fn plans(s: &HostScenario, traces_dir: &Path) -> Result<Vec<SessionPlan>> {
+    s.traces
+        .iter()
+        .map(|name| {
+            let dir = traces_dir.join(name);
+            let trace = memqos_replay::trace::load_trace(&dir.join("resources.json"))
+                .with_context(|| format!("{}: trace {name}", s.file.display()))?;
+            let calls_file = dir.join("tool_calls.json");
+            if !calls_file.is_file() {
+                bail!("{}: trace {name} has no tool_calls.json: a session needs its tool calls", s.file.display());
+            }
+            let calls = memqos_replay::tool_calls::load_tool_calls(&calls_file)?;
+            Ok(split(&trace, &calls, s.min_call_bytes))
+        })
+        .collect()
+}
+
+/// A static-peak session's memory.max: its peak (with the replay's baseline) plus 10%.
+pub fn static_limit(plan: &SessionPlan, baseline_mb: u64) -> u64 {
+    let peak = plan.peak_bytes + (baseline_mb << 20);
+    (peak + peak / 10) / 4096 * 4096
+}
+
+/// Runs the series; returns how many arm results were written.
+pub fn run_all(opts: &HostRunnerOptions) -> Result<usize> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").context("reading the kernel release")?;
+    let kernel = kernel.trim().to_string();
+    let s = &opts.scenario;
+    let plans = plans(s, &opts.traces_dir)?;
+    let recursiveprot = ensure_recursiveprot();
+    std::fs::create_dir_all(&opts.out_dir)?;
+    let per_run = s.traces.len() + s.levels.len() * s.policies.len();
+    let total = per_run * opts.runs;
+    let started = Instant::now();
+    // The first exec of the binary and the first replay read them through the guest's shared
+    // filesystem: one session alone first, not recorded, so the first solo is not slower.
+    let warm = plans.iter().min_by(|a, b| a.duration_s.total_cmp(&b.duration_s)).expect("a scenario trace");
+    run_host(opts, &[(warm.trace.clone(), warm)], None, recursiveprot).context("the warm-up session")?;
+    let mut done = 0;
+    for run in opts.first_run..opts.first_run + opts.runs {
+        // Solo first (each trace's session alone, no budget), then the host arms rotated.
+        let mut arms: Vec<(usize, Option<HostPolicy>)> = Vec::new();
+        for &level in &s.levels {
+            for &p in &s.policies {
+                arms.push((level, Some(p)));
+            }
+        }
+        let shift = run % arms.len().max(1);
+        arms.rotate_left(shift);
+        let solos: Vec<(usize, Option<HostPolicy>)> = (0..s.traces.len()).map(|i| (i, None)).collect();
+        for (order, (level_or_trace, policy)) in solos.into_iter().chain(arms).enumerate() {
+            let (label, level) = match policy {
+                Some(p) => (format!("{level_or_trace:02}-{p}"), level_or_trace),
+                None => (format!("solo-{}", s.traces[level_or_trace]), 1),
+            };
+            eprintln!(
+                "progress: agent-host {kernel} run {run} {label} ({}/{total}), elapsed {:.0}s",
+                done + 1,
+                started.elapsed().as_secs_f64()
+            );
+            let sessions: Vec<(String, &SessionPlan)> = match policy {
+                Some(_) => (0..level)
+                    .map(|k| {
+                        let trace = s.trace_of(run, k);
+                        let i = s.traces.iter().position(|t| t == trace).expect("a scenario trace");
+                        (trace.to_string(), &plans[i])
+                    })
+                    .collect(),
+                None => vec![(s.traces[level_or_trace].clone(), &plans[level_or_trace])],
+            };
+            let mut r = run_host(opts, &sessions, policy, recursiveprot)?;
+            r.kernel = kernel.clone();
+            r.run = run;
+            r.level = level;
+            r.order = order;
+            eprintln!("  {}", one_line(&r));
+            let file = opts.out_dir.join(format!("run{run:02}-{label}.json"));
+            std::fs::write(&file, serde_json::to_vec_pretty(&r)?)?;
+            done += 1;
+        }
+    }
+    Ok(done)
+}
+
+fn one_line(r: &HostArmResult) -> String {
+    let lost = r.sessions.iter().filter(|s| s.runtime.oom_killed()).count();
+    let calls: Vec<&CallResult> = r.sessions.iter().flat_map(|s| &s.calls).collect();
+    let killed = calls.iter().filter(|c| c.result.as_ref().is_some_and(ProcResult::oom_killed)).count();
+    format!(
+        "{} x{}: runtimes killed {lost}/{}, calls killed {killed}/{}, parent oom_kill {}, restored {:?}",
+        r.arm,
+        r.level,
+        r.sessions.len(),
+        calls.len(),
+        r.parent_oom_kills,
+        r.knobs_restored
+    )
+}
+
+/// Remounts cgroup2 with memory_recursiveprot (as systemd mounts it) so that protection of
+/// a runtime below its session counts; says whether the mount has it.
+fn ensure_recursiveprot() -> bool {
+    let has = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|m| m.lines().any(|l| l.contains(" /sys/fs/cgroup ") && l.contains("memory_recursiveprot")))
+            .unwrap_or(false)
+    };
+    if !has() {
+        let _ = Command::new("mount").args(["-o", "remount,memory_recursiveprot", "/sys/fs/cgroup"]).status();
+    }
+    has()
+}
+
+/// Removes `root` and everything below it, deepest first, waiting for exiting tasks.
+fn remove_tree(root: &Cgroup) -> Result<()> {
+    let t0 = Instant::now();
+    while root.exists() {
+        let mut all = root.descendants().unwrap_or_default();
+        all.sort_by_key(|c| std::cmp::Reverse(c.path().components().count()));
+        for c in all {
+            let _ = c.remove();
+        }
+        if root.remove().is_ok() || !root.exists() {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            bail!("cannot remove {} after 20 s: tasks still inside?", root.path().display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+struct Running {
+    child: Child,
+    json: PathBuf,
+    stderr: PathBuf,
+    started: f64,
+}
+
+/// One host: `sessions` (trace name, plan) under `policy` (`None`: solo, no budget).
+fn run_host(
+    opts: &HostRunnerOptions,
+    sessions: &[(String, &SessionPlan)],
+    policy: Option<HostPolicy>,
+    recursiveprot: bool,
+) -> Result<HostArmResult> {
+    let s = &opts.scenario;
+    let parent = Cgroup::new(PARENT);
+    remove_tree(&parent)?;
+    let _ = std::fs::remove_dir_all(WORK_DIR);
+    std::fs::create_dir_all(WORK_DIR)?;
+    parent.create()?;
+    let result = (|| -> Result<HostArmResult> {
+        parent.enable_controllers(&["memory"])?;
+        let budget = policy.map(|_| s.host_budget_bytes);
+        if let Some(b) = budget {
+            parent.set_limit("memory.max", Limit::Bytes(b))?;
+        }
+        let mut limits = Vec::new();
+        for (k, (_, plan)) in sessions.iter().enumerate() {
+            let cg = parent.child(&format!("s{k}"));
+            cg.create()?;
+            cg.enable_controllers(&["memory"])?;
+            let limit = (policy == Some(HostPolicy::StaticPeak)).then(|| static_limit(plan, s.baseline_mb));
+            if let Some(l) = limit {
+                cg.set_limit("memory.max", Limit::Bytes(l))?;
+            }
+            limits.push(limit);
+            let dir = Path::new(WORK_DIR).join(format!("s{k}"));
+            std::fs::create_dir_all(&dir)?;
+            // Epoch 0 is fine: the replay only uses differences.
+            std::fs::write(dir.join("runtime.json"), resources_json(&plan.runtime, 1.0))?;
+            for c in &plan.calls {
+                std::fs::write(dir.join(format!("call{}.json", c.index)), resources_json(&c.points, 1.0 + c.start_s))?;
+            }
+        }
+        let daemon = match policy {
+            Some(HostPolicy::Memqos) => Some(start_daemon(s)?),
+            _ => None,
+        };
+        let run = drive(opts, sessions, &limits);
+        let (knobs_restored, daemon_cpu_s, daemon_writes, daemon_stall_actions) = match daemon {
+            Some(d) => {
+                let cpu = d.cpu_seconds();
+                let (status, log) = d.stop()?;
+                let journal_left = Path::new(STATE_DIR).join("journal.json").exists();
+                let cgs = parent.descendants().unwrap_or_default();
+                let clean = cgs.iter().all(|cg| {
+                    cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(true)
+                        && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(true)
+                        && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(true)
+                });
+                let events: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+                let writes = events.iter().filter(|e| e["event"] == "write").count();
+                let stalls = events.iter().filter(|e| e["reason"] == "stall_bound" || e["event"] == "stall").count();
+                (Some(status.success() && !journal_left && clean), cpu, Some(writes), Some(stalls))
+            }
+            None => (None, None, None, None),
+        };
+        let (started_epoch, results, parent_current) = run?;
+        Ok(HostArmResult {
+            kernel: String::new(),
+            run: 0,
+            level: sessions.len(),
+            arm: policy.map(|p| p.name().to_string()).unwrap_or_else(|| "solo".into()),
+            order: 0,
+            speed: s.speed,
+            host_budget_bytes: budget,
+            started_epoch,
+            sessions: results,
+            parent_oom_kills: parent.memory_events()?.oom_kill,
+            parent_peak_bytes: parent.memory_peak().ok(),
+            parent_current,
+            knobs_restored,
+            daemon_cpu_s,
+            daemon_writes,
+            daemon_stall_actions,
+            recursiveprot,
+        })
+    })();
+    let cleanup = remove_tree(&parent);
+    let r = result?;
+    cleanup?;
+    Ok(r)
+}
+
+fn start_daemon(s: &HostScenario) -> Result<DaemonProcess> {
+    let _ = std::fs::remove_dir_all(STATE_DIR);
+    std::fs::create_dir_all(STATE_DIR)?;
+    let text = s.daemon_config(PARENT, STATE_DIR).map_err(|e| anyhow::anyhow!(e))?;
+    let config = Path::new(STATE_DIR).join("memqos.toml");
+    std::fs::write(&config, text)?;
+    let exe = std::env::current_exe()?;
+    DaemonProcess::start(&exe, &config, Path::new(STATE_DIR), &[], Stdio::null())
+}
+
+type Drive = (f64, Vec<SessionResult>, Vec<(f64, u64)>);
+
+/// Starts every runtime and call when due, waits for all of them, and collects the results.
+fn drive(opts: &HostRunnerOptions, sessions: &[(String, &SessionPlan)], limits: &[Option<u64>]) -> Result<Drive> {
+    let s = &opts.scenario;
+    let started_epoch = epoch_now();
+    let t0 = Instant::now();
+    let starts: Vec<f64> = (0..sessions.len()).map(|k| k as f64 * s.stagger_s).collect();
+    let mut runtimes: Vec<Option<Running>> = (0..sessions.len()).map(|_| None).collect();
+    let mut runtime_done: Vec<Option<ProcResult>> = vec![None; sessions.len()];
+    let mut calls: Vec<Vec<CallResult>> = sessions
+        .iter()
+        .enumerate()
+        .map(|(k, (_, plan))| {
+            plan.calls
+                .iter()
+                .map(|c| CallResult {
+                    index: c.index,
+                    tools: c.tools.clone(),
+                    planned_peak_bytes: c.peak_bytes(),
+                    due_s: starts[k] + c.start_s / s.speed,
+                    started_s: None,
+                    result: None,
+                })
+                .collect()
+        })
+        .collect();
+    let mut running_calls: Vec<(usize, usize, Running)> = Vec::new();
+    let mut parent_current = Vec::new();
+    let parent = Cgroup::new(PARENT);
+    let mut next_sample = Duration::ZERO;
+    let kill_all = |runtimes: &mut Vec<Option<Running>>, running_calls: &mut Vec<(usize, usize, Running)>| {
+        for r in runtimes.iter_mut().flatten() {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+        }
+        for (_, _, r) in running_calls.iter_mut() {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+        }
+    };
+    loop {
+        let now = t0.elapsed().as_secs_f64();
+        if t0.elapsed() >= next_sample {
+            parent_current.push((now, parent.memory_current().unwrap_or(0)));
+            next_sample += SAMPLE_EVERY;
+        }
+        for k in 0..sessions.len() {
+            if runtimes[k].is_none() && runtime_done[k].is_none() && now >= starts[k] {
+                let dir = Path::new(WORK_DIR).join(format!("s{k}"));
+                let spawned = spawn(opts, k, &dir, "runtime", true);
+                match spawned {
+                    Ok(r) => runtimes[k] = Some(r),
+                    Err(e) => {
+                        kill_all(&mut runtimes, &mut running_calls);
+                        return Err(e);
+                    }
+                }
+            }
+            // A session's calls start while its runtime lives (a killed runtime loses them).
+            let alive = runtimes[k].is_some() || runtime_done[k].as_ref().is_some_and(|r| !r.oom_killed());
+            for (j, c) in calls[k].iter_mut().enumerate() {
+                if c.started_s.is_none() && alive && now >= c.due_s {
+                    let dir = Path::new(WORK_DIR).join(format!("s{k}"));
+                    match spawn(opts, k, &dir, &format!("call{}", c.index), false) {
+                        Ok(r) => {
+                            c.started_s = Some(now);
+                            running_calls.push((k, j, r));
+                        }
+                        Err(e) => {
+                            kill_all(&mut runtimes, &mut running_calls);
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        for k in 0..sessions.len() {
+            let Some(r) = runtimes[k].as_mut() else { continue };
+            if let Some(status) = r.child.try_wait()? {
+                let r = runtimes[k].take().expect("checked");
+                runtime_done[k] = Some(collect(r, status.code(), now, true));
+            }
+        }
+        let mut i = 0;
+        while i < running_calls.len() {
+            if let Some(status) = running_calls[i].2.child.try_wait()? {
+                let (k, j, r) = running_calls.swap_remove(i);
+                calls[k][j].result = Some(collect(r, status.code(), now, false));
+            } else {
+                i += 1;
+            }
+        }
+        let pending_starts = (0..sessions.len()).any(|k| {
+            let alive = runtimes[k].is_some() || runtime_done[k].as_ref().is_some_and(|r| !r.oom_killed());
+            runtime_done[k].is_none() && runtimes[k].is_none()
+                || (alive && calls[k].iter().any(|c| c.started_s.is_none()))
+        });
+        if !pending_starts && runtimes.iter().all(Option::is_none) && running_calls.is_empty() {
+            break;
+        }
+        if t0.elapsed() > DEADLINE {
+            kill_all(&mut runtimes, &mut running_calls);
+            bail!("sessions still running after {} s", DEADLINE.as_secs());
+        }
+        std::thread::sleep(TICK);
+    }
+    let results = sessions
+        .iter()
+        .enumerate()
+        .zip(runtime_done)
+        .zip(calls)
+        .map(|(((k, (trace, _)), runtime), calls)| SessionResult {
+            name: format!("s{k}"),
+            trace: trace.clone(),
+            start_s: starts[k],
+            memory_max: limits[k],
+            runtime: runtime.expect("every runtime ended"),
+            calls,
+        })
+        .collect();
+    Ok((started_epoch, results, parent_current))
+}
+
+/// `memqos run [--runtime] --session sK -- memqos replay <dir>/<what>.json`.
+fn spawn(opts: &HostRunnerOptions, k: usize, dir: &Path, what: &str, runtime: bool) -> Result<Running> {
+    let s = &opts.scenario;
+    let json = dir.join(format!("{what}.report.json"));
+    let stderr = dir.join(format!("{what}.stderr"));
+    let mut c = Command::new(&opts.exe);
+    c.args(["run", "--root", PARENT, "--session", &format!("s{k}"), "--json"]);
+    if runtime {
+        c.arg("--runtime");
+    }
+    c.arg("--").arg(&opts.exe).arg("replay").arg(dir.join(format!("{what}.json")));
+    c.args(["--speed", &s.speed.to_string(), "-q", "--json"]).arg(&json);
+    if runtime {
+        c.args(["--baseline-mb", &s.baseline_mb.to_string()]);
+    }
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr)?)
+        .spawn()
+        .with_context(|| format!("starting memqos run for s{k} {what}"))?;
+    Ok(Running { child, json, stderr, started: epoch_now() })
+}
+
+/// What a finished `memqos run` left: the replay's report and `memqos run --json`'s line.
+fn collect(r: Running, status: Option<i32>, _now: f64, keep_latencies: bool) -> ProcResult {
+    let wall_s = epoch_now() - r.started;
+    let report: Option<Report> = std::fs::read(&r.json).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let stderr = std::fs::read_to_string(&r.stderr).unwrap_or_default();
+    let call: Option<serde_json::Value> =
+        stderr.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok());
+    let call = call.unwrap_or(serde_json::Value::Null);
+    let oom_kills = call["events"]["oom_kill"].as_u64().unwrap_or(0);
+    let explanation = (oom_kills > 0).then(|| {
+        let text: Vec<&str> = stderr.lines().filter(|l| l.starts_with("memqos:")).collect();
+        text.join("\n")
+    });
+    let (outcome, schedule_s, completion_s, latencies_ms, latency) = match report {
+        Some(rep) => (
+            rep.summary.outcome.clone(),
+            Some(rep.summary.schedule_s),
+            rep.summary.completion_s,
+            if keep_latencies {
+                rep.steps.iter().filter(|st| st.grown > 0).map(|st| st.latency_us as f64 / 1e3).collect()
+            } else {
+                Vec::new()
+            },
+            rep.summary.latency,
+        ),
+        None => (
+            Outcome::Failed { exit_code: status, message: format!("no report at {}", r.json.display()) },
+            None,
+            None,
+            Vec::new(),
+            None,
+        ),
+    };
+    ProcResult {
+        outcome,
+        status,
+        wall_s,
+        schedule_s,
+        completion_s,
+        latencies_ms,
+        latency,
+        peak_bytes: call["peak_bytes"].as_u64(),
+        oom_kills,
+        high_events: call["events"]["high"].as_u64().unwrap_or(0),
+        explanation,
+    }
+}

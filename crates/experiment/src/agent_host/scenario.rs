@@ -1,0 +1,249 @@
+//! The agent-host scenario file (`experiments/agent-host/scenario.toml`): which traces make
+//! the sessions, the host's budget, the concurrency levels and the arms.
+
+use memqos_policy::size::ByteSize;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// How a host is set up for one arm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostPolicy {
+    /// Only the host budget (the parent's memory.max).
+    None,
+    /// Each session's memory.max at its trace's peak plus 10% (the kube arm's request for a
+    /// Guaranteed pod): what an operator sizing sandboxes by their peaks deploys.
+    StaticPeak,
+    /// The memqos daemon with the documented session config (crates/agent/session.example.toml).
+    Memqos,
+}
+
+impl HostPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            HostPolicy::None => "none",
+            HostPolicy::StaticPeak => "static-peak",
+            HostPolicy::Memqos => "memqos",
+        }
+    }
+}
+
+impl fmt::Display for HostPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A parsed scenario; serializable so the host hands it to the guest.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostScenario {
+    pub file: PathBuf,
+    pub description: String,
+    /// The parent's memory.max: the memory every session on the host shares.
+    pub host_budget_bytes: u64,
+    pub speed: f64,
+    pub baseline_mb: u64,
+    /// A tool call is replayed in its own cgroup when its memory above the runtime's reaches
+    /// this (smaller ones stay with the runtime: see `split`).
+    pub min_call_bytes: u64,
+    /// Session k of a level starts k * stagger_s seconds after the first (wall time).
+    pub stagger_s: f64,
+    /// Concurrent sessions per host, ascending.
+    pub levels: Vec<usize>,
+    pub policies: Vec<HostPolicy>,
+    /// Session k of run r replays `traces[(k + r) % len]`.
+    pub traces: Vec<String>,
+    /// The memqos arm's daemon config text (its cgroup_root and state_dir are set by the
+    /// runner) and the values the scenario sets in it (dotted keys).
+    pub memqos_config: String,
+    pub memqos_config_file: PathBuf,
+    pub memqos_set: Vec<(String, toml::Value)>,
+    pub guest_memory_mb: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct HostScenarioError {
+    pub file: String,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    description: String,
+    host_budget: ByteSize,
+    speed: f64,
+    #[serde(default)]
+    baseline_mb: u64,
+    min_call: ByteSize,
+    stagger_s: f64,
+    levels: Vec<usize>,
+    policies: Vec<HostPolicy>,
+    traces: Vec<String>,
+    memqos_config: PathBuf,
+    #[serde(default)]
+    memqos_set: toml::Table,
+    guest_memory_mb: Option<u64>,
+}
+
+impl HostScenario {
+    pub fn load(path: &Path) -> Result<HostScenario, HostScenarioError> {
+        let err = |message: String| HostScenarioError { file: path.display().to_string(), message };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let raw: Raw = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        if !(raw.speed.is_finite() && raw.speed > 0.0) {
+            return Err(err(format!("speed must be a number > 0, not {}", raw.speed)));
+        }
+        if !(raw.stagger_s.is_finite() && raw.stagger_s >= 0.0) {
+            return Err(err(format!("stagger_s must be a number ≥ 0, not {}", raw.stagger_s)));
+        }
+        if raw.levels.is_empty() || raw.levels.contains(&0) || !raw.levels.windows(2).all(|w| w[0] < w[1]) {
+            return Err(err(format!("levels must be session counts ≥ 1 in ascending order, not {:?}", raw.levels)));
+        }
+        if raw.policies.is_empty() {
+            return Err(err("policies: at least one of none, static-peak, memqos".into()));
+        }
+        if raw.traces.is_empty() {
+            return Err(err("traces: at least one task folder".into()));
+        }
+        let budget = raw.host_budget.0;
+        if budget < 64 << 20 {
+            return Err(err(format!("host_budget {budget} B is below 64 MiB")));
+        }
+        let config_file = path.parent().unwrap_or(Path::new(".")).join(&raw.memqos_config);
+        let memqos_config = std::fs::read_to_string(&config_file)
+            .map_err(|e| err(format!("memqos_config {}: {e}", config_file.display())))?;
+        let mut memqos_set = Vec::new();
+        flatten("", &raw.memqos_set, &mut memqos_set);
+        let scenario = HostScenario {
+            file: path.to_owned(),
+            description: raw.description,
+            host_budget_bytes: budget,
+            speed: raw.speed,
+            baseline_mb: raw.baseline_mb,
+            min_call_bytes: raw.min_call.0,
+            stagger_s: raw.stagger_s,
+            levels: raw.levels,
+            policies: raw.policies,
+            traces: raw.traces,
+            memqos_config,
+            memqos_config_file: config_file,
+            memqos_set,
+            guest_memory_mb: raw.guest_memory_mb.unwrap_or((budget >> 20) + 1024),
+        };
+        // The daemon must accept what the memqos arm will give it: fail here, not in a guest.
+        let text = scenario.daemon_config("/sys/fs/cgroup/check", "/run/check").map_err(err)?;
+        memqos_policy::Config::from_str(&text, &scenario.memqos_config_file.display().to_string())
+            .map_err(|e| err(format!("memqos_config with memqos_set: {e}")))?;
+        Ok(scenario)
+    }
+
+    /// The memqos arm's daemon config for a host at `root` with state in `state_dir`.
+    pub fn daemon_config(&self, root: &str, state_dir: &str) -> Result<String, String> {
+        let mut table: toml::Table = self
+            .memqos_config
+            .parse()
+            .map_err(|e| format!("memqos_config {}: {e}", self.memqos_config_file.display()))?;
+        table.insert("cgroup_root".into(), root.into());
+        table.insert("state_dir".into(), state_dir.into());
+        for (key, value) in &self.memqos_set {
+            let parts: Vec<&str> = key.split('.').collect();
+            let (last, path) = parts.split_last().expect("flatten gives non-empty keys");
+            let mut at = &mut table;
+            for p in path {
+                at = match at.entry(p.to_string()).or_insert_with(|| toml::Value::Table(Default::default())) {
+                    toml::Value::Table(t) => t,
+                    other => return Err(format!("memqos_set {key}: {p} is {other}, not a table")),
+                };
+            }
+            at.insert(last.to_string(), value.clone());
+        }
+        Ok(toml::to_string(&table).expect("a TOML table serializes"))
+    }
+
+    /// The trace session `k` replays in run `run` (1-based).
+    pub fn trace_of(&self, run: usize, k: usize) -> &str {
+        &self.traces[(k + run - 1) % self.traces.len()]
+    }
+}
+
+/// `{signals = {sampling_interval_ms = 100}}` as `[("signals.sampling_interval_ms", 100)]`.
+fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            toml::Value::Table(t) => flatten(&key, t, out),
+            other => out.push((key, other.clone())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        std::fs::write(dir.join("daemon.toml"), "cgroup_root = \"/x\"\n[[tier]]\nname = \"runtime\"\nmatch = [\"*/runtime\"]\nprotect = \"low\"\n[[tier]]\nname = \"tool\"\nmatch = [\"**\"]\nthrottle = true\n").unwrap();
+        let p = dir.join("scenario.toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    const GOOD: &str = r#"
+description = "d"
+host_budget = "3G"
+speed = 25
+min_call = "16M"
+stagger_s = 0.5
+levels = [4, 8]
+policies = ["none", "static-peak", "memqos"]
+traces = ["a", "b", "c"]
+memqos_config = "daemon.toml"
+memqos_set = { signals = { sampling_interval_ms = 100 } }
+"#;
+
+    #[test]
+    fn a_scenario_loads_and_its_daemon_config_has_the_runners_root_and_the_scenarios_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = HostScenario::load(&write(dir.path(), GOOD)).unwrap();
+        assert_eq!(s.host_budget_bytes, 3 << 30);
+        assert_eq!(s.guest_memory_mb, 3 * 1024 + 1024);
+        let text = s.daemon_config("/sys/fs/cgroup/h", "/run/s").unwrap();
+        let cfg = memqos_policy::Config::from_str(&text, "t").unwrap();
+        assert_eq!(cfg.cgroup_root, PathBuf::from("/sys/fs/cgroup/h"));
+        assert_eq!(cfg.signals.sampling_interval_ms, 100);
+        // Sessions rotate through the traces from run to run.
+        assert_eq!([s.trace_of(1, 0), s.trace_of(1, 4), s.trace_of(2, 0)], ["a", "b", "b"]);
+    }
+
+    #[test]
+    fn bad_scenarios_are_named_with_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        for (from, to, says) in [
+            ("levels = [4, 8]", "levels = [8, 4]", "ascending"),
+            ("speed = 25", "speed = 0", "speed"),
+            ("policies = [\"none\", \"static-peak\", \"memqos\"]", "policies = [\"oomd\"]", "unknown variant"),
+            ("\"daemon.toml\"", "\"missing.toml\"", "missing.toml"),
+            ("sampling_interval_ms = 100", "sampling_interval_ms = \"fast\"", "memqos_set"),
+        ] {
+            let e = HostScenario::load(&write(dir.path(), &GOOD.replace(from, to))).unwrap_err().to_string();
+            assert!(e.contains("scenario.toml") && e.contains(says), "{to}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_committed_scenarios_load_and_every_session_has_tool_calls_to_replay() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let traces = repo.join("traces/agent-haiku");
+        for name in ["scenario.toml", "smoke.toml"] {
+            let s = HostScenario::load(&repo.join("experiments/agent-host").join(name)).unwrap();
+            let plans = crate::agent_host::runner::plans(&s, &traces).unwrap();
+            for p in &plans {
+                assert!(!p.calls.is_empty(), "{name}: {} has no call of {} B or more", p.trace, s.min_call_bytes);
+                assert!(p.runtime_peak_bytes() < p.peak_bytes, "{name}: {}", p.trace);
+            }
+        }
+    }
+}

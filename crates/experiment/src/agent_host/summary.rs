@@ -1,0 +1,439 @@
+//! The agent-host figures: per kernel, concurrency level and arm, what happened to the
+//! sessions and their tool calls; each arm's density (the most concurrent sessions with no
+//! agent runtime killed in any run); and the target verdict.
+
+use super::runner::{HostArmResult, ProcResult};
+use crate::stats::{estimate, Estimate};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+use std::path::Path;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LevelSummary {
+    pub kernel: String,
+    pub level: usize,
+    pub arm: String,
+    pub runs: usize,
+    pub sessions: usize,
+    pub sessions_finished: usize,
+    pub runtimes_killed: usize,
+    pub runs_with_runtime_killed: usize,
+    /// Calls the sessions' traces hold, started, OOM-killed, and never started (lost with
+    /// their session's runtime).
+    pub calls_planned: usize,
+    pub calls_started: usize,
+    pub calls_killed: usize,
+    pub calls_not_started: usize,
+    pub parent_oom_kills: u64,
+    /// Each session's runtime p95 growth-step latency over the same trace's alone, same run.
+    pub runtime_p95_vs_solo: Option<Estimate>,
+    /// Each finished call's wall time over the same call's alone, same run.
+    pub call_time_vs_solo: Option<Estimate>,
+    /// static-peak: did the sessions' memory.max sum to at most the budget in every run?
+    pub static_limits_fit: Option<bool>,
+    /// memqos: knobs restored after every run.
+    pub knobs_restored: Option<bool>,
+    pub daemon_cpu_s: Option<Estimate>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Density {
+    pub kernel: String,
+    pub arm: String,
+    /// The largest level at and below which no run lost an agent runtime (0: even the
+    /// smallest level lost one).
+    pub sessions: usize,
+    /// static-peak: the largest level whose sessions' memory.max fit in the budget in every
+    /// run (what admitting sessions by their peak limits allows).
+    pub admitted_by_limits: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Verdict {
+    pub kernel: String,
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostSummary {
+    pub levels: Vec<LevelSummary>,
+    pub density: Vec<Density>,
+    pub targets: Vec<Verdict>,
+    /// One plain-language account of an OOM-killed tool call per kernel and arm, as the
+    /// agent read it on stderr.
+    pub example_explanations: BTreeMap<String, String>,
+}
+
+pub fn load(dir: &Path) -> Result<Vec<HostArmResult>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "json") {
+                let bytes = std::fs::read(&p)?;
+                out.push(serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?);
+            }
+        }
+    }
+    out.sort_by(|a: &HostArmResult, b| (&a.kernel, a.run, a.order).cmp(&(&b.kernel, b.run, b.order)));
+    Ok(out)
+}
+
+fn p95(p: &ProcResult) -> Option<f64> {
+    p.latency.as_ref().map(|l| l.p95_ms).filter(|v| *v > 0.0)
+}
+
+pub fn summarize(results: &[HostArmResult]) -> HostSummary {
+    // Solo baselines by (kernel, run, trace).
+    let mut solo: BTreeMap<(&str, usize, &str), &HostArmResult> = BTreeMap::new();
+    for r in results.iter().filter(|r| r.arm == "solo") {
+        for s in &r.sessions {
+            solo.insert((&r.kernel, r.run, &s.trace), r);
+        }
+    }
+    let mut groups: BTreeMap<(String, usize, String), Vec<&HostArmResult>> = BTreeMap::new();
+    for r in results.iter().filter(|r| r.arm != "solo") {
+        groups.entry((r.kernel.clone(), r.level, r.arm.clone())).or_default().push(r);
+    }
+    let mut levels = Vec::new();
+    let mut examples = BTreeMap::new();
+    for ((kernel, level, arm), rs) in &groups {
+        let mut g = LevelSummary {
+            kernel: kernel.clone(),
+            level: *level,
+            arm: arm.clone(),
+            runs: rs.len(),
+            sessions: 0,
+            sessions_finished: 0,
+            runtimes_killed: 0,
+            runs_with_runtime_killed: 0,
+            calls_planned: 0,
+            calls_started: 0,
+            calls_killed: 0,
+            calls_not_started: 0,
+            parent_oom_kills: 0,
+            runtime_p95_vs_solo: None,
+            call_time_vs_solo: None,
+            static_limits_fit: None,
+            knobs_restored: None,
+            daemon_cpu_s: None,
+        };
+        let mut p95_ratios = Vec::new();
+        let mut call_ratios = Vec::new();
+        let mut cpu = Vec::new();
+        for r in rs {
+            let mut killed_here = 0;
+            for s in &r.sessions {
+                g.sessions += 1;
+                if matches!(s.runtime.outcome, memqos_replay::Outcome::Finished) {
+                    g.sessions_finished += 1;
+                }
+                if s.runtime.oom_killed() {
+                    killed_here += 1;
+                }
+                let alone = solo.get(&(kernel.as_str(), r.run, s.trace.as_str())).and_then(|a| a.sessions.first());
+                if let (Some(a), Some(mine)) = (alone.and_then(|a| p95(&a.runtime)), p95(&s.runtime)) {
+                    p95_ratios.push(mine / a);
+                }
+                for c in &s.calls {
+                    g.calls_planned += 1;
+                    match &c.result {
+                        None => g.calls_not_started += 1,
+                        Some(p) => {
+                            g.calls_started += 1;
+                            if p.oom_killed() {
+                                g.calls_killed += 1;
+                                if let Some(text) = &p.explanation {
+                                    examples.entry(format!("{kernel} {arm}")).or_insert_with(|| text.clone());
+                                }
+                            } else if matches!(p.outcome, memqos_replay::Outcome::Finished) {
+                                let same = alone.and_then(|a| a.calls.iter().find(|x| x.index == c.index));
+                                if let Some(base) = same.and_then(|x| x.result.as_ref()) {
+                                    if base.wall_s > 0.0 {
+                                        call_ratios.push(p.wall_s / base.wall_s);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            g.runtimes_killed += killed_here;
+            if killed_here > 0 {
+                g.runs_with_runtime_killed += 1;
+            }
+            g.parent_oom_kills += r.parent_oom_kills;
+            if arm == "static-peak" {
+                let sum: u64 = r.sessions.iter().filter_map(|s| s.memory_max).sum();
+                let fits = r.host_budget_bytes.is_some_and(|b| sum <= b);
+                g.static_limits_fit = Some(g.static_limits_fit.unwrap_or(true) && fits);
+            }
+            if let Some(ok) = r.knobs_restored {
+                g.knobs_restored = Some(g.knobs_restored.unwrap_or(true) && ok);
+            }
+            if let Some(c) = r.daemon_cpu_s {
+                cpu.push(c);
+            }
+        }
+        g.runtime_p95_vs_solo = estimate(&p95_ratios);
+        g.call_time_vs_solo = estimate(&call_ratios);
+        g.daemon_cpu_s = estimate(&cpu);
+        levels.push(g);
+    }
+    let density = density(&levels);
+    let targets = verdicts(&density, &levels);
+    HostSummary { levels, density, targets, example_explanations: examples }
+}
+
+fn density(levels: &[LevelSummary]) -> Vec<Density> {
+    let keys: BTreeSet<(String, String)> = levels.iter().map(|l| (l.kernel.clone(), l.arm.clone())).collect();
+    keys.into_iter()
+        .map(|(kernel, arm)| {
+            let mut mine: Vec<&LevelSummary> = levels.iter().filter(|l| l.kernel == kernel && l.arm == arm).collect();
+            mine.sort_by_key(|l| l.level);
+            let sessions = mine.iter().take_while(|l| l.runtimes_killed == 0).last().map_or(0, |l| l.level);
+            let admitted_by_limits = (arm == "static-peak")
+                .then(|| mine.iter().take_while(|l| l.static_limits_fit == Some(true)).last().map_or(0, |l| l.level));
+            Density { kernel, arm, sessions, admitted_by_limits }
+        })
+        .collect()
+}
+
+/// The issue's target: memqos runs at least 1.5x the sessions static peak limits run, with
+/// no runtime killed (measured densities: the generous reading for static-peak, whose limits
+/// do not stop the host's own OOM killer when they are overcommitted).
+fn verdicts(density: &[Density], levels: &[LevelSummary]) -> Vec<Verdict> {
+    let kernels: BTreeSet<&str> = density.iter().map(|d| d.kernel.as_str()).collect();
+    let mut out = Vec::new();
+    for k in kernels {
+        let of = |arm: &str| density.iter().find(|d| d.kernel == k && d.arm == arm);
+        if let (Some(m), Some(st)) = (of("memqos"), of("static-peak")) {
+            let max_level = levels.iter().filter(|l| l.kernel == k).map(|l| l.level).max().unwrap_or(0);
+            let capped = if m.sessions == max_level { " (the largest level run: a lower bound)" } else { "" };
+            let ratio = if st.sessions > 0 { m.sessions as f64 / st.sessions as f64 } else { f64::INFINITY };
+            out.push(Verdict {
+                kernel: k.to_string(),
+                target: "memqos runs ≥ 1.5x the sessions of static peak limits with 0 runtimes killed".into(),
+                measured: format!(
+                    "memqos {}{capped}, static-peak {} measured ({} admitted by its limits): {:.2}x",
+                    m.sessions,
+                    st.sessions,
+                    st.admitted_by_limits.unwrap_or(0),
+                    ratio
+                ),
+                met: st.sessions > 0 && ratio >= 1.5 || st.sessions == 0 && m.sessions > 0,
+            });
+        }
+        let restored: Vec<&LevelSummary> = levels.iter().filter(|l| l.kernel == k && l.arm == "memqos").collect();
+        if !restored.is_empty() {
+            let all = restored.iter().all(|l| l.knobs_restored == Some(true));
+            out.push(Verdict {
+                kernel: k.to_string(),
+                target: "memqos: every knob restored after every run".into(),
+                measured: format!(
+                    "{} of {} levels restored in every run",
+                    restored.iter().filter(|l| l.knobs_restored == Some(true)).count(),
+                    restored.len()
+                ),
+                met: all,
+            });
+        }
+    }
+    out
+}
+
+fn est(e: &Option<Estimate>) -> String {
+    match e {
+        Some(e) => format!("{:.2}x [{:.2}–{:.2}]", e.median, e.min, e.max),
+        None => "–".into(),
+    }
+}
+
+pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# Agent host: sessions per host budget\n");
+    let _ = writeln!(out, "{description}\n");
+    let _ = writeln!(
+        out,
+        "Generated by `memqos experiment agent-host` (scripts/experiments.sh agent-host); the method is in \
+         docs/agent-hosts.md. Ratios are medians over every session (or call) of every run, with [min–max]; \
+         a ratio pairs a session with the same trace alone in the same run.\n"
+    );
+    let _ = writeln!(out, "## Targets\n");
+    for v in &s.targets {
+        let _ =
+            writeln!(out, "- **{}** {} ({}): {}", if v.met { "MET" } else { "MISSED" }, v.target, v.kernel, v.measured);
+    }
+    let _ = writeln!(out, "\n## Density\n");
+    let _ = writeln!(out, "| kernel | arm | sessions with 0 runtimes killed | admitted by its limits |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    for d in &s.density {
+        let adm = d.admitted_by_limits.map_or("–".into(), |a| a.to_string());
+        let _ = writeln!(out, "| {} | {} | {} | {} |", d.kernel, d.arm, d.sessions, adm);
+    }
+    let kernels: BTreeSet<&str> = s.levels.iter().map(|l| l.kernel.as_str()).collect();
+    for k in kernels {
+        let _ = writeln!(out, "\n## {k}\n");
+        let _ = writeln!(
+            out,
+            "| sessions | arm | runs | sessions finished | runtimes killed (runs) | calls killed / started | calls lost with their session | host OOM kills | runtime p95 vs solo | call time vs solo | knobs restored |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+        for l in s.levels.iter().filter(|l| l.kernel == k) {
+            let restored = match l.knobs_restored {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "–",
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {}/{} | {} ({}) | {}/{} | {} | {} | {} | {} | {} |",
+                l.level,
+                l.arm,
+                l.runs,
+                l.sessions_finished,
+                l.sessions,
+                l.runtimes_killed,
+                l.runs_with_runtime_killed,
+                l.calls_killed,
+                l.calls_started,
+                l.calls_not_started,
+                l.parent_oom_kills,
+                est(&l.runtime_p95_vs_solo),
+                est(&l.call_time_vs_solo),
+                restored
+            );
+        }
+    }
+    if !s.example_explanations.is_empty() {
+        let _ = writeln!(out, "\n## What a killed tool call told its agent\n");
+        for (key, text) in &s.example_explanations {
+            let _ = writeln!(out, "{key}:\n\n```text\n{text}\n```\n");
+        }
+    }
+    if !plots.is_empty() {
+        let _ = writeln!(out, "\n## Plots\n");
+        for p in plots {
+            let _ = writeln!(out, "![{p}]({p})");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::runner::{CallResult, SessionResult};
+    use super::*;
+    use memqos_replay::Outcome;
+
+    fn proc(killed: bool, wall_s: f64, p95: f64) -> ProcResult {
+        ProcResult {
+            outcome: if killed { Outcome::Killed { signal: 9 } } else { Outcome::Finished },
+            status: Some(if killed { 4 } else { 0 }),
+            wall_s,
+            schedule_s: Some(1.0),
+            completion_s: None,
+            latencies_ms: Vec::new(),
+            latency: Some(memqos_replay::report::LatencyStats {
+                count: 3,
+                p50_ms: p95,
+                p95_ms: p95,
+                p99_ms: p95,
+                max_ms: p95,
+                mean_ms: p95,
+            }),
+            peak_bytes: None,
+            oom_kills: u64::from(killed),
+            high_events: 0,
+            explanation: killed.then(|| "memqos: killed".to_string()),
+        }
+    }
+
+    fn session(trace: &str, runtime_killed: bool, call_killed: bool, max: Option<u64>) -> SessionResult {
+        SessionResult {
+            name: "s0".into(),
+            trace: trace.into(),
+            start_s: 0.0,
+            memory_max: max,
+            runtime: proc(runtime_killed, 10.0, 4.0),
+            calls: vec![CallResult {
+                index: 0,
+                tools: "Bash".into(),
+                planned_peak_bytes: 1,
+                due_s: 1.0,
+                started_s: (!runtime_killed).then_some(1.0),
+                result: (!runtime_killed).then(|| proc(call_killed, 2.0, 1.0)),
+            }],
+        }
+    }
+
+    fn arm(arm: &str, level: usize, sessions: Vec<SessionResult>) -> HostArmResult {
+        HostArmResult {
+            kernel: "7.2".into(),
+            run: 1,
+            level,
+            arm: arm.into(),
+            order: 0,
+            speed: 25.0,
+            host_budget_bytes: Some(100),
+            started_epoch: 0.0,
+            sessions,
+            parent_oom_kills: 0,
+            parent_peak_bytes: None,
+            parent_current: Vec::new(),
+            knobs_restored: (arm == "memqos").then_some(true),
+            daemon_cpu_s: None,
+            daemon_writes: None,
+            daemon_stall_actions: None,
+            recursiveprot: true,
+        }
+    }
+
+    #[test]
+    fn density_is_the_level_below_the_first_lost_runtime_and_the_target_compares_it() {
+        let solo = arm("solo", 1, vec![session("a", false, false, None)]);
+        let ok = |a: &str, n: usize| arm(a, n, (0..n).map(|_| session("a", false, false, Some(40))).collect());
+        let lost = |a: &str, n: usize| {
+            let mut v: Vec<SessionResult> = (0..n - 1).map(|_| session("a", false, true, Some(40))).collect();
+            v.push(session("a", true, false, Some(40)));
+            arm(a, n, v)
+        };
+        let results = vec![
+            solo,
+            ok("static-peak", 2),
+            lost("static-peak", 4),
+            ok("memqos", 2),
+            ok("memqos", 4),
+            lost("memqos", 6),
+        ];
+        let s = summarize(&results);
+        let d = |a: &str| s.density.iter().find(|d| d.arm == a).unwrap().clone();
+        assert_eq!(d("static-peak").sessions, 2);
+        assert_eq!(d("static-peak").admitted_by_limits, Some(2), "2 x 40 fits in 100, 4 x 40 does not");
+        assert_eq!(d("memqos").sessions, 4);
+        let v = s.targets.iter().find(|v| v.target.contains("1.5x")).unwrap();
+        assert!(v.met, "{}", v.measured);
+        let l4 = s.levels.iter().find(|l| l.arm == "static-peak" && l.level == 4).unwrap();
+        assert_eq!((l4.runtimes_killed, l4.calls_killed, l4.calls_not_started), (1, 3, 1));
+        // Same trace alone had p95 4 ms: a runtime at 4 ms is 1.0x.
+        assert_eq!(l4.runtime_p95_vs_solo.unwrap().median, 1.0);
+        assert!(s.example_explanations.contains_key("7.2 static-peak"));
+        let md = render_markdown(&s, "d", &[]);
+        assert!(md.contains("| 4 | static-peak | 1 | 3/4 | 1 (1) | 3/3 | 1 |"), "{md}");
+    }
+
+    #[test]
+    fn a_tie_misses_the_target() {
+        let ok = |a: &str, n: usize| arm(a, n, (0..n).map(|_| session("a", false, false, Some(10))).collect());
+        let s = summarize(&[ok("static-peak", 4), ok("memqos", 4)]);
+        let v = s.targets.iter().find(|v| v.target.contains("1.5x")).unwrap();
+        assert!(!v.met && v.measured.contains("lower bound"), "{}", v.measured);
+    }
+}
