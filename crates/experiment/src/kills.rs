@@ -41,7 +41,9 @@ impl KillBounds {
     pub fn compute(results: &[ArmResult], traces_dir: &Path) -> Result<KillBounds> {
         let mut bounds = BTreeMap::new();
         // A stress-ng scenario has no traces to bound.
-        for r in results.iter().filter(|r| r.workload == crate::scenario::Workload::Replay) {
+        // The bound's model has no swap: with swap, a policy can also push pages out, so
+        // the bound does not apply (its runs get none, and no avoidable count).
+        for r in results.iter().filter(|r| r.workload == crate::scenario::Workload::Replay && r.swap_mb.is_none()) {
             let k = key(r);
             if bounds.contains_key(&k) {
                 continue;

@@ -63,6 +63,11 @@ pub struct ArmResult {
     /// it was stopped.
     #[serde(default)]
     pub daemon_cpu_s: Option<f64>,
+    /// The guest's swap disk (MiB) and whether zswap was in front of it; `None`: swapless.
+    #[serde(default)]
+    pub swap_mb: Option<u64>,
+    #[serde(default)]
+    pub zswap: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,6 +92,38 @@ pub struct TaskResult {
     pub bogo_ops: Option<f64>,
     #[serde(default)]
     pub bogo_ops_per_s: Option<f64>,
+    /// What the task's cgroup swapped, read when it ended (absent in results from before it
+    /// was recorded).
+    #[serde(default)]
+    pub swap: Option<SwapFigures>,
+}
+
+/// A cgroup's swap at its end: memory.swap.peak (pages in swap, zswap's included, at the
+/// most), and pages swapped out to a disk (memory.stat `pswpout`, Linux 6.15+) and into
+/// zswap (`zswpout`). Each `None` where the kernel has no such file or key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SwapFigures {
+    pub peak_bytes: Option<u64>,
+    pub pswpout: Option<u64>,
+    pub zswpout: Option<u64>,
+}
+
+impl SwapFigures {
+    pub fn read(cg: &Cgroup) -> SwapFigures {
+        let stat = cg.memory_stat().unwrap_or_default();
+        let key = |k: &str| stat.iter().find(|(name, _)| name == k).map(|(_, v)| *v);
+        let peak = cg.read_string("memory.swap.peak").ok().and_then(|t| t.trim().parse().ok());
+        SwapFigures { peak_bytes: peak, pswpout: key("pswpout"), zswpout: key("zswpout") }
+    }
+
+    /// Pages swapped out to disk and to zswap, in bytes (4 KiB pages); `None` if neither is
+    /// counted.
+    pub fn swapped_out_bytes(&self) -> Option<u64> {
+        match (self.pswpout, self.zswpout) {
+            (None, None) => None,
+            (a, b) => Some((a.unwrap_or(0) + b.unwrap_or(0)) * 4096),
+        }
+    }
 }
 
 /// Memory over time, sampled every 50 ms from the start of the tasks.
@@ -445,6 +482,8 @@ fn run_arm(
             decisions,
             knobs_restored,
             daemon_cpu_s,
+            swap_mb: s.swap_mb,
+            zswap: s.zswap,
         })
     })();
     let cleanup = remove_tree(&parent);
@@ -532,6 +571,7 @@ fn run_tasks(
     }
     let mut timeline = Timeline::default();
     let mut final_events: Vec<Option<MemoryEvents>> = vec![None; children.len()];
+    let mut final_swap: Vec<Option<SwapFigures>> = vec![None; children.len()];
     let mut oomd_kills = Vec::new();
     let deadline = Duration::from_secs(900);
     while children.iter().any(|(_, end)| end.is_none()) {
@@ -558,6 +598,7 @@ fn run_tasks(
                 *end = Some(t0.elapsed().as_secs_f64());
                 // A finished agent's sandbox goes away, and with it its claim to protection.
                 final_events[i] = Some(cgroups[i].memory_events()?);
+                final_swap[i] = Some(SwapFigures::read(&cgroups[i]));
                 let _ = cgroups[i].remove();
             }
         }
@@ -598,6 +639,7 @@ fn run_tasks(
                 events,
                 bogo_ops: None,
                 bogo_ops_per_s: None,
+                swap: None,
             },
             None => TaskResult {
                 name: name.clone(),
@@ -613,9 +655,13 @@ fn run_tasks(
                 events,
                 bogo_ops: None,
                 bogo_ops_per_s: None,
+                swap: None,
             },
         };
         results.push(r);
+    }
+    for (r, swap) in results.iter_mut().zip(final_swap) {
+        r.swap = swap;
     }
     Ok((started_epoch, results, timeline, t0.elapsed().as_secs_f64(), oomd_kills))
 }
@@ -666,6 +712,7 @@ fn stress_result(
         events,
         bogo_ops: ops,
         bogo_ops_per_s: ops_per_s,
+        swap: None,
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::avoidability::{ParkDeadline, Proof};
 use crate::kills::{task_kills, userspace_kills, KillBounds};
-use crate::runner::{ArmResult, TaskResult};
+use crate::runner::{ArmResult, SwapFigures, TaskResult};
 use crate::scenario::{Tier, Workload};
 use crate::stats::{estimate, Estimate};
 use anyhow::{Context, Result};
@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
+
+const MIB: f64 = (1u64 << 20) as f64;
 
 /// One arm (policy or solo) of one scenario variant on one kernel, over all its runs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -89,6 +91,16 @@ pub struct ArmSummary {
     /// (avoidability.rs, `ParkDeadline`); a property of the traces and limit, not of the arm.
     #[serde(default)]
     pub park_deadline: Option<ParkDeadline>,
+    /// Swap, per run: the protected task's cgroup's memory.swap.peak and pages swapped out
+    /// (disk + zswap), and the same summed over the low tasks, MiB. `None` without figures.
+    #[serde(default)]
+    pub high_swap_peak_mb: Option<Estimate>,
+    #[serde(default)]
+    pub low_swap_peak_mb: Option<Estimate>,
+    #[serde(default)]
+    pub high_swapped_out_mb: Option<Estimate>,
+    #[serde(default)]
+    pub low_swapped_out_mb: Option<Estimate>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -225,7 +237,22 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 estimate(&v)
             };
             let is_none = *arm == "none";
+            // Per run: one figure for the protected task, the sum over the lows.
+            let swap = |tier: Tier, f: &dyn Fn(&SwapFigures) -> Option<u64>| -> Option<Estimate> {
+                let v: Vec<f64> = runs
+                    .values()
+                    .filter_map(|r| {
+                        let xs: Vec<u64> = task(r, tier).filter_map(|t| t.swap.as_ref().and_then(f)).collect();
+                        (!xs.is_empty()).then(|| xs.iter().sum::<u64>() as f64 / MIB)
+                    })
+                    .collect();
+                estimate(&v)
+            };
             arms.push(ArmSummary {
+                high_swap_peak_mb: swap(Tier::High, &|x| x.peak_bytes),
+                low_swap_peak_mb: swap(Tier::Low, &|x| x.peak_bytes),
+                high_swapped_out_mb: swap(Tier::High, &|x| x.swapped_out_bytes()),
+                low_swapped_out_mb: swap(Tier::Low, &|x| x.swapped_out_bytes()),
                 high_ops_per_s: estimate(&runs.values().filter_map(|r| ops(r, Tier::High)).collect::<Vec<_>>()),
                 low_ops_per_s: estimate(&runs.values().filter_map(|r| ops(r, Tier::Low)).collect::<Vec<_>>()),
                 high_ops_vs_solo: if is_policy { ops_ratio(&solo_high, Tier::High, Tier::High) } else { None },
@@ -566,6 +593,26 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
                 );
             }
         }
+        let swapped = |e: &Option<Estimate>| e.is_some_and(|e| e.max > 0.0);
+        if g.arms.iter().any(|a| swapped(&a.high_swap_peak_mb) || swapped(&a.low_swap_peak_mb)) {
+            let _ = writeln!(
+                s,
+                "\nSwap (MiB, medians over runs; lows summed): each cgroup's memory.swap.peak, and the pages it swapped \
+                 out to disk and to zswap (memory.stat pswpout + zswpout; pswpout needs Linux 6.15+):\n\n\
+                 | arm | high swap peak | high swapped out | lows swap peak | lows swapped out |\n|---|---|---|---|---|"
+            );
+            for a in &g.arms {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} |",
+                    a.arm,
+                    est(&a.high_swap_peak_mb, 0),
+                    est(&a.high_swapped_out_mb, 0),
+                    est(&a.low_swap_peak_mb, 0),
+                    est(&a.low_swapped_out_mb, 0),
+                );
+            }
+        }
         let prefix = format!("{}-{}-{}", g.scenario, g.variant, g.kernel);
         for p in plots.iter().filter(|p| p.starts_with(&prefix)) {
             let _ = writeln!(s, "\n![{p}]({p})");
@@ -654,6 +701,7 @@ mod tests {
             events: MemoryEvents::default(),
             bogo_ops: None,
             bogo_ops_per_s: None,
+            swap: None,
         }
     }
 
@@ -676,6 +724,8 @@ mod tests {
             decisions: vec![],
             knobs_restored: (arm == "memqos").then_some(true),
             daemon_cpu_s: None,
+            swap_mb: None,
+            zswap: false,
         }
     }
 
@@ -855,5 +905,37 @@ mod tests {
         // Trace targets (wall time and step latency vs solo) mean nothing for a fixed-length
         // stress-ng run and are not checked there.
         assert!(!v.iter().any(|x| x.target.contains("P95 latency")), "{v:?}");
+    }
+
+    #[test]
+    fn swap_is_summed_over_the_lows_per_run_and_shown_where_any_arm_swapped() {
+        let with_swap = |name: &str, tier: Tier, peak_mib: u64, out_pages: u64| {
+            let mut t = task(name, tier, 10.0, 5.0, Outcome::Finished);
+            t.swap = Some(SwapFigures { peak_bytes: Some(peak_mib << 20), pswpout: Some(out_pages), zswpout: None });
+            t
+        };
+        let results = vec![
+            arm("none", 1, vec![with_swap("high", Tier::High, 10, 0), with_swap("low1", Tier::Low, 30, 256)], 0),
+            arm(
+                "memqos",
+                1,
+                vec![
+                    with_swap("high", Tier::High, 0, 0),
+                    with_swap("low1", Tier::Low, 50, 512),
+                    with_swap("low2", Tier::Low, 70, 512),
+                ],
+                0,
+            ),
+        ];
+        let g = &summarize(&results)[0];
+        let m = g.arms.iter().find(|a| a.arm == "memqos").unwrap();
+        assert_eq!(m.low_swap_peak_mb.unwrap().median, 120.0);
+        assert_eq!(m.low_swapped_out_mb.unwrap().median, 4.0, "1024 pages of 4 KiB");
+        assert_eq!(m.high_swap_peak_mb.unwrap().median, 0.0);
+        let md = render_markdown(&summarize(&results), &[], &[]);
+        assert!(md.contains("| memqos | 0 | 0 | 120 | 4 |"), "{md}");
+        // No swap anywhere: no swap table.
+        let dry = vec![arm("none", 1, vec![with_swap("high", Tier::High, 0, 0)], 0)];
+        assert!(!render_markdown(&summarize(&dry), &[], &[]).contains("Swap (MiB"));
     }
 }

@@ -71,6 +71,11 @@ pub struct SessionResult {
     pub start_s: f64,
     /// static-peak: the session's memory.max.
     pub memory_max: Option<u64>,
+    /// Times an OOM was triggered at the session's own limit (memory.events.local `oom`):
+    /// its kills were the session's limit's doing, not the host's. `None` in results from
+    /// before it was recorded.
+    #[serde(default)]
+    pub own_limit_ooms: Option<u64>,
     pub runtime: ProcResult,
     pub calls: Vec<CallResult>,
 }
@@ -146,9 +151,12 @@ pub fn plans(s: &HostScenario, traces_dir: &Path) -> Result<Vec<SessionPlan>> {
         .collect()
 }
 
-/// A static-peak session's memory.max: its peak (with the replay's baseline) plus 10%.
-pub fn static_limit(plan: &SessionPlan, baseline_mb: u64) -> u64 {
-    let peak = plan.peak_bytes + (baseline_mb << 20);
+/// A static-peak session's memory.max: its peak plus 10%, where its peak is the larger of the
+/// trace's (with the replay's baseline) and what the same session took alone in this run
+/// (`measured`: the replay's own processes, one `memqos run` and `memqos replay` per call,
+/// add to the trace). An operator sizing sandboxes by their peaks sees the measured one.
+pub fn static_limit(plan: &SessionPlan, baseline_mb: u64, measured: Option<u64>) -> u64 {
+    let peak = (plan.peak_bytes + (baseline_mb << 20)).max(measured.unwrap_or(0));
     (peak + peak / 10) / 4096 * 4096
 }
 
@@ -166,7 +174,8 @@ pub fn run_all(opts: &HostRunnerOptions) -> Result<usize> {
     // The first exec of the binary and the first replay read them through the guest's shared
     // filesystem: one session alone first, not recorded, so the first solo is not slower.
     let warm = plans.iter().min_by(|a, b| a.duration_s.total_cmp(&b.duration_s)).expect("a scenario trace");
-    run_host(opts, &[(warm.trace.clone(), warm)], None, recursiveprot).context("the warm-up session")?;
+    let session = Session { trace: warm.trace.clone(), plan: warm, solo_peak: None };
+    run_host(opts, &[session], None, recursiveprot).context("the warm-up session")?;
     let mut done = 0;
     for run in opts.first_run..opts.first_run + opts.runs {
         // Solo first (each trace's session alone, no budget), then the host arms rotated.
@@ -179,6 +188,8 @@ pub fn run_all(opts: &HostRunnerOptions) -> Result<usize> {
         let shift = run % arms.len().max(1);
         arms.rotate_left(shift);
         let solos: Vec<(usize, Option<HostPolicy>)> = (0..s.traces.len()).map(|i| (i, None)).collect();
+        // Each trace's session peak alone in this run: the static-peak arm's limits.
+        let mut solo_peaks: Vec<Option<u64>> = vec![None; s.traces.len()];
         for (order, (level_or_trace, policy)) in solos.into_iter().chain(arms).enumerate() {
             let (label, level) = match policy {
                 Some(p) => (format!("{level_or_trace:02}-{p}"), level_or_trace),
@@ -189,17 +200,24 @@ pub fn run_all(opts: &HostRunnerOptions) -> Result<usize> {
                 done + 1,
                 started.elapsed().as_secs_f64()
             );
-            let sessions: Vec<(String, &SessionPlan)> = match policy {
+            let sessions: Vec<Session> = match policy {
                 Some(_) => (0..level)
                     .map(|k| {
                         let trace = s.trace_of(run, k);
                         let i = s.traces.iter().position(|t| t == trace).expect("a scenario trace");
-                        (trace.to_string(), &plans[i])
+                        Session { trace: trace.to_string(), plan: &plans[i], solo_peak: solo_peaks[i] }
                     })
                     .collect(),
-                None => vec![(s.traces[level_or_trace].clone(), &plans[level_or_trace])],
+                None => vec![Session {
+                    trace: s.traces[level_or_trace].clone(),
+                    plan: &plans[level_or_trace],
+                    solo_peak: None,
+                }],
             };
             let mut r = run_host(opts, &sessions, policy, recursiveprot)?;
+            if policy.is_none() {
+                solo_peaks[level_or_trace] = r.parent_peak_bytes;
+            }
             r.kernel = kernel.clone();
             r.run = run;
             r.level = level;
@@ -262,6 +280,13 @@ fn remove_tree(root: &Cgroup) -> Result<()> {
     Ok(())
 }
 
+/// A session of one host: its trace, its plan, its peak alone in this run.
+struct Session<'a> {
+    trace: String,
+    plan: &'a SessionPlan,
+    solo_peak: Option<u64>,
+}
+
 struct Running {
     child: Child,
     json: PathBuf,
@@ -269,10 +294,10 @@ struct Running {
     started: f64,
 }
 
-/// One host: `sessions` (trace name, plan) under `policy` (`None`: solo, no budget).
+/// One host: `sessions` under `policy` (`None`: solo, no budget).
 fn run_host(
     opts: &HostRunnerOptions,
-    sessions: &[(String, &SessionPlan)],
+    sessions: &[Session],
     policy: Option<HostPolicy>,
     recursiveprot: bool,
 ) -> Result<HostArmResult> {
@@ -289,11 +314,13 @@ fn run_host(
             parent.set_limit("memory.max", Limit::Bytes(b))?;
         }
         let mut limits = Vec::new();
-        for (k, (_, plan)) in sessions.iter().enumerate() {
+        for (k, session) in sessions.iter().enumerate() {
+            let plan = session.plan;
             let cg = parent.child(&format!("s{k}"));
             cg.create()?;
             cg.enable_controllers(&["memory"])?;
-            let limit = (policy == Some(HostPolicy::StaticPeak)).then(|| static_limit(plan, s.baseline_mb));
+            let limit =
+                (policy == Some(HostPolicy::StaticPeak)).then(|| static_limit(plan, s.baseline_mb, session.solo_peak));
             if let Some(l) = limit {
                 cg.set_limit("memory.max", Limit::Bytes(l))?;
             }
@@ -329,7 +356,10 @@ fn run_host(
             }
             None => (None, None, None, None),
         };
-        let (started_epoch, results, parent_current) = run?;
+        let (started_epoch, mut results, parent_current) = run?;
+        for (k, r) in results.iter_mut().enumerate() {
+            r.own_limit_ooms = Some(local_ooms(&parent.child(&format!("s{k}"))));
+        }
         Ok(HostArmResult {
             kernel: String::new(),
             run: 0,
@@ -356,6 +386,12 @@ fn run_host(
     Ok(r)
 }
 
+/// `oom` of a cgroup's memory.events.local (0 if unreadable).
+fn local_ooms(cg: &Cgroup) -> u64 {
+    let text = std::fs::read_to_string(cg.path().join("memory.events.local")).unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix("oom ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
 fn start_daemon(s: &HostScenario) -> Result<DaemonProcess> {
     let _ = std::fs::remove_dir_all(STATE_DIR);
     std::fs::create_dir_all(STATE_DIR)?;
@@ -369,7 +405,7 @@ fn start_daemon(s: &HostScenario) -> Result<DaemonProcess> {
 type Drive = (f64, Vec<SessionResult>, Vec<(f64, u64)>);
 
 /// Starts every runtime and call when due, waits for all of them, and collects the results.
-fn drive(opts: &HostRunnerOptions, sessions: &[(String, &SessionPlan)], limits: &[Option<u64>]) -> Result<Drive> {
+fn drive(opts: &HostRunnerOptions, sessions: &[Session], limits: &[Option<u64>]) -> Result<Drive> {
     let s = &opts.scenario;
     let started_epoch = epoch_now();
     let t0 = Instant::now();
@@ -379,8 +415,10 @@ fn drive(opts: &HostRunnerOptions, sessions: &[(String, &SessionPlan)], limits: 
     let mut calls: Vec<Vec<CallResult>> = sessions
         .iter()
         .enumerate()
-        .map(|(k, (_, plan))| {
-            plan.calls
+        .map(|(k, session)| {
+            session
+                .plan
+                .calls
                 .iter()
                 .map(|c| CallResult {
                     index: c.index,
@@ -478,11 +516,12 @@ fn drive(opts: &HostRunnerOptions, sessions: &[(String, &SessionPlan)], limits: 
         .enumerate()
         .zip(runtime_done)
         .zip(calls)
-        .map(|(((k, (trace, _)), runtime), calls)| SessionResult {
+        .map(|(((k, session), runtime), calls)| SessionResult {
             name: format!("s{k}"),
-            trace: trace.clone(),
+            trace: session.trace.clone(),
             start_s: starts[k],
             memory_max: limits[k],
+            own_limit_ooms: None,
             runtime: runtime.expect("every runtime ended"),
             calls,
         })

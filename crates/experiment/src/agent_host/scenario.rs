@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 pub enum HostPolicy {
     /// Only the host budget (the parent's memory.max).
     None,
-    /// Each session's memory.max at its trace's peak plus 10% (the kube arm's request for a
-    /// Guaranteed pod): what an operator sizing sandboxes by their peaks deploys.
+    /// Each session's memory.max at its peak plus 10% (the kube arm's request for a
+    /// Guaranteed pod): what an operator sizing sandboxes by their peaks deploys. The peak is
+    /// the larger of the trace's and the session's alone in the same run (`static_limit`).
     StaticPeak,
     /// The memqos daemon with the documented session config (crates/agent/session.example.toml).
     Memqos,

@@ -27,6 +27,10 @@ pub struct LevelSummary {
     pub calls_killed: usize,
     pub calls_not_started: usize,
     pub parent_oom_kills: u64,
+    /// OOMs triggered at a session's own limit (static-peak), summed; `None` where a run did
+    /// not record them.
+    #[serde(default)]
+    pub session_limit_ooms: Option<u64>,
     /// Each session's runtime p95 growth-step latency over the same trace's alone, same run.
     pub runtime_p95_vs_solo: Option<Estimate>,
     /// Each finished call's wall time over the same call's alone, same run.
@@ -119,6 +123,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             calls_killed: 0,
             calls_not_started: 0,
             parent_oom_kills: 0,
+            session_limit_ooms: Some(0),
             runtime_p95_vs_solo: None,
             call_time_vs_solo: None,
             static_limits_fit: None,
@@ -132,6 +137,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             let mut killed_here = 0;
             for s in &r.sessions {
                 g.sessions += 1;
+                g.session_limit_ooms = g.session_limit_ooms.zip(s.own_limit_ooms).map(|(a, b)| a + b);
                 if matches!(s.runtime.outcome, memqos_replay::Outcome::Finished) {
                     g.sessions_finished += 1;
                 }
@@ -283,7 +289,7 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
         let _ = writeln!(out, "\n## {k}\n");
         let _ = writeln!(
             out,
-            "| sessions | arm | runs | sessions finished | runtimes killed (runs) | calls killed / started | calls lost with their session | host OOM kills | runtime p95 vs solo | call time vs solo | knobs restored |"
+            "| sessions | arm | runs | sessions finished | runtimes killed (runs) | calls killed / started | calls lost with their session | host OOM kills (at a session's own limit) | runtime p95 vs solo | call time vs solo | knobs restored |"
         );
         let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
         for l in s.levels.iter().filter(|l| l.kernel == k) {
@@ -294,7 +300,7 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {}/{} | {} ({}) | {}/{} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {}/{} | {} ({}) | {}/{} | {} | {} ({}) | {} | {} | {} |",
                 l.level,
                 l.arm,
                 l.runs,
@@ -306,6 +312,7 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
                 l.calls_started,
                 l.calls_not_started,
                 l.parent_oom_kills,
+                l.session_limit_ooms.map_or("–".into(), |n| n.to_string()),
                 est(&l.runtime_p95_vs_solo),
                 est(&l.call_time_vs_solo),
                 restored
@@ -362,6 +369,7 @@ mod tests {
             trace: trace.into(),
             start_s: 0.0,
             memory_max: max,
+            own_limit_ooms: Some(0),
             runtime: proc(runtime_killed, 10.0, 4.0),
             calls: vec![CallResult {
                 index: 0,
@@ -426,7 +434,7 @@ mod tests {
         assert_eq!(l4.runtime_p95_vs_solo.unwrap().median, 1.0);
         assert!(s.example_explanations.contains_key("7.2 static-peak"));
         let md = render_markdown(&s, "d", &[]);
-        assert!(md.contains("| 4 | static-peak | 1 | 3/4 | 1 (1) | 3/3 | 1 |"), "{md}");
+        assert!(md.contains("| 4 | static-peak | 1 | 3/4 | 1 (1) | 3/3 | 1 | 0 (0) |"), "{md}");
     }
 
     #[test]
