@@ -8,9 +8,9 @@
 # kernels, 5 runs, ~25 min each) into docs/agent-host/. The oomd arm (oom, contention, rfc-demo) needs the Debian package
 # oomd, which install-deps.sh installs. A long series can be run in chunks that add to its
 # results: `oom --runs 2 --kernel 7`, then `oom --runs 3 --first-run 3 --kernel 7`.
-# About 4 h of guest time (2.5 h before the swap repeats) on a 2-core TCG host (measured 2026-11-22: ~45 min per kernel
-# without sweep-tight; sweep-tight alone took ~10 min per run on 2026-11-23); progress and an
-# estimate are printed. The report's kill bound (avoidability.rs) reads the traces, no guest.
+# About 4 h of guest time on a 2-core TCG host (measured 2026-11-22: ~45 min per kernel
+# without sweep-tight; sweep-tight alone took ~10 min per run on 2026-11-23; the swap repeats
+# add ~1.5 h); progress and an estimate are printed. The report's kill bound (avoidability.rs) reads the traces, no guest.
 # Extra arguments go to `memqos experiment` (e.g. `oom --runs 1 --kernel 7`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
