@@ -33,6 +33,9 @@ pub struct Request {
     pub max: Option<String>,
     /// `--runtime`: run the agent runtime itself in `<session>/runtime`.
     pub runtime: bool,
+    /// `--expect`: the peak the call (or the runtime) declares, as the cgroup's
+    /// `user.memqos.expected_peak`: a protected tier reserves that room from the start.
+    pub expect: Option<String>,
     /// `--json`: the call's report as one JSON line on stderr.
     pub json: bool,
     /// `--stats`: a one-line summary on stderr.
@@ -80,6 +83,11 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         return Err(SetupError::Usage("no command given: memqos run [OPTIONS] -- CMD [ARGS...]".into()));
     }
     let hint = req.hint.as_deref().map(Hint::parse).transpose()?;
+    let expect = req
+        .expect
+        .as_deref()
+        .map(|m| memqos_policy::size::parse_size(m).map_err(|e| SetupError::Usage(format!("--expect: {e}"))))
+        .transpose()?;
     let max = req
         .max
         .as_deref()
@@ -126,7 +134,14 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         events_log: config.as_ref().map(|c| c.1.state_dir.join("events.jsonl")),
     };
     if let Some(cfg) = &config {
-        call.check_tier(cfg.0.as_path(), &cfg.1);
+        call.check_tier(cfg.0.as_path(), &cfg.1, expect.is_some());
+    }
+    if let Some(bytes) = expect {
+        // A declaration the daemon reads on its next full sample; set before the command runs.
+        if let Err(e) = call.cg.set_xattr(memqos_policy::EXPECTED_PEAK_XATTR, &bytes.to_string()) {
+            call.remove();
+            return Err(e.into());
+        }
     }
     let knobs = [("memory.low", call.hint_bytes), ("memory.max", max)];
     for (file, value) in knobs {
@@ -166,10 +181,18 @@ fn resolve_root(req: &Request) -> Result<(PathBuf, Option<(PathBuf, Config)>), S
 
 impl Call {
     /// Warns when the daemon config would place the call in another tier than asked for:
-    /// the call still runs, but the operator should know its globs do not match.
-    fn check_tier(&self, file: &Path, cfg: &Config) {
+    /// the call still runs, but the operator should know its globs do not match. Also when
+    /// `--expect` declares a peak in a tier that does not protect (only those reserve room).
+    fn check_tier(&self, file: &Path, cfg: &Config, declares: bool) {
         let rel = self.cg.path().strip_prefix(&self.root).unwrap_or(self.cg.path()).display().to_string();
-        let got = cfg.tiers.classify(&rel).and_then(|i| cfg.tiers.get(i)).map(|t| t.name.as_str());
+        let tier = cfg.tiers.classify(&rel).and_then(|i| cfg.tiers.get(i));
+        if declares && tier.is_none_or(|t| t.protect == memqos_policy::config::Protect::None) {
+            eprintln!(
+                "memqos run: warning: --expect declares a peak for {rel}, but its tier in {} does not protect: only protected tiers reserve room for a declared peak",
+                file.display()
+            );
+        }
+        let got = tier.map(|t| t.name.as_str());
         if got != Some(self.tier.as_str()) {
             eprintln!(
                 "memqos run: warning: {rel} is in tier {} of {}, not {:?}: add a pattern such as \"*/{}.*\" to that tier's match",

@@ -97,6 +97,11 @@ struct RunArgs {
     /// Run the agent runtime itself, in <session>/runtime (protected by the session config).
     #[arg(long)]
     runtime: bool,
+    /// The peak the command expects to reach (e.g. 2G), declared on its cgroup as
+    /// user.memqos.expected_peak: in a protected tier (the runtime's) the daemon reserves that
+    /// room from the start and caps lower tiers to what is left.
+    #[arg(long, value_name = "SIZE")]
+    expect: Option<String>,
     /// The managed root (default: the config's cgroup_root, $MEMQOS_ROOT, /sys/fs/cgroup/agents).
     #[arg(long)]
     root: Option<std::path::PathBuf>,
@@ -124,6 +129,7 @@ impl From<RunArgs> for memqos_agent::Request {
             hint: a.hint,
             max: a.max,
             runtime: a.runtime,
+            expect: a.expect,
             json: a.json,
             stats: a.stats,
             command: a.command,

@@ -96,6 +96,17 @@ guest_test!(run_preserves_status_signals_and_removes_the_call_cgroup, |g| g, {
     assert_eq!(text(&out.stdout).trim(), format!("0::{}", cg.trim_start_matches("/sys/fs/cgroup")));
     assert!(children(&session).is_empty(), "{:?}", children(&session));
 
+    // --expect declares the peak on the call's cgroup (here the runtime's), where the daemon
+    // reads it; a bad size is a usage error before anything is made.
+    let read_xattr = "import os; print(os.getxattr(os.environ['MEMQOS_CGROUP'], 'user.memqos.expected_peak').decode())";
+    let out = run(&root, &["--session", "s1", "--runtime", "--expect", "512M", "--", "python3", "-c", read_xattr]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), (512u64 << 20).to_string());
+    let out = run(&root, &["--session", "s1", "--expect", "lots", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--expect"), "{}", text(&out.stderr));
+    assert!(children(&session).is_empty(), "{:?}", children(&session));
+
     // SIGTERM sent to memqos run reaches the command; its status says so.
     let mut child = Command::new(bin)
         .arg("run")

@@ -22,6 +22,8 @@ Options:
       --hint H        low | medium | high, or a size the call expects to need (e.g. 2G)
       --max SIZE      memory.max of the call's cgroup
       --runtime       run the agent runtime itself, in <session>/runtime
+      --expect SIZE   the peak CMD expects (user.memqos.expected_peak on its cgroup): a
+                      protected tier (the runtime's) reserves that room from the start
       --root DIR      the managed root (default: the config's cgroup_root, $MEMQOS_ROOT,
                       /sys/fs/cgroup/agents)
       --config FILE   a daemon config: its cgroup_root is the root; the tier is checked
@@ -102,6 +104,7 @@ fn parse(args: Vec<OsString>) -> Result<Parsed, String> {
             "--session" => req.session = Some(value(name)?),
             "--hint" => req.hint = Some(value(name)?),
             "--max" => req.max = Some(value(name)?),
+            "--expect" => req.expect = Some(value(name)?),
             "--root" => req.root = Some(value(name)?.into()),
             "--config" => req.config = Some(value(name)?.into()),
             "--runtime" => req.runtime = flag(name)?,
