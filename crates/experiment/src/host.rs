@@ -221,20 +221,7 @@ fn run_in_guest(
     }
     let from = run.results_dir.join("experiment");
     let to = args.out.join("runs").join(&s.name).join(kernel.release());
-    // A series starting at run 1 replaces what was there; a later chunk adds its runs.
-    if to.exists() && args.first_run == 1 {
-        std::fs::remove_dir_all(&to).with_context(|| format!("replacing {}", to.display()))?;
-    }
-    copy_tree(&from, &to)?;
-    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load_file = match args.first_run {
-        1 => "host-load.txt".to_string(),
-        n => format!("host-load-runs{n:02}-{:02}.txt", n + args.runs - 1),
-    };
-    std::fs::write(
-        to.join(load_file),
-        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
-    )?;
+    keep_results(&from, &to, args.first_run, args.runs, &load_before, run.wall_secs)?;
     eprintln!(
         "=== {} on {}: done in {:.1} min, results in {} ===",
         s.name,
@@ -243,6 +230,44 @@ fn run_in_guest(
         to.display()
     );
     Ok(())
+}
+
+/// Copies a guest's results from `from` to `to`: a series starting at run 1 replaces what was
+/// there, a later chunk adds its runs. Beside them, the host's load before and after the guest
+/// (the guest shares two host cores with whatever else runs, so a noisy run can be recognized).
+pub(crate) fn keep_results(
+    from: &Path,
+    to: &Path,
+    first_run: usize,
+    runs: usize,
+    load_before: &str,
+    wall_secs: f64,
+) -> Result<()> {
+    if to.exists() && first_run == 1 {
+        std::fs::remove_dir_all(to).with_context(|| format!("replacing {}", to.display()))?;
+    }
+    copy_tree(from, to)?;
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load_file = match first_run {
+        1 => "host-load.txt".to_string(),
+        n => format!("host-load-runs{n:02}-{:02}.txt", n + runs - 1),
+    };
+    std::fs::write(
+        to.join(load_file),
+        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {wall_secs:.1} s\n"),
+    )?;
+    Ok(())
+}
+
+/// Inside a guest: the scenario the host passed in `$MEMQOS_SCENARIO` and the guest's results
+/// directory (`$MEMQOS_RESULTS`).
+pub(crate) fn guest_inputs<T: serde::de::DeserializeOwned>() -> Result<(T, PathBuf)> {
+    let json =
+        std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos experiment)")?;
+    let scenario: T = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
+    let results =
+        std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;
+    Ok((scenario, PathBuf::from(results)))
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<()> {
@@ -260,17 +285,13 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
-    let json =
-        std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos experiment)")?;
-    let scenario: Scenario = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
-    let results =
-        std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;
+    let (scenario, results): (Scenario, PathBuf) = guest_inputs()?;
     let opts = RunnerOptions {
         scenario,
         traces_dir: traces.to_path_buf(),
         runs: args.runs,
         first_run: args.first_run,
-        out_dir: Path::new(&results).join("experiment"),
+        out_dir: results.join("experiment"),
         exe: std::env::current_exe()?,
     };
     let n = runner::run_all(&opts)?;

@@ -23,23 +23,33 @@ pub struct ExperimentArgs {
     /// Scenarios to run.
     #[arg(required_unless_present_any = ["report_only", "list", "in_guest"])]
     scenarios: Vec<String>,
-    /// Runs per scenario (each run has every arm).
-    #[arg(long, default_value_t = 5)]
-    runs: usize,
-    /// Number the runs from this one and add them to the scenario's results instead of
-    /// replacing them: a long series in chunks (`--runs 2`, then `--runs 3 --first-run 3`), so
-    /// other guests can use the machine in between.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    first_run: usize,
-    /// Kernel series: "6.12", "7", "6.12,7" or "all".
-    #[arg(long, default_value = "7")]
-    kernel: String,
+    #[command(flatten)]
+    series: SeriesArgs,
     /// Where runs/, summary.json, report.md and the plots go.
     #[arg(long, default_value = "docs/experiments")]
     out: PathBuf,
     /// The scenario files.
     #[arg(long, default_value = "experiments")]
     dir: PathBuf,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+/// What every experiment series takes: how many runs, on which kernels, from which traces.
+#[derive(Args)]
+pub struct SeriesArgs {
+    /// Runs (each run has every arm).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Number the runs from this one and add them to the results instead of replacing them:
+    /// a long series in chunks (`--runs 2`, then `--runs 3 --first-run 3`), so other guests
+    /// can use the machine in between.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    first_run: usize,
+    /// Kernel series: "6.12", "7", "6.12,7" or "all".
+    #[arg(long, default_value = "7")]
+    kernel: String,
     /// The agent traces (one folder per task) [default: $MEMQOS_TRACES, else the repository's
     /// traces/agent-haiku].
     #[arg(long)]
@@ -47,9 +57,6 @@ pub struct ExperimentArgs {
     /// Only rebuild summary, report and plots from OUT/runs.
     #[arg(long)]
     report_only: bool,
-    /// List the scenarios and exit.
-    #[arg(long)]
-    list: bool,
     /// Skip the plots (no matplotlib needed).
     #[arg(long)]
     no_plots: bool,
@@ -82,60 +89,44 @@ pub struct AgentHostArgs {
     /// The scenario file.
     #[arg(long, default_value = "experiments/agent-host/scenario.toml")]
     scenario: PathBuf,
-    /// Runs (each run has every level and arm).
-    #[arg(long, default_value_t = 5)]
-    runs: usize,
-    /// Number the runs from this one and add them to the results instead of replacing them.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    first_run: usize,
-    /// Kernel series: "6.12", "7", "6.12,7" or "all".
-    #[arg(long, default_value = "7")]
-    kernel: String,
+    #[command(flatten)]
+    series: SeriesArgs,
     /// Where runs/, summary.json, report.md and the plots go.
     #[arg(long, default_value = "docs/agent-host")]
     out: PathBuf,
-    /// The agent traces [default: $MEMQOS_TRACES, else the repository's traces/agent-haiku].
-    #[arg(long)]
-    traces: Option<PathBuf>,
-    /// Only rebuild summary, report and plots from OUT/runs.
-    #[arg(long)]
-    report_only: bool,
-    /// Skip the plots (no matplotlib needed).
-    #[arg(long)]
-    no_plots: bool,
-    #[arg(long, hide = true)]
-    in_guest: bool,
 }
 
 pub fn run(args: ExperimentArgs) -> Result<u8> {
     match args.special {
         Some(SpecialExperiment::DirtyNoisyNeighbour(a)) => return memqos_lab::dirty::run_cli(a),
         Some(SpecialExperiment::AgentHost(a)) => {
+            let s = a.series;
             return memqos_experiment::agent_host::run(&memqos_experiment::agent_host::Options {
                 scenario: a.scenario,
-                runs: a.runs,
-                first_run: a.first_run,
-                kernel: a.kernel,
+                runs: s.runs,
+                first_run: s.first_run,
+                kernel: s.kernel,
                 out: a.out,
-                traces: a.traces,
-                report_only: a.report_only,
-                no_plots: a.no_plots,
-                in_guest: a.in_guest,
-            })
+                traces: s.traces,
+                report_only: s.report_only,
+                no_plots: s.no_plots,
+                in_guest: s.in_guest,
+            });
         }
         None => {}
     }
+    let s = args.series;
     memqos_experiment::host::run(&Options {
         scenarios: args.scenarios,
-        runs: args.runs,
-        first_run: args.first_run,
-        kernel: args.kernel,
+        runs: s.runs,
+        first_run: s.first_run,
+        kernel: s.kernel,
         out: args.out,
         dir: args.dir,
-        traces: args.traces,
-        report_only: args.report_only,
+        traces: s.traces,
+        report_only: s.report_only,
         list: args.list,
-        no_plots: args.no_plots,
-        in_guest: args.in_guest,
+        no_plots: s.no_plots,
+        in_guest: s.in_guest,
     })
 }

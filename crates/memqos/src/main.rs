@@ -159,6 +159,13 @@ fn main() -> ExitCode {
         return ExitCode::from(memqos_agent::run(&req));
     }
     let cli = Cli::parse();
+    if !matches!(cli.command, Cmd::Daemon(_)) {
+        // `memqos stat | head`: a closed pipe ends a printing command quietly, as in other
+        // Unix tools, instead of a panic on the next print. Not the daemon: its control
+        // socket's clients may go away mid-reply.
+        // SAFETY: restoring the default disposition of one signal before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Cmd::Demo { kernel, in_guest, json } => demo::run(&kernel, in_guest, json),
         Cmd::Doctor { json } => run_doctor(json),

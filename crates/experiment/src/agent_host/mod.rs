@@ -122,35 +122,20 @@ fn run_in_guest(
         );
     }
     let to = args.out.join("runs").join(kernel.release());
-    if to.exists() && args.first_run == 1 {
-        std::fs::remove_dir_all(&to).with_context(|| format!("replacing {}", to.display()))?;
-    }
-    std::fs::create_dir_all(&to)?;
     let from = run.results_dir.join("agent-host");
-    for e in std::fs::read_dir(&from).with_context(|| format!("reading {}", from.display()))? {
-        let e = e?;
-        std::fs::copy(e.path(), to.join(e.file_name()))?;
-    }
-    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let name = format!("host-load-runs{:02}-{:02}.txt", args.first_run, args.first_run + args.runs - 1);
-    std::fs::write(
-        to.join(name),
-        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {:.1} s\n", run.wall_secs),
-    )?;
+    crate::host::keep_results(&from, &to, args.first_run, args.runs, &load_before, run.wall_secs)?;
     eprintln!("=== agent-host on {}: done in {:.1} min ===", kernel.release(), run.wall_secs / 60.0);
     Ok(())
 }
 
 fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
-    let json = std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO")?;
-    let scenario: HostScenario = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
-    let results = std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest")?;
+    let (scenario, results): (HostScenario, PathBuf) = crate::host::guest_inputs()?;
     let opts = HostRunnerOptions {
         scenario,
         traces_dir: traces.to_path_buf(),
         runs: args.runs,
         first_run: args.first_run,
-        out_dir: Path::new(&results).join("agent-host"),
+        out_dir: results.join("agent-host"),
         exe: std::env::current_exe()?,
     };
     let n = runner::run_all(&opts)?;
