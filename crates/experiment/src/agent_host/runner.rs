@@ -562,9 +562,16 @@ fn collect(r: Running, status: Option<i32>, _now: f64, keep_latencies: bool) -> 
         stderr.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok());
     let call = call.unwrap_or(serde_json::Value::Null);
     let oom_kills = call["events"]["oom_kill"].as_u64().unwrap_or(0);
+    // The account names the command, whose path is this build's: keep results free of it.
+    let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
     let explanation = (oom_kills > 0).then(|| {
         let text: Vec<&str> = stderr.lines().filter(|l| l.starts_with("memqos:")).collect();
-        text.join("\n")
+        let text = text.join("\n");
+        if exe.is_empty() {
+            text
+        } else {
+            text.replace(&exe, "memqos")
+        }
     });
     let (outcome, schedule_s, completion_s, latencies_ms, latency) = match report {
         Some(rep) => (
