@@ -308,7 +308,7 @@ pub fn short_outcome(o: &Outcome) -> &'static str {
     }
 }
 
-fn epoch_now() -> f64 {
+pub(crate) fn epoch_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
@@ -725,27 +725,25 @@ pub fn parse_stress_metrics(yaml: &str) -> (Option<f64>, Option<f64>) {
     (field("bogo-ops:"), field("bogo-ops-per-second-real-time:"))
 }
 
-/// Removes `parent` and its children, waiting for exiting tasks to leave them.
-fn remove_tree(parent: &Cgroup) -> Result<()> {
-    if !parent.exists() {
-        return Ok(());
-    }
+/// Removes `root` and every cgroup below it, deepest first, waiting for exiting tasks to
+/// leave them (the experiments' task cgroups, and the agent host's sessions and their calls).
+pub(crate) fn remove_tree(root: &Cgroup) -> Result<()> {
     let t0 = Instant::now();
-    loop {
-        let mut busy = false;
-        for c in parent.children().unwrap_or_default() {
-            if c.remove().is_err() && c.exists() {
-                busy = true;
-            }
+    while root.exists() {
+        let mut all = root.descendants().unwrap_or_default();
+        all.sort_by_key(|c| std::cmp::Reverse(c.path().components().count()));
+        for c in all {
+            let _ = c.remove();
         }
-        if !busy && (parent.remove().is_ok() || !parent.exists()) {
-            return Ok(());
+        if root.remove().is_ok() || !root.exists() {
+            break;
         }
         if t0.elapsed() > Duration::from_secs(20) {
-            bail!("cannot remove {} after 20 s: tasks still inside?", parent.path().display());
+            bail!("cannot remove {} after 20 s: tasks still inside?", root.path().display());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
 }
 
 struct Daemon(DaemonProcess);

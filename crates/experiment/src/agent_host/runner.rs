@@ -12,6 +12,7 @@
 
 use super::scenario::{HostPolicy, HostScenario};
 use super::split::{resources_json, split, SessionPlan};
+use crate::runner::{epoch_now, remove_tree};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_lab::daemon_process::DaemonProcess;
@@ -20,7 +21,7 @@ use memqos_replay::Outcome;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const PARENT: &str = "/sys/fs/cgroup/memqos-agent-host";
 const STATE_DIR: &str = "/run/memqos-agent-host/state";
@@ -127,10 +128,6 @@ pub struct HostRunnerOptions {
     pub first_run: usize,
     pub out_dir: PathBuf,
     pub exe: PathBuf,
-}
-
-fn epoch_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 /// The session plans of every trace the scenario names, in its order.
@@ -260,26 +257,6 @@ fn ensure_recursiveprot() -> bool {
     has()
 }
 
-/// Removes `root` and everything below it, deepest first, waiting for exiting tasks.
-fn remove_tree(root: &Cgroup) -> Result<()> {
-    let t0 = Instant::now();
-    while root.exists() {
-        let mut all = root.descendants().unwrap_or_default();
-        all.sort_by_key(|c| std::cmp::Reverse(c.path().components().count()));
-        for c in all {
-            let _ = c.remove();
-        }
-        if root.remove().is_ok() || !root.exists() {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(20) {
-            bail!("cannot remove {} after 20 s: tasks still inside?", root.path().display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
 /// A session of one host: its trace, its plan, its peak alone in this run.
 struct Session<'a> {
     trace: String,
@@ -334,7 +311,7 @@ fn run_host(
             }
         }
         let daemon = match policy {
-            Some(HostPolicy::Memqos) => Some(start_daemon(s)?),
+            Some(HostPolicy::Memqos) => Some(start_daemon(s, &opts.exe)?),
             _ => None,
         };
         let run = drive(opts, sessions, &limits);
@@ -392,14 +369,13 @@ fn local_ooms(cg: &Cgroup) -> u64 {
     text.lines().find_map(|l| l.strip_prefix("oom ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
-fn start_daemon(s: &HostScenario) -> Result<DaemonProcess> {
+fn start_daemon(s: &HostScenario, exe: &Path) -> Result<DaemonProcess> {
     let _ = std::fs::remove_dir_all(STATE_DIR);
     std::fs::create_dir_all(STATE_DIR)?;
     let text = s.daemon_config(PARENT, STATE_DIR).map_err(|e| anyhow::anyhow!(e))?;
     let config = Path::new(STATE_DIR).join("memqos.toml");
     std::fs::write(&config, text)?;
-    let exe = std::env::current_exe()?;
-    DaemonProcess::start(&exe, &config, Path::new(STATE_DIR), &[], Stdio::null())
+    DaemonProcess::start(exe, &config, Path::new(STATE_DIR), &[], Stdio::null())
 }
 
 type Drive = (f64, Vec<SessionResult>, Vec<(f64, u64)>);
@@ -432,6 +408,10 @@ fn drive(opts: &HostRunnerOptions, sessions: &[Session], limits: &[Option<u64>])
         })
         .collect();
     let mut running_calls: Vec<(usize, usize, Running)> = Vec::new();
+    // A session's calls start while its runtime lives (a killed runtime loses them).
+    let alive = |runtimes: &[Option<Running>], done: &[Option<ProcResult>], k: usize| {
+        runtimes[k].is_some() || done[k].as_ref().is_some_and(|r| !r.oom_killed())
+    };
     let mut parent_current = Vec::new();
     let parent = Cgroup::new(PARENT);
     let mut next_sample = Duration::ZERO;
@@ -463,8 +443,7 @@ fn drive(opts: &HostRunnerOptions, sessions: &[Session], limits: &[Option<u64>])
                     }
                 }
             }
-            // A session's calls start while its runtime lives (a killed runtime loses them).
-            let alive = runtimes[k].is_some() || runtime_done[k].as_ref().is_some_and(|r| !r.oom_killed());
+            let alive = alive(&runtimes, &runtime_done, k);
             for (j, c) in calls[k].iter_mut().enumerate() {
                 if c.started_s.is_none() && alive && now >= c.due_s {
                     let dir = Path::new(WORK_DIR).join(format!("s{k}"));
@@ -485,22 +464,21 @@ fn drive(opts: &HostRunnerOptions, sessions: &[Session], limits: &[Option<u64>])
             let Some(r) = runtimes[k].as_mut() else { continue };
             if let Some(status) = r.child.try_wait()? {
                 let r = runtimes[k].take().expect("checked");
-                runtime_done[k] = Some(collect(r, status.code(), now, true));
+                runtime_done[k] = Some(collect(r, status.code(), &opts.exe, true));
             }
         }
         let mut i = 0;
         while i < running_calls.len() {
             if let Some(status) = running_calls[i].2.child.try_wait()? {
                 let (k, j, r) = running_calls.swap_remove(i);
-                calls[k][j].result = Some(collect(r, status.code(), now, false));
+                calls[k][j].result = Some(collect(r, status.code(), &opts.exe, false));
             } else {
                 i += 1;
             }
         }
         let pending_starts = (0..sessions.len()).any(|k| {
-            let alive = runtimes[k].is_some() || runtime_done[k].as_ref().is_some_and(|r| !r.oom_killed());
             runtime_done[k].is_none() && runtimes[k].is_none()
-                || (alive && calls[k].iter().any(|c| c.started_s.is_none()))
+                || (alive(&runtimes, &runtime_done, k) && calls[k].iter().any(|c| c.started_s.is_none()))
         });
         if !pending_starts && runtimes.iter().all(Option::is_none) && running_calls.is_empty() {
             break;
@@ -554,7 +532,7 @@ fn spawn(opts: &HostRunnerOptions, k: usize, dir: &Path, what: &str, runtime: bo
 }
 
 /// What a finished `memqos run` left: the replay's report and `memqos run --json`'s line.
-fn collect(r: Running, status: Option<i32>, _now: f64, keep_latencies: bool) -> ProcResult {
+fn collect(r: Running, status: Option<i32>, exe: &Path, keep_latencies: bool) -> ProcResult {
     let wall_s = epoch_now() - r.started;
     let report: Option<Report> = std::fs::read(&r.json).ok().and_then(|b| serde_json::from_slice(&b).ok());
     let stderr = std::fs::read_to_string(&r.stderr).unwrap_or_default();
@@ -563,15 +541,9 @@ fn collect(r: Running, status: Option<i32>, _now: f64, keep_latencies: bool) -> 
     let call = call.unwrap_or(serde_json::Value::Null);
     let oom_kills = call["events"]["oom_kill"].as_u64().unwrap_or(0);
     // The account names the command, whose path is this build's: keep results free of it.
-    let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
     let explanation = (oom_kills > 0).then(|| {
         let text: Vec<&str> = stderr.lines().filter(|l| l.starts_with("memqos:")).collect();
-        let text = text.join("\n");
-        if exe.is_empty() {
-            text
-        } else {
-            text.replace(&exe, "memqos")
-        }
+        text.join("\n").replace(&exe.display().to_string(), "memqos")
     });
     let (outcome, schedule_s, completion_s, latencies_ms, latency) = match report {
         Some(rep) => (
