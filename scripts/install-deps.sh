@@ -22,8 +22,8 @@ missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 if ((${#missing[@]})); then
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     echo "install-deps: installing ${missing[*]}"
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -34,5 +34,19 @@ if ((${#missing[@]})); then
         echo "install-deps: disabling oomd.service on this host (the experiments run oomd inside guests only)"
         $SUDO systemctl disable --now oomd.service || true
     fi
+fi
+# systemd-oomd (the experiments' systemd-oomd arm) is only downloaded, not installed: on
+# Debian 12 installing it would upgrade this machine's systemd packages to its exact version.
+# The guests unpack it into their own writable root (crates/experiment/src/systemd_oomd.rs).
+OOMD_DEBS=/var/cache/memqos
+if ! compgen -G "$OOMD_DEBS/systemd-oomd_*.deb" >/dev/null; then
+    echo "install-deps: downloading Debian's systemd-oomd package to $OOMD_DEBS"
+    $SUDO mkdir -p "$OOMD_DEBS"
+    if ! (cd "$OOMD_DEBS" && $SUDO apt-get download -q systemd-oomd 2>/dev/null); then
+        $SUDO apt-get update -q
+        (cd "$OOMD_DEBS" && $SUDO apt-get download -q systemd-oomd 2>/dev/null)
+    fi
+    compgen -G "$OOMD_DEBS/systemd-oomd_*.deb" >/dev/null \
+        || { echo "install-deps: could not download systemd-oomd into $OOMD_DEBS" >&2; exit 1; }
 fi
 command -v cargo >/dev/null || { echo "install-deps: cargo not found: install Rust (rustup) first" >&2; exit 1; }

@@ -205,6 +205,7 @@ fn run_in_guest(
             None => g,
         };
         g.memory_mb(memory_mb)
+            .systemd(s.boots_systemd())
             .timeout(timeout)
             .env("MEMQOS_SCENARIO", &scenario_json)
             .share_path(traces)

@@ -30,9 +30,11 @@ pub struct KillBounds {
     bounds: BTreeMap<String, Result<(Bound, ParkDeadline), String>>,
 }
 
+/// Swap is part of the key: a swap run has no bound (the model has no swap), even where a
+/// swapless run of the same traces and limit has one.
 fn key(r: &ArmResult) -> String {
     let tasks: Vec<String> = r.tasks.iter().map(|t| format!("{:?}:{}", t.tier, t.trace)).collect();
-    format!("{}|{}|{}", r.parent_max_bytes, r.baseline_mb, tasks.join(","))
+    format!("{}|{}|{}|swap {:?}", r.parent_max_bytes, r.baseline_mb, tasks.join(","), r.swap_mb)
 }
 
 impl KillBounds {

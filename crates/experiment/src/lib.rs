@@ -8,6 +8,7 @@
 //! - [`kills`]: that bound for each run's traces, and the kills above it.
 //! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm);
 //! - [`oomd`]: Meta's oomd with the scenario's ruleset (the `oomd` arm);
+//! - [`systemd_oomd`]: systemd-oomd watching the low tier's slice (the `systemd-oomd` arm);
 //! - [`agent_host`]: many agent sessions under one host budget, a cgroup per tool call
 //!   (`memqos experiment agent-host`, its own runner and report);
 //! - [`host`]: the host side of `memqos experiment` (a guest per scenario and kernel, the
@@ -23,3 +24,4 @@ pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod summary;
+pub mod systemd_oomd;

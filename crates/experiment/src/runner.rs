@@ -327,25 +327,45 @@ fn run_arm(
         Arm::Solo(name) => all_tasks.iter().filter(|t| &t.0 == name).cloned().collect(),
         Arm::Policy(_) => all_tasks.clone(),
     };
-    let parent = Cgroup::new(PARENT);
-    remove_tree(&parent)?;
-    parent.create()?;
+    // The systemd-oomd arm's tree is systemd's: slices the runner writes as unit files, the
+    // task cgroups inside the tier slices.
+    let systemd = match arm {
+        Arm::Policy(Policy::SystemdOomd) => Some(s.systemd_oomd.expect("validated")),
+        _ => None,
+    };
+    let parent = Cgroup::new(if systemd.is_some() { crate::systemd_oomd::PARENT } else { PARENT });
+    let mut static_writes = Vec::new();
+    match systemd {
+        Some(settings) => {
+            crate::systemd_oomd::ensure_running(&settings)?;
+            static_writes = crate::systemd_oomd::set_up(&settings, Some(parent_max).filter(|&b| b != u64::MAX))?;
+        }
+        None => {
+            remove_tree(&parent)?;
+            parent.create()?;
+        }
+    }
+    let set_up_epoch = epoch_now();
     let result = (|| -> Result<ArmResult> {
         // The cpu controller only where it is the point: enabling it changes scheduling (the
         // children become separate fair-share entities) even at default weights.
-        if s.cpu_controller || *arm == Arm::Policy(Policy::CpuWeight) {
+        if systemd.is_some() {
+            // systemd enabled memory below the slices; the limit is the slice's MemoryMax.
+        } else if s.cpu_controller || *arm == Arm::Policy(Policy::CpuWeight) {
             parent.enable_controllers(&["memory", "cpu"])?;
         } else {
             parent.enable_controllers(&["memory"])?;
         }
-        if parent_max != u64::MAX {
+        if parent_max != u64::MAX && systemd.is_none() {
             parent.set_limit("memory.max", Limit::Bytes(parent_max))?;
         }
         let mut cgroups = Vec::new();
-        let mut static_writes = Vec::new();
         let mut oom_score_adj = vec![None; tasks.len()];
         for (i, (name, tier, trace)) in tasks.iter().enumerate() {
-            let cg = parent.child(name);
+            let cg = match systemd {
+                Some(_) => crate::systemd_oomd::tier_cgroup(*tier).child(name),
+                None => parent.child(name),
+            };
             cg.create()?;
             match arm {
                 Arm::Policy(Policy::StaticMax) => {
@@ -437,6 +457,10 @@ fn run_arm(
             }
             None => Vec::new(),
         };
+        let systemd_kills = match (&systemd, &outcome) {
+            (Some(_), Ok(o)) => crate::systemd_oomd::kills_since(set_up_epoch, o.0)?,
+            _ => Vec::new(),
+        };
         let (decisions, knobs_restored, daemon_cpu_s) = match daemon {
             Some(d) => {
                 let (log, stopped_ok, cpu_s) = d.stop()?;
@@ -463,6 +487,7 @@ fn run_arm(
                 d
             }))
             .chain(oomd_kills)
+            .chain(systemd_kills)
             .collect();
         Ok(ArmResult {
             scenario: s.name.clone(),
@@ -486,7 +511,10 @@ fn run_arm(
             zswap: s.zswap,
         })
     })();
-    let cleanup = remove_tree(&parent);
+    let cleanup = match systemd {
+        Some(_) => crate::systemd_oomd::tear_down(),
+        None => remove_tree(&parent),
+    };
     let r = result?;
     cleanup?;
     Ok(r)

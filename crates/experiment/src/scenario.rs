@@ -43,6 +43,10 @@ pub enum Policy {
     /// Meta's oomd (the Debian package) with the scenario's ruleset: a userspace killer that
     /// kills from the low tier when the protected tier's memory pressure rises (see oomd.rs).
     Oomd,
+    /// systemd's systemd-oomd (the Debian package) on a systemd host: the tiers are slices,
+    /// the low slice has `ManagedOOMMemoryPressure=kill` (see systemd_oomd.rs). Its scenarios
+    /// boot their guests with systemd as PID 1, every arm alike.
+    SystemdOomd,
 }
 
 impl Policy {
@@ -58,6 +62,7 @@ impl Policy {
             Policy::CpuWeight => "cpu-weight",
             Policy::KubeMemoryqos => "kube-memoryqos",
             Policy::Oomd => "oomd",
+            Policy::SystemdOomd => "systemd-oomd",
         }
     }
 }
@@ -131,6 +136,9 @@ pub struct Scenario {
     /// oomd ruleset (JSON) text for the oomd arm; its placeholders are filled by the runner.
     #[serde(default)]
     pub oomd_config: Option<String>,
+    /// The systemd-oomd arm's settings (`[systemd_oomd]`).
+    #[serde(default)]
+    pub systemd_oomd: Option<crate::systemd_oomd::Settings>,
     /// Enable the cpu controller for the task cgroups in every arm (so arms differ only in
     /// what they set), for scenarios whose memqos config sets `cpu_weight`. Otherwise only the
     /// cpu-weight arm enables it.
@@ -176,6 +184,7 @@ struct RawScenario {
     static_high: Option<ByteSize>,
     memqos_config: Option<PathBuf>,
     oomd_config: Option<PathBuf>,
+    systemd_oomd: Option<RawSystemdOomd>,
     #[serde(default)]
     cpu_controller: bool,
     #[serde(default = "yes")]
@@ -193,6 +202,13 @@ struct RawScenario {
     variant: Vec<RawVariant>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSystemdOomd {
+    memory_pressure_limit_percent: f64,
+    memory_pressure_duration_s: u64,
+}
+
 fn yes() -> bool {
     true
 }
@@ -207,6 +223,11 @@ struct RawVariant {
 }
 
 impl Scenario {
+    /// The guests of this scenario boot systemd as PID 1 (the systemd-oomd arm needs it).
+    pub fn boots_systemd(&self) -> bool {
+        self.policies.contains(&Policy::SystemdOomd)
+    }
+
     pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
         let err = |message: String| ScenarioError { file: file.display().to_string(), message };
         let text = std::fs::read_to_string(file).map_err(|e| err(format!("cannot read: {e}")))?;
@@ -238,7 +259,7 @@ impl Scenario {
         }
         if raw.policies.is_empty() {
             return Err(err(
-                "policies: list at least one of none, static-max, static-high, memqos, cpu-weight, kube-memoryqos, oomd"
+                "policies: list at least one of none, static-max, static-high, memqos, cpu-weight, kube-memoryqos, oomd, systemd-oomd"
                     .into(),
             ));
         }
@@ -264,6 +285,37 @@ impl Scenario {
             (None, true) => return Err(err("oomd_config: required when policies include oomd (the ruleset)".into())),
             (None, false) => None,
         };
+        let systemd_oomd = match (raw.systemd_oomd, raw.policies.contains(&Policy::SystemdOomd)) {
+            (Some(r), _) => {
+                let settings = crate::systemd_oomd::Settings {
+                    memory_pressure_limit_percent: r.memory_pressure_limit_percent,
+                    memory_pressure_duration_s: r.memory_pressure_duration_s,
+                };
+                settings.validate().map_err(|m| err(format!("systemd_oomd.{m}")))?;
+                Some(settings)
+            }
+            (None, true) => {
+                return Err(err(
+                    "[systemd_oomd]: required when policies include systemd-oomd (memory_pressure_limit_percent, memory_pressure_duration_s)"
+                        .into(),
+                ))
+            }
+            (None, false) => None,
+        };
+        if systemd_oomd.is_some() && raw.policies.contains(&Policy::SystemdOomd) {
+            // Its guests boot systemd as PID 1, which the harness sets up without swap or the
+            // cpu controller for the tiers.
+            if raw.swap_mb.is_some() {
+                return Err(
+                    err("swap_mb: not with the systemd-oomd arm (its systemd guests have no swap disk)".into()),
+                );
+            }
+            if raw.cpu_controller {
+                return Err(err(
+                    "cpu_controller: not with the systemd-oomd arm (its tier slices get memory only)".into()
+                ));
+            }
+        }
         if raw.workload == Workload::StressNg {
             if raw.stress_args.is_empty() {
                 return Err(err(
@@ -319,6 +371,7 @@ impl Scenario {
             static_high: raw.static_high.map(|b| b.0),
             memqos_config,
             oomd_config,
+            systemd_oomd,
             cpu_controller: raw.cpu_controller,
             solo: raw.solo,
             guest_memory_mb: raw.guest_memory_mb,

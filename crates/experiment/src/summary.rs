@@ -57,7 +57,7 @@ pub struct ArmSummary {
     /// Tasks killed for memory (by the kernel's OOM killer or a userspace one), summed over runs.
     #[serde(default)]
     pub task_kills: u64,
-    /// Of those, the tasks a userspace killer (oomd) SIGKILLed.
+    /// Of those, the tasks a userspace killer (oomd, systemd-oomd) SIGKILLed.
     #[serde(default)]
     pub userspace_kills: u64,
     /// stress-ng scenarios (the RFC cover letter's demo): each side's bogo-ops/s, and per-run
@@ -308,6 +308,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             "cpu-weight" => 14,
             "kube-memoryqos" => 15,
             "oomd" => 16,
+            "systemd-oomd" => 17,
             _ => 0,
         };
         arms.sort_by_key(|a| (rank(&a.arm), a.arm.clone()));
@@ -435,27 +436,28 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                 );
             }
         }
-        // Issue 16: against oomd, the peer a user would run instead, in the same runs.
-        if let Some(o) = arm("oomd") {
+        // Issue 16: against the userspace OOM killers a user would run instead, in the same runs.
+        for peer in ["oomd", "systemd-oomd"] {
+            let Some(o) = arm(peer) else { continue };
             let within = |mine: &Option<Estimate>, theirs: &Option<Estimate>| match (mine, theirs) {
                 (Some(m), Some(t)) => m.median <= t.ci_high,
                 _ => false,
             };
             push(
-                "vs oomd: high completion vs solo same or better (memqos median ≤ oomd's interval)",
-                format!("memqos {} vs oomd {}", ratio(&m.high_wall_vs_solo), ratio(&o.high_wall_vs_solo)),
+                &format!("vs {peer}: high completion vs solo same or better (memqos median ≤ {peer}'s interval)"),
+                format!("memqos {} vs {peer} {}", ratio(&m.high_wall_vs_solo), ratio(&o.high_wall_vs_solo)),
                 within(&m.high_wall_vs_solo, &o.high_wall_vs_solo),
             );
             push(
-                "vs oomd: high P95 vs solo same or better (memqos median ≤ oomd's interval)",
-                format!("memqos {} vs oomd {}", ratio(&m.high_p95_vs_solo), ratio(&o.high_p95_vs_solo)),
+                &format!("vs {peer}: high P95 vs solo same or better (memqos median ≤ {peer}'s interval)"),
+                format!("memqos {} vs {peer} {}", ratio(&m.high_p95_vs_solo), ratio(&o.high_p95_vs_solo)),
                 within(&m.high_p95_vs_solo, &o.high_p95_vs_solo),
             );
             if o.task_kills > 0 {
                 push(
-                    "vs oomd: every low task finishes where oomd kills",
+                    &format!("vs {peer}: every low task finishes where {peer} kills"),
                     format!(
-                        "memqos: {} of {} lows finished; oomd: {} kills ({} by oomd), {} of {} lows finished",
+                        "memqos: {} of {} lows finished; {peer}: {} kills ({} by {peer}), {} of {} lows finished",
                         m.low_finished, m.low_started, o.task_kills, o.userspace_kills, o.low_finished, o.low_started
                     ),
                     m.low_finished == m.low_started,
@@ -627,7 +629,7 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
     let _ = writeln!(s, "\n## Kills, the clairvoyant bound, and the priority trade-off\n");
     let _ = writeln!(
         s,
-        "Kills: tasks killed for memory, summed over runs: by the kernel's OOM killer, or by oomd (in parentheses). Bound: the fewest kills any policy could achieve on the same \
+        "Kills: tasks killed for memory, summed over runs: by the kernel's OOM killer, or by the arm's userspace killer, oomd or systemd-oomd (in parentheses). Bound: the fewest kills any policy could achieve on the same \
          traces and limit if it could pause any low task at any instant but never take back memory a task holds \
          (docs/experiments.md, \"Kill avoidability\"), summed over runs; \"exact\" where a schedule with that many kills \
          exists, else a lower bound. Avoidable: kills above the bound (per run, summed). Park by: the latest moment, as a \
@@ -664,7 +666,7 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
                 a.arm,
                 a.runs,
                 if a.userspace_kills > 0 {
-                    format!("{} ({} by oomd)", a.task_kills, a.userspace_kills)
+                    format!("{} ({} by {})", a.task_kills, a.userspace_kills, a.arm)
                 } else {
                     a.task_kills.to_string()
                 },
@@ -764,6 +766,18 @@ mod tests {
         // Without traces there is no bound, and the report says so rather than guessing.
         let m = summarize(&rs)[0].arms.iter().find(|a| a.arm == "memqos").cloned().unwrap();
         assert_eq!((m.kill_bound, m.avoidable_kills), (None, None));
+        // The same traces and limit with a swap disk: the swapless model does not apply, even
+        // with a swapless run of them beside it in the same results.
+        let mut swapped = rs.clone();
+        for r in &mut swapped {
+            r.scenario = "oom-swap".into();
+            r.swap_mb = Some(1024);
+        }
+        let all: Vec<ArmResult> = rs.iter().cloned().chain(swapped).collect();
+        let bounds = KillBounds::compute(&all, &traces).unwrap();
+        let swap_memqos = all.iter().find(|r| r.scenario == "oom-swap" && r.arm == "memqos").unwrap();
+        assert!(bounds.for_run(swap_memqos).is_none());
+        assert!(bounds.for_run(&rs[1]).is_some());
     }
 
     #[test]

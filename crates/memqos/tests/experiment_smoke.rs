@@ -3,7 +3,8 @@
 //! (guests, replays, the daemon). It asserts what must hold in every run, not timings: every
 //! arm produced a result, a static partition too small for the protected trace OOM-kills it
 //! (and the replay reports it), memqos let no task be OOM-killed and every low task finish,
-//! the daemon left nothing throttled, and oomd (issue 16's peer arm) killed only low tasks. The full suite with N = 5 is scripts/experiments.sh.
+//! the daemon left nothing throttled, and oomd and systemd-oomd (issue 16's peer arms;
+//! systemd-oomd makes the guests boot systemd) killed only low tasks. The full suite with N = 5 is scripts/experiments.sh.
 
 use memqos_experiment::runner::ArmResult;
 use memqos_replay::Outcome;
@@ -32,7 +33,17 @@ fn oom_scenario_one_run_per_kernel() {
         arms.sort();
         assert_eq!(
             arms,
-            ["kube-memoryqos", "memqos", "none", "oomd", "solo:high", "solo:low1", "static-high", "static-max"],
+            [
+                "kube-memoryqos",
+                "memqos",
+                "none",
+                "oomd",
+                "solo:high",
+                "solo:low1",
+                "static-high",
+                "static-max",
+                "systemd-oomd"
+            ],
             "{}",
             dir.display()
         );
@@ -45,13 +56,22 @@ fn oom_scenario_one_run_per_kernel() {
         // oomd ran (the runner fails the arm if it exited early) and its ruleset kills from
         // the low tier only: every kill it logged names a low cgroup, and every task it
         // SIGKILLed is a low one.
-        let oomd = results.iter().find(|r| r.arm == "oomd").unwrap();
-        for d in oomd.decisions.iter().filter(|d| d.file == "kill") {
-            assert!(d.cgroup.starts_with("low"), "{}: oomd killed {}: {}", dir.display(), d.cgroup, d.reason);
+        // The same for systemd-oomd, which watches only the low tier's slice: its slices were
+        // set up as written (the parent's MemoryMax, the low slice's ManagedOOM settings).
+        for peer in ["oomd", "systemd-oomd"] {
+            let r = results.iter().find(|r| r.arm == peer).unwrap();
+            for d in r.decisions.iter().filter(|d| d.file == "kill") {
+                assert!(d.cgroup.starts_with("low"), "{}: {peer} killed {}: {}", dir.display(), d.cgroup, d.reason);
+            }
+            for t in r.tasks.iter().filter(|t| matches!(t.outcome, Outcome::Killed { signal: 9 })) {
+                assert!(t.name.starts_with("low"), "{}: {peer} arm: {} was SIGKILLed", dir.display(), t.name);
+            }
         }
-        for t in oomd.tasks.iter().filter(|t| matches!(t.outcome, Outcome::Killed { signal: 9 })) {
-            assert!(t.name.starts_with("low"), "{}: oomd arm: {} was SIGKILLed", dir.display(), t.name);
-        }
+        let sd = results.iter().find(|r| r.arm == "systemd-oomd").unwrap();
+        let unit =
+            |file: &str| sd.decisions.iter().find(|d| d.file == file).map(|d| (d.cgroup.as_str(), d.value.as_str()));
+        assert_eq!(unit("MemoryMax"), Some(("memqosexp.slice", "1153433600")), "{}", dir.display());
+        assert_eq!(unit("ManagedOOMMemoryPressure"), Some(("memqosexp-low.slice", "kill")), "{}", dir.display());
         assert_eq!(memqos.knobs_restored, Some(true), "{}: the daemon left knobs changed", dir.display());
         // The replay's OOM path on a real kernel: under static-max each child gets 1100/3 =
         // 366 MiB, below the protected trace's peak (321 MB + 100 MiB baseline), so the kernel
