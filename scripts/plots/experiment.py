@@ -3,7 +3,7 @@
 
 For each scenario / variant / kernel: the protected task's allocation-latency CDF per arm,
 completion times per arm, and memory timelines of one run per policy with the daemon's
-knob writes and oomd's kills marked. stress-ng scenarios (the RFC demo) get a throughput plot
+knob writes and the userspace killers' (oomd, systemd-oomd) kills marked. stress-ng scenarios (the RFC demo) get a throughput plot
 (each side's bogo-ops/s per arm and run) instead of the latency and completion plots. Run by `memqos experiment` (or by hand: /usr/bin/python3 THIS OUT).
 """
 import glob
@@ -17,10 +17,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ARM_ORDER = ["solo:high", "none", "static-max", "static-high", "memqos", "cpu-weight", "kube-memoryqos", "oomd"]
+ARM_ORDER = ["solo:high", "none", "static-max", "static-high", "memqos", "cpu-weight", "kube-memoryqos", "oomd",
+             "systemd-oomd"]
 COLORS = {"solo:high": "#555555", "none": "#d62728", "static-max": "#ff7f0e",
           "static-high": "#9467bd", "memqos": "#2ca02c", "cpu-weight": "#1f77b4", "kube-memoryqos": "#8c564b",
-          "oomd": "#e377c2"}
+          "oomd": "#e377c2", "systemd-oomd": "#17becf"}
 UNLIMITED = 2**64 - 1
 
 
@@ -115,12 +116,12 @@ def timelines(key, runs, path):
             if d["file"] == "memory.high":
                 ax.axvline(d["t_s"], color="#2ca02c", lw=0.4, alpha=0.5)
             elif d["file"] == "kill":
-                ax.axvline(d["t_s"], color="#e377c2", lw=1.2, label=f"oomd kills {d['cgroup']}")
+                ax.axvline(d["t_s"], color="#e377c2", lw=1.2, label=f"{arm} kills {d['cgroup']}")
         kills = [tk["name"] for tk in r["tasks"] if tk["outcome"]["kind"] == "oom_killed"]
         title = f"{arm} (run {r['run']})" + (f": OOM-killed {', '.join(kills)}" if kills else "")
-        if arm == "oomd":
-            by_oomd = [tk["name"] for tk in r["tasks"] if tk["outcome"] == {"kind": "killed", "signal": 9}]
-            title += f"; killed by oomd: {', '.join(by_oomd) or 'none'}"
+        if arm in ("oomd", "systemd-oomd"):
+            by_killer = [tk["name"] for tk in r["tasks"] if tk["outcome"] == {"kind": "killed", "signal": 9}]
+            title += f"; killed by {arm}: {', '.join(by_killer) or 'none'}"
         elif r["decisions"]:
             title += f"; {len(r['decisions'])} daemon writes (green lines: memory.high writes)"
         ax.set_title(title, fontsize=8)
