@@ -6,8 +6,8 @@
 # per kernel), 5 runs, on the 7.x and 6.12 kernels, in QEMU guests. The agent-host
 # experiment has its own command: `bash scripts/experiments.sh agent-host` runs it (both
 # kernels, 5 runs, ~25 min each) into docs/agent-host/. The oomd arm (oom, contention, rfc-demo) needs the Debian package
-# oomd, which install-deps.sh installs; the systemd-oomd arm (oom, contention) boots those
-# scenarios' guests with systemd and unpacks Debian's systemd-oomd, which install-deps.sh downloads. A long series can be run in chunks that add to its
+# oomd, which install-deps.sh installs; the systemd-oomd arm (oom-systemd, contention-systemd)
+# boots those scenarios' guests with systemd and unpacks Debian's systemd-oomd, which install-deps.sh downloads. A long series can be run in chunks that add to its
 # results: `oom --runs 2 --kernel 7`, then `oom --runs 3 --first-run 3 --kernel 7`.
 # About 4 h of guest time on a 2-core TCG host (measured 2026-11-22: ~45 min per kernel
 # without sweep-tight; sweep-tight alone took ~10 min per run on 2026-11-23; the swap repeats
