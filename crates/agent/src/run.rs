@@ -36,6 +36,10 @@ pub struct Request {
     /// `--expect`: the peak the call (or the runtime) declares, as the cgroup's
     /// `user.memqos.expected_peak`: a protected tier reserves that room from the start.
     pub expect: Option<String>,
+    /// `--workload`: the workload the call (or the runtime) runs, as the cgroup's
+    /// `user.memqos.workload`: a `learn_peak` tier records its peak under that key and
+    /// reserves the learned peak for the next cgroup with the same key.
+    pub workload: Option<String>,
     /// `--json`: the call's report as one JSON line on stderr.
     pub json: bool,
     /// `--stats`: a one-line summary on stderr.
@@ -88,6 +92,9 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         .as_deref()
         .map(|m| memqos_policy::size::parse_size(m).map_err(|e| SetupError::Usage(format!("--expect: {e}"))))
         .transpose()?;
+    if let Some(key) = req.workload.as_deref() {
+        memqos_policy::check_workload_key(key).map_err(|e| SetupError::Usage(format!("--workload: {e}")))?;
+    }
     let max = req
         .max
         .as_deref()
@@ -134,7 +141,14 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         events_log: config.as_ref().map(|c| c.1.state_dir.join("events.jsonl")),
     };
     if let Some(cfg) = &config {
-        call.check_tier(cfg.0.as_path(), &cfg.1, expect.is_some());
+        call.check_tier(cfg.0.as_path(), &cfg.1, expect.is_some(), req.workload.is_some());
+    }
+    if let Some(key) = &req.workload {
+        // Set before the command runs, so its whole lifetime is learned under this key.
+        if let Err(e) = call.cg.set_xattr(memqos_policy::WORKLOAD_XATTR, key) {
+            call.remove();
+            return Err(e.into());
+        }
     }
     if let Some(bytes) = expect {
         // A declaration the daemon reads on its next full sample; set before the command runs.
@@ -183,9 +197,16 @@ impl Call {
     /// Warns when the daemon config would place the call in another tier than asked for:
     /// the call still runs, but the operator should know its globs do not match. Also when
     /// `--expect` declares a peak in a tier that does not protect (only those reserve room).
-    fn check_tier(&self, file: &Path, cfg: &Config, declares: bool) {
+    /// Likewise when `--workload` names a workload in a tier that does not learn peaks.
+    fn check_tier(&self, file: &Path, cfg: &Config, declares: bool, names_workload: bool) {
         let rel = self.cg.path().strip_prefix(&self.root).unwrap_or(self.cg.path()).display().to_string();
         let tier = cfg.tiers.classify(&rel).and_then(|i| cfg.tiers.get(i));
+        if names_workload && tier.is_none_or(|t| !t.learn_peak) {
+            eprintln!(
+                "memqos run: warning: --workload names the workload of {rel}, but its tier in {} does not set learn_peak: its peak is neither learned nor reserved",
+                file.display()
+            );
+        }
         if declares && tier.is_none_or(|t| t.protect == memqos_policy::config::Protect::None) {
             eprintln!(
                 "memqos run: warning: --expect declares a peak for {rel}, but its tier in {} does not protect: only protected tiers reserve room for a declared peak",
@@ -279,5 +300,31 @@ fn exec_here(command: &[OsString]) -> u8 {
         127
     } else {
         126
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_workload_key_is_a_usage_error_before_anything_is_made() {
+        let req = |key: &str| Request {
+            workload: Some(key.into()),
+            root: Some("/nonexistent/memqos-root".into()),
+            command: vec!["true".into()],
+            ..Request::default()
+        };
+        for (key, says) in
+            [("", "must not be empty"), ("a\nb", "control character"), (&"x".repeat(257), "longer than 256")]
+        {
+            match prepare(&req(key)) {
+                Err(SetupError::Usage(m)) => assert!(m.starts_with("--workload: ") && m.contains(says), "{key:?}: {m}"),
+                Err(e) => panic!("{key:?}: not a usage error: {e}"),
+                Ok(_) => panic!("{key:?} accepted"),
+            }
+        }
+        // A good key gets past the check (and fails later, on the missing root).
+        assert!(!matches!(prepare(&req("cargo test")), Err(SetupError::Usage(_))));
     }
 }

@@ -187,6 +187,20 @@ impl Cgroup {
         std::str::from_utf8(&buf[..n]).ok().map(|v| v.trim().to_owned())
     }
 
+    /// The value of the extended attribute `name` as stored (not trimmed): `Ok(None)` when it
+    /// is not set, an `ERANGE` error when it is longer than `max` bytes.
+    pub fn xattr_bytes(&self, name: &str, max: usize) -> io::Result<Option<Vec<u8>>> {
+        let mut buf = vec![0u8; max];
+        match self.getxattr(name, &mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                Ok(Some(buf))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENODATA) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// getxattr(2) of `name` on the cgroup's directory into `buf`: the value's length.
     fn getxattr(&self, name: &str, buf: &mut [u8]) -> io::Result<usize> {
         use std::os::unix::ffi::OsStrExt;
@@ -340,6 +354,10 @@ mod tests {
         assert_eq!(Cgroup::new(dir.join("b")).xattr_value("user.memqos.expected_peak").as_deref(), Some("512M"));
         assert_eq!(Cgroup::new(dir.join("a")).xattr_value("user.memqos.expected_peak").as_deref(), Some(""));
         assert!(Cgroup::new(dir.join("gone")).set_xattr("user.memqos.expected_peak", "1G").is_err());
+        let b = Cgroup::new(dir.join("b"));
+        assert_eq!(b.xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(), Some(&b" 512M\n"[..]));
+        assert_eq!(b.xattr_bytes("user.memqos.expected_peak", 3).unwrap_err().raw_os_error(), Some(libc::ERANGE));
+        assert_eq!(b.xattr_bytes("user.memqos.workload", 64).unwrap(), None);
         assert_eq!(Cgroup::new(dir.join("gone")).xattr_value("user.oomd_omit"), None);
         assert!(Cgroup::new(dir.join("a")).xattr_flag("user.oomd_omit"));
         assert!(!Cgroup::new(dir.join("b")).xattr_flag("user.oomd_omit"), "\"0\" means unset");

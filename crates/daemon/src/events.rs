@@ -57,6 +57,12 @@ pub enum Event {
     /// A protected cgroup's memory.low/min is capped by an ancestor without protection
     /// (`protection_check`): reclaim from outside that ancestor ignores it.
     ProtectionVoid(crate::protection_check::Finding),
+    /// A `learn_peak` cgroup ended (emptied or removed): its lifetime peak was recorded
+    /// under its workload key, which now has `lifetimes` recorded (at most 5).
+    PeakRecorded { cgroup: String, workload: String, peak_bytes: u64, lifetimes: usize },
+    /// A `learn_peak` cgroup without a declaration got its expected peak from its workload's
+    /// history (once per cgroup): `expected_bytes` is the learned peak plus 10%.
+    PeakLearned { cgroup: String, learned: memqos_policy::LearnedPeak, expected_bytes: u64 },
     /// The daemon stopped and restored what it wrote.
     Stopped { restored: usize, vanished: usize, failed: Vec<String>, error: Option<String> },
 }

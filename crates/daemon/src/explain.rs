@@ -272,9 +272,18 @@ fn reasons(
             ),
             Some(_) | None => "; that time has passed, so it goes up at the next allowed write".into(),
         };
-        if let Some(Reason::Reservation { by, .. }) = last("memory.high").and_then(|d| d.reason.as_ref()) {
+        if let Some(Reason::Reservation { by, learned, .. }) = last("memory.high").and_then(|d| d.reason.as_ref()) {
+            let source = match learned {
+                Some(l) => format!(
+                    "expected peak, learned from {} recorded lifetime(s) of its workload {:?} (largest peak {} + 10%; learn_peak, user.memqos.workload)",
+                    l.lifetimes,
+                    l.workload,
+                    memqos_policy::size::human(l.peak_bytes)
+                ),
+                None => "declared expected peak (expected_peak, or its user.memqos.expected_peak xattr)".into(),
+            };
             release.push(format!(
-                "room is reserved for {by}'s declared expected peak (expected_peak, or its user.memqos.expected_peak xattr): this cap rises as that room frees (a sibling leaves) and is released once {by} is empty or gone"
+                "room is reserved for {by}'s {source}: this cap rises as that room frees (a sibling leaves) and is released once {by} is empty or gone"
             ));
         }
         release.push(format!(

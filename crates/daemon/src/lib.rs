@@ -22,7 +22,9 @@ mod dirty;
 pub mod events;
 pub mod explain;
 mod fast_read;
+pub mod history;
 pub mod journal;
+mod learn;
 pub mod lock;
 pub mod metrics;
 mod observe;
@@ -284,6 +286,9 @@ fn run_loop(
     let mut last_full: Option<Instant> = None;
     let fast_root = beneath::Root::open(root.path())?;
     let hierarchy_root = root.is_hierarchy_root();
+    // learn_peak: loaded whether or not a tier learns now, so a reload that turns it on
+    // finds what earlier runs learned. The file is not written in a dry run.
+    let mut learner = learn::Learner::open(cfg.history_path(state_dir), !opts.dry_run, &mut |e| act.emit(e));
     while !SHUTDOWN.load(Ordering::SeqCst) {
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
@@ -306,6 +311,7 @@ fn run_loop(
                             act.emit(Event::BpfSource { hooks: bpf.clone() });
                         }
                     }
+                    learner.set_file(cfg.history_path(state_dir), &mut |e| act.emit(e));
                     sampler.reclassify();
                     sampler.set_backend(stats_backend(opts.stats_backend, cfg));
                     interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
@@ -397,6 +403,9 @@ fn run_loop(
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, mut seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
+        if cfg.learns_peaks() {
+            learner.observe(cfg, root.path(), &mut obs, &sampler.workloads, epoch_s(), &mut |e| act.emit(e));
+        }
         if let Some((backend, why_not_bpf)) = sampler.backend_report.take() {
             act.emit(Event::StatsBackend { backend: backend.to_owned(), why_not_bpf });
         }
@@ -516,7 +525,13 @@ fn run_loop(
         // Logged after the next tick's writes (the log costs time on the reaction path).
         woke_ns = mono_ns();
     }
+    learner.finish(root.path(), epoch_s(), &mut |e| act.emit(e));
     Ok(())
+}
+
+/// Wall-clock seconds, for the history's last-seen times.
+fn epoch_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// A cgroup made since the last sample (or whose first process just joined) whose tier sets

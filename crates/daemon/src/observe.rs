@@ -5,7 +5,9 @@ use crate::fast_read::{out_of_descriptors, FastFile, FastReader};
 use crate::journal::Journal;
 use anyhow::{anyhow, Context};
 use memqos_cgroupfs::{Cgroup, MemoryEvents};
-use memqos_policy::{CgroupObs, Config, Knobs, Limit, Observation, ParentObs, TierIndex, EXPECTED_PEAK_XATTR};
+use memqos_policy::{
+    CgroupObs, Config, Knobs, Limit, Observation, ParentObs, TierIndex, EXPECTED_PEAK_XATTR, WORKLOAD_XATTR,
+};
 use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -40,6 +42,11 @@ pub struct Sampler {
     /// Cgroups whose `user.memqos.expected_peak` did not parse, with the value (said once
     /// per value).
     bad_declarations: HashMap<u64, String>,
+    /// The same for `user.memqos.workload` keys that are not valid.
+    bad_workloads: HashMap<u64, String>,
+    /// The valid workload keys of the last full sample's cgroups of `learn_peak` tiers, by
+    /// cgroup id (for `learn::Learner`).
+    pub workloads: HashMap<u64, String>,
 }
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
@@ -162,6 +169,42 @@ fn declaration(
     }
 }
 
+/// A cgroup's workload key ([`WORKLOAD_XATTR`]), read on every full sample like
+/// declarations. A key that is not valid (`check_workload_key`, or longer than can be read)
+/// is ignored with one `degraded` line per cgroup and value.
+fn workload(
+    bad: &mut HashMap<u64, String>,
+    notes: &mut Vec<String>,
+    cg: &Cgroup,
+    id: u64,
+    rel: &str,
+) -> Option<String> {
+    // Read past the bound so an overlong key is reported rather than silently unset.
+    let read = cg.xattr_bytes(WORKLOAD_XATTR, 4 * memqos_policy::obs::MAX_WORKLOAD_KEY);
+    let (shown, why) = match read {
+        Ok(None) => return None,
+        Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
+            ("(overlong)".to_owned(), "longer than 1024 bytes".to_owned())
+        }
+        Err(_) => return None, // gone, or no xattrs here: nothing declared
+        Ok(Some(bytes)) => match String::from_utf8(bytes) {
+            Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), "not UTF-8".to_owned()),
+            Ok(v) => {
+                let key = v.trim();
+                match memqos_policy::check_workload_key(key) {
+                    Ok(()) => return Some(key.to_owned()),
+                    Err(e) => (v.clone(), e),
+                }
+            }
+        },
+    };
+    if bad.get(&id) != Some(&shown) {
+        notes.push(format!("{rel}: {WORKLOAD_XATTR} = {shown:?} ignored: {why}"));
+        bad.insert(id, shown);
+    }
+    None
+}
+
 /// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
 fn classify(cfg: &Config, root: &Path, rel: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
@@ -190,6 +233,8 @@ impl Sampler {
             last_parent: ParentObs::default(),
             fast: FastReader::default(),
             bad_declarations: HashMap::new(),
+            bad_workloads: HashMap::new(),
+            workloads: HashMap::new(),
         }
     }
 
@@ -384,6 +429,7 @@ impl Sampler {
         let mut cgroups = Vec::new();
         let mut seen = Vec::new();
         let mut alive = HashSet::new();
+        let mut workloads = HashMap::new();
         for (i, c) in snap.cgroups.iter().enumerate().skip(1) {
             // Pre-order: a leaf is followed by a cgroup no deeper than itself (or nothing).
             let leaf = snap.cgroups.get(i + 1).is_none_or(|next| next.depth <= c.depth);
@@ -411,6 +457,11 @@ impl Sampler {
                 let cg = Cgroup::new(root.path().join(&c.path));
                 obs.populated = cg.is_populated().ok();
                 obs.expected_peak_bytes = declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
+                if cfg.tiers.get(tier).is_some_and(|t| t.learn_peak) {
+                    if let Some(key) = workload(&mut self.bad_workloads, &mut self.notes, &cg, c.id, &c.path) {
+                        workloads.insert(c.id, key);
+                    }
+                }
             }
             let tier_name = cfg.tiers.get(tier).map(|t| t.name.clone()).unwrap_or_default();
             seen.push(Seen { tier: tier_name, ..s });
@@ -420,6 +471,8 @@ impl Sampler {
         self.prev_events.retain(|k, _| alive.contains(k));
         self.prev_psi_total.retain(|k, _| alive.contains(k));
         self.bad_declarations.retain(|k, _| alive.contains(k));
+        self.bad_workloads.retain(|k, _| alive.contains(k));
+        self.workloads = workloads;
         let present: HashSet<u64> = snap.cgroups.iter().map(|c| c.id).collect();
         self.tiers.retain(|k, _| present.contains(k));
         self.fast.retain(&alive);

@@ -534,3 +534,151 @@ fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named()
     assert_eq!(bad.len(), 1, "said once: {bad:?}");
     assert!(bad[0].starts_with("high2: user.memqos.expected_peak = \"lots\" ignored"), "{}", bad[0]);
 }
+
+/// The fake with a learning critical tier, a history file of its own and no calm path (so
+/// every sample is a full one): the history file's path.
+fn learning(f: &Fake) -> PathBuf {
+    let file = f.base.join("history.json");
+    f.set("history_file", file.to_str().unwrap());
+    f.set("tier.0.learn_peak", true);
+    f.set("signals.calm_interval_ms", 0);
+    file
+}
+
+/// A new protected cgroup `name` with workload `key`, made aside and moved in whole, so the
+/// daemon never sees it without its xattrs.
+fn arrive(f: &Fake, name: &str, current: u64, xattrs: &[(&str, &str)]) {
+    let staged = f.base.join(format!("staged-{name}"));
+    write_cgroup(&staged, current, "max");
+    for (n, v) in xattrs {
+        set_xattr(&staged, n, v);
+    }
+    std::fs::rename(&staged, f.root.join(name)).unwrap();
+}
+
+fn reservations(f: &Fake, cg: &str) -> Vec<memqos_policy::Reason> {
+    f.events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Write(w) if w.cgroup == cg && w.file == "memory.high" => w.reason,
+            _ => None,
+        })
+        .filter(|r| matches!(r, memqos_policy::Reason::Reservation { .. }))
+        .collect()
+}
+
+#[test]
+fn a_learned_peak_is_recorded_when_its_cgroup_ends_and_reserved_for_the_next_with_its_key() {
+    // `high` (key job-k) peaks at 300M and is removed: history holds job-k = [300M]. `high2`
+    // with the same key and no declaration then expects 300M + 10% = 330M, reserved as 336M
+    // (ws_granularity): low1's budget is (512 - 64) - (70 - 20) - (336 - 50) = 112M.
+    let f = fake("learn", 170 * MIB);
+    let file = learning(&f);
+    std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
+    std::fs::write(f.root.join("high/memory.peak"), format!("{}\n", 300 * MIB)).unwrap();
+    set_xattr(&f.root.join("high"), "user.memqos.workload", "job-k");
+    let opts = f.options(6.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("high protected", Duration::from_secs(10), || f.knob("high", "memory.low") != "0");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "nothing learned yet: nothing reserved");
+    std::fs::remove_dir_all(f.root.join("high")).unwrap();
+    poll("history written", Duration::from_secs(10), || {
+        std::fs::read_to_string(&file).is_ok_and(|t| t.contains("job-k"))
+    });
+    let h = memqos_daemon::history::History::from_json(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(h.get("job-k").unwrap().expectation(), Some(300 * MIB), "memory.peak, not memory.current");
+
+    std::fs::write(f.root.join("memory.current"), format!("{}\n", 70 * MIB)).unwrap();
+    arrive(&f, "high2", 50 * MIB, &[("user.memqos.workload", "job-k")]);
+    poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
+    daemon.join().unwrap().expect("daemon run");
+    let why = reservations(&f, "low1");
+    let learned = memqos_policy::LearnedPeak { workload: "job-k".into(), lifetimes: 1, peak_bytes: 300 * MIB };
+    assert!(
+        matches!(&why[0], memqos_policy::Reason::Reservation { by, declared_bytes, learned: Some(l), .. }
+            if by == "high2" && *declared_bytes == 330 * MIB && *l == learned),
+        "{why:?}"
+    );
+    assert!(why[0].to_string().contains("learned from 1 lifetime(s) of workload \"job-k\""), "{}", why[0]);
+    let evs = f.events();
+    assert!(evs.iter().any(|e| matches!(e, Event::PeakRecorded { cgroup, workload, peak_bytes, lifetimes: 1 }
+        if cgroup == "high" && workload == "job-k" && *peak_bytes == 300 * MIB)));
+    let said: Vec<&Event> = evs.iter().filter(|e| matches!(e, Event::PeakLearned { .. })).collect();
+    assert_eq!(said.len(), 1, "said once per cgroup: {said:?}");
+    assert!(
+        matches!(said[0], Event::PeakLearned { cgroup, expected_bytes, .. } if cgroup == "high2" && *expected_bytes == 330 * MIB)
+    );
+}
+
+#[test]
+fn a_declared_peak_wins_over_history_and_a_bad_key_is_named_once() {
+    // The history says job-k peaked at 300M; `high` has that key but declares 400M: the
+    // reservation is the declaration's (low1 at 48M, as without history).
+    let f = fake("learn-declared", 170 * MIB);
+    let file = learning(&f);
+    std::fs::write(
+        &file,
+        format!("{{\"version\": 1, \"workloads\": {{\"job-k\": {{\"peaks\": [{}], \"last_seen\": 1}}}}}}", 300 * MIB),
+    )
+    .unwrap();
+    std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
+    set_xattr(&f.root.join("high"), "user.memqos.workload", "job-k");
+    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "400M");
+    write_cgroup(&f.root.join("high3"), 0, "max");
+    std::fs::write(f.root.join("high3/cgroup.events"), "populated 0\nfrozen 0\n").unwrap();
+    set_xattr(&f.root.join("high3"), "user.memqos.workload", "bad\tkey");
+    let opts = f.options(2.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    assert_eq!(f.knob("low1", "memory.high"), (48 * MIB).to_string());
+    daemon.join().unwrap().expect("daemon run");
+    let why = reservations(&f, "low1");
+    assert!(
+        matches!(&why[0], memqos_policy::Reason::Reservation { by, declared_bytes, learned: None, .. }
+            if by == "high" && *declared_bytes == 400 * MIB),
+        "{why:?}"
+    );
+    let evs = f.events();
+    assert!(!evs.iter().any(|e| matches!(e, Event::PeakLearned { .. })), "nothing learned applied");
+    let bad: Vec<&String> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Degraded { message } if message.contains("user.memqos.workload") => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(bad.len(), 1, "said once: {bad:?}");
+    assert!(bad[0].starts_with("high3: user.memqos.workload = \"bad\\tkey\" ignored: control character"), "{}", bad[0]);
+}
+
+#[test]
+fn a_malformed_history_file_is_moved_aside_and_the_daemon_learns_afresh() {
+    let f = fake("learn-bad", 170 * MIB);
+    let file = learning(&f);
+    std::fs::write(&file, "{\"version\": 1, \"workloads\": [").unwrap();
+    std::fs::write(f.root.join("high/memory.peak"), format!("{}\n", 200 * MIB)).unwrap();
+    set_xattr(&f.root.join("high"), "user.memqos.workload", "job-k");
+    let opts = f.options(3.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("high protected", Duration::from_secs(10), || f.knob("high", "memory.low") != "0");
+    std::fs::remove_dir_all(f.root.join("high")).unwrap();
+    poll("history written", Duration::from_secs(10), || {
+        std::fs::read_to_string(&file).is_ok_and(|t| t.contains("job-k"))
+    });
+    daemon.join().unwrap().expect("the daemon runs on a malformed history");
+    let bad = f.base.join("history.json.bad");
+    assert_eq!(std::fs::read_to_string(&bad).unwrap(), "{\"version\": 1, \"workloads\": [", "kept for a person");
+    let warned: Vec<String> = f
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Degraded { message } if message.starts_with("history_file ") => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains(file.to_str().unwrap()) && warned[0].contains("moved aside"), "{}", warned[0]);
+    let h = memqos_daemon::history::History::from_json(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(h.get("job-k").unwrap().peaks, [200 * MIB], "only what this run learned");
+}

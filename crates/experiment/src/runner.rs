@@ -13,7 +13,7 @@ use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant, Workload};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use memqos_lab::daemon_process::DaemonProcess;
-use memqos_policy::EXPECTED_PEAK_XATTR;
+use memqos_policy::{EXPECTED_PEAK_XATTR, WORKLOAD_XATTR};
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const PARENT: &str = "/sys/fs/cgroup/memqos-exp";
-const STATE_DIR: &str = "/run/memqos-exp/state";
+pub(crate) const STATE_DIR: &str = "/run/memqos-exp/state";
+/// The memqos arm's learned peaks (`memqos_learns_peak`): beside, not in, STATE_DIR, which is
+/// wiped at each daemon start, so what run 1 learns serves the later runs of the guest boot.
+pub const HISTORY_FILE: &str = "/run/memqos-exp/history.json";
 const WORK_DIR: &str = "/run/memqos-exp/work";
 const OOMD_DIR: &str = "/run/memqos-exp/oomd";
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
@@ -367,6 +370,11 @@ fn run_arm(
                 None => parent.child(name),
             };
             cg.create()?;
+            if s.memqos_learns_peak && *arm == Arm::Policy(Policy::Memqos) {
+                // The trace is the workload: the same trace in a later run is the same work.
+                // Not a decision mark: it names the task, it sets no knob.
+                cg.set_xattr(WORKLOAD_XATTR, trace)?;
+            }
             match arm {
                 Arm::Policy(Policy::StaticMax) => {
                     cg.set_limit("memory.max", Limit::Bytes(parent_max / all_tasks.len() as u64))?
@@ -780,13 +788,8 @@ impl Daemon {
     fn start(opts: &RunnerOptions, parent: &Cgroup) -> Result<Daemon> {
         let _ = std::fs::remove_dir_all(STATE_DIR);
         std::fs::create_dir_all(STATE_DIR)?;
-        let text = opts
-            .scenario
-            .memqos_config
-            .as_deref()
-            .expect("validated")
-            .replace("@CGROUP_ROOT@", &parent.path().display().to_string())
-            .replace("@STATE_DIR@", STATE_DIR);
+        let text = opts.scenario.memqos_config.as_deref().expect("validated");
+        let text = crate::scenario::render_memqos_config(text, &parent.path().display().to_string(), STATE_DIR);
         let config = Path::new(STATE_DIR).join("memqos.toml");
         std::fs::write(&config, text)?;
         DaemonProcess::start(&opts.exe, &config, Path::new(STATE_DIR), &[], Stdio::null()).map(Daemon)

@@ -162,6 +162,12 @@ pub struct Scenario {
     /// kube-memoryqos arm gives its Guaranteed pod. Off: memqos learns from the working set.
     #[serde(default)]
     pub memqos_declares_peak: bool,
+    /// In the memqos arm, every task's cgroup names its workload (`user.memqos.workload` =
+    /// its trace), and the daemon config (which must set `learn_peak` on a tier and
+    /// `history_file` to the runner's [`crate::runner::HISTORY_FILE`]) learns the protected
+    /// task's peak: run 1 learns, later runs of the same guest boot reserve what it learned.
+    #[serde(default)]
+    pub memqos_learns_peak: bool,
     pub variants: Vec<Variant>,
 }
 
@@ -199,6 +205,8 @@ struct RawScenario {
     zswap: bool,
     #[serde(default)]
     memqos_declares_peak: bool,
+    #[serde(default)]
+    memqos_learns_peak: bool,
     variant: Vec<RawVariant>,
 }
 
@@ -347,6 +355,29 @@ impl Scenario {
                     .into(),
             ));
         }
+        if raw.memqos_learns_peak {
+            if !raw.policies.contains(&Policy::Memqos) || raw.workload == Workload::StressNg {
+                return Err(err(
+                    "memqos_learns_peak: needs the memqos arm and a trace workload (the trace names the workload)"
+                        .into(),
+                ));
+            }
+            if raw.memqos_declares_peak {
+                return Err(err(
+                    "memqos_learns_peak: not with memqos_declares_peak (a declaration always wins over what is learned)"
+                        .into(),
+                ));
+            }
+            let rendered = render_memqos_config(memqos_config.as_deref().unwrap_or(""), "/sys/fs/cgroup/x", "/run/x");
+            let cfg = memqos_policy::Config::from_str(&rendered, "memqos_config")
+                .map_err(|e| err(format!("memqos_learns_peak: {e}")))?;
+            if !cfg.learns_peaks() || cfg.history_file.as_deref() != Some(Path::new(crate::runner::HISTORY_FILE)) {
+                return Err(err(format!(
+                    "memqos_learns_peak: the memqos_config must set learn_peak = true on a tier and history_file = \"{}\" (outside the state directory the runner wipes, so runs share it)",
+                    crate::runner::HISTORY_FILE
+                )));
+            }
+        }
         if raw.variant.is_empty() {
             return Err(err("[[variant]]: at least one variant (high = TRACE, low = [TRACE, ...]) is required".into()));
         }
@@ -380,9 +411,15 @@ impl Scenario {
             swap_mb: raw.swap_mb,
             zswap: raw.zswap,
             memqos_declares_peak: raw.memqos_declares_peak,
+            memqos_learns_peak: raw.memqos_learns_peak,
             variants,
         })
     }
+}
+
+/// The memqos daemon config of an arm: the template with its placeholders filled in.
+pub fn render_memqos_config(template: &str, cgroup_root: &str, state_dir: &str) -> String {
+    template.replace("@CGROUP_ROOT@", cgroup_root).replace("@STATE_DIR@", state_dir)
 }
 
 fn parse_parent_max(s: &str) -> Result<ParentMax, String> {
@@ -461,6 +498,38 @@ low = ["b", "b"]
     }
 
     #[test]
+    fn a_learned_peak_needs_the_memqos_arm_a_learning_config_and_no_declaration() {
+        let learning = |_: &Path| -> Result<String, ScenarioError> {
+            Ok(format!(
+                "cgroup_root = \"@CGROUP_ROOT@\"\nhistory_file = \"{}\"\n[[tier]]\nname = \"c\"\nmatch = [\"high*\"]\nprotect = \"low\"\nlearn_peak = true\n",
+                crate::runner::HISTORY_FILE
+            ))
+        };
+        let parse_with = |text: &str, config: &dyn Fn(&Path) -> Result<String, ScenarioError>| {
+            Scenario::parse("t", Path::new("t.toml"), text, config)
+        };
+        let learns = GOOD.replacen("[[variant]]", "memqos_learns_peak = true\n[[variant]]", 1);
+        assert!(parse_with(&learns, &learning).unwrap().memqos_learns_peak);
+        assert!(!parse(GOOD).unwrap().memqos_learns_peak);
+        let plain = |_: &Path| -> Result<String, ScenarioError> {
+            Ok("cgroup_root = \"/x\"\n[[tier]]\nname = \"c\"\nmatch = [\"high*\"]\nprotect = \"low\"\n".into())
+        };
+        let e = parse_with(&learns, &plain).unwrap_err();
+        assert!(e.message.starts_with("memqos_learns_peak: the memqos_config must set learn_peak"), "{e}");
+        let e =
+            parse_with(&learns.replace(", \"memqos\"]", "]").replace("memqos_config = \"m.toml\"\n", ""), &learning)
+                .unwrap_err();
+        assert!(e.message.starts_with("memqos_learns_peak: needs the memqos arm"), "{e}");
+        let both = learns.replacen("[[variant]]", "memqos_declares_peak = true\n[[variant]]", 1);
+        let e = parse_with(&both, &learning).unwrap_err();
+        assert!(e.message.starts_with("memqos_learns_peak: not with memqos_declares_peak"), "{e}");
+        assert!(
+            !crate::runner::HISTORY_FILE.starts_with(&format!("{}/", crate::runner::STATE_DIR)),
+            "the history must outlive the daemon's state directory"
+        );
+    }
+
+    #[test]
     fn share_of_demand() {
         let s = parse(&GOOD.replace("\"1100M\"", "\"90%\"")).unwrap();
         assert_eq!(s.parent_max, ParentMax::ShareOfDemand(0.9));
@@ -524,7 +593,7 @@ low = ["b"]
             if name.ends_with(".toml") && !name.starts_with("memqos-") {
                 let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
                 if let Some(cfg) = &s.memqos_config {
-                    let cfg = cfg.replace("@CGROUP_ROOT@", "/sys/fs/cgroup/x").replace("@STATE_DIR@", "/run/x");
+                    let cfg = render_memqos_config(cfg, "/sys/fs/cgroup/x", "/run/x");
                     memqos_policy::Config::from_str(&cfg, "memqos_config")
                         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 }

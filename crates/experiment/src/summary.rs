@@ -380,8 +380,10 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
             })
         };
         let med = |e: &Option<Estimate>| e.map(|e| e.median);
-        // `oom-cpu` has the targets of `oom`, `sweep-tight-declared` those of `sweep-tight`.
-        let base = ["-cpu", "-declared"].iter().find_map(|x| g.scenario.strip_suffix(x)).unwrap_or(&g.scenario);
+        // `oom-cpu` has the targets of `oom`, `sweep-tight-declared` and `-learned` those of
+        // `sweep-tight`.
+        let base =
+            ["-cpu", "-declared", "-learned"].iter().find_map(|x| g.scenario.strip_suffix(x)).unwrap_or(&g.scenario);
         if g.workload == Workload::StressNg {
             push(
                 "memqos: no OOM kill in any run",

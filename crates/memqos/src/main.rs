@@ -102,6 +102,11 @@ struct RunArgs {
     /// room from the start and caps lower tiers to what is left.
     #[arg(long, value_name = "SIZE")]
     expect: Option<String>,
+    /// The workload the command runs (e.g. "cargo test"), named on its cgroup as
+    /// user.memqos.workload: a learn_peak tier records its peak under that key and reserves
+    /// the learned peak for the next cgroup with the same key.
+    #[arg(long, value_name = "KEY")]
+    workload: Option<String>,
     /// The managed root (default: the config's cgroup_root, $MEMQOS_ROOT, /sys/fs/cgroup/agents).
     #[arg(long)]
     root: Option<std::path::PathBuf>,
@@ -130,6 +135,7 @@ impl From<RunArgs> for memqos_agent::Request {
             max: a.max,
             runtime: a.runtime,
             expect: a.expect,
+            workload: a.workload,
             json: a.json,
             stats: a.stats,
             command: a.command,
@@ -202,4 +208,20 @@ fn run_doctor(json: bool) -> anyhow::Result<u8> {
         print!("{}", doctor::render_text(&report));
     }
     Ok(doctor::exit_code(&report) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_takes_a_workload_key() {
+        let cli =
+            Cli::try_parse_from(["memqos", "run", "--workload", "cargo test", "--expect", "1G", "--", "ls"]).unwrap();
+        let Cmd::Run(a) = cli.command else { panic!("not run") };
+        let req: memqos_agent::Request = a.into();
+        assert_eq!((req.workload.as_deref(), req.expect.as_deref()), (Some("cargo test"), Some("1G")));
+        let e = Cli::try_parse_from(["memqos", "run", "--workload"]).err().expect("needs a value");
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+    }
 }

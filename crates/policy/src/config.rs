@@ -25,6 +25,12 @@ pub struct Config {
     /// `state_dir` (default `/var/lib/memqos`, absolute): where the daemon journals original
     /// knob values so they can be restored after a crash. Unused by the engine.
     pub state_dir: PathBuf,
+    /// `history_file` (optional, absolute path; default `<state_dir>/history.json`): where
+    /// the daemon keeps the peaks of past lifetimes per workload key (`user.memqos.workload`)
+    /// for `learn_peak` tiers. Written atomically after each recorded lifetime; a missing
+    /// file is an empty history, an unreadable one is moved aside to `<file>.bad` with a
+    /// warning. Unused by the engine.
+    pub history_file: Option<PathBuf>,
     /// `[signals]`: which pressure sources to use.
     pub signals: Signals,
     /// `[[tier]]`, in priority order (first = highest). At least one.
@@ -58,6 +64,17 @@ pub struct Metrics {
 }
 
 impl Config {
+    /// Where the history of `learn_peak` tiers lives: `history_file`, else `history.json`
+    /// in `state_dir` (the daemon's, which the command line may override).
+    pub fn history_path(&self, state_dir: &std::path::Path) -> PathBuf {
+        self.history_file.clone().unwrap_or_else(|| state_dir.join("history.json"))
+    }
+
+    /// True when some tier learns expected peaks.
+    pub fn learns_peaks(&self) -> bool {
+        self.tiers.iter().any(|(_, t)| t.learn_peak)
+    }
+
     /// Parses and validates `text`; `file_name` only appears in error messages.
     #[allow(clippy::should_implement_trait)] // two arguments: the file name is for errors.
     pub fn from_str(text: &str, file_name: &str) -> Result<Config, ConfigError> {
@@ -166,6 +183,14 @@ pub struct Tier {
     /// past what the others left would end in an OOM kill: the reservation delays the others
     /// instead. Unset: the reservation follows the recent working set only.
     pub expected_peak: Option<u64>,
+    /// `learn_peak` (default false, protected tiers only): each of the tier's cgroups that
+    /// names its workload (`user.memqos.workload` xattr) has its lifetime peak recorded in
+    /// `history_file` when it ends; a later cgroup with the same key and no declaration of
+    /// its own (no xattr, no tier `expected_peak`) gets the largest of that key's last five
+    /// recorded peaks plus 10% as its expected peak, reserved as above. A declaration always
+    /// wins over history. Learned only from an explicit key, never from a path: a name
+    /// reused by an unrelated cgroup inherits nothing.
+    pub learn_peak: bool,
 }
 
 /// A throttle tier's bound on a throttling stall (`engine::stall`).

@@ -229,6 +229,10 @@ pub enum Reason {
         budget_bytes: u64,
         /// How many cgroups share it.
         members: usize,
+        /// Set when `by`'s expected peak was learned from its workload's history rather
+        /// than declared.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        learned: Option<crate::obs::LearnedPeak>,
     },
     /// `Engine::restore_all`: back to the original value.
     Restore,
@@ -282,12 +286,23 @@ impl fmt::Display for Reason {
                 human(*usage_bytes),
                 human(*high_bytes)
             ),
-            Reason::Reservation { by, declared_bytes, budget_bytes, members } => write!(
-                f,
-                "room reserved for {by} (expected peak {}): {members} lower cgroup(s) share {}",
-                human(*declared_bytes),
-                human(*budget_bytes)
-            ),
+            Reason::Reservation { by, declared_bytes, budget_bytes, members, learned } => {
+                let source = match learned {
+                    Some(l) => format!(
+                        ", learned from {} lifetime(s) of workload {:?}, max peak {}",
+                        l.lifetimes,
+                        l.workload,
+                        human(l.peak_bytes)
+                    ),
+                    None => String::new(),
+                };
+                write!(
+                    f,
+                    "room reserved for {by} (expected peak {}{source}): {members} lower cgroup(s) share {}",
+                    human(*declared_bytes),
+                    human(*budget_bytes)
+                )
+            }
             Reason::Restore => f.write_str("restoring the original value"),
             Reason::DirtyCeiling { cap_bytes, dirty_bytes, budget_bytes } => write!(
                 f,

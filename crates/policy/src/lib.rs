@@ -59,4 +59,7 @@ pub use config::{
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status};
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
-pub use obs::{CgroupObs, Knobs, Observation, ParentObs, SignalEvent, EXPECTED_PEAK_XATTR};
+pub use obs::{
+    check_workload_key, CgroupObs, Knobs, LearnedPeak, Observation, ParentObs, SignalEvent, EXPECTED_PEAK_XATTR,
+    WORKLOAD_XATTR,
+};

@@ -13,6 +13,44 @@ use memqos_cgroupfs::{MemoryEvents, Pressure};
 /// the config: "512M", "2G", bytes); it overrides the tier's `expected_peak`.
 pub const EXPECTED_PEAK_XATTR: &str = "user.memqos.expected_peak";
 
+/// The extended attribute a cgroup names its workload in (a short string: a command, a
+/// deployment). A `learn_peak` tier learns expected peaks per workload key, never per cgroup
+/// path or id: a name reused by an unrelated cgroup inherits nothing (see the daemon's
+/// `history` module).
+pub const WORKLOAD_XATTR: &str = "user.memqos.workload";
+
+/// The longest workload key accepted, in bytes.
+pub const MAX_WORKLOAD_KEY: usize = 256;
+
+/// Checks a workload key ([`WORKLOAD_XATTR`]): non-empty, at most [`MAX_WORKLOAD_KEY`]
+/// bytes, printable, no control characters. Err says what is wrong.
+pub fn check_workload_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("a workload key must not be empty".into());
+    }
+    if key.len() > MAX_WORKLOAD_KEY {
+        return Err(format!("{} bytes is longer than {MAX_WORKLOAD_KEY}", key.len()));
+    }
+    if let Some(c) = key.chars().find(|c| c.is_control()) {
+        return Err(format!("control character {c:?} in a workload key"));
+    }
+    if key.trim() != key {
+        return Err("a workload key must not start or end with white space".into());
+    }
+    Ok(())
+}
+
+/// Where a learned expected peak came from (the daemon's history of a workload key).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LearnedPeak {
+    /// The workload key ([`WORKLOAD_XATTR`]).
+    pub workload: String,
+    /// How many recorded lifetimes the expectation is the maximum of.
+    pub lifetimes: usize,
+    /// The largest recorded peak (the expectation is this plus a margin).
+    pub peak_bytes: u64,
+}
+
 /// One sample of the managed subtree at `now_ms` (any monotonic clock, in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
@@ -85,10 +123,16 @@ pub struct CgroupObs {
     /// as populated.
     #[serde(default)]
     pub populated: Option<bool>,
-    /// The size this cgroup declared it expects to reach (its [`EXPECTED_PEAK_XATTR`]); the tier's `expected_peak` applies where it is `None`. Only protected cgroups'
-    /// declarations count (`engine::reserve`).
+    /// The size this cgroup declared it expects to reach (its [`EXPECTED_PEAK_XATTR`], or
+    /// what the daemon learned for its workload: `learned_peak`); the tier's `expected_peak`
+    /// applies where it is `None`. Only protected cgroups' declarations count
+    /// (`engine::reserve`).
     #[serde(default)]
     pub expected_peak_bytes: Option<u64>,
+    /// Set when `expected_peak_bytes` was not declared but learned from the history of the
+    /// cgroup's workload key; only named in reasons and logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_peak: Option<LearnedPeak>,
 }
 
 impl CgroupObs {
@@ -113,6 +157,7 @@ impl CgroupObs {
             signals: Vec::new(),
             populated: None,
             expected_peak_bytes: None,
+            learned_peak: None,
         }
     }
 }

@@ -19,6 +19,25 @@ fn example_file_parses_and_matches_the_defaults() {
     assert_eq!(cfg.signals, Signals::default());
     assert_eq!(cfg.policy, Policy::default());
     assert_eq!(cfg.tiers.len(), 2);
+    assert_eq!(cfg.history_file, None);
+    assert_eq!(cfg.history_path(&cfg.state_dir).to_str(), Some("/var/lib/memqos/history.json"));
+    assert!(!cfg.learns_peaks());
+}
+
+#[test]
+fn learn_peak_on_a_protected_tier_and_an_absolute_history_file() {
+    let text = format!(
+        "history_file = \"/var/lib/memqos-history/h.json\"\n{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"]\nprotect = \"low\"\nlearn_peak = true\n[[tier]]\nname = \"b\"\nmatch = [\"y\"]\nlearn_peak = false\n"
+    );
+    let cfg = Config::from_str(&text, "memqos.toml").unwrap();
+    assert!(cfg.learns_peaks());
+    assert!(cfg.tiers.get(TierIndex(0)).unwrap().learn_peak);
+    assert!(!cfg.tiers.get(TierIndex(1)).unwrap().learn_peak, "false is allowed anywhere");
+    assert_eq!(
+        cfg.history_path(std::path::Path::new("/elsewhere")).to_str(),
+        Some("/var/lib/memqos-history/h.json"),
+        "an explicit file does not follow state_dir"
+    );
 }
 
 /// Every daemon config the repository runs with is a file, checked here with the example: the
@@ -151,7 +170,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -175,7 +194,7 @@ fn errors_name_file_line_column_and_field() {
         (ROOT.to_string(), "memqos.toml: tier: at least one [[tier]] is required"),
         (tier.to_string(), "memqos.toml: cgroup_root: missing (the managed subtree, e.g. \"/sys/fs/cgroup/agents\")"),
         (format!("cgroup_root = \"relative\"\n{tier}"), "memqos.toml:1:15: cgroup_root: must be an absolute path, got \"relative\""),
-        (format!("{ROOT}{tier}[polcy]\n"), "memqos.toml:5:2: polcy: unknown field `polcy`, expected one of `cgroup_root`, `state_dir`, `signals`, `tier`, `policy`, `metrics`, `control`"),
+        (format!("{ROOT}{tier}[polcy]\n"), "memqos.toml:5:2: polcy: unknown field `polcy`, expected one of `cgroup_root`, `state_dir`, `history_file`, `signals`, `tier`, `policy`, `metrics`, `control`"),
         (format!("{ROOT}{tier}[control]\ngroup = \"a b\"\n"), "memqos.toml:6:9: control.group: \"a b\" is not a group name (letters, digits, '_', '-', '.'; at most 32)"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"\n"), "memqos.toml:5:1: tier[0].match: invalid array; expected `]`"),
         (format!("{ROOT}{tier}dirty = {{ max = 1.5 }}\n"), "memqos.toml:5:17: tier[0].dirty.max: ratio 1.5 is out of range (0, 1] (a fraction of the host's dirty threshold; use a size like \"8M\" for bytes)"),
@@ -191,6 +210,8 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}throttle = true\nstall = {{ action = \"freeze\" }}\n"), "memqos.toml:6:20: tier[0].stall: unknown variant `freeze`, expected `relieve` or `kill`"),
         (format!("{ROOT}{tier}expected_peak = \"1G\"\n"), "memqos.toml:5:17: tier[0].expected_peak: needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
         (format!("{ROOT}{tier}protect = \"low\"\nexpected_peak = 100\n"), "memqos.toml:6:17: tier[0].expected_peak: 100 bytes is below one page"),
+        (format!("{ROOT}{tier}learn_peak = true\n"), "memqos.toml:5:14: tier[0].learn_peak: tier \"a\" does not protect: learn_peak needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
+        (format!("history_file = \"hist.json\"\n{ROOT}{tier}"), "memqos.toml:1:16: history_file: must be an absolute path, got \"hist.json\""),
         (format!("{ROOT}{tier}[policy]\nstall_psi_full_avg10 = 0.0\n"), "memqos.toml:6:24: policy.stall_psi_full_avg10: 0 is out of range (0, 100]"),
     ];
     for (text, want) in cases {

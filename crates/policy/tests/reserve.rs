@@ -93,7 +93,7 @@ fn caps_are_the_reservation_and_name_it() {
     assert_eq!(caps, vec![("batch/a".to_string(), share), ("batch/b".to_string(), share)]);
     assert!(d.iter().filter(|d| d.knob() == Knob::High).all(|d| matches!(
         &d.reason,
-        Reason::Reservation { by, declared_bytes, budget_bytes, members: 2 }
+        Reason::Reservation { by, declared_bytes, budget_bytes, members: 2, learned: None }
             if by == "critical/agent" && *declared_bytes == 450 * MB && *budget_bytes == 183 * MB
     )));
     // Protection covers the declared peak (rounded up to ws_granularity).

@@ -24,6 +24,9 @@ Options:
       --runtime       run the agent runtime itself, in <session>/runtime
       --expect SIZE   the peak CMD expects (user.memqos.expected_peak on its cgroup): a
                       protected tier (the runtime's) reserves that room from the start
+      --workload KEY  the workload CMD runs (user.memqos.workload on its cgroup): a
+                      learn_peak tier learns its peak under KEY and reserves it for the
+                      next call with the same KEY
       --root DIR      the managed root (default: the config's cgroup_root, $MEMQOS_ROOT,
                       /sys/fs/cgroup/agents)
       --config FILE   a daemon config: its cgroup_root is the root; the tier is checked
@@ -61,7 +64,8 @@ fn main() -> ExitCode {
 }
 
 enum Parsed {
-    Run(Request),
+    /// Boxed: a request is large beside the other variants.
+    Run(Box<Request>),
     Help,
     Version,
 }
@@ -79,7 +83,7 @@ fn parse(args: Vec<OsString>) -> Result<Parsed, String> {
             if req.command.is_empty() {
                 return Err("no command after --".into());
             }
-            return Ok(Parsed::Run(req));
+            return Ok(Parsed::Run(Box::new(req)));
         }
         let (name, inline) = match text.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
@@ -105,6 +109,7 @@ fn parse(args: Vec<OsString>) -> Result<Parsed, String> {
             "--hint" => req.hint = Some(value(name)?),
             "--max" => req.max = Some(value(name)?),
             "--expect" => req.expect = Some(value(name)?),
+            "--workload" => req.workload = Some(value(name)?),
             "--root" => req.root = Some(value(name)?.into()),
             "--config" => req.config = Some(value(name)?.into()),
             "--runtime" => req.runtime = flag(name)?,
@@ -152,10 +157,21 @@ mod tests {
     }
 
     #[test]
+    fn workload_in_both_spellings() {
+        for a in [&["--workload", "cargo test", "--", "ls"][..], &["--workload=cargo test", "--", "ls"]] {
+            let Ok(Parsed::Run(r)) = parse(args(a)) else { panic!("{a:?}: not a run") };
+            assert_eq!(r.workload.as_deref(), Some("cargo test"), "{a:?}");
+        }
+        assert!(USAGE.contains("--workload KEY"));
+    }
+
+    #[test]
     fn usage_errors_say_what_is_wrong() {
         for (a, says) in [
             (&["--tier"][..], "--tier needs a value"),
             (&["--tier", "--", "ls"], "--tier needs a value"),
+            (&["--workload"], "--workload needs a value"),
+            (&["--workload", "--", "ls"], "--workload needs a value"),
             (&["--json=yes", "--", "ls"], "--json takes no value"),
             (&["--bogus", "--", "ls"], "unknown option --bogus"),
             (&["ls"], "the command goes after --"),

@@ -19,6 +19,7 @@ use crate::size::{parse_size, ByteSize};
 struct RawConfig {
     cgroup_root: Option<Spanned<String>>,
     state_dir: Option<Spanned<String>>,
+    history_file: Option<Spanned<String>>,
     #[serde(default)]
     signals: RawSignals,
     #[serde(default)]
@@ -70,6 +71,7 @@ struct RawTier {
     stall: Option<Spanned<RawStall>>,
     xattr: Option<Spanned<Vec<Spanned<String>>>>,
     expected_peak: Option<Spanned<ByteSize>>,
+    learn_peak: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -212,9 +214,11 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
         Some(p) => absolute(&src, p, "state_dir")?,
         None => PathBuf::from("/var/lib/memqos"),
     };
+    let history_file = raw.history_file.map(|p| absolute(&src, p, "history_file")).transpose()?;
     Ok(Config {
         cgroup_root,
         state_dir,
+        history_file,
         signals: signals(&src, raw.signals)?,
         tiers: tiers(&src, raw.tier)?,
         policy: policy(&src, raw.policy)?,
@@ -392,6 +396,16 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             }
             Some(v) => Some(v.get_ref().0),
         };
+        let learn_peak = match t.learn_peak {
+            Some(v) if *v.get_ref() && protect == Protect::None => {
+                return Err(at(
+                    v.span(),
+                    "learn_peak",
+                    format!("tier {name:?} does not protect: learn_peak needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
+                ))
+            }
+            v => v.is_some_and(|v| *v.get_ref()),
+        };
         let stall = match t.stall {
             None => StallBound::default(),
             Some(s) if !throttle => {
@@ -429,6 +443,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             xattrs,
             stall,
             expected_peak,
+            learn_peak,
         });
         matchers.push(set);
     }

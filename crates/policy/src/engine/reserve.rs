@@ -9,7 +9,10 @@
 //! back early enough, and at 70% of the summed peak "early enough" is the first second.
 //!
 //! A protected cgroup that declares how large it will grow (the tier's `expected_peak`, or
-//! its `user.memqos.expected_peak` xattr) gets that room reserved from the start. While it is
+//! its `user.memqos.expected_peak` xattr) gets that room reserved from the start. So does one
+//! of a `learn_peak` tier whose workload the daemon has seen before: the daemon fills in
+//! `expected_peak_bytes` from that history (`CgroupObs::learned_peak` says so) and nothing
+//! here tells the two apart. While it is
 //! populated and the parent's limit is finite, the throttle-tier cgroups below its tier share
 //! the budget that is left:
 //!
@@ -100,6 +103,7 @@ pub(crate) fn plan(ctx: &Ctx, r: &Reservation, pressed: bool, plan: &mut Plan) {
         declared_bytes: r.declared,
         budget_bytes: r.budget,
         members: r.members.len(),
+        learned: r.by.learned_peak.clone(),
     };
     for (c, share) in r.members.iter().zip(shares(r.budget, &usage, floor)) {
         let cap = Limit::Bytes(share).min(c.original.high);
