@@ -355,6 +355,12 @@ fn run_arm(
         if systemd.is_some() {
             // systemd enabled memory below the slices; the limit is the slice's MemoryMax.
         } else if s.cpu_controller || *arm == Arm::Policy(Policy::CpuWeight) {
+            // Under systemd as PID 1 the root enables cpu for its children only while a unit
+            // needs it: ask for it there first (the harness's own init enables it at boot).
+            let root = Cgroup::new("/sys/fs/cgroup");
+            if !root.read_string("cgroup.subtree_control").unwrap_or_default().split_whitespace().any(|c| c == "cpu") {
+                root.enable_controllers(&["cpu"]).context("enabling the cpu controller at the cgroup root")?;
+            }
             parent.enable_controllers(&["memory", "cpu"])?;
         } else {
             parent.enable_controllers(&["memory"])?;
