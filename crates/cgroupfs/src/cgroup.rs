@@ -178,15 +178,6 @@ impl Cgroup {
         }
     }
 
-    /// The value of the extended attribute `name` on the cgroup's directory, trimmed, if it
-    /// is set and at most 64 bytes of UTF-8; absent, unreadable, longer or a vanished cgroup
-    /// all read as `None` (a hint, not a knob).
-    pub fn xattr_value(&self, name: &str) -> Option<String> {
-        let mut buf = [0u8; 64];
-        let n = self.getxattr(name, &mut buf).ok()?;
-        std::str::from_utf8(&buf[..n]).ok().map(|v| v.trim().to_owned())
-    }
-
     /// The value of the extended attribute `name` as stored (not trimmed): `Ok(None)` when it
     /// is not set, an `ERANGE` error when it is longer than `max` bytes.
     pub fn xattr_bytes(&self, name: &str, max: usize) -> io::Result<Option<Vec<u8>>> {
@@ -349,16 +340,15 @@ mod tests {
         set("a/x", "user.oomd_avoid", "a value longer than sixteen bytes");
         set("b", "user.memqos.expected_peak", " 512M\n");
         Cgroup::new(dir.join("a")).set_xattr("user.memqos.expected_peak", "1G").unwrap();
-        assert_eq!(Cgroup::new(dir.join("a")).xattr_value("user.memqos.expected_peak").as_deref(), Some("1G"));
+        assert_eq!(Cgroup::new(dir.join("a")).xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(), Some(&b"1G"[..]));
         Cgroup::new(dir.join("a")).set_xattr("user.memqos.expected_peak", "").unwrap();
-        assert_eq!(Cgroup::new(dir.join("b")).xattr_value("user.memqos.expected_peak").as_deref(), Some("512M"));
-        assert_eq!(Cgroup::new(dir.join("a")).xattr_value("user.memqos.expected_peak").as_deref(), Some(""));
+        assert_eq!(Cgroup::new(dir.join("a")).xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(), Some(&b""[..]));
         assert!(Cgroup::new(dir.join("gone")).set_xattr("user.memqos.expected_peak", "1G").is_err());
         let b = Cgroup::new(dir.join("b"));
         assert_eq!(b.xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(), Some(&b" 512M\n"[..]));
         assert_eq!(b.xattr_bytes("user.memqos.expected_peak", 3).unwrap_err().raw_os_error(), Some(libc::ERANGE));
         assert_eq!(b.xattr_bytes("user.memqos.workload", 64).unwrap(), None);
-        assert_eq!(Cgroup::new(dir.join("gone")).xattr_value("user.oomd_omit"), None);
+        assert!(Cgroup::new(dir.join("gone")).xattr_bytes("user.oomd_omit", 64).is_err(), "a vanished cgroup");
         assert!(Cgroup::new(dir.join("a")).xattr_flag("user.oomd_omit"));
         assert!(!Cgroup::new(dir.join("b")).xattr_flag("user.oomd_omit"), "\"0\" means unset");
         assert!(!Cgroup::new(dir.join("a")).xattr_flag("user.oomd_avoid"));

@@ -156,18 +156,33 @@ fn declaration(
     id: u64,
     rel: &str,
 ) -> Option<u64> {
-    let value = cg.xattr_value(EXPECTED_PEAK_XATTR)?;
-    match memqos_policy::size::parse_size(&value) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            if bad.get(&id) != Some(&value) {
-                notes.push(format!("{rel}: {EXPECTED_PEAK_XATTR} = {value:?} ignored: {e}"));
-                bad.insert(id, value);
-            }
-            None
+    // Read past any sensible size so an overlong value is reported rather than silently unset.
+    let (shown, why) = match cg.xattr_bytes(EXPECTED_PEAK_XATTR, MAX_DECLARATION_BYTES) {
+        Ok(None) => return None,
+        Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
+            ("(overlong)".to_owned(), format!("longer than {MAX_DECLARATION_BYTES} bytes"))
         }
+        Err(_) => return None, // gone, or no xattrs here: nothing declared
+        Ok(Some(bytes)) => match String::from_utf8(bytes) {
+            Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), "not UTF-8".to_owned()),
+            Ok(v) => {
+                let value = v.trim();
+                match memqos_policy::size::parse_size(value) {
+                    Ok(b) => return Some(b),
+                    Err(e) => (value.to_owned(), e.to_string()),
+                }
+            }
+        },
+    };
+    if bad.get(&id) != Some(&shown) {
+        notes.push(format!("{rel}: {EXPECTED_PEAK_XATTR} = {shown:?} ignored: {why}"));
+        bad.insert(id, shown);
     }
+    None
 }
+
+/// The longest expected-peak declaration read: a size with padding fits many times over.
+const MAX_DECLARATION_BYTES: usize = 256;
 
 /// A cgroup's workload key ([`WORKLOAD_XATTR`]), read on every full sample like
 /// declarations. A key that is not valid (`check_workload_key`, or longer than can be read)

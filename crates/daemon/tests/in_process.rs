@@ -511,6 +511,9 @@ fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named()
     set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "400M");
     write_cgroup(&f.root.join("high2"), 0, "max");
     set_xattr(&f.root.join("high2"), "user.memqos.expected_peak", "lots");
+    // Padded past what is read: said, not silently dropped as if nothing were declared.
+    write_cgroup(&f.root.join("high3"), 0, "max");
+    set_xattr(&f.root.join("high3"), "user.memqos.expected_peak", &format!("{}1G", " ".repeat(300)));
     let opts = f.options(2.0, false);
     let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
     poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
@@ -531,8 +534,9 @@ fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named()
             _ => None,
         })
         .collect();
-    assert_eq!(bad.len(), 1, "said once: {bad:?}");
-    assert!(bad[0].starts_with("high2: user.memqos.expected_peak = \"lots\" ignored"), "{}", bad[0]);
+    assert_eq!(bad.len(), 2, "each said once: {bad:?}");
+    assert!(bad.iter().any(|m| m.starts_with("high2: user.memqos.expected_peak = \"lots\" ignored")), "{bad:?}");
+    assert!(bad.iter().any(|m| m.starts_with("high3: user.memqos.expected_peak = \"(overlong)\" ignored: longer than 256 bytes")), "{bad:?}");
 }
 
 /// The fake with a learning critical tier, a history file of its own and no calm path (so
