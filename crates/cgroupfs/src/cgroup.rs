@@ -340,9 +340,15 @@ mod tests {
         set("a/x", "user.oomd_avoid", "a value longer than sixteen bytes");
         set("b", "user.memqos.expected_peak", " 512M\n");
         Cgroup::new(dir.join("a")).set_xattr("user.memqos.expected_peak", "1G").unwrap();
-        assert_eq!(Cgroup::new(dir.join("a")).xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(), Some(&b"1G"[..]));
+        assert_eq!(
+            Cgroup::new(dir.join("a")).xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(),
+            Some(&b"1G"[..])
+        );
         Cgroup::new(dir.join("a")).set_xattr("user.memqos.expected_peak", "").unwrap();
-        assert_eq!(Cgroup::new(dir.join("a")).xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(), Some(&b""[..]));
+        assert_eq!(
+            Cgroup::new(dir.join("a")).xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(),
+            Some(&b""[..])
+        );
         assert!(Cgroup::new(dir.join("gone")).set_xattr("user.memqos.expected_peak", "1G").is_err());
         let b = Cgroup::new(dir.join("b"));
         assert_eq!(b.xattr_bytes("user.memqos.expected_peak", 64).unwrap().as_deref(), Some(&b" 512M\n"[..]));

@@ -536,7 +536,11 @@ fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named()
         .collect();
     assert_eq!(bad.len(), 2, "each said once: {bad:?}");
     assert!(bad.iter().any(|m| m.starts_with("high2: user.memqos.expected_peak = \"lots\" ignored")), "{bad:?}");
-    assert!(bad.iter().any(|m| m.starts_with("high3: user.memqos.expected_peak = \"(overlong)\" ignored: longer than 256 bytes")), "{bad:?}");
+    assert!(
+        bad.iter()
+            .any(|m| m.starts_with("high3: user.memqos.expected_peak = \"(overlong)\" ignored: longer than 256 bytes")),
+        "{bad:?}"
+    );
 }
 
 /// The fake with a learning critical tier, a history file of its own and no calm path (so

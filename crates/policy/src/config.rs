@@ -367,7 +367,8 @@ pub struct Policy {
     /// percent of wall time since the previous tick; reacts faster than avg10.
     pub pressure_stall_pct: f64,
     /// `hold_ms` (default 5000): how long pressure must be gone before releasing throttles.
-    /// Any new pressure restarts it.
+    /// Any new pressure restarts it. Skipped when every protected cgroup that was running at
+    /// the last pressure has emptied or gone (nothing left to hold room for).
     pub hold_ms: u64,
     /// `headroom_guard` (default "64M"): when the parent's limit (min of its memory.max and
     /// memory.high) is finite and its usage is above `limit - headroom_guard`, throttleable

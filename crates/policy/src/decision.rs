@@ -179,6 +179,12 @@ pub enum Reason {
         /// Time since the last pressure.
         calm_for_ms: u64,
     },
+    /// Every protected cgroup the last pressure was for has emptied or gone: memory.high goes
+    /// back up one step without waiting `hold_ms`, as no burst is left to hold room for.
+    NothingToProtect {
+        /// Time since the last pressure.
+        calm_for_ms: u64,
+    },
     /// Protection follows the working set.
     WorkingSet {
         /// Peak usage (or working set) over the window.
@@ -265,6 +271,9 @@ impl fmt::Display for Reason {
             }
             Reason::Release { calm_for_ms } => {
                 write!(f, "no pressure for {calm_for_ms} ms, releasing")
+            }
+            Reason::NothingToProtect { calm_for_ms } => {
+                write!(f, "no protected cgroup left to make room for ({calm_for_ms} ms after the last pressure), releasing")
             }
             Reason::WorkingSet { peak_bytes, window_ms } => {
                 write!(f, "working set peak {} over {} s", human(*peak_bytes), window_ms / 1000)

@@ -6,7 +6,9 @@
 //!    the parent (headroom guard, `max`/`oom` events);
 //! 3. thaw what we froze if its stall is over;
 //! 4. under pressure, cut memory.high of lower tiers (`throttle::cut`); otherwise, once calm
-//!    for `hold_ms` and nothing is frozen, release one step (`throttle::release`);
+//!    for `hold_ms` (or at once when every protected cgroup the last pressure was for has
+//!    emptied or gone: nothing is left to hold room for) and nothing is frozen, release one
+//!    step (`throttle::release`);
 //! 5. escalate (opt-in freeze/kill) if a protected cgroup keeps stalling;
 //! 6. cap lower tiers within what a protected cgroup's declared `expected_peak` leaves
 //!    (`reserve`; counts as pressure while in force);
@@ -44,6 +46,9 @@ pub struct Engine {
     first_ms: Option<u64>,
     last_tick_ms: Option<u64>,
     last_pressure_ms: Option<u64>,
+    /// Whether a protected cgroup was running (or about to) at the last pressure: the hold
+    /// after it keeps room for that cgroup's next burst, so it ends when none is left.
+    pressure_had_protected: bool,
     /// Start of the current uninterrupted stall of protected cgroups.
     stall_since_ms: Option<u64>,
     ladder: Ladder,
@@ -75,6 +80,7 @@ impl Engine {
             first_ms: None,
             last_tick_ms: None,
             last_pressure_ms: None,
+            pressure_had_protected: false,
             stall_since_ms: None,
             ladder: Ladder::default(),
             stalls: stall::Stalls::default(),
@@ -137,6 +143,8 @@ impl Engine {
             return Vec::new();
         }
         self.last_pressure_ms = Some(now);
+        // The fast path sees only some cgroups: it may add a protected one, never clear it.
+        self.pressure_had_protected |= protecting(&ctx);
         let mut plan = Plan::default();
         throttle::cut(&ctx, &p, &mut plan);
         self.stalls.drop_cuts_in_grace(&ctx, &mut plan);
@@ -164,8 +172,10 @@ impl Engine {
         let p = pressure::detect(&ctx, elapsed);
         // Periodic only: the shares need every member, which the fast path does not read.
         let reservation = reserve::find(&ctx);
+        let protecting = protecting(&ctx);
         if p.any() || reservation.is_some() {
             self.last_pressure_ms = Some(now);
+            self.pressure_had_protected = protecting;
         }
         self.stall_since_ms = p.top().map(|_| self.stall_since_ms.unwrap_or(now));
 
@@ -176,9 +186,19 @@ impl Engine {
             throttle::cut(&ctx, &p, &mut plan);
         } else {
             let calm_for = now - self.last_pressure_ms.unwrap_or(first);
+            // The hold keeps lower tiers small for a protected cgroup's next burst; once every
+            // one has emptied or gone there is none to come, and waiting only costs the lower
+            // tiers time (issue 18's work conservation). Pressure with no protected cgroup
+            // (lower tiers alone at the guard) keeps the hold: it damps their cut/regrow cycle.
+            let nothing_to_protect = self.pressure_had_protected && !protecting;
+            let why = if calm_for < self.cfg.policy.hold_ms && nothing_to_protect {
+                Some(Reason::NothingToProtect { calm_for_ms: calm_for })
+            } else {
+                (calm_for >= self.cfg.policy.hold_ms).then_some(Reason::Release { calm_for_ms: calm_for })
+            };
             // Thaw strictly before release: a frozen cgroup is thawed on a tick of its own.
-            if calm_for >= self.cfg.policy.hold_ms && !any_frozen {
-                throttle::release(&ctx, calm_for, &self.cgroups, &mut plan);
+            if let (Some(why), false) = (why, any_frozen) {
+                throttle::release(&ctx, why, &self.cgroups, &mut plan);
             }
         }
         if let (Some(top), Some(since)) = (p.top(), self.stall_since_ms) {
@@ -296,6 +316,12 @@ fn sync<'a>(
 
 /// Ids of the tracked protected cgroups that have never had a process in them (only their
 /// declarations count before they run; built every tick, so kept to the protected few).
+/// True while some protected cgroup has a process in it or has been made and not run yet:
+/// someone the lower tiers may have to make room for.
+fn protecting(ctx: &Ctx) -> bool {
+    !ctx.not_yet_run.is_empty() || ctx.cgs.iter().any(|c| ctx.tier(c).is_protected() && c.is_populated())
+}
+
 fn not_yet_run(states: &BTreeMap<String, CgState>, cfg: &Config) -> std::collections::BTreeSet<String> {
     let protected = |s: &CgState| cfg.tiers.get(s.tier).is_some_and(Tier::is_protected);
     states.iter().filter(|(_, s)| !s.has_run && protected(s)).map(|(id, _)| id.clone()).collect()

@@ -16,7 +16,7 @@ fn contention() -> Sim {
 }
 
 fn is_lowering(d: &memqos_policy::Decision) -> bool {
-    matches!(d.action, Action::High(_)) && !matches!(d.reason, Reason::Release { .. })
+    matches!(d.action, Action::High(_)) && !matches!(d.reason, Reason::Release { .. } | Reason::NothingToProtect { .. })
 }
 
 #[test]
@@ -120,8 +120,65 @@ fn protected_cgroup_disappearing_ends_its_pressure() {
     sim.remove("critical/db");
     let gone_at = sim.now;
     sim.run(10_000, |_| {});
-    let release = sim.log.iter().find(|(_, d)| matches!(d.reason, Reason::Release { .. })).unwrap();
-    assert_eq!(release.0, gone_at - sim.tick_ms + 5000);
+    // No protected cgroup is left to hold room for: released on the first tick without it,
+    // not hold_ms (5 s) after the last pressure.
+    let release = sim.log.iter().find(|(_, d)| d.knob() == Knob::High && !is_lowering(d)).unwrap();
+    assert_eq!(release.0, gone_at, "{}", release.1);
+    assert!(matches!(release.1.reason, Reason::NothingToProtect { calm_for_ms: 500 }), "{}", release.1);
+    assert!(
+        sim.log.iter().all(|(_, d)| !matches!(d.reason, Reason::Release { .. })),
+        "hold_ms release after the early one"
+    );
+}
+
+#[test]
+fn protected_cgroup_emptying_releases_without_the_hold() {
+    // The experiments' shape: a protected task finishes, its cgroup lingers empty.
+    let mut sim = contention();
+    sim.run(2_000, |s| s.set_stall("critical/db", 20.0));
+    let cut = sim.high("batch/a");
+    assert!(cut < Limit::Max);
+    sim.run(1_000, |s| s.set_stall("critical/db", 0.0));
+    assert_eq!(sim.high("batch/a"), cut, "released within hold_ms while db still runs");
+    let c = sim.cg("critical/db");
+    c.populated = Some(false);
+    c.usage_bytes = 0;
+    let emptied_at = sim.now;
+    sim.run(1_000, |_| {});
+    let first = sim.log.iter().find(|(t, d)| *t >= emptied_at && d.cgroup == "batch/a").unwrap();
+    assert_eq!(first.0, emptied_at);
+    assert!(matches!(first.1.reason, Reason::NothingToProtect { .. }), "{}", first.1);
+    // A protected cgroup made but not yet run is someone to hold room for.
+    let mut sim = contention();
+    sim.run(2_000, |s| s.set_stall("critical/db", 20.0));
+    sim.add("critical/next", 0);
+    sim.cg("critical/next").populated = Some(false);
+    sim.remove("critical/db");
+    sim.run(3_000, |_| {});
+    assert!(
+        sim.log.iter().all(|(_, d)| d.knob() != Knob::High || is_lowering(d)),
+        "released with critical/next waiting"
+    );
+}
+
+#[test]
+fn lower_tiers_alone_at_the_guard_keep_the_hold() {
+    // No protected cgroup at all: the guard still cuts to keep the parent from its limit,
+    // and the hold damps the cut/regrow cycle as before.
+    let mut sim = Sim::new(config(THREE_TIERS, ""));
+    sim.parent.max = Limit::Bytes(1000 * MB);
+    sim.add("batch/a", 600 * MB);
+    sim.add("batch/b", 380 * MB);
+    sim.run(1_000, |_| {});
+    assert!(sim.high("batch/a") < Limit::Max, "the guard cut nothing");
+    let last_cut = sim.log.iter().filter(|(_, d)| is_lowering(d)).map(|(t, _)| *t).max().unwrap();
+    sim.run(1_000, |s| {
+        s.cg("batch/a").usage_bytes = 300 * MB;
+    });
+    sim.run(8_000, |_| {});
+    let release = sim.log.iter().find(|(_, d)| d.knob() == Knob::High && !is_lowering(d)).unwrap();
+    assert!(matches!(release.1.reason, Reason::Release { .. }), "{}", release.1);
+    assert!(release.0 >= last_cut + 5000, "released {} ms after the last cut", release.0 - last_cut);
 }
 
 #[test]

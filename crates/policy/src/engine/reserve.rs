@@ -26,7 +26,7 @@
 //! leaves, say) only by at least `ws_granularity` and only while nothing else presses, so
 //! they do not move on every page. While a reservation is in force it counts as pressure:
 //! nothing is released until the declaring cgroup empties or goes, then release runs as
-//! usual after `hold_ms`.
+//! usual: after `hold_ms`, or at once if no protected cgroup is left running.
 //!
 //! The caps hold tasks back (a task over memory.high sleeps); they do not kill. A member that
 //! stays pinned at its cap for its tier's stall bound is relieved like any throttled cgroup

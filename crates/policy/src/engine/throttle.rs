@@ -139,7 +139,8 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
     out
 }
 
-/// Calm for `hold_ms`: raise memory.high of the highest-priority throttled tier one step.
+/// Calm for `hold_ms`, or nothing left to protect (`why` says which): raise memory.high of
+/// the highest-priority throttled tier one step.
 ///
 /// A step multiplies the high by `1 + release_ratio` but never leaves it below usage (a high
 /// far below usage only makes tasks sleep). With a finite parent limit a step also stays
@@ -148,7 +149,7 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 /// still holds its memory. A cgroup goes back to its original value when the step reaches it,
 /// or as soon as it clearly no longer presses on its limit (usage at most half the uncapped
 /// step): from then on it is an ordinary cgroup that the guard watches like any other.
-pub(crate) fn release(ctx: &Ctx, calm_for_ms: u64, states: &BTreeMap<String, CgState>, plan: &mut Plan) {
+pub(crate) fn release(ctx: &Ctx, why: Reason, states: &BTreeMap<String, CgState>, plan: &mut Plan) {
     // Only what memqos may have lowered: a tighter high on another tier is someone else's.
     let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.id].ever_wrote(Knob::High);
     let throttled: Vec<&CgroupObs> =
@@ -178,7 +179,7 @@ pub(crate) fn release(ctx: &Ctx, calm_for_ms: u64, states: &BTreeMap<String, CgS
             Limit::Bytes(page_down(stepped).min(cap)).min(c.original.high)
         };
         if target > c.current.high {
-            plan.raise_high(c, target, Reason::Release { calm_for_ms });
+            plan.raise_high(c, target, why.clone());
         }
     }
 }

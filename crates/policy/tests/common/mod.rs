@@ -181,13 +181,22 @@ impl Sim {
                     if lowering {
                         assert!(tier.throttle, "throttled a non-throttle tier: {at}");
                         assert!(l >= Limit::Bytes(p.min_high).min(c.original.high), "below the floor: {at}");
-                        assert!(!matches!(d.reason, Reason::Release { .. } | Reason::Restore), "{at}");
+                        assert!(
+                            !matches!(
+                                d.reason,
+                                Reason::Release { .. } | Reason::NothingToProtect { .. } | Reason::Restore
+                            ),
+                            "{at}"
+                        );
                     } else {
                         assert!(l <= c.original.high, "raised above the original: {at}");
                         assert!(
                             matches!(
                                 d.reason,
-                                Reason::Release { .. } | Reason::StallBound { .. } | Reason::Reservation { .. }
+                                Reason::Release { .. }
+                                    | Reason::NothingToProtect { .. }
+                                    | Reason::StallBound { .. }
+                                    | Reason::Reservation { .. }
                             ),
                             "raise without release, stall bound or reservation: {at}"
                         );
