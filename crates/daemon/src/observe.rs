@@ -156,33 +156,10 @@ fn declaration(
     id: u64,
     rel: &str,
 ) -> Option<u64> {
-    // Read past any sensible size so an overlong value is reported rather than silently unset.
-    let (shown, why) = match cg.xattr_bytes(EXPECTED_PEAK_XATTR, MAX_DECLARATION_BYTES) {
-        Ok(None) => return None,
-        Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
-            ("(overlong)".to_owned(), format!("longer than {MAX_DECLARATION_BYTES} bytes"))
-        }
-        Err(_) => return None, // gone, or no xattrs here: nothing declared
-        Ok(Some(bytes)) => match String::from_utf8(bytes) {
-            Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), "not UTF-8".to_owned()),
-            Ok(v) => {
-                let value = v.trim();
-                match memqos_policy::size::parse_size(value) {
-                    Ok(b) => return Some(b),
-                    Err(e) => (value.to_owned(), e.to_string()),
-                }
-            }
-        },
-    };
-    if bad.get(&id) != Some(&shown) {
-        notes.push(format!("{rel}: {EXPECTED_PEAK_XATTR} = {shown:?} ignored: {why}"));
-        bad.insert(id, shown);
-    }
-    None
+    // A size with padding fits many times over.
+    let attr = Xattr { cg, id, rel, name: EXPECTED_PEAK_XATTR, max: 256 };
+    attr.parsed(bad, notes, memqos_policy::size::parse_size)
 }
-
-/// The longest expected-peak declaration read: a size with padding fits many times over.
-const MAX_DECLARATION_BYTES: usize = 256;
 
 /// A cgroup's workload key ([`WORKLOAD_XATTR`]), read on every full sample like
 /// declarations. A key that is not valid (`check_workload_key`, or longer than can be read)
@@ -194,30 +171,51 @@ fn workload(
     id: u64,
     rel: &str,
 ) -> Option<String> {
-    // Read past the bound so an overlong key is reported rather than silently unset.
-    let read = cg.xattr_bytes(WORKLOAD_XATTR, 4 * memqos_policy::obs::MAX_WORKLOAD_KEY);
-    let (shown, why) = match read {
-        Ok(None) => return None,
-        Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
-            ("(overlong)".to_owned(), "longer than 1024 bytes".to_owned())
-        }
-        Err(_) => return None, // gone, or no xattrs here: nothing declared
-        Ok(Some(bytes)) => match String::from_utf8(bytes) {
-            Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), "not UTF-8".to_owned()),
-            Ok(v) => {
-                let key = v.trim();
-                match memqos_policy::check_workload_key(key) {
-                    Ok(()) => return Some(key.to_owned()),
-                    Err(e) => (v.clone(), e),
-                }
+    let attr = Xattr { cg, id, rel, name: WORKLOAD_XATTR, max: 4 * memqos_policy::obs::MAX_WORKLOAD_KEY };
+    attr.parsed(bad, notes, |v| memqos_policy::check_workload_key(v).map(|()| v.to_owned()))
+}
+
+/// A hint a cgroup's creator left in an extended attribute.
+struct Xattr<'a> {
+    cg: &'a Cgroup,
+    id: u64,
+    rel: &'a str,
+    name: &'a str,
+    /// Read up to this many bytes: past any valid value, so an overlong one is reported
+    /// rather than silently taken as unset.
+    max: usize,
+}
+
+impl Xattr<'_> {
+    /// The value, trimmed and parsed; `None` when unset, unreadable (gone, no xattrs here) or
+    /// invalid. An invalid value (overlong, not UTF-8, rejected by `parse`) gets one
+    /// `degraded` line per cgroup and value (`bad`: what was said, per id).
+    fn parsed<T>(
+        &self,
+        bad: &mut HashMap<u64, String>,
+        notes: &mut Vec<String>,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let (shown, why) = match self.cg.xattr_bytes(self.name, self.max) {
+            Ok(None) => return None,
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
+                ("(overlong)".to_owned(), format!("longer than {} bytes", self.max))
             }
-        },
-    };
-    if bad.get(&id) != Some(&shown) {
-        notes.push(format!("{rel}: {WORKLOAD_XATTR} = {shown:?} ignored: {why}"));
-        bad.insert(id, shown);
+            Err(_) => return None,
+            Ok(Some(bytes)) => match String::from_utf8(bytes) {
+                Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), "not UTF-8".to_owned()),
+                Ok(v) => match parse(v.trim()) {
+                    Ok(t) => return Some(t),
+                    Err(e) => (v.trim().to_owned(), e),
+                },
+            },
+        };
+        if bad.get(&self.id) != Some(&shown) {
+            notes.push(format!("{}: {} = {shown:?} ignored: {why}", self.rel, self.name));
+            bad.insert(self.id, shown);
+        }
+        None
     }
-    None
 }
 
 /// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
