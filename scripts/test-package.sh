@@ -81,7 +81,7 @@ pod = ds["spec"]["template"]["spec"]
 c, = pod["containers"]
 sc = c["securityContext"]
 assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, sc
-assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_RESOURCE"]}, sc["capabilities"]
+assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_RESOURCE", "IPC_LOCK"]}, sc["capabilities"]
 assert pod["hostPID"] is False and pod["hostNetwork"] is False and pod["automountServiceAccountToken"] is False
 assert pod["shareProcessNamespace"] is True
 mounts = {m["mountPath"]: m for m in c["volumeMounts"]}

@@ -26,6 +26,7 @@ pub mod history;
 pub mod journal;
 mod learn;
 pub mod lock;
+pub mod memlock;
 pub mod metrics;
 mod observe;
 mod oom_adj;
@@ -91,6 +92,9 @@ pub struct Options {
     pub dry_run: bool,
     /// Print each event on stdout too (the command does; in-process tests need not).
     pub echo: bool,
+    /// Lock the process's memory (`memlock`): the command does; in-process tests, which share
+    /// their process with other tests, need not.
+    pub lock_memory: bool,
 }
 
 /// Loads and validates the config; nothing is touched.
@@ -267,6 +271,11 @@ fn run_loop(
     let mut last_periodic: Option<Instant> = None;
     let mut told_ready = false;
     let mut exporter = metrics::Exporter::start(&cfg.metrics)?;
+    if opts.lock_memory {
+        if let Err(e) = memlock::lock_all() {
+            act.emit(Event::Degraded { message: memlock::unlocked_message(&e) });
+        }
+    }
     let control = match control::Server::start(state_dir, explain::View::new(cfg.clone(), opts.config_path.clone())) {
         Ok(c) => Some(c),
         Err(e) => {

@@ -97,6 +97,7 @@ impl Fake {
             stats_backend: memqos_stats::BackendChoice::Text,
             dry_run,
             echo: false,
+            lock_memory: false,
         }
     }
 

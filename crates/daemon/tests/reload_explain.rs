@@ -110,6 +110,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
         stats_backend: memqos_stats::BackendChoice::Text,
         dry_run: false,
         echo: false,
+        lock_memory: false,
     };
     let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
     poll("low1 throttled", Duration::from_secs(10), || (read("low1", "memory.high") != "max").then_some(()));

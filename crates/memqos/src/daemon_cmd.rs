@@ -97,6 +97,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         stats_backend: a.stats_backend,
         dry_run: a.dry_run,
         echo: true,
+        lock_memory: true,
     })?;
     Ok(0)
 }
@@ -108,6 +109,10 @@ pub fn restore(a: RestoreArgs) -> Result<u8> {
         unsafe {
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        }
+        // It must act while memory is short too: the daemon's reason to lock (memlock).
+        if let Err(e) = memqos_daemon::memlock::lock_all() {
+            eprintln!("memqos restore: {}", memqos_daemon::memlock::unlocked_message(&e));
         }
         let mut sink = [0u8; 64];
         while std::io::stdin().read(&mut sink).map(|n| n > 0).unwrap_or(false) {}
