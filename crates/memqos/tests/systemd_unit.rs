@@ -79,6 +79,18 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     let unit_cg = Cgroup::new("/sys/fs/cgroup/system.slice/memqos.service");
     let procs = std::fs::read_to_string(unit_cg.path().join("cgroup.procs")).unwrap();
     assert_eq!(procs.lines().count(), 2, "daemon and guardian in the unit's cgroup: {procs}");
+    // Both lock their memory under the unit's sandbox (CAP_IPC_LOCK, @system-service's mlock
+    // calls): they must run while everyone else's pages are being reclaimed.
+    for pid in procs.lines() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let locked_kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmLck:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        println!("RESULT pid {pid} VmLck {locked_kb} kB");
+        assert!(locked_kb > 0, "pid {pid} of memqos.service has no locked memory");
+    }
 
     let took = wait_for("memqos protects memqos-db", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
     println!("RESULT memory.low of memqos-db.service = {:?} after {:.1} s", low(&db), took.as_secs_f64());
