@@ -296,7 +296,9 @@ fn one_line(r: &ArmResult) -> String {
         .iter()
         .map(|t| {
             let p95 = t.latency.map(|l| format!(" p95 {:.1}ms", l.p95_ms)).unwrap_or_default();
-            format!("{} {} {:.2}s{p95}", t.name, short_outcome(&t.outcome), t.wall_s)
+            // stress-ng's figure is its throughput, not its time (a fixed -t).
+            let ops = t.bogo_ops_per_s.map(|o| format!(" {o:.0} ops/s")).unwrap_or_default();
+            format!("{} {} {:.2}s{p95}{ops}", t.name, short_outcome(&t.outcome), t.wall_s)
         })
         .collect();
     format!("{}: {} | oom_kill {} | writes {}", r.arm, tasks.join(", "), r.parent_oom_kills, r.decisions.len())
