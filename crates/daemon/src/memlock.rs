@@ -3,10 +3,9 @@
 //! memqos acts when memory is short, which is when the kernel reclaims everyone's pages, the
 //! daemon's included: its text is file-backed and goes first, and a daemon that must fault its
 //! own code back in (from a slow disk, or a host share under emulation) reacts seconds late,
-//! or not at all while a thrash lasts. One of five memqos runs of the RFC demo on 7.2
-//! (2026-11-26) showed exactly that shape: four knob writes in 60 s of heavy swapping and a
-//! sixth of the CPU time of the other runs. Userspace OOM agents lock themselves for the
-//! same reason.
+//! or not at all while a thrash lasts. Userspace OOM agents lock themselves for the same
+//! reason. (The RFC demo's runs where memqos did not help, docs/experiments.md, happened with
+//! and without the lock: their cause is elsewhere.)
 
 use std::io;
 
