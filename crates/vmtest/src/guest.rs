@@ -345,10 +345,7 @@ impl Guest {
             append += " memqos.zswap=1";
         }
         if self.systemd {
-            // systemd reads systemd.* options from the kernel command line. show_status=error
-            // keeps its "job running (1min 43s / no limit)" spinner, redrawn twice a second
-            // while the job runs, out of the experiments' console; failures still show.
-            append += " memqos.init=systemd systemd.show_status=error";
+            append += " memqos.init=systemd";
         }
         cmd.arg("-append").arg(append);
         Ok(cmd)
