@@ -23,6 +23,11 @@ pub fn lock_all() -> io::Result<()> {
     }
 }
 
+/// The locked memory in kB a process's `/proc/PID/status` text reports (`VmLck:`), if any.
+pub fn locked_kb(proc_status: &str) -> Option<u64> {
+    proc_status.lines().find_map(|l| l.strip_prefix("VmLck:"))?.split_whitespace().next()?.parse().ok()
+}
+
 /// Why the daemon runs unlocked, for its `degraded` line.
 pub fn unlocked_message(e: &io::Error) -> String {
     format!(
@@ -33,18 +38,12 @@ pub fn unlocked_message(e: &io::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    /// Locked memory in kB, from /proc/self/status.
-    fn vm_lck_kb() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmLck:")).expect("VmLck in /proc/self/status");
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    }
-
     #[test]
     fn lock_all_locks_this_process_or_says_why_not() {
         match super::lock_all() {
             Ok(()) => {
-                let locked = vm_lck_kb();
+                let status = std::fs::read_to_string("/proc/self/status").unwrap();
+                let locked = super::locked_kb(&status).expect("VmLck in /proc/self/status");
                 // SAFETY: flags-free; undoes the lock so other tests in this process run as usual.
                 unsafe { libc::munlockall() };
                 assert!(locked > 0, "mlockall succeeded but VmLck is {locked} kB");

@@ -83,11 +83,7 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     // calls): they must run while everyone else's pages are being reclaimed.
     for pid in procs.lines() {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let locked_kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmLck:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0);
+        let locked_kb = memqos_daemon::memlock::locked_kb(&status).unwrap_or(0);
         println!("RESULT pid {pid} VmLck {locked_kb} kB");
         assert!(locked_kb > 0, "pid {pid} of memqos.service has no locked memory");
     }

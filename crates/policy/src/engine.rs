@@ -190,11 +190,12 @@ impl Engine {
             // one has emptied or gone there is none to come, and waiting only costs the lower
             // tiers time (issue 18's work conservation). Pressure with no protected cgroup
             // (lower tiers alone at the guard) keeps the hold: it damps their cut/regrow cycle.
-            let nothing_to_protect = self.pressure_had_protected && !protecting;
-            let why = if calm_for < self.cfg.policy.hold_ms && nothing_to_protect {
+            let why = if calm_for >= self.cfg.policy.hold_ms {
+                Some(Reason::Release { calm_for_ms: calm_for })
+            } else if self.pressure_had_protected && !protecting {
                 Some(Reason::NothingToProtect { calm_for_ms: calm_for })
             } else {
-                (calm_for >= self.cfg.policy.hold_ms).then_some(Reason::Release { calm_for_ms: calm_for })
+                None
             };
             // Thaw strictly before release: a frozen cgroup is thawed on a tick of its own.
             if let (Some(why), false) = (why, any_frozen) {
@@ -314,14 +315,14 @@ fn sync<'a>(
     seen.into_values().collect()
 }
 
-/// Ids of the tracked protected cgroups that have never had a process in them (only their
-/// declarations count before they run; built every tick, so kept to the protected few).
 /// True while some protected cgroup has a process in it or has been made and not run yet:
 /// someone the lower tiers may have to make room for.
 fn protecting(ctx: &Ctx) -> bool {
     !ctx.not_yet_run.is_empty() || ctx.cgs.iter().any(|c| ctx.tier(c).is_protected() && c.is_populated())
 }
 
+/// Ids of the tracked protected cgroups that have never had a process in them (only their
+/// declarations count before they run; built every tick, so kept to the protected few).
 fn not_yet_run(states: &BTreeMap<String, CgState>, cfg: &Config) -> std::collections::BTreeSet<String> {
     let protected = |s: &CgState| cfg.tiers.get(s.tier).is_some_and(Tier::is_protected);
     states.iter().filter(|(_, s)| !s.has_run && protected(s)).map(|(id, _)| id.clone()).collect()

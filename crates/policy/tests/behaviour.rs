@@ -16,7 +16,7 @@ fn contention() -> Sim {
 }
 
 fn is_lowering(d: &memqos_policy::Decision) -> bool {
-    matches!(d.action, Action::High(_)) && !matches!(d.reason, Reason::Release { .. } | Reason::NothingToProtect { .. })
+    matches!(d.action, Action::High(_)) && !is_release(&d.reason)
 }
 
 #[test]

@@ -102,7 +102,7 @@ fn a_oom_pressure_low_tier_throttled_before_the_limit() {
     // Every cut came from the guard (no PSI in this scenario), proportional within the tier.
     for (_, d) in &sim.log {
         if let Action::High(l) = d.action {
-            if l != Limit::Max && !matches!(d.reason, Reason::Release { .. } | Reason::NothingToProtect { .. }) {
+            if l != Limit::Max && !is_release(&d.reason) {
                 assert!(matches!(d.reason, Reason::HeadroomGuard { .. }), "{d}");
             }
         }
