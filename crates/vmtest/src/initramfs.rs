@@ -24,6 +24,8 @@ const WANTED_MODULES: &[&str] = &[
     "crc32c_intel",
     "crc32c_cryptoapi",
     "ext4",
+    // A second scratch file system (the dirty-page experiment's `--fs xfs`).
+    "xfs",
     // The writable root of systemd guests (`Guest::systemd`).
     "overlay",
 ];

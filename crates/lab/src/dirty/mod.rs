@@ -16,7 +16,8 @@ use std::time::Duration;
 pub use guest::GuestReport;
 pub use report::Report;
 
-/// The guest's scratch disk: 256 MiB of ext4, writes throttled to 256 KB/s by QEMU.
+/// The guest's scratch disk: 256 MiB (ext4, or xfs with `--fs xfs`), writes throttled to
+/// 256 KB/s by QEMU.
 pub const SCRATCH_MB: u64 = 256;
 pub const DISK_WRITE_BPS: u64 = 262_144;
 
@@ -27,6 +28,15 @@ pub enum Policy {
     Stock,
     /// The memqos daemon with the victim tier's dirty.min and the noisy tier's dirty.max.
     Memqos,
+}
+
+/// The scratch disk's file system.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Fs {
+    #[default]
+    Ext4,
+    Xfs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -44,8 +54,36 @@ pub struct Settings {
     pub fill_secs: u64,
     pub contended_secs: u64,
     pub victim_rate_kib: u64,
-    /// Scratch ext4 mounted with lazytime (no journal handle per write for mtime).
+    /// Scratch file system mounted with lazytime (timestamps kept in memory; on ext4 before
+    /// 7.x the i_version bump still journals the inode on every write, see
+    /// docs/dirty-isolation.md).
     pub lazytime: bool,
+    /// Reports from before issue 31 have no `fs`: they ran on ext4.
+    #[serde(default)]
+    pub fs: Fs,
+    /// io.max `wbps` of the victim's and the noisy cgroup (bytes/s), `None` = unlimited.
+    #[serde(default)]
+    pub victim_wbps: Option<u64>,
+    #[serde(default)]
+    pub noisy_wbps: Option<u64>,
+}
+
+impl Settings {
+    /// Arm label beside the policy: file system and io.max, when not the defaults.
+    pub fn variant(&self) -> String {
+        let mut v = Vec::new();
+        if self.fs != Fs::Ext4 {
+            v.push(format!("{:?}", self.fs).to_lowercase());
+        }
+        if !self.lazytime {
+            v.push("no-lazytime".to_string());
+        }
+        if self.victim_wbps.is_some() || self.noisy_wbps.is_some() {
+            let k = |w: Option<u64>| w.map_or("max".to_string(), |b| format!("{}K", b / 1024));
+            v.push(format!("io.max wbps victim {} noisy {}", k(self.victim_wbps), k(self.noisy_wbps)));
+        }
+        v.join(", ")
+    }
 }
 
 #[derive(Args, Debug)]
@@ -72,6 +110,16 @@ pub struct ExperimentArgs {
     /// ext4 journal and also stalls on jbd2 commits (seconds on this disk), alone or not.
     #[arg(long)]
     pub no_lazytime: bool,
+    /// The scratch disk's file system.
+    #[arg(long, value_enum, default_value_t = Fs::Ext4)]
+    pub fs: Fs,
+    /// io.max write bandwidth for the victim's cgroup, bytes/s (set before each run, as an
+    /// operator would; the journal's own writes come from the root cgroup and are not limited).
+    #[arg(long, value_name = "BYTES_PER_SEC", value_parser = clap::value_parser!(u64).range(4096..))]
+    pub victim_wbps: Option<u64>,
+    /// io.max write bandwidth for the noisy cgroup, bytes/s.
+    #[arg(long, value_name = "BYTES_PER_SEC", value_parser = clap::value_parser!(u64).range(4096..))]
+    pub noisy_wbps: Option<u64>,
     /// Print the full report (every iteration and sample) as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -107,6 +155,9 @@ impl ExperimentArgs {
             contended_secs: self.contended_secs,
             victim_rate_kib: 500,
             lazytime: !self.no_lazytime,
+            fs: self.fs,
+            victim_wbps: self.victim_wbps,
+            noisy_wbps: self.noisy_wbps,
         }
     }
 }
@@ -173,7 +224,12 @@ pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
         let kernel = kernels::ensure(series)?;
         for &policy in &opts.policies {
             if opts.progress {
-                eprintln!("== kernel {} policy {policy:?}: {} iterations ==", kernel.release(), opts.settings.runs);
+                eprintln!(
+                    "== kernel {} policy {policy:?} {}: {} iterations ==",
+                    kernel.release(),
+                    opts.settings.variant(),
+                    opts.settings.runs
+                );
             }
             let s = &opts.settings;
             let per_iteration = s.solo_secs + s.fill_secs + s.contended_secs + 60;
@@ -193,6 +249,12 @@ pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
             }
             if !s.lazytime {
                 args.push("--no-lazytime".into());
+            }
+            args.extend(["--fs".to_string(), format!("{:?}", s.fs).to_lowercase()]);
+            for (flag, v) in [("--victim-wbps", s.victim_wbps), ("--noisy-wbps", s.noisy_wbps)] {
+                if let Some(v) = v {
+                    args.extend([flag.to_string(), v.to_string()]);
+                }
             }
             // Relative: the guest writes it into its results directory.
             args.extend(["--in-guest".to_string(), name.clone()]);

@@ -1,7 +1,7 @@
 //! Medians and spreads per kernel and policy, the targets, and the text table.
 
 use super::guest::{GuestReport, Iteration};
-use super::Policy;
+use super::{Fs, Policy};
 use serde::Serialize;
 
 /// Median, minimum and maximum over the iterations.
@@ -29,6 +29,11 @@ impl Spread {
 pub struct Summary {
     pub kernel: String,
     pub policy: Policy,
+    pub fs: Fs,
+    /// File system and io.max when not the defaults (empty: ext4, no io.max).
+    pub variant: String,
+    /// Whether io.max limited either cgroup.
+    pub io_max: bool,
     pub n: usize,
     pub solo_iops: Spread,
     pub contended_iops: Spread,
@@ -61,6 +66,9 @@ pub struct Summary {
 #[derive(Clone, Debug, Serialize)]
 pub struct Targets {
     pub kernel: String,
+    /// The memqos arm's variant (see `Summary::variant`); stock is the same file system
+    /// without io.max.
+    pub variant: String,
     /// memqos contended IOPS / solo IOPS (median), target >= 0.9.
     pub victim_iops_retention: f64,
     /// memqos contended p99 / solo p99 (median), target <= 3.
@@ -91,6 +99,9 @@ pub fn summarize(r: &GuestReport) -> Summary {
     Summary {
         kernel: r.kernel.clone(),
         policy: r.policy,
+        fs: r.settings.fs,
+        variant: r.settings.variant(),
+        io_max: r.settings.victim_wbps.is_some() || r.settings.noisy_wbps.is_some(),
         n: its.len(),
         solo_iops: s(&|i| i.solo.iops),
         contended_iops: s(&|i| i.contended.iops),
@@ -123,10 +134,12 @@ pub fn build(runs: Vec<GuestReport>) -> Report {
     let summaries: Vec<Summary> = runs.iter().map(summarize).collect();
     let mut targets = Vec::new();
     for m in summaries.iter().filter(|s| s.policy == Policy::Memqos) {
-        let stock = summaries.iter().find(|s| s.policy == Policy::Stock && s.kernel == m.kernel);
+        let stock =
+            summaries.iter().find(|s| s.policy == Policy::Stock && s.kernel == m.kernel && s.fs == m.fs && !s.io_max);
         let kept = stock.map(|s| m.noisy_disk_kib_s.median / s.noisy_disk_kib_s.median).unwrap_or(f64::NAN);
         let t = Targets {
             kernel: m.kernel.clone(),
+            variant: m.variant.clone(),
             victim_iops_retention: m.iops_retention.median,
             victim_p99_inflation: m.p99_inflation.median,
             noisy_bandwidth_kept: kept,
@@ -145,9 +158,10 @@ fn sp(s: &Spread, digits: usize) -> String {
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
     out += "dirty-noisy-neighbour: victim = fio 4 KiB sequential buffered writes at 500 KiB/s, noisy = unlimited 4 KiB random buffered writes,\n";
-    out += "256 KB/s ext4 disk, vm.dirty_bytes 32 MB, dirty_background_bytes 16 MB. Medians [min..max] over N iterations (TCG guest on a shared host).\n\n";
+    out += "256 KB/s disk (ext4 unless named), vm.dirty_bytes 32 MB, dirty_background_bytes 16 MB. Medians [min..max] over N iterations (TCG guest on a shared host).\n\n";
     for s in &r.summaries {
-        out += &format!("kernel {} policy {:?} (N={})\n", s.kernel, s.policy, s.n);
+        let variant = if s.variant.is_empty() { String::new() } else { format!(" [{}]", s.variant) };
+        out += &format!("kernel {} policy {:?}{variant} (N={})\n", s.kernel, s.policy, s.n);
         out += &format!(
             "  victim IOPS        solo {}   contended {}   retention {}\n",
             sp(&s.solo_iops, 1),
@@ -186,8 +200,9 @@ pub fn render(r: &Report) -> String {
     }
     for t in &r.targets {
         out += &format!(
-            "targets on {}: victim IOPS retention {:.3} (>= 0.9), p99 inflation {:.2}x (<= 3), noisy disk bandwidth kept {:.2} (>= 0.8): {}\n",
+            "targets on {}{}: victim IOPS retention {:.3} (>= 0.9), p99 inflation {:.2}x (<= 3), noisy disk bandwidth kept {:.2} (>= 0.8): {}\n",
             t.kernel,
+            if t.variant.is_empty() { String::new() } else { format!(" [{}]", t.variant) },
             t.victim_iops_retention,
             t.victim_p99_inflation,
             t.noisy_bandwidth_kept,
