@@ -82,7 +82,7 @@ def main():
         if name.startswith("jbd2_") and name in (
             "jbd2_start_commit", "jbd2_commit_locking", "jbd2_commit_flushing",
             "jbd2_commit_logging", "jbd2_end_commit", "jbd2_run_stats"):
-            tid = kv(rest, "transaction") or kv(rest, "tid")
+            tid = kv_sp(rest, "transaction") if "transaction" in rest else kv_sp(rest, "tid")
             commits[tid][name] = (ts, rest)
     # D sleeps of fio tasks
     out = []

@@ -193,6 +193,10 @@ pub(crate) fn judge(r: &mut DoctorReport) {
         });
     }
 
+    if let Some(x) = ext4_timestamps(r.kernel_release.as_deref(), &r.ext4_mounts) {
+        f.push(x);
+    }
+
     f.sort_by_key(|x| std::cmp::Reverse(x.severity));
     r.verdict = match f.first().map(|x| x.severity) {
         Some(Severity::Blocker) => Verdict::CannotRun,
@@ -211,6 +215,47 @@ pub(crate) fn judge(r: &mut DoctorReport) {
         ),
     };
     r.findings = f;
+}
+
+/// `major.minor` of a release string such as "6.12.117+deb12-amd64".
+pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// On 6.12 an ext4 write() that changes mtime dirties the inode through the journal even
+/// with lazytime (traced: generic_update_time -> ext4_dirty_inode, the i_version bump makes
+/// it I_DIRTY_SYNC); on 7.2 it does not. The writer then waits in do_get_write_access()
+/// whenever its inode block is in a commit whose journal write is queued behind data on
+/// the disk: a stall outside balance_dirty_pages() that dirty bounds cannot prevent.
+/// Kernels between 6.12 and 7.2 were not measured; 7.0 is the assumed boundary.
+pub(crate) fn ext4_timestamps(release: Option<&str>, mounts: &[Ext4Mount]) -> Option<Finding> {
+    let version = kernel_version(release?)?;
+    if version >= (7, 0) || mounts.is_empty() {
+        return None;
+    }
+    let list = mounts
+        .iter()
+        .map(|m| format!("{}{}", m.mount_point.display(), if m.lazytime { " (lazytime)" } else { "" }))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(Finding {
+        severity: Severity::Note,
+        topic: "ext4 timestamps",
+        message: format!(
+            "on kernel {}.{} a write() to ext4 that changes mtime goes through the journal, with or without lazytime \
+             ({list}); when a journal write waits behind queued data writeback (a slow or bandwidth-capped disk), \
+             writers sleep in jbd2's do_get_write_access() until it completes, outside balance_dirty_pages(), \
+             so dirty.min cannot prevent it (measured on 6.12: a 32 s write() behind 8 MiB queued at 256 KB/s)",
+            version.0, version.1
+        ),
+        advice: Some(
+            "keep the queued writeback short: give the writing cgroups io.max wbps that add up to less than the disk's \
+             write bandwidth (systemd: IOWriteBandwidthMax=), or put the journal on another device; kernel 7.x keeps \
+             lazytime timestamp updates out of the journal (docs/dirty-isolation.md)"
+                .into(),
+        ),
+    })
 }
 
 fn feature_findings(feat: &KernelFeatures, f: &mut Vec<Finding>) {

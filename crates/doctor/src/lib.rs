@@ -176,6 +176,15 @@ pub struct Swap {
     pub error: Option<String>,
 }
 
+/// A mounted ext4 file system (its timestamp updates may go through the journal, see
+/// [`judge`]'s "ext4 timestamps" note).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Ext4Mount {
+    pub mount_point: PathBuf,
+    /// The `lazytime` super option.
+    pub lazytime: bool,
+}
+
 /// Everything `memqos doctor` found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DoctorReport {
@@ -192,6 +201,8 @@ pub struct DoctorReport {
     pub swap: Swap,
     /// `/sys/module/zswap/parameters/enabled`; `None` when the kernel has no zswap.
     pub zswap_enabled: Option<bool>,
+    /// ext4 mounts, one per mount point.
+    pub ext4_mounts: Vec<Ext4Mount>,
     /// Blockers first, then degraded interfaces, then notes.
     pub findings: Vec<Finding>,
     /// Files that could not be read, with the reason.

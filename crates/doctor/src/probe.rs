@@ -69,6 +69,16 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
         .ok()
         .map(|s| matches!(s.trim(), "Y" | "y" | "1"));
 
+    let mut ext4_mounts: Vec<Ext4Mount> = Vec::new();
+    for m in mounts.iter().filter(|m| m.fstype == "ext4") {
+        if !ext4_mounts.iter().any(|e| e.mount_point == m.mount_point) {
+            ext4_mounts.push(Ext4Mount {
+                mount_point: m.mount_point.clone(),
+                lazytime: m.super_options.split(',').any(|o| o == "lazytime"),
+            });
+        }
+    }
+
     let mut report = DoctorReport {
         verdict: Verdict::Ready,
         headline: String::new(),
@@ -80,6 +90,7 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
         btf,
         swap,
         zswap_enabled,
+        ext4_mounts,
         findings: Vec::new(),
         read_errors,
     };

@@ -299,3 +299,43 @@ fn this_machine_does_not_panic() {
     assert!(text.contains("verdict: "));
     serde_json::to_string(&r).unwrap();
 }
+
+#[test]
+fn ext4_on_6_12_gets_a_journaled_timestamps_note() {
+    let t = v2_ready();
+    t.write("proc/sys/kernel/osrelease", "6.12.117+deb12-amd64\n");
+    let info = std::fs::read_to_string(t.paths().proc.join("self/mountinfo")).unwrap();
+    t.write(
+        "proc/self/mountinfo",
+        format!(
+            "{info}25 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw,errors=remount-ro\n\
+             26 25 254:16 / /srv rw,relatime shared:2 - ext4 /dev/vdb rw,lazytime\n\
+             27 25 254:16 / /mnt/srv rw,relatime shared:2 - ext4 /dev/vdb rw,lazytime\n\
+             28 25 254:32 / /data rw,relatime shared:3 - xfs /dev/vdc rw,attr2\n"
+        ),
+    );
+    let r = collect(&t.paths());
+    let mounts: Vec<_> = r.ext4_mounts.iter().map(|m| (m.mount_point.to_str().unwrap(), m.lazytime)).collect();
+    assert_eq!(mounts, [("/", false), ("/srv", true), ("/mnt/srv", true)]);
+    let note = r.findings.iter().find(|f| f.topic == "ext4 timestamps").expect("an ext4 note");
+    assert_eq!(note.severity, Severity::Note);
+    assert!(note.message.contains("on kernel 6.12 a write()"), "{}", note.message);
+    assert!(note.message.contains("/, /srv (lazytime), /mnt/srv (lazytime)"), "{}", note.message);
+    assert!(note.advice.as_deref().unwrap().contains("io.max wbps"));
+    // A note only: the verdict is the one the cgroup setup gives.
+    assert_eq!(r.verdict, collect(&v2_ready().paths()).verdict);
+
+    // 7.x, or no ext4 at all: nothing to say.
+    t.write("proc/sys/kernel/osrelease", "7.2.13+deb14-amd64\n");
+    assert!(!collect(&t.paths()).findings.iter().any(|f| f.topic == "ext4 timestamps"));
+    assert!(!collect(&v2_ready().paths()).findings.iter().any(|f| f.topic == "ext4 timestamps"));
+}
+
+#[test]
+fn kernel_versions_parse() {
+    use crate::judge::kernel_version;
+    assert_eq!(kernel_version("6.12.117+deb12-amd64"), Some((6, 12)));
+    assert_eq!(kernel_version("7.2.13+deb14-amd64"), Some((7, 2)));
+    assert_eq!(kernel_version("7.0-rc1"), Some((7, 0)));
+    assert_eq!(kernel_version("garbage"), None);
+}
