@@ -1,8 +1,9 @@
 #!/bin/bash
 # Regenerates docs/dirty (issue 31): every arm of the dirty-page reproducer on both kernels,
 # then the combined report and plots from the saved guest reports.
-#   scripts/dirty/run-all.sh [RUNS]         # boots 10 guests (about 70 minutes under TCG)
+#   scripts/dirty/run-all.sh [RUNS]         # boots 10 guests (about 90 minutes under TCG)
 #   scripts/dirty/run-all.sh --report-only  # rebuild results.{json,txt} and plots from docs/dirty/guest
+#   scripts/dirty/run-all.sh --arm NAME ARGS...  # one experiment invocation, reports saved under NAME
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${MEMQOS:-target/release/memqos}
@@ -29,11 +30,17 @@ arm() { # NAME ARGS...: one experiment invocation; its guest reports are saved a
     rm -f "$log"
 }
 
+if [ "${1:-}" = --arm ]; then
+    shift
+    mkdir -p "$out/guest"
+    arm "$@"
+    exit 0
+fi
 if [ "${1:-}" != --report-only ]; then
     mkdir -p "$out/guest"
     arm ext4 --runs "$runs" --kernel all --policy both
     arm ext4-iomax --runs "$runs" --kernel all --policy memqos "${iomax[@]}"
-    arm xfs --runs "$runs" --kernel all --policy both --fs xfs
+    arm xfs --runs 1 --kernel all --policy both --fs xfs
 fi
 "$bin" experiment dirty-noisy-neighbour --from "$out"/guest/*.json --out "$out/results.json" > "$out/results.txt"
 /usr/bin/python3 scripts/plots/dirty.py "$out/results.json" "$out"

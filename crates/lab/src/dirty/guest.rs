@@ -349,7 +349,7 @@ fn log(msg: &str) {
 }
 
 /// Runs every iteration in this (guest) kernel.
-pub fn run(settings: &Settings, policy: Policy) -> Result<GuestReport> {
+pub fn run(settings: &Settings, policy: Policy, save: impl Fn(&GuestReport) -> Result<()>) -> Result<GuestReport> {
     if !Path::new(SCRATCH).join("lost+found").exists() {
         bail!("{SCRATCH} is not the ext4 scratch disk (run inside `memqos vm run --scratch 256:262144` or via `memqos experiment`)");
     }
@@ -376,15 +376,23 @@ pub fn run(settings: &Settings, policy: Policy) -> Result<GuestReport> {
     victim.create()?;
     noisy.create()?;
     let names = [(cgroup_ino(&victim), "victim"), (cgroup_ino(&noisy), "noisy")];
-    for (cg, wbps) in [(&victim, settings.victim_wbps), (&noisy, settings.noisy_wbps)] {
-        set_io_max(cg, wbps)?;
-    }
     let bdp = BdpTrace::start()?;
-    let mut iterations = Vec::new();
+    let mut report = GuestReport {
+        kernel: kernel.clone(),
+        policy,
+        settings: settings.clone(),
+        dirty_threshold_pages: 0,
+        dirty_background_threshold_pages: 0,
+        iterations: Vec::new(),
+    };
     for i in 0..settings.runs {
         log(&format!("{policy:?} iteration {}/{} on {kernel}", i + 1, settings.runs));
-        iterations.push(iteration(settings, policy, &victim, &noisy, &bdp, &names)?);
-        let it = iterations.last().unwrap();
+        let it = iteration(settings, policy, &victim, &noisy, &bdp, &names)?;
+        report.iterations.push(it);
+        report.dirty_threshold_pages = vmstat("nr_dirty_threshold");
+        report.dirty_background_threshold_pages = vmstat("nr_dirty_background_threshold");
+        save(&report)?;
+        let it = report.iterations.last().unwrap();
         log(&format!(
             "  victim solo {:.1} IOPS p99 {:.2} ms | contended {:.1} IOPS p99 {:.2} ms p99.9 {:.1} ms | noisy disk {:.0} KiB/s, write() {:.0} KiB/s",
             it.solo.iops, it.solo.p99_us / 1e3, it.contended.iops, it.contended.p99_us / 1e3, it.contended.p999_us / 1e3,
@@ -395,14 +403,7 @@ pub fn run(settings: &Settings, policy: Policy) -> Result<GuestReport> {
     let _ = victim.remove();
     let _ = noisy.remove();
     let _ = root.remove();
-    Ok(GuestReport {
-        kernel,
-        policy,
-        settings: settings.clone(),
-        dirty_threshold_pages: vmstat("nr_dirty_threshold"),
-        dirty_background_threshold_pages: vmstat("nr_dirty_background_threshold"),
-        iterations,
-    })
+    Ok(report)
 }
 
 fn iteration(
@@ -421,6 +422,9 @@ fn iteration(
         run_in(cg, &["fallocate".into(), "-l".into(), format!("{mb}M"), f.display().to_string()])?;
     }
     run_in(victim, &["sync".into()])?;
+    for (cg, wbps) in [(victim, settings.victim_wbps), (noisy, settings.noisy_wbps)] {
+        set_io_max(cg, wbps)?;
+    }
     let daemon = if policy == Policy::Memqos { Some(Daemon::start()?) } else { None };
     let out = Path::new("/tmp");
     let rate = format!("--rate={}k", settings.victim_rate_kib);
@@ -479,6 +483,11 @@ fn iteration(
         Some(d) => (d.stop()?, Some(noisy.read_string("memory.high")?.trim().to_owned())),
         None => (0, None),
     };
+    // Lifted before the cleanup: deleting a file waits for its pages under writeback, which
+    // io.max would drain at its own rate.
+    for cg in [victim, noisy] {
+        set_io_max(cg, None)?;
+    }
     // Deleting the files drops their dirty pages; only what is already in flight drains.
     for f in [&vb, &nf] {
         std::fs::remove_file(f)?;

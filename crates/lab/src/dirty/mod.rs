@@ -170,9 +170,12 @@ pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
             PolicyChoice::Memqos => Policy::Memqos,
             PolicyChoice::Both => bail!("--in-guest runs one policy: pass --policy stock or --policy memqos"),
         };
-        let report = guest::run(&args.settings(), policy)?;
         let out = memqos_vmtest::results_dir().map_or_else(|| out.clone(), |dir| dir.join(out));
-        std::fs::write(&out, serde_json::to_string(&report)?).with_context(|| format!("writing {}", out.display()))?;
+        // Written after every iteration, so a guest that times out still leaves what it measured.
+        let save = |report: &GuestReport| -> Result<()> {
+            std::fs::write(&out, serde_json::to_string(report)?).with_context(|| format!("writing {}", out.display()))
+        };
+        guest::run(&args.settings(), policy, save)?;
         return Ok(0);
     }
     let report = if args.from.is_empty() {
@@ -232,7 +235,9 @@ pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
                 );
             }
             let s = &opts.settings;
-            let per_iteration = s.solo_secs + s.fill_secs + s.contended_secs + 60;
+            // Measured under TCG on a loaded 2-core host: up to ~2x the phases plus a drain of
+            // up to 90 s per iteration; a timeout loses the whole guest, so be generous.
+            let per_iteration = 2 * (s.solo_secs + s.fill_secs + s.contended_secs) + 150;
             let name = format!("dirty-{policy:?}.json").to_lowercase();
             let policy_arg = format!("{policy:?}").to_lowercase();
             let mut args: Vec<String> = ["experiment", "dirty-noisy-neighbour", "--policy", &policy_arg]
