@@ -43,4 +43,14 @@ if [ "${1:-}" != --report-only ]; then
     arm xfs --runs 1 --kernel all --policy both --fs xfs
 fi
 "$bin" experiment dirty-noisy-neighbour --from "$out"/guest/*.json --out "$out/results.json" > "$out/results.txt"
+"$bin" experiment dirty-noisy-neighbour --from "$out"/guest/*.json --markdown > "$out/results.md"
+# The README's tables are results.md, between the two markers.
+/usr/bin/python3 - "$out/README.md" "$out/results.md" <<'PY'
+import sys
+readme, table = sys.argv[1], open(sys.argv[2]).read()
+text = open(readme).read()
+begin, end = "<!-- results.md begin -->\n", "<!-- results.md end -->"
+a, b = text.index(begin) + len(begin), text.index(end)
+open(readme, "w").write(text[:a] + table + text[b:])
+PY
 /usr/bin/python3 scripts/plots/dirty.py "$out/results.json" "$out"

@@ -121,8 +121,11 @@ pub struct ExperimentArgs {
     #[arg(long, value_name = "BYTES_PER_SEC", value_parser = clap::value_parser!(u64).range(4096..))]
     pub noisy_wbps: Option<u64>,
     /// Print the full report (every iteration and sample) as JSON on stdout.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
+    /// Print the summary and target tables as Markdown (docs/dirty/README.md embeds them).
+    #[arg(long)]
+    pub markdown: bool,
     /// Also write the full JSON report to this file.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -199,6 +202,8 @@ pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if args.markdown {
+        print!("{}", report::render_markdown(&report));
     } else {
         print!("{}", report::render(&report));
     }
