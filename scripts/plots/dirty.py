@@ -37,6 +37,8 @@ def run_variant(run):
     if vw is not None or nw is not None:
         k = lambda w: "max" if w is None else f"{w // 1024}K"
         v.append(f"io.max wbps victim {k(vw)} noisy {k(nw)}")
+    if st.get("max_sectors_kb") is not None:
+        v.append(f"max_sectors_kb {st['max_sectors_kb']}")
     return ", ".join(v)
 
 

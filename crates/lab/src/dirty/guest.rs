@@ -366,6 +366,12 @@ pub fn run(settings: &Settings, policy: Policy, save: impl Fn(&GuestReport) -> R
     if !st.success() {
         bail!("mount -o {opts} {SCRATCH} failed: {st}");
     }
+    if let Some(kb) = settings.max_sectors_kb {
+        let dev = scratch_device()?;
+        let name = dev.rsplit('/').next().unwrap_or(&dev).to_string();
+        let path = format!("/sys/block/{name}/queue/max_sectors_kb");
+        std::fs::write(&path, kb.to_string()).with_context(|| format!("writing {kb} to {path}"))?;
+    }
     sysctl("vm.dirty_bytes", &DIRTY_BYTES.to_string())?;
     sysctl("vm.dirty_background_bytes", &DIRTY_BACKGROUND_BYTES.to_string())?;
     let root = Cgroup::new(ROOT);

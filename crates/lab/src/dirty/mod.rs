@@ -66,6 +66,9 @@ pub struct Settings {
     pub victim_wbps: Option<u64>,
     #[serde(default)]
     pub noisy_wbps: Option<u64>,
+    /// The scratch disk's queue/max_sectors_kb (largest request), `None` = the kernel's.
+    #[serde(default)]
+    pub max_sectors_kb: Option<u64>,
 }
 
 impl Settings {
@@ -81,6 +84,9 @@ impl Settings {
         if self.victim_wbps.is_some() || self.noisy_wbps.is_some() {
             let k = |w: Option<u64>| w.map_or("max".to_string(), |b| format!("{}K", b / 1024));
             v.push(format!("io.max wbps victim {} noisy {}", k(self.victim_wbps), k(self.noisy_wbps)));
+        }
+        if let Some(kb) = self.max_sectors_kb {
+            v.push(format!("max_sectors_kb {kb}"));
         }
         v.join(", ")
     }
@@ -120,6 +126,10 @@ pub struct ExperimentArgs {
     /// io.max write bandwidth for the noisy cgroup, bytes/s.
     #[arg(long, value_name = "BYTES_PER_SEC", value_parser = clap::value_parser!(u64).range(4096..))]
     pub noisy_wbps: Option<u64>,
+    /// Cap the scratch disk's request size (queue/max_sectors_kb): a journal write queued
+    /// behind one large data request waits for all of it.
+    #[arg(long, value_name = "KIB", value_parser = clap::value_parser!(u64).range(4..))]
+    pub max_sectors_kb: Option<u64>,
     /// Print the full report (every iteration and sample) as JSON on stdout.
     #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
@@ -161,6 +171,7 @@ impl ExperimentArgs {
             fs: self.fs,
             victim_wbps: self.victim_wbps,
             noisy_wbps: self.noisy_wbps,
+            max_sectors_kb: self.max_sectors_kb,
         }
     }
 }
@@ -261,7 +272,11 @@ pub fn run_experiment(opts: &ExperimentOpts) -> Result<Report> {
                 args.push("--no-lazytime".into());
             }
             args.extend(["--fs".to_string(), format!("{:?}", s.fs).to_lowercase()]);
-            for (flag, v) in [("--victim-wbps", s.victim_wbps), ("--noisy-wbps", s.noisy_wbps)] {
+            for (flag, v) in [
+                ("--victim-wbps", s.victim_wbps),
+                ("--noisy-wbps", s.noisy_wbps),
+                ("--max-sectors-kb", s.max_sectors_kb),
+            ] {
                 if let Some(v) = v {
                     args.extend([flag.to_string(), v.to_string()]);
                 }

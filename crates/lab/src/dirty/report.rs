@@ -32,7 +32,8 @@ pub struct Summary {
     pub fs: Fs,
     /// File system and io.max when not the defaults (empty: ext4, no io.max).
     pub variant: String,
-    /// Whether io.max limited either cgroup.
+    /// Whether io.max limited either cgroup or the disk's request size was capped (such arms are
+    /// compared with plain stock).
     pub io_max: bool,
     pub n: usize,
     pub solo_iops: Spread,
@@ -101,7 +102,9 @@ pub fn summarize(r: &GuestReport) -> Summary {
         policy: r.policy,
         fs: r.settings.fs,
         variant: r.settings.variant(),
-        io_max: r.settings.victim_wbps.is_some() || r.settings.noisy_wbps.is_some(),
+        io_max: r.settings.victim_wbps.is_some()
+            || r.settings.noisy_wbps.is_some()
+            || r.settings.max_sectors_kb.is_some(),
         n: its.len(),
         solo_iops: s(&|i| i.solo.iops),
         contended_iops: s(&|i| i.contended.iops),
@@ -291,6 +294,7 @@ mod tests {
                 fs: Fs::Ext4,
                 victim_wbps,
                 noisy_wbps: None,
+                max_sectors_kb: None,
             },
             dirty_threshold_pages: 8192,
             dirty_background_threshold_pages: 4096,
