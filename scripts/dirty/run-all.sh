@@ -1,7 +1,7 @@
 #!/bin/bash
 # Regenerates docs/dirty (issue 31): every arm of the dirty-page reproducer on both kernels,
 # then the combined report and plots from the saved guest reports.
-#   scripts/dirty/run-all.sh [RUNS]         # boots 10 guests (about 90 minutes under TCG)
+#   scripts/dirty/run-all.sh [RUNS]         # boots 11 guests (about 100 minutes under TCG)
 #   scripts/dirty/run-all.sh --report-only  # rebuild results.{json,txt} and plots from docs/dirty/guest
 #   scripts/dirty/run-all.sh --arm NAME ARGS...  # one experiment invocation, reports saved under NAME
 set -euo pipefail
@@ -39,7 +39,12 @@ fi
 if [ "${1:-}" != --report-only ]; then
     mkdir -p "$out/guest"
     arm ext4 --runs "$runs" --kernel all --policy both
+    # The issue-7 memqos runs are superseded by the ones just made.
+    for f in 6.12-memqos 7-memqos; do
+        [ -f "$out/guest/$f.json" ] && mv "$out/guest/$f.json" "$out/guest/issue-7/"
+    done
     arm ext4-iomax --runs "$runs" --kernel all --policy memqos "${iomax[@]}"
+    arm ext4-iomax-maxsectors64 --runs "$runs" --kernel 6.12 --policy memqos "${iomax[@]}" --max-sectors-kb 64
     arm xfs --runs 1 --kernel all --policy both --fs xfs
 fi
 "$bin" experiment dirty-noisy-neighbour --from "$out"/guest/*.json --out "$out/results.json" > "$out/results.txt"
