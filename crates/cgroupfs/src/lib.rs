@@ -7,6 +7,7 @@
 
 mod cgroup;
 pub mod mounts;
+pub mod name;
 pub mod parse;
 pub mod procfs;
 

@@ -84,6 +84,8 @@ pub struct Actuator {
     dry_run: bool,
     dry_logged: HashMap<Key, String>,
     restored: bool,
+    /// Why the last journal commit failed, while it fails (said once, and when it ends).
+    journal_failing: Option<String>,
 }
 
 enum Dir {
@@ -93,7 +95,16 @@ enum Dir {
 
 impl Actuator {
     pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
-        Actuator { root, dirs: HashMap::new(), journal, log, dry_run, dry_logged: HashMap::new(), restored: false }
+        Actuator {
+            root,
+            dirs: HashMap::new(),
+            journal,
+            log,
+            dry_run,
+            dry_logged: HashMap::new(),
+            restored: false,
+            journal_failing: None,
+        }
     }
 
     pub fn journal(&self) -> &Journal {
@@ -157,6 +168,7 @@ impl Actuator {
         // 1. Open and read; stage originals.
         let mut prepared = Vec::with_capacity(batch.len());
         for req in batch {
+            let mut staged = false;
             let key = req.target.key(req.file);
             let dir = self.open(&req.target);
             let previous = match (&dir, req.file) {
@@ -175,7 +187,7 @@ impl Actuator {
                     Target::Cgroup { .. } => None,
                 };
                 let original = req.original.clone().unwrap_or_else(|| prev.clone());
-                self.journal.stage(Entry {
+                staged = self.journal.stage(Entry {
                     cgroup: cgroup.to_owned(),
                     cgroup_id,
                     file: req.file.to_owned(),
@@ -183,16 +195,41 @@ impl Actuator {
                     process,
                 });
             }
-            prepared.push((req, key, dir, previous));
+            prepared.push((req, key, dir, previous, staged));
         }
-        // 2. Durable before any write.
-        self.journal.commit()?;
+        // 2. Durable before any write. A journal that cannot be written (disk full,
+        // read-only) stops only the writes whose original it would have to record: knobs
+        // already journaled are still managed (and restorable), new ones wait until it can.
+        let unjournaled = match self.journal.commit() {
+            Ok(()) => {
+                if let Some(was) = self.journal_failing.take() {
+                    self.log.emit(Event::Degraded {
+                        message: format!("the journal is written again (it was not: {was}); new knobs are managed again"),
+                    });
+                }
+                None
+            }
+            Err(e) => {
+                let why = format!("{e:#}");
+                if self.journal_failing.is_none() {
+                    self.log.emit(Event::Degraded {
+                        message: format!("{why}: knobs whose original is not journaled are left as they are until it can be written; journaled ones are still managed"),
+                    });
+                }
+                self.journal_failing = Some(why.clone());
+                Some(why)
+            }
+        };
         // 3. Write, 4. log.
         let mut events = Vec::with_capacity(prepared.len());
-        for (req, key, dir, previous) in prepared {
+        for (req, key, dir, previous, staged) in prepared {
             let mono_ns = crate::mono_ns();
             let outcome = match (&dir, self.dry_run) {
                 (Err(o), _) => o.clone(),
+                (Ok(_), false) if staged && unjournaled.is_some() => Outcome::Error(format!(
+                    "not written: its original could not be journaled ({})",
+                    unjournaled.as_deref().unwrap_or_default()
+                )),
                 (Ok(_), true) => Outcome::DryRun,
                 (Ok(d), false) => match beneath::write_at(self.fd(d), req.file, &req.value) {
                     Ok(()) => Outcome::Ok,
@@ -261,6 +298,12 @@ impl Actuator {
     /// The journaled original of a process knob.
     pub fn process_original(&self, process: Process, file: &str) -> Option<&str> {
         self.journal.get(&Key::Process(process, file.to_owned())).map(|e| e.original.as_str())
+    }
+
+    /// After a restore, the actuator is used again (the loop starts afresh): an exit
+    /// without the orderly restore restores what it writes from now.
+    pub fn resume(&mut self) {
+        self.restored = false;
     }
 
     /// Writes every journaled original back (see `Journal::restore`).

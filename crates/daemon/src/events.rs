@@ -142,8 +142,14 @@ impl EventLog {
             self.reopen();
         }
         if let Some(f) = &mut self.file {
-            if writeln!(f, "{line}").is_ok() {
-                self.size += line.len() as u64 + 1;
+            let mut bytes = line.into_bytes();
+            bytes.push(b'\n');
+            if f.write_all(&bytes).is_ok() {
+                self.size += bytes.len() as u64;
+            } else {
+                // A full disk: cut back the part that got out, so the next line that fits
+                // is not glued to half of this one.
+                let _ = f.set_len(self.size);
             }
         }
     }

@@ -76,6 +76,7 @@ fn install_signal_handlers() {
     reload::install_handler();
 }
 
+#[derive(Clone)]
 pub struct Options {
     pub config_path: PathBuf,
     /// Overrides the config's state_dir.
@@ -153,6 +154,18 @@ fn raise_fd_limit() {
 /// Restores a journal left by an earlier run, under the lock. Err names each knob.
 fn recover(state_dir: &Path, log: &mut EventLog) -> Result<()> {
     if let Some(report) = restore_state_dir(state_dir)? {
+        for message in &report.skipped {
+            log.emit(Event::Degraded { message: message.clone() });
+        }
+        if !report.other_boot.is_empty() {
+            log.emit(Event::Degraded {
+                message: format!(
+                    "{}: {} journal entries of another boot dropped, not restored (cgroup ids and pids are reused across boots); the file is kept aside as journal.json.boot-*",
+                    state_dir.display(),
+                    report.other_boot.len()
+                ),
+            });
+        }
         let failed = report.failures();
         log.emit(Event::Recovered {
             restored: report.restored.len(),
@@ -192,6 +205,9 @@ pub fn run(opts: Options) -> Result<()> {
     }
     raise_fd_limit();
     let journal = Journal::open(&state_dir, root.path())?;
+    for message in &journal.skipped {
+        log.emit(Event::Degraded { message: message.clone() });
+    }
     let root_dir = beneath::Root::open(root.path())?;
     let mut act = Actuator::new(root_dir, journal, log, opts.dry_run);
     let _guardian = if opts.guardian && !opts.dry_run { Some(Guardian::start(&opts.exe, &state_dir)?) } else { None };
@@ -209,10 +225,41 @@ pub fn run(opts: Options) -> Result<()> {
     }
 
     // The loop runs under catch_unwind so a panic still reaches the restore below (the
-    // actuator's Drop is the second line of defence).
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_loop(&opts, &mut cfg, &root, &state_dir, &mut act, &mut signals)
-    }));
+    // actuator's Drop is the second line of defence). A loop that fails while the root is
+    // still there (a fault of the host, not of one cgroup: those are skipped inside) puts
+    // every knob back and starts afresh: protection pauses for a moment, it does not end.
+    // Only the loss of the root, a panic or a stop request ends the daemon.
+    let started = Instant::now();
+    let result = loop {
+        let mut this_run = opts.clone();
+        this_run.duration = opts.duration.map(|d| d.saturating_sub(started.elapsed()));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_loop(&this_run, &mut cfg, &root, &state_dir, &mut act, &mut signals)
+        }));
+        let error = match &result {
+            Ok(Err(e)) => format!("{e:#}"),
+            _ => break result,
+        };
+        let over = opts.duration.is_some_and(|d| started.elapsed() + LOOP_RETRY >= d);
+        if SHUTDOWN.load(Ordering::SeqCst) || over || !root_is_there(&root) {
+            break result;
+        }
+        let restored = match act.restore() {
+            Ok(r) => r.restored.len(),
+            Err(e) => {
+                act.emit(Event::Degraded { message: format!("restoring before the restart of the loop: {e:#}") });
+                0
+            }
+        };
+        act.resume();
+        act.emit(Event::Degraded {
+            message: format!(
+                "the loop stopped on: {error}; {restored} knob(s) put back, starting afresh in {} ms",
+                LOOP_RETRY.as_millis()
+            ),
+        });
+        std::thread::sleep(LOOP_RETRY);
+    };
 
     let _ = sd_notify::notify("STOPPING=1");
     if let Some(summary) = signals.bpf_summary() {
@@ -266,6 +313,8 @@ fn run_loop(
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
     let mut reported_degraded = 0;
     let mut last_status: Option<Instant> = None;
+    // Why status.json could not be written last time (said once, and when it recovers).
+    let mut status_failing: Option<String> = None;
     // When the last wait returned: BPF crossings are logged with it.
     let mut woke_ns = 0u64;
     let mut last_periodic: Option<Instant> = None;
@@ -501,7 +550,22 @@ fn run_loop(
                 status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted);
             snap.oom_kills_by_tier = oom.by_tier.clone();
             snap.recent_oom_kills = oom.recent.iter().cloned().collect();
-            status::write(state_dir, &snap)?;
+            // status.json is for people: a full or read-only state_dir is said once (and its
+            // end), never a reason to stop protecting.
+            match status::write(state_dir, &snap) {
+                Ok(()) if status_failing.take().is_some() => {
+                    act.emit(Event::Degraded { message: "status.json is written again".into() })
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    if status_failing.is_none() {
+                        act.emit(Event::Degraded {
+                            message: format!("{e:#}: `memqos status` shows stale data until it can be written"),
+                        });
+                    }
+                    status_failing = Some(e.to_string());
+                }
+            }
             last_status = Some(Instant::now());
             if let Some(c) = &control {
                 c.update(|v| {
@@ -617,7 +681,7 @@ fn adopt_created(
         None => Vec::new(),
     };
     for rel in signals.take_created() {
-        let Ok(meta) = std::fs::symlink_metadata(root.path().join(&rel)) else {
+        let Ok(meta) = std::fs::symlink_metadata(memqos_cgroupfs::name::fs_path(root.path(), &rel)) else {
             continue; // removed already
         };
         if let Some(a) = adopting.iter_mut().find(|a| a.obs.cgroup_id == meta.ino()) {
@@ -781,7 +845,14 @@ fn request(d: &Decision, ids: &HashMap<String, u64>) -> Option<Request> {
     Some(r)
 }
 
+/// The cgroup root is still a cgroup directory (the only loss that ends the daemon).
+fn root_is_there(root: &Cgroup) -> bool {
+    root.path().join("cgroup.controllers").exists()
+}
+
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// How long a failed loop waits before it starts afresh.
+const LOOP_RETRY: Duration = Duration::from_secs(1);
 const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 /// At most one reaction to pressure signals per window.
 const COALESCE: Duration = Duration::from_millis(20);

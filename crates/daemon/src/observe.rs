@@ -47,6 +47,10 @@ pub struct Sampler {
     /// The valid workload keys of the last full sample's cgroups of `learn_peak` tiers, by
     /// cgroup id (for `learn::Learner`).
     pub workloads: HashMap<u64, String>,
+    /// Managed cgroups left out of the samples, with why (said once per cgroup and reason):
+    /// no memory controller, unreadable or malformed files. One cgroup never stops the
+    /// daemon; the rest is managed as before.
+    skipped: HashMap<u64, String>,
 }
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
@@ -97,7 +101,7 @@ fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Re
     v.ok_or_else(|| {
         anyhow!(
             "cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)",
-            root.join(&c.path).display()
+            memqos_cgroupfs::name::fs_path(root, &c.path).display()
         )
     })
 }
@@ -113,7 +117,7 @@ fn knobs(root: &Path, c: &CgroupStats, read_freeze: bool) -> anyhow::Result<Knob
         min: need(c.min, root, c, "memory.min")?,
         // cgroup.freeze is a knob, not a memory statistic: read here, per managed leaf. The
         // root of a hierarchy has none; leaves always do.
-        frozen: read_freeze && Cgroup::new(root.join(&c.path)).is_frozen().unwrap_or(false),
+        frozen: read_freeze && Cgroup::new(memqos_cgroupfs::name::fs_path(root, &c.path)).is_frozen().unwrap_or(false),
     })
 }
 
@@ -221,7 +225,7 @@ impl Xattr<'_> {
 /// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
 fn classify(cfg: &Config, root: &Path, rel: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
-        let cg = Cgroup::new(root.join(rel));
+        let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root, rel));
         cfg.tiers.classify_with(rel, |name| cg.xattr_flag(name))
     } else {
         cfg.tiers.classify(rel)
@@ -248,6 +252,7 @@ impl Sampler {
             bad_declarations: HashMap::new(),
             bad_workloads: HashMap::new(),
             workloads: HashMap::new(),
+            skipped: HashMap::new(),
         }
     }
 
@@ -323,7 +328,8 @@ impl Sampler {
                     Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
                     return Ok(None); // cannot look cheaply: take the full sample
                 }
-                Err(e) => return Err(e),
+                // Unreadable now: the full sample reads it (and says why, if it still is).
+                Err(_) => return Ok(None),
             };
             let usage = s.current.unwrap_or(0);
             if usage > protection {
@@ -361,13 +367,15 @@ impl Sampler {
         wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c.id.as_str(), c.cgroup_id, CANDIDATE)));
         for (rel, id, files) in wanted {
             if let Err(e) = self.fast.prepare(root, rel, id, files) {
-                if !out_of_descriptors(&e) {
-                    return Err(e);
-                }
                 // Not fatal: what is not open is opened when a reaction needs it, or left
                 // to the periodic sample.
-                Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
-                break;
+                if out_of_descriptors(&e) {
+                    Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                    break;
+                }
+                if rel.is_empty() {
+                    return Err(e); // the root itself
+                }
             }
         }
         Ok(())
@@ -451,6 +459,10 @@ impl Sampler {
             }
             let tier = *self.tiers.entry(c.id).or_insert_with(|| classify(cfg, root.path(), &c.path));
             let Some(tier) = tier else { continue };
+            if let Some(error) = &c.error {
+                Self::skip(&mut self.skipped, &mut self.notes, c, format!("unreadable: {error}"));
+                continue;
+            }
             let observed =
                 Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal, {
                     let tier_freezes = cfg.tiers.get(tier).is_some_and(|t| t.freeze);
@@ -460,14 +472,25 @@ impl Sampler {
                 Ok(o) => o,
                 // A cgroup being removed loses its files before its directory (seen at 100
                 // tool-call cgroups/s: the daemon stopped on "no memory.current"): it has
-                // vanished. Only a cgroup still there without the memory controller is an error.
-                Err(_) if !lacks_memory_controller(&root.path().join(&c.path)) => continue,
-                Err(e) => return Err(e),
+                // vanished. A cgroup still there without the memory controller (any tenant who
+                // may mkdir can make one) is left unmanaged, said once; the rest is managed.
+                Err(_) if !lacks_memory_controller(&memqos_cgroupfs::name::fs_path(root.path(), &c.path)) => continue,
+                Err(_) => {
+                    Self::skip(
+                        &mut self.skipped,
+                        &mut self.notes,
+                        c,
+                        "the memory controller is not enabled for it (its parent's cgroup.subtree_control lacks +memory)"
+                            .into(),
+                    );
+                    continue;
+                }
             };
+            self.skipped.remove(&c.id);
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
-                let cg = Cgroup::new(root.path().join(&c.path));
+                let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root.path(), &c.path));
                 obs.populated = cg.is_populated().ok();
                 obs.expected_peak_bytes = declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
                 if cfg.tiers.get(tier).is_some_and(|t| t.learn_peak) {
@@ -488,6 +511,7 @@ impl Sampler {
         self.workloads = workloads;
         let present: HashSet<u64> = snap.cgroups.iter().map(|c| c.id).collect();
         self.tiers.retain(|k, _| present.contains(k));
+        self.skipped.retain(|k, _| present.contains(k));
         self.fast.retain(&alive);
         self.alive = alive;
         self.last.clone_from(&cgroups);
@@ -535,7 +559,8 @@ impl Sampler {
                     Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
                     continue;
                 }
-                Err(e) => return Err(e),
+                // One cgroup unreadable: react with the others; the periodic sample says why.
+                Err(_) => continue,
             };
             let mut c = last.clone();
             c.usage_bytes = s.current.unwrap_or(c.usage_bytes);
@@ -554,6 +579,16 @@ impl Sampler {
             cgroups.push(c);
         }
         Ok(Observation { now_ms, parent, cgroups })
+    }
+
+    /// Leaves a managed cgroup out of this sample, with one `degraded` line per cgroup and
+    /// reason (a reason that keeps changing, like an errno, is said each time it changes).
+    fn skip(skipped: &mut HashMap<u64, String>, notes: &mut Vec<String>, c: &CgroupStats, why: String) {
+        if skipped.get(&c.id) != Some(&why) {
+            let name = memqos_cgroupfs::name::display(&c.path);
+            notes.push(format!("cgroup {name} (id {}): not managed: {why}", c.id));
+            skipped.insert(c.id, why);
+        }
     }
 
     fn observe_one(

@@ -267,7 +267,7 @@ impl OomReporter {
             if !kill.task_memcg.is_empty() {
                 summary = true;
                 if let Some(rel) = self.relative(&kill.task_memcg) {
-                    let read = EarlyRead::of(&Cgroup::new(self.root.join(&rel)));
+                    let read = EarlyRead::of(&Cgroup::new(memqos_cgroupfs::name::fs_path(&self.root, &rel)));
                     self.early.insert(rel, read);
                 }
             }
@@ -405,7 +405,7 @@ impl OomReporter {
         source: &str,
     ) -> OomKill {
         let s = seen.iter().find(|s| s.cgroup == cgroup && !cgroup.is_empty());
-        let cg = Cgroup::new(root.join(cgroup));
+        let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root, cgroup));
         let known = !cgroup.is_empty();
         // Read now, and else as read when the kill was logged (the cgroup may be gone).
         let now = if known { EarlyRead::of(&cg) } else { EarlyRead::default() };

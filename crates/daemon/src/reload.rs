@@ -84,7 +84,7 @@ pub(crate) fn load(path: &Path, old: &Config, state_dir_fixed: bool) -> Result<C
 /// attributes when a tier asks for them, as the sampler does.
 pub(crate) fn classify(cfg: &Config, root: &Path, relative: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
-        let cg = Cgroup::new(root.join(relative));
+        let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root, relative));
         cfg.tiers.classify_with(relative, |name| cg.xattr_flag(name))
     } else {
         cfg.tiers.classify(relative)

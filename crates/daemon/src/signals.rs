@@ -7,6 +7,7 @@ use crate::bpf_source::{BpfSource, Crossing};
 use memqos_policy::SignalEvent;
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::time::Duration;
@@ -167,7 +168,7 @@ impl Signals {
                 if self.watched.contains_key(id) {
                     continue;
                 }
-                let Ok(path) = CString::new(root.join(id).join("memory.events").to_string_lossy().as_bytes()) else {
+                let Ok(path) = CString::new(memqos_cgroupfs::name::fs_path(root, id).join("memory.events").as_os_str().as_bytes()) else {
                     continue;
                 };
                 let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) };
@@ -231,7 +232,7 @@ impl Signals {
         if self.populated_watched.contains_key(rel) {
             return;
         }
-        let Ok(path) = CString::new(root.join(rel).join("cgroup.events").to_string_lossy().as_bytes()) else {
+        let Ok(path) = CString::new(memqos_cgroupfs::name::fs_path(root, rel).join("cgroup.events").as_os_str().as_bytes()) else {
             return;
         };
         // SAFETY: valid fd and NUL-terminated path.
@@ -246,7 +247,7 @@ impl Signals {
         let Some(fd) = self.tree.as_ref().map(|f| f.as_raw_fd()) else {
             return;
         };
-        let Ok(path) = CString::new(root.join(rel).to_string_lossy().as_bytes()) else {
+        let Ok(path) = CString::new(memqos_cgroupfs::name::fs_path(root, rel).as_os_str().as_bytes()) else {
             return;
         };
         let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_DELETE | libc::IN_ONLYDIR | libc::IN_DONT_FOLLOW;
@@ -294,7 +295,8 @@ impl Signals {
                 // SAFETY: the kernel writes whole inotify_event records; read unaligned.
                 let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
                 let name_bytes = &buf[off + head..(off + head + ev.len as usize).min(n as usize)];
-                let name = String::from_utf8_lossy(name_bytes).trim_end_matches('\0').to_owned();
+                let raw = name_bytes.split(|b| *b == 0).next().unwrap_or_default();
+                let name = memqos_cgroupfs::name::encode(std::ffi::OsStr::from_bytes(raw));
                 off += head + ev.len as usize;
                 if ev.mask & libc::IN_IGNORED != 0 {
                     if let Some(d) = self.tree_watches.remove(&ev.wd) {

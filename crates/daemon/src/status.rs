@@ -129,7 +129,11 @@ impl Snapshot {
 
 pub(crate) fn write(state_dir: &Path, snap: &Snapshot) -> Result<()> {
     let tmp = state_dir.join("status.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(snap)?).with_context(|| format!("writing {}", tmp.display()))?;
+    if let Err(e) = std::fs::write(&tmp, serde_json::to_vec_pretty(snap)?) {
+        // A partial file on a full disk holds space the journal may need.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", tmp.display()));
+    }
     std::fs::rename(&tmp, state_dir.join(STATUS_FILE)).with_context(|| format!("renaming {}", tmp.display()))?;
     Ok(())
 }

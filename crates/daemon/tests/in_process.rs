@@ -480,17 +480,99 @@ fn a_calm_daemon_sees_a_protected_burst_past_its_protection_at_once() {
 }
 
 #[test]
-fn a_cgroup_losing_its_files_is_skipped_but_one_without_the_memory_controller_is_an_error() {
+fn a_cgroup_losing_its_files_is_skipped_and_one_without_the_memory_controller_is_named_and_left_alone() {
     // Being removed: the kernel takes a cgroup's files away before its directory.
-    let f = fake("dying", 100 * MIB);
+    let f = fake("dying", 480 * MIB);
     let dying = f.root.join("low2");
     std::fs::create_dir_all(&dying).unwrap();
     std::fs::write(dying.join("cgroup.controllers"), "memory cpu\n").unwrap();
     memqos_daemon::run(f.options(0.5, false)).expect("a vanishing cgroup is not an error");
-    // Still there, memory controller not enabled: the operator must hear of it.
+    // Still there, memory controller not enabled (any tenant who may `mkdir -p a/b` makes
+    // one): named once, left alone, and everyone else is managed as before.
     std::fs::write(dying.join("cgroup.controllers"), "cpu\n").unwrap();
-    let err = memqos_daemon::run(f.options(0.5, false)).expect_err("no memory controller");
-    assert!(format!("{err:#}").contains("low2") && format!("{err:#}").contains("memory controller"), "{err:#}");
+    let opts = f.options(1.5, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("low1 throttled all the same", Duration::from_secs(3), || f.knob("low1", "memory.high") != "max");
+    // Made mid-run too, under a tier that matches it, with an odd name.
+    let odd = f.root.join("low3\u{1b}[2J");
+    std::fs::create_dir_all(&odd).unwrap();
+    std::fs::write(odd.join("cgroup.controllers"), "cpu\n").unwrap();
+    daemon.join().unwrap().expect("one cgroup's shape does not stop the daemon");
+    let said: Vec<String> = f
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Degraded { message } if message.contains("memory controller") => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said.iter().filter(|m| m.contains("low2")).count(), 1, "said once: {said:?}");
+    assert!(said.iter().any(|m| m.contains("low3\\u{1b}[2J")), "named, escaped: {said:?}");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
+}
+
+/// A tmpfs of 64 KiB as the state directory (the host's own mounts are not touched; this
+/// one is ours and unmounted when the test ends).
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: &Path) -> SmallDisk {
+        std::fs::create_dir_all(at).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "memqos-test", at.to_str().unwrap()])
+            .status()
+            .expect("running mount");
+        assert!(status.success(), "mounting a 64 KiB tmpfs at {} (the test runs as root)", at.display());
+        SmallDisk(at.to_owned())
+    }
+
+    /// Fills it up: every write that needs a new block fails with ENOSPC.
+    fn fill(&self) -> PathBuf {
+        let filler = self.0.join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 4096];
+        while std::io::Write::write_all(&mut f, &block).is_ok() {}
+        filler
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        // Lazily: the test's Fake removes the directory next.
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_state_dir_stops_no_protection_and_no_knob_is_written_unjournaled() {
+    let f = fake("fulldisk", 100 * MIB);
+    let disk = SmallDisk::mount(&f.state);
+    let filler = disk.fill();
+    let opts = f.options(4.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    // The parent nears its limit: the guard wants low1 cut, but its original cannot be
+    // journaled, so it is not written (a crash now would leave it cut for good).
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(f.root.join("memory.current"), format!("{}\n", 480 * MIB)).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(f.knob("low1", "memory.high"), "max", "no write without its original journaled");
+    assert!(!daemon.is_finished(), "the daemon runs on with its state_dir full");
+    // Space returns: full service within a second.
+    std::fs::remove_file(&filler).unwrap();
+    // (How soon is measured by the fault campaign, docs/reliability.md; here: it does.)
+    poll("low1 throttled once the journal can be written", Duration::from_secs(3), || {
+        f.knob("low1", "memory.high") != "max"
+    });
+    let journal = Journal::open(&f.state, &f.root).unwrap();
+    assert_eq!(journal.original(f.id("low1"), "memory.high"), Some("max"), "journaled before written");
+    daemon.join().unwrap().expect("the daemon never stopped for a full disk");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
+    let said = f.events();
+    assert!(
+        said.iter().any(|e| matches!(e, Event::Degraded { message } if message.contains("journal is written again"))),
+        "{said:?}"
+    );
+    drop(disk);
 }
 
 fn set_xattr(dir: &Path, name: &str, value: &str) {

@@ -134,6 +134,16 @@ pub fn restore(a: RestoreArgs) -> Result<u8> {
             Ok(0)
         }
         Some(r) => {
+            for m in &r.skipped {
+                eprintln!("{m}");
+            }
+            if !r.other_boot.is_empty() {
+                eprintln!(
+                    "{} entries of another boot not restored (cgroup ids and pids are reused across boots); the journal is kept aside as {}/journal.json.boot-*",
+                    r.other_boot.len(),
+                    dir.display()
+                );
+            }
             for e in &r.restored {
                 println!("restored {} = {}", e.describe(), e.original);
             }

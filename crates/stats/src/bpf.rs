@@ -238,13 +238,13 @@ impl BpfBackend {
         self.paths.clear();
         let mut stack = vec![String::new()];
         while let Some(rel) = stack.pop() {
-            let dir = if rel.is_empty() { self.root.clone() } else { self.root.join(&rel) };
+            let dir = memqos_cgroupfs::name::fs_path(&self.root, &rel);
             let Ok(meta) = std::fs::metadata(&dir) else { continue };
             self.paths.insert(meta.ino(), rel.clone());
             let Ok(rd) = std::fs::read_dir(&dir) else { continue };
             for e in rd.flatten() {
                 if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    let name = e.file_name().to_string_lossy().into_owned();
+                    let name = memqos_cgroupfs::name::encode(&e.file_name());
                     stack.push(if rel.is_empty() { name } else { format!("{rel}/{name}") });
                 }
             }

@@ -94,7 +94,7 @@ struct Node {
 
 impl Node {
     fn new(root: &Path, rel: String, id: u64, depth: u32) -> Node {
-        let path = if rel.is_empty() { root.to_owned() } else { root.join(&rel) };
+        let path = memqos_cgroupfs::name::fs_path(root, &rel);
         Node { rel, path, id, depth, files: std::array::from_fn(|_| Slot::Unopened), order: KeyOrder::default() }
     }
 }
@@ -247,7 +247,13 @@ impl TextBackend {
                     out.pop();
                     continue;
                 }
-                Err(e) => return Err(cgroup_err(&dir, "readdir", "", e)),
+                Err(e) if rel.is_empty() => return Err(cgroup_err(&dir, "readdir", "", e)),
+                // Unlistable (out of descriptors, a path too long): the cgroup is read as a
+                // leaf now, its children at the next walk, which this forces.
+                Err(_) => {
+                    self.need_walk = true;
+                    continue;
+                }
             };
             let mut kids = Vec::new();
             for entry in entries.flatten() {
@@ -255,7 +261,9 @@ impl TextBackend {
                 if !meta.is_dir() {
                     continue;
                 }
-                let name = entry.file_name().to_string_lossy().into_owned();
+                // Names that are not UTF-8 (or hold a backslash) are escaped reversibly, so
+                // a tenant cannot hide a subtree from memqos with an odd name.
+                let name = memqos_cgroupfs::name::encode(&entry.file_name());
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
                 kids.push((child, meta.ino(), depth + 1));
             }
@@ -282,11 +290,20 @@ impl StatsSource for TextBackend {
         let files = self.file_set.indices();
         for i in 0..self.nodes.len() {
             let out = &mut snap.cgroups[filled];
-            if read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out)? {
-                filled += 1;
-            } else {
+            match read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out) {
+                Ok(true) => filled += 1,
                 // Vanished mid-snapshot: leave it out and re-walk next time.
-                self.need_walk = true;
+                Ok(false) => self.need_walk = true,
+                Err(e) if i == 0 => return Err(e),
+                // One cgroup's trouble is that cgroup's: kept with its error and no values,
+                // and read afresh (reopened) next time.
+                Err(e) => {
+                    let keys = self.keys.len();
+                    out.reset(keys);
+                    out.error = Some(e.to_string());
+                    close_files(&mut self.nodes[i], &mut self.fds_open);
+                    filled += 1;
+                }
             }
         }
         snap.cgroups.truncate(filled);
@@ -373,6 +390,17 @@ fn parse_stat(node: &mut Node, bytes: &[u8], keys: &mut StatKeys, stat: &mut Vec
         stat[i] = Some(value);
     }
     Ok(())
+}
+
+/// Closes the kept files of a node whose read failed, so the next snapshot reopens them.
+fn close_files(node: &mut Node, fds_open: &mut u64) {
+    for slot in node.files.iter_mut() {
+        if matches!(slot, Slot::Open(_)) {
+            *fds_open -= 1;
+            FDS_HELD.fetch_sub(1, Ordering::Relaxed);
+        }
+        *slot = Slot::Unopened;
+    }
 }
 
 /// One pread of `FILES[file]` from offset 0 into `buf` (grown if the file fills it).
