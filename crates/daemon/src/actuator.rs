@@ -204,7 +204,9 @@ impl Actuator {
             Ok(()) => {
                 if let Some(was) = self.journal_failing.take() {
                     self.log.emit(Event::Degraded {
-                        message: format!("the journal is written again (it was not: {was}); new knobs are managed again"),
+                        message: format!(
+                            "the journal is written again (it was not: {was}); new knobs are managed again"
+                        ),
                     });
                 }
                 None

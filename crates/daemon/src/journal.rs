@@ -103,7 +103,9 @@ enum Record {
         boot_id: Option<String>,
     },
     Set(Entry),
-    Forget { key: Key },
+    Forget {
+        key: Key,
+    },
 }
 
 /// The journal of one state directory.

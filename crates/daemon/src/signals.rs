@@ -7,8 +7,8 @@ use crate::bpf_source::{BpfSource, Crossing};
 use memqos_policy::SignalEvent;
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -168,7 +168,9 @@ impl Signals {
                 if self.watched.contains_key(id) {
                     continue;
                 }
-                let Ok(path) = CString::new(memqos_cgroupfs::name::fs_path(root, id).join("memory.events").as_os_str().as_bytes()) else {
+                let Ok(path) =
+                    CString::new(memqos_cgroupfs::name::fs_path(root, id).join("memory.events").as_os_str().as_bytes())
+                else {
                     continue;
                 };
                 let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) };
@@ -232,7 +234,9 @@ impl Signals {
         if self.populated_watched.contains_key(rel) {
             return;
         }
-        let Ok(path) = CString::new(memqos_cgroupfs::name::fs_path(root, rel).join("cgroup.events").as_os_str().as_bytes()) else {
+        let Ok(path) =
+            CString::new(memqos_cgroupfs::name::fs_path(root, rel).join("cgroup.events").as_os_str().as_bytes())
+        else {
             return;
         };
         // SAFETY: valid fd and NUL-terminated path.

@@ -52,6 +52,13 @@ pub fn run(args: StatArgs) -> Result<u8> {
     let mut warned = false;
     loop {
         source.refresh(&mut snap).with_context(|| format!("reading {}", args.path.display()))?;
+        for c in snap.cgroups.iter().filter(|c| c.error.is_some()) {
+            eprintln!(
+                "memqos stat: {}: shown without values: {}",
+                memqos_cgroupfs::name::display(&c.path),
+                c.error.as_deref().unwrap_or_default()
+            );
+        }
         if !warned && snap.cgroups.iter().all(|c| c.stat.iter().all(|v| v.is_none())) {
             eprintln!(
                 "memqos stat: no memory.stat under {}: the memory controller is not enabled there (see `memqos doctor`)",

@@ -605,8 +605,13 @@ mod tests {
         // A new cgroup appears (fake trees have no cgroup.stat, so every snapshot walks).
         std::fs::create_dir(root.join("b")).unwrap();
         std::fs::write(root.join("b/memory.current"), "junk\n").unwrap();
-        let err = b.snapshot().unwrap_err().to_string();
+        // One cgroup's garbage is that cgroup's error, not the snapshot's.
+        let snap = b.snapshot().unwrap();
+        let bad = snap.get("b").unwrap();
+        let err = bad.error.clone().expect("b's error");
         assert!(err.contains("/b") && err.contains("memory.current") && err.contains("junk"), "{err}");
+        assert_eq!(bad.current, None);
+        assert_eq!(snap.get("a").unwrap().current, Some(12288), "the others are read");
         std::fs::remove_dir_all(root.join("b")).unwrap();
 
         // A removed cgroup disappears from the snapshot.
@@ -637,8 +642,10 @@ mod tests {
     fn garbage_in_memory_stat_names_cgroup_file_and_line() {
         let root = fake_tree("garbage");
         std::fs::write(root.join("a/memory.stat"), "anon 1\nfile x\n").unwrap();
-        let err = TextBackend::open_unchecked(&root).snapshot().unwrap_err().to_string();
+        let snap = TextBackend::open_unchecked(&root).snapshot().unwrap();
+        let err = snap.get("a").unwrap().error.clone().expect("a's error");
         assert!(err.contains("/a") && err.contains("memory.stat") && err.contains("line 2"), "{err}");
+        assert_eq!(snap.get("a/x").unwrap().error, None, "its child is read");
         std::fs::remove_dir_all(root).unwrap();
     }
 
