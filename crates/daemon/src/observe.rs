@@ -222,13 +222,46 @@ impl Xattr<'_> {
     }
 }
 
-/// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
+/// The owner (uid) of a directory, None if it cannot be read.
+fn owner(dir: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir).ok().map(|m| m.uid())
+}
+
+/// Whether hints in the xattrs of the cgroup at `dir` are honoured: only from cgroups owned
+/// by root or by the owner of `cgroup_root` (the user the tree was delegated to), as
+/// systemd-oomd does. A tenant given a subtree of its own owns its cgroups and may set
+/// `user.*` xattrs on them; it must not thereby pick its tier or reserve room that holds
+/// everyone else back. `Err(uid)`: the untrusted owner.
+pub(crate) fn trusted(root: &Path, dir: &Path) -> Result<(), u32> {
+    match (owner(dir), owner(root)) {
+        (Some(0), _) => Ok(()),
+        (Some(uid), Some(root_uid)) if uid == root_uid => Ok(()),
+        (Some(uid), _) => Err(uid),
+        (None, _) => Err(u32::MAX),
+    }
+}
+
+/// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs
+/// (honoured only on [`trusted`] cgroups).
 fn classify(cfg: &Config, root: &Path, rel: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
-        let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root, rel));
-        cfg.tiers.classify_with(rel, |name| cg.xattr_flag(name))
+        let dir = memqos_cgroupfs::name::fs_path(root, rel);
+        let honoured = trusted(root, &dir).is_ok();
+        let cg = Cgroup::new(dir);
+        cfg.tiers.classify_with(rel, |name| honoured && cg.xattr_flag(name))
     } else {
         cfg.tiers.classify(rel)
+    }
+}
+
+/// A learned-history key per owner: a key given by a delegated user is its own namespace,
+/// so one user's runs never set the expectation of another's (root's keys stay as given).
+fn owned_key(uid: u32, key: String) -> String {
+    if uid == 0 {
+        key
+    } else {
+        format!("uid{uid}:{key}")
     }
 }
 
@@ -490,12 +523,33 @@ impl Sampler {
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
-                let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root.path(), &c.path));
+                let dir = memqos_cgroupfs::name::fs_path(root.path(), &c.path);
+                let cg = Cgroup::new(&dir);
                 obs.populated = cg.is_populated().ok();
-                obs.expected_peak_bytes = declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
-                if cfg.tiers.get(tier).is_some_and(|t| t.learn_peak) {
-                    if let Some(key) = workload(&mut self.bad_workloads, &mut self.notes, &cg, c.id, &c.path) {
-                        workloads.insert(c.id, key);
+                match trusted(root.path(), &dir) {
+                    Ok(()) => {
+                        obs.expected_peak_bytes =
+                            declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
+                        if cfg.tiers.get(tier).is_some_and(|t| t.learn_peak) {
+                            if let Some(key) = workload(&mut self.bad_workloads, &mut self.notes, &cg, c.id, &c.path) {
+                                workloads.insert(c.id, owned_key(owner(&dir).unwrap_or(0), key));
+                            }
+                        }
+                    }
+                    Err(uid) => {
+                        // Said once per cgroup, and only if it tries.
+                        let tried =
+                            [EXPECTED_PEAK_XATTR, WORKLOAD_XATTR].iter().any(|name| match cg.xattr_bytes(name, 1) {
+                                Ok(v) => v.is_some(),
+                                Err(e) => e.raw_os_error() == Some(libc::ERANGE), // set, and long
+                            });
+                        if tried && !self.bad_declarations.contains_key(&c.id) {
+                            self.notes.push(format!(
+                                "{}: hints ({EXPECTED_PEAK_XATTR}, {WORKLOAD_XATTR}) ignored: the cgroup is owned by uid {uid}; only root or the owner of cgroup_root may give them",
+                                memqos_cgroupfs::name::display(&c.path)
+                            ));
+                            self.bad_declarations.insert(c.id, format!("untrusted uid {uid}"));
+                        }
                     }
                 }
             }

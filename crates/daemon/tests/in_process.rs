@@ -626,6 +626,36 @@ fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named()
     );
 }
 
+#[test]
+fn a_tenants_own_declaration_is_not_honoured_and_is_named() {
+    // high is a tenant's cgroup (owned by uid 4242, who may set user.* xattrs on it) and
+    // declares u64::MAX: honoured, that would hold low1 at its floor. Only root or the owner
+    // of cgroup_root may give hints.
+    let f = fake("untrusted", 170 * MIB);
+    std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
+    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "18446744073709551615");
+    std::os::unix::fs::chown(f.root.join("high"), Some(4242), Some(4242)).unwrap();
+    memqos_daemon::run(f.options(1.0, false)).expect("daemon run");
+    let evs = f.events();
+    let capped = evs.iter().any(|e| matches!(e, Event::Write(w) if w.cgroup == "low1" && w.file == "memory.high"));
+    assert!(!capped, "no reservation from an untrusted declaration: {evs:?}");
+    let said: Vec<&String> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Degraded { message } if message.contains("owned by uid 4242") => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {said:?}");
+    // The same declaration from root (the cgroup's owner now) is a request memqos honours,
+    // at most the parent's limit.
+    std::os::unix::fs::chown(f.root.join("high"), Some(0), Some(0)).unwrap();
+    let opts = f.options(1.5, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("low1 capped", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    daemon.join().unwrap().expect("daemon run");
+}
+
 /// The fake with a learning critical tier, a history file of its own and no calm path (so
 /// every sample is a full one): the history file's path.
 fn learning(f: &Fake) -> PathBuf {

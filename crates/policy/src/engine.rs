@@ -136,7 +136,7 @@ impl Engine {
         let now = self.last_tick_ms.map_or(obs.now_ms, |t| obs.now_ms.max(t));
         let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
         let cgs = sync_known(&mut self.cgroups, &self.cfg, obs);
-        let waiting = not_yet_run(&self.cgroups, &self.cfg);
+        let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
         let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
         let p = pressure::detect(&ctx, elapsed);
         if !p.any() {
@@ -167,7 +167,7 @@ impl Engine {
         self.last_tick_ms = Some(now);
 
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
-        let waiting = not_yet_run(&self.cgroups, &self.cfg);
+        let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
         let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
         let p = pressure::detect(&ctx, elapsed);
         // Periodic only: the shares need every member, which the fast path does not read.
@@ -306,7 +306,7 @@ fn sync<'a>(
     for c in seen.values() {
         let s = states
             .entry(c.id.clone())
-            .or_insert_with(|| CgState::new(c.tier, c.cgroup_id, cfg.policy.ws_window_ms, c.original, c.current));
+            .or_insert_with(|| CgState::new(c.tier, c.cgroup_id, cfg.policy.ws_window_ms, c.original, c.current, now));
         s.original = c.original;
         s.current = c.current;
         s.has_run |= c.is_populated();
@@ -321,11 +321,18 @@ fn protecting(ctx: &Ctx) -> bool {
     !ctx.not_yet_run.is_empty() || ctx.cgs.iter().any(|c| ctx.tier(c).is_protected() && c.is_populated())
 }
 
-/// Ids of the tracked protected cgroups that have never had a process in them (only their
-/// declarations count before they run; built every tick, so kept to the protected few).
-fn not_yet_run(states: &BTreeMap<String, CgState>, cfg: &Config) -> std::collections::BTreeSet<String> {
+/// How long a protected cgroup made but never run keeps its reservation: a tool call's
+/// cgroup is populated within milliseconds of its mkdir; one that stays empty (a tenant's
+/// stray mkdir, a runtime that failed to start) must not hold the lower tiers back forever.
+pub const UNSTARTED_RESERVATION_MS: u64 = 60_000;
+
+/// Ids of the tracked protected cgroups that have never had a process in them, seen less than
+/// [`UNSTARTED_RESERVATION_MS`] ago (only their declarations count before they run; built
+/// every tick, so kept to the protected few).
+fn not_yet_run(states: &BTreeMap<String, CgState>, cfg: &Config, now: u64) -> std::collections::BTreeSet<String> {
     let protected = |s: &CgState| cfg.tiers.get(s.tier).is_some_and(Tier::is_protected);
-    states.iter().filter(|(_, s)| !s.has_run && protected(s)).map(|(id, _)| id.clone()).collect()
+    let fresh = |s: &CgState| now.saturating_sub(s.first_seen_ms) < UNSTARTED_RESERVATION_MS;
+    states.iter().filter(|(_, s)| !s.has_run && protected(s) && fresh(s)).map(|(id, _)| id.clone()).collect()
 }
 
 /// The fast path's sync: updates the knobs of cgroups already tracked (same tier, same

@@ -57,7 +57,7 @@ pub use config::{
     StallBound, Tier, TierIndex, Tiers,
 };
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
-pub use engine::{Engine, Status};
+pub use engine::{Engine, Status, UNSTARTED_RESERVATION_MS};
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
 pub use obs::{
     check_workload_key, CgroupObs, Knobs, LearnedPeak, Observation, ParentObs, SignalEvent, EXPECTED_PEAK_XATTR,
