@@ -81,6 +81,17 @@ pub fn display(carried: &str) -> String {
     carried.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect()
 }
 
+/// Text for a terminal built from names and messages memqos does not control: every control
+/// character but the line breaks the text itself is laid out with is escaped.
+pub fn terminal_safe(text: String) -> String {
+    if !text.chars().any(|c| c.is_control() && c != '\n') {
+        return text;
+    }
+    text.chars()
+        .map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +113,6 @@ mod tests {
     fn control_characters_are_escaped_for_display() {
         assert_eq!(display("job\u{1b}[2J"), "job\\u{1b}[2J");
         assert_eq!(display("plain"), "plain");
+        assert_eq!(terminal_safe("a\u{9b}b\n\u{7}".into()), "a\\u{9b}b\n\\u{7}");
     }
 }

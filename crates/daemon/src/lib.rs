@@ -18,6 +18,7 @@ pub mod beneath;
 mod bpf_source;
 pub mod control;
 mod cpu_weight;
+mod deadline;
 mod dirty;
 pub mod events;
 pub mod explain;

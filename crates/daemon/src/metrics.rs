@@ -281,9 +281,10 @@ impl Exporter {
 /// One request per connection: `GET /metrics` gets the latest render, anything else 404.
 fn serve(listener: TcpListener, latest: Arc<Mutex<String>>) {
     for stream in listener.incoming() {
-        let Ok(mut s) = stream else { continue };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+        let Ok(mut stream) = stream else { continue };
+        // One deadline for the whole exchange (a scraper trickling its request or reading
+        // slowly holds this thread at most that long; the loop never waits for it).
+        let mut s = crate::deadline::Exchange::new(&mut stream, Duration::from_secs(5));
         // The request line may arrive in pieces: read up to the end of the headers.
         let mut buf = [0u8; 1024];
         let mut n = 0;

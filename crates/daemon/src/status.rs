@@ -226,7 +226,8 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
         let _ =
             writeln!(out, "  {:>8.1} s  {}/{} = {}  ({})", d.at_ms as f64 / 1000.0, d.cgroup, d.file, d.value, d.why);
     }
-    out
+    // Cgroup names are chosen by tenants: no terminal escapes reach the reader's terminal.
+    memqos_cgroupfs::name::terminal_safe(out)
 }
 
 #[cfg(test)]

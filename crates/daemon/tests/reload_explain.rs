@@ -145,6 +145,10 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     assert!(err.contains("no cgroup nope under"), "{err}");
     let Reply::Error(err) = explain(&state, "/etc") else { panic!("outside the root") };
     assert!(err.contains("not below the managed root"), "{err}");
+    // Below the root by prefix, outside it by `..`: refused by name, nothing looked at.
+    let sneaky = format!("{}/../../../etc", root.display());
+    let Reply::Error(err) = explain(&state, &sneaky) else { panic!("'..' in an absolute path explained") };
+    assert!(err.contains("\"..\" component"), "{err}");
     let Reply::Ok(other) = explain(&state, "other") else { panic!("unmanaged cgroup") };
     assert!(!other.managed && other.unmanaged_because.as_deref().unwrap().contains("no tier"), "{other:?}");
     // A client that sends garbage or nothing gets an error and never stalls the daemon.
@@ -156,6 +160,23 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
         s.read_to_string(&mut r).unwrap();
         assert!(r.contains("longer than 4096"), "{r}");
         let _idle = std::os::unix::net::UnixStream::connect(&sock).unwrap(); // never writes
+                                                                             // One that trickles a byte at a time, each just inside a per-read timeout, is cut
+                                                                             // at the exchange's deadline: the next client is answered.
+        let mut slow = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        let trickle = std::thread::spawn(move || {
+            let _ = slow.set_nonblocking(false);
+            (0..60)
+                .take_while(|_| {
+                    std::thread::sleep(Duration::from_millis(100));
+                    slow.write_all(b" ").is_ok()
+                })
+                .count()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let Reply::Ok(after) = explain(&state, "low1") else { panic!("explain after a slow client") };
+        assert!(after.managed);
+        let sent = trickle.join().unwrap();
+        assert!(sent < 60, "the slow client was cut off after {sent} bytes, not served for as long as it trickled");
     }
 
     // An OOM kill in low1 (its memory.events count): one typed event, counted by tier.
