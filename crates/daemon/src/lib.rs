@@ -194,6 +194,7 @@ pub fn run(opts: Options) -> Result<()> {
         Some(l) => l,
         None => StateLock::try_acquire(&state_dir, "memqos daemon")?,
     };
+    let _root_lock = lock::RootLock::try_acquire(root.path())?;
     let mut log = EventLog::open(&state_dir, events::DEFAULT_MAX_BYTES, opts.echo);
 
     // A journal here means the previous run did not finish its restore.

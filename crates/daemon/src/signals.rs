@@ -16,12 +16,18 @@ use std::time::Duration;
 /// window (500 ms is the shortest window the kernel accepts). Tight enough to react within a
 /// window, loose enough to ignore a single direct-reclaim hiccup.
 const PSI_TRIGGER: &str = "some 50000 500000";
+/// The same ratio in the shortest window an unprivileged process may ask for: without
+/// CAP_SYS_RESOURCE (a container) the kernel accepts only multiples of 2 s and refuses the
+/// 500 ms window with EINVAL.
+const PSI_TRIGGER_UNPRIVILEGED: &str = "some 200000 2000000";
 
 pub struct Signals {
     psi_enabled: bool,
     events_enabled: bool,
     bpf_wanted: bool,
     psi: HashMap<String, OwnedFd>,
+    /// Whether 500 ms PSI windows are still tried (false once the kernel refused one).
+    psi_window: bool,
     inotify: Option<OwnedFd>,
     watches: HashMap<i32, String>,
     watched: HashMap<String, i32>,
@@ -62,6 +68,7 @@ impl Signals {
             events_enabled: events,
             bpf_wanted: bpf,
             psi: HashMap::new(),
+            psi_window: true,
             inotify: None,
             watches: HashMap::new(),
             watched: HashMap::new(),
@@ -143,8 +150,14 @@ impl Signals {
                 if self.psi.contains_key(id) {
                     continue;
                 }
-                match psi_trigger(&root.join(id).join("memory.pressure")) {
-                    Ok(fd) => {
+                match psi_trigger(&memqos_cgroupfs::name::fs_path(root, id).join("memory.pressure"), &mut self.psi_window)
+                {
+                    Ok((fd, fell_back)) => {
+                        if fell_back {
+                            self.note(format!(
+                                "PSI triggers of 500 ms refused (EINVAL: no CAP_SYS_RESOURCE?): using 2 s windows (\"{PSI_TRIGGER_UNPRIVILEGED}\"); pressure is seen up to 2 s later"
+                            ));
+                        }
                         self.psi.insert(id.clone(), fd);
                     }
                     Err(e) => self.note(format!("PSI trigger on {id}/memory.pressure: {e}")),
@@ -444,9 +457,25 @@ impl Signals {
     }
 }
 
-fn psi_trigger(path: &Path) -> std::io::Result<OwnedFd> {
+/// Registers a trigger in the window this process may use (`short`: whether the 500 ms
+/// one is still worth trying). Ok((fd, true)): this call found the short window refused
+/// and fell back to 2 s, for good.
+fn psi_trigger(path: &Path, short: &mut bool) -> std::io::Result<(OwnedFd, bool)> {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-    f.write_all(PSI_TRIGGER.as_bytes())?;
-    Ok(f.into())
+    let open = || std::fs::OpenOptions::new().read(true).write(true).open(path);
+    if *short {
+        let mut f = open()?;
+        match f.write_all(PSI_TRIGGER.as_bytes()) {
+            Ok(()) => return Ok((f.into(), false)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => *short = false,
+            Err(e) => return Err(e),
+        }
+        // A refused trigger leaves the file unusable for another: a fresh open.
+        let mut f = open()?;
+        f.write_all(PSI_TRIGGER_UNPRIVILEGED.as_bytes())?;
+        return Ok((f.into(), true));
+    }
+    let mut f = open()?;
+    f.write_all(PSI_TRIGGER_UNPRIVILEGED.as_bytes())?;
+    Ok((f.into(), false))
 }

@@ -511,6 +511,19 @@ fn a_cgroup_losing_its_files_is_skipped_and_one_without_the_memory_controller_is
     assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
 }
 
+#[test]
+fn a_second_daemon_on_the_same_tree_is_refused_whatever_its_state_dir() {
+    let f = fake("tworoots", 100 * MIB);
+    let opts = f.options(1.5, false);
+    let first = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("the first daemon's first tick", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let mut second = f.options(0.5, false);
+    second.state_dir = Some(f.base.join("other-state"));
+    let err = format!("{:#}", memqos_daemon::run(second).expect_err("refused"));
+    assert!(err.contains("another memqos daemon manages cgroup_root"), "{err}");
+    first.join().unwrap().expect("the first runs on");
+}
+
 /// A tmpfs of 64 KiB as the state directory (the host's own mounts are not touched; this
 /// one is ours and unmounted when the test ends).
 struct SmallDisk(PathBuf);
