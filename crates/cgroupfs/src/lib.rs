@@ -6,6 +6,7 @@
 //! [`Error::Vanished`] in one place so callers can treat it as a normal outcome.
 
 mod cgroup;
+pub mod fds;
 pub mod mounts;
 pub mod name;
 pub mod parse;

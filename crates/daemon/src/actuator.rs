@@ -89,9 +89,18 @@ pub struct Actuator {
 }
 
 enum Dir {
+    /// Kept in the cache.
     Cgroup(CgroupId),
-    Process(OwnedFd),
+    /// Opened for this use only: a process's /proc dir, or a cgroup's when the descriptor
+    /// budget (`memqos_cgroupfs::fds`) says no more may be kept.
+    Owned(OwnedFd),
+    /// Was open to read the value found; opened again to write, so a batch of thousands of
+    /// writes never holds thousands of descriptors at once.
+    Reopen,
 }
+
+/// Cached cgroup directory fds count against the process's descriptor budget.
+const FDS: memqos_cgroupfs::fds::Use = memqos_cgroupfs::fds::Use::Reaction;
 
 impl Actuator {
     pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
@@ -119,24 +128,36 @@ impl Actuator {
         self.log.emit(event);
     }
 
-    /// The cached directory fd of a cgroup, opened beneath the root on first use.
-    fn dir(&mut self, path: &str, id: CgroupId) -> Result<&OwnedFd, OpenError> {
-        if !self.dirs.contains_key(&id) {
-            let (fd, _) = self.root.open_dir(path, Some(id))?;
-            self.dirs.insert(id, fd);
+    /// A cgroup's directory fd, opened beneath the root on first use and kept while the
+    /// descriptor budget allows.
+    fn dir(&mut self, path: &str, id: CgroupId) -> Result<Dir, OpenError> {
+        if self.dirs.contains_key(&id) {
+            return Ok(Dir::Cgroup(id));
         }
-        Ok(&self.dirs[&id])
+        let (fd, _) = self.root.open_dir(path, Some(id))?;
+        if !memqos_cgroupfs::fds::try_keep(FDS, 1) {
+            return Ok(Dir::Owned(fd));
+        }
+        self.dirs.insert(id, fd);
+        Ok(Dir::Cgroup(id))
+    }
+
+    /// Forgets cached directory fds (`keep` false), giving their descriptors back.
+    fn drop_dirs(&mut self, mut keep: impl FnMut(&CgroupId) -> bool) {
+        let before = self.dirs.len();
+        self.dirs.retain(|id, _| keep(id));
+        memqos_cgroupfs::fds::release(FDS, (before - self.dirs.len()) as u64);
     }
 
     fn open(&mut self, target: &Target) -> Result<Dir, Outcome> {
         match target {
             Target::Cgroup { path, id } => match self.dir(path, *id) {
-                Ok(_) => Ok(Dir::Cgroup(*id)),
+                Ok(d) => Ok(d),
                 Err(OpenError::Vanished) => Err(Outcome::Vanished),
                 Err(e) => Err(Outcome::Error(format!("cgroup {path}: {e}"))),
             },
             Target::Process { process, .. } => match beneath::open_process(process.pid, process.start_time) {
-                Ok(fd) => Ok(Dir::Process(fd)),
+                Ok(fd) => Ok(Dir::Owned(fd)),
                 Err(FileError::Vanished) => Err(Outcome::Vanished),
                 Err(FileError::Io(e)) => Err(Outcome::Error(format!("/proc/{}: {e}", process.pid))),
             },
@@ -146,18 +167,19 @@ impl Actuator {
     fn fd<'a>(&'a self, dir: &'a Dir) -> &'a OwnedFd {
         match dir {
             Dir::Cgroup(id) => &self.dirs[id],
-            Dir::Process(fd) => fd,
+            Dir::Owned(fd) => fd,
+            Dir::Reopen => unreachable!("reopened before use"),
         }
     }
 
     /// Reads a knob of a cgroup through its cached fd (None: vanished or unreadable).
     pub fn read(&mut self, path: &str, id: CgroupId, file: &str) -> Result<String, FileError> {
-        let fd = match self.dir(path, id) {
-            Ok(fd) => fd,
+        let dir = match self.dir(path, id) {
+            Ok(d) => d,
             Err(OpenError::Vanished) => return Err(FileError::Vanished),
             Err(e) => return Err(FileError::Io(std::io::Error::other(e.to_string()))),
         };
-        beneath::read_at(fd, file)
+        beneath::read_at(self.fd(&dir), file)
     }
 
     /// Journal, write, log: see the module comment. Returns the events it logged.
@@ -195,6 +217,7 @@ impl Actuator {
                     process,
                 });
             }
+            let dir = dir.map(|d| if matches!(d, Dir::Owned(_)) { Dir::Reopen } else { d });
             prepared.push((req, key, dir, previous, staged));
         }
         // 2. Durable before any write. A journal that cannot be written (disk full,
@@ -226,6 +249,10 @@ impl Actuator {
         let mut events = Vec::with_capacity(prepared.len());
         for (req, key, dir, previous, staged) in prepared {
             let mono_ns = crate::mono_ns();
+            let dir = match dir {
+                Ok(Dir::Reopen) if !self.dry_run => self.open(&req.target),
+                d => d,
+            };
             let outcome = match (&dir, self.dry_run) {
                 (Err(o), _) => o.clone(),
                 (Ok(_), false) if staged && unjournaled.is_some() => Outcome::Error(format!(
@@ -241,7 +268,8 @@ impl Actuator {
             };
             if outcome == Outcome::Vanished {
                 if let Target::Cgroup { id, .. } = &req.target {
-                    self.dirs.remove(id);
+                    let gone = *id;
+                    self.drop_dirs(|d| *d != gone);
                 }
             }
             if req.restores && outcome == Outcome::Ok {
@@ -275,7 +303,7 @@ impl Actuator {
     /// entries once the directory with that id is really gone (a cgroup that merely left the
     /// managed set, e.g. by getting children, keeps its entries so restore still reaches it).
     pub fn retain_cgroups(&mut self, observed: &std::collections::HashSet<CgroupId>) -> Result<()> {
-        self.dirs.retain(|id, _| observed.contains(id));
+        self.drop_dirs(|id| observed.contains(id));
         let stale: Vec<Entry> = self
             .journal
             .entries()
@@ -311,7 +339,7 @@ impl Actuator {
     /// Writes every journaled original back (see `Journal::restore`).
     pub fn restore(&mut self) -> Result<RestoreReport> {
         self.restored = true;
-        self.dirs.clear();
+        self.drop_dirs(|_| false);
         let empty = Journal::open_empty_like(&self.journal);
         let journal = std::mem::replace(&mut self.journal, empty);
         if self.dry_run {
@@ -324,6 +352,7 @@ impl Actuator {
 impl Drop for Actuator {
     /// The restore guard: an exit that skipped the orderly restore (a panic) restores here.
     fn drop(&mut self) {
+        self.drop_dirs(|_| false);
         if self.restored || self.dry_run || self.journal.is_empty() {
             return;
         }

@@ -314,10 +314,16 @@ impl Sampler {
         if hierarchy_root {
             return Ok(false); // no limit, no memory.events: pressure signals only
         }
-        let s = self
-            .fast
-            .read(root, "", 0, PARENT)?
-            .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+        let s = match self.fast.read(root, "", 0, PARENT) {
+            Ok(Some(s)) => s,
+            Ok(None) => anyhow::bail!("cgroup_root {} vanished", root.path().display()),
+            // Cannot look cheaply: look at everything.
+            Err(e) if out_of_descriptors(&e) => {
+                Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                return Ok(true);
+            }
+            Err(e) => return Err(e),
+        };
         if let (Some(ev), Some(prev)) = (s.events, self.prev_parent_events) {
             let d = ev.delta_since(&prev);
             if d.high > 0 || d.max > 0 || d.oom > 0 || d.oom_kill > 0 {
@@ -588,10 +594,16 @@ impl Sampler {
     ) -> anyhow::Result<Observation> {
         let mut parent = self.last_parent.clone();
         if !hierarchy_root {
-            let s = self
-                .fast
-                .read(root, "", 0, PARENT)?
-                .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+            let s = match self.fast.read(root, "", 0, PARENT) {
+                Ok(Some(s)) => s,
+                Ok(None) => anyhow::bail!("cgroup_root {} vanished", root.path().display()),
+                // The parent as of the last periodic sample.
+                Err(e) if out_of_descriptors(&e) => {
+                    Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                    Default::default()
+                }
+                Err(e) => return Err(e),
+            };
             parent.usage_bytes = s.current.unwrap_or(parent.usage_bytes);
             parent.max = s.max.unwrap_or(parent.max);
             parent.high = s.high.unwrap_or(parent.high);

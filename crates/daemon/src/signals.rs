@@ -25,7 +25,7 @@ pub struct Signals {
     psi_enabled: bool,
     events_enabled: bool,
     bpf_wanted: bool,
-    psi: HashMap<String, OwnedFd>,
+    psi: HashMap<String, memqos_cgroupfs::fds::Kept<OwnedFd>>,
     /// Whether 500 ms PSI windows are still tried (false once the kernel refused one).
     psi_window: bool,
     inotify: Option<OwnedFd>,
@@ -150,9 +150,20 @@ impl Signals {
                 if self.psi.contains_key(id) {
                     continue;
                 }
-                match psi_trigger(&memqos_cgroupfs::name::fs_path(root, id).join("memory.pressure"), &mut self.psi_window)
-                {
+                match psi_trigger(
+                    &memqos_cgroupfs::name::fs_path(root, id).join("memory.pressure"),
+                    &mut self.psi_window,
+                ) {
                     Ok((fd, fell_back)) => {
+                        // A trigger holds a descriptor: within the budget, or the cgroup's
+                        // pressure is seen by the periodic sample only.
+                        let Ok(fd) = memqos_cgroupfs::fds::Kept::new(memqos_cgroupfs::fds::Use::Reaction, 1, fd) else {
+                            self.note(format!(
+                                "PSI triggers beyond the descriptor budget ({} open files): some protected cgroups (first: {id}) are sampled, not signalled",
+                                memqos_cgroupfs::fds::open_file_limit()
+                            ));
+                            continue;
+                        };
                         if fell_back {
                             self.note(format!(
                                 "PSI triggers of 500 ms refused (EINVAL: no CAP_SYS_RESOURCE?): using 2 s windows (\"{PSI_TRIGGER_UNPRIVILEGED}\"); pressure is seen up to 2 s later"
@@ -366,7 +377,7 @@ impl Signals {
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut ids: Vec<Option<&String>> = Vec::new();
         for (id, fd) in &self.psi {
-            fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLPRI, revents: 0 });
+            fds.push(libc::pollfd { fd: fd.value.as_raw_fd(), events: libc::POLLPRI, revents: 0 });
             ids.push(Some(id));
         }
         if let Some(ino) = &self.inotify {

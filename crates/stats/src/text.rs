@@ -8,13 +8,13 @@
 
 use crate::keys::{KeyOrder, StatKeys};
 use crate::{CgroupStats, Error, Result, Snapshot, StatsSource};
+use memqos_cgroupfs::fds::{self, Use};
 use memqos_cgroupfs::parse::{self, flat_keyed, ParseError};
 use memqos_cgroupfs::{Limit, MemoryEvents, Pressure};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The files read for every cgroup, in the order of [`Node::files`].
@@ -62,16 +62,10 @@ const LOW: usize = 6;
 const MIN: usize = 7;
 const PRESSURE: usize = 8;
 
-/// fds kept for the process's other needs when budgeting ours against RLIMIT_NOFILE.
-const FD_RESERVE: u64 = 256;
-
-/// fds held open by every TextBackend of the process: the budget is per process.
-static FDS_HELD: AtomicU64 = AtomicU64::new(0);
-static FD_BUDGET: OnceLock<u64> = OnceLock::new();
-
-fn fd_budget() -> u64 {
-    *FD_BUDGET.get_or_init(|| raise_nofile_limit().saturating_sub(FD_RESERVE))
-}
+/// The open-file limit is raised (as far as this process may) once, before the process's
+/// descriptor budget (`memqos_cgroupfs::fds`, shared with the daemon's other caches) is
+/// taken from it.
+static RAISED: OnceLock<u64> = OnceLock::new();
 
 enum Slot {
     /// Not opened yet.
@@ -120,7 +114,7 @@ pub struct TextBackend {
 
 impl Drop for TextBackend {
     fn drop(&mut self) {
-        FDS_HELD.fetch_sub(self.fds_open, Ordering::Relaxed);
+        fds::release(Use::Bulk, self.fds_open);
     }
 }
 
@@ -273,7 +267,7 @@ impl TextBackend {
         for gone in old.into_values() {
             let n = gone.files.iter().filter(|s| matches!(s, Slot::Open(_))).count() as u64;
             self.fds_open -= n;
-            FDS_HELD.fetch_sub(n, Ordering::Relaxed);
+            fds::release(Use::Bulk, n);
         }
         self.nodes = out;
         Ok(())
@@ -397,7 +391,7 @@ fn close_files(node: &mut Node, fds_open: &mut u64) {
     for slot in node.files.iter_mut() {
         if matches!(slot, Slot::Open(_)) {
             *fds_open -= 1;
-            FDS_HELD.fetch_sub(1, Ordering::Relaxed);
+            fds::release(Use::Bulk, 1);
         }
         *slot = Slot::Unopened;
     }
@@ -407,11 +401,10 @@ fn close_files(node: &mut Node, fds_open: &mut u64) {
 fn read_file(node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64) -> Result<ReadOutcome> {
     let path = || node.path.join(FILES[file]);
     if matches!(node.files[file], Slot::Unopened) {
-        let keep = FDS_HELD.load(Ordering::Relaxed) < fd_budget();
+        RAISED.get_or_init(raise_nofile_limit);
         node.files[file] = match File::open(path()) {
-            Ok(f) if keep => {
+            Ok(f) if fds::try_keep(Use::Bulk, 1) => {
                 *fds_open += 1;
-                FDS_HELD.fetch_add(1, Ordering::Relaxed);
                 Slot::Open(f)
             }
             Ok(_) => Slot::Transient,
