@@ -3,6 +3,7 @@
 //! those are copied to `OUT/runs/<scenario>/<kernel>/`, and everything under `OUT/runs` is
 //! summarized into summary.json, report.md and the plots.
 
+use crate::provenance::{sha256_hex, Provenance};
 use crate::runner::{self, RunnerOptions};
 use crate::scenario::{Scenario, Workload};
 use crate::summary;
@@ -195,9 +196,13 @@ fn run_in_guest(
     ]
     .map(String::from);
     let timeout = Duration::from_secs_f64(600.0 + est_secs * 4.0);
-    // The guest shares two host cores with whatever else runs; keep the host's load with the
-    // results so a noisy run can be recognized as one.
-    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    // The guest shares two host cores with whatever else runs; the host's load goes with the
+    // results (in the provenance) so a noisy run can be recognized as one.
+    let mut provenance = Provenance::collect(Path::new("."), &kernel.release());
+    provenance.scenario_sha256 = Some(sha256_hex(&std::fs::read(&s.file).with_context(|| s.file.display().to_string())?)?);
+    provenance.daemon_config_sha256 = s.memqos_config.as_deref().map(|c| sha256_hex(c.as_bytes())).transpose()?;
+    provenance.oomd_config_sha256 = s.oomd_config.as_deref().map(|c| sha256_hex(c.as_bytes())).transpose()?;
+    provenance.speed = Some(s.speed);
     let scenario_json = serde_json::to_string(s)?;
     let run = self_run::run_self(kernel, &args_in_guest, |g| {
         let g = match s.swap_mb {
@@ -208,6 +213,7 @@ fn run_in_guest(
             .systemd(s.boots_systemd())
             .timeout(timeout)
             .env("MEMQOS_SCENARIO", &scenario_json)
+            .env(crate::provenance::ENV, &serde_json::to_string(&provenance).expect("serializes"))
             .share_path(traces)
             .stream_console(true)
     })?;
@@ -222,7 +228,7 @@ fn run_in_guest(
     }
     let from = run.results_dir.join("experiment");
     let to = args.out.join("runs").join(&s.name).join(kernel.release());
-    keep_results(&from, &to, args.first_run, args.runs, &load_before, run.wall_secs)?;
+    keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
     eprintln!(
         "=== {} on {}: done in {:.1} min, results in {} ===",
         s.name,
@@ -234,29 +240,29 @@ fn run_in_guest(
 }
 
 /// Copies a guest's results from `from` to `to`: a series starting at run 1 replaces what was
-/// there, a later chunk adds its runs. Beside them, the host's load before and after the guest
-/// (the guest shares two host cores with whatever else runs, so a noisy run can be recognized).
+/// there, a later chunk adds its runs. Beside them, the series' provenance with the host's
+/// load before and after the guest (the guest shares two host cores with whatever else runs,
+/// so a noisy run can be recognized).
 pub(crate) fn keep_results(
     from: &Path,
     to: &Path,
     first_run: usize,
     runs: usize,
-    load_before: &str,
+    provenance: &Provenance,
     wall_secs: f64,
 ) -> Result<()> {
     if to.exists() && first_run == 1 {
         std::fs::remove_dir_all(to).with_context(|| format!("replacing {}", to.display()))?;
     }
     copy_tree(from, to)?;
-    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load_file = match first_run {
-        1 => "host-load.txt".to_string(),
-        n => format!("host-load-runs{n:02}-{:02}.txt", n + runs - 1),
+    let mut p = provenance.clone();
+    p.host_load_after = Some(std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string());
+    p.guest_wall_s = Some(wall_secs);
+    let file = match first_run {
+        1 => "provenance.json".to_string(),
+        n => format!("provenance-runs{n:02}-{:02}.json", n + runs - 1),
     };
-    std::fs::write(
-        to.join(load_file),
-        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {wall_secs:.1} s\n"),
-    )?;
+    std::fs::write(to.join(file), serde_json::to_string_pretty(&p)? + "\n")?;
     Ok(())
 }
 
@@ -294,14 +300,17 @@ fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
         first_run: args.first_run,
         out_dir: results.join("experiment"),
         exe: std::env::current_exe()?,
+        // Absent when a guest is started by hand; the results then say nothing rather than guess.
+        provenance: std::env::var(crate::provenance::ENV).ok().and_then(|j| serde_json::from_str(&j).ok()),
     };
     let n = runner::run_all(&opts)?;
     println!("experiment: {n} arm results written");
     Ok(0)
 }
 
-/// Summary, report and plots from everything under `out/runs`.
-fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
+/// Summary, report and plots from everything under `out/runs`. Without `plots` the plots
+/// already in `out` are left as they are and linked.
+pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     let runs = out.join("runs");
     let results = summary::load_results(&runs)?;
     if results.is_empty() {
@@ -333,8 +342,16 @@ fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
                 plot_files.push(name);
             }
         }
-        plot_files.sort();
     }
+    if !plots {
+        for e in std::fs::read_dir(out)? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".png") {
+                plot_files.push(name);
+            }
+        }
+    }
+    plot_files.sort();
     std::fs::write(out.join("report.md"), summary::render_markdown(&groups, &verdicts, &plot_files))?;
     for v in &verdicts {
         println!(

@@ -9,6 +9,8 @@
 //! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm);
 //! - [`oomd`]: Meta's oomd with the scenario's ruleset (the `oomd` arm);
 //! - [`systemd_oomd`]: systemd-oomd watching the low tier's slice (the `systemd-oomd` arm);
+//! - [`docs`]: the docs' tables generated from the committed summary (`scripts/docs.sh`);
+//! - [`provenance`]: the commit, config digests, speed, kernel and host load of a series;
 //! - [`agent_host`]: many agent sessions under one host budget, a cgroup per tool call
 //!   (`memqos experiment agent-host`, its own runner and report);
 //! - [`host`]: the host side of `memqos experiment` (a guest per scenario and kernel, the
@@ -16,10 +18,12 @@
 
 pub mod agent_host;
 pub mod avoidability;
+pub mod docs;
 pub mod host;
 pub mod kills;
 pub mod kube;
 pub mod oomd;
+pub mod provenance;
 pub mod runner;
 pub mod scenario;
 pub mod stats;

@@ -71,6 +71,10 @@ pub struct ArmResult {
     pub swap_mb: Option<u64>,
     #[serde(default)]
     pub zswap: bool,
+    /// The commit, config digests, speed, kernel and host load of the series (runs made
+    /// before it was recorded have none; docs/experiments/builds.toml says their build).
+    #[serde(default)]
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -161,6 +165,8 @@ pub struct RunnerOptions {
     pub out_dir: PathBuf,
     /// The memqos binary (for `memqos replay` and `memqos daemon`).
     pub exe: PathBuf,
+    /// What the host recorded about the series (`$MEMQOS_PROVENANCE`), stamped into every result.
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 /// One arm to run.
@@ -525,6 +531,10 @@ fn run_arm(
             daemon_cpu_s,
             swap_mb: s.swap_mb,
             zswap: s.zswap,
+            provenance: opts.provenance.clone().map(|mut p| {
+                p.kernel = kernel.to_string();
+                p
+            }),
         })
     })();
     let cleanup = match systemd {

@@ -1,0 +1,497 @@
+//! Tables in the docs generated from committed data, so no figure in them is typed by hand.
+//!
+//! A generated region of a doc is
+//!
+//! ```text
+//! <!-- generated: NAME (memqos-docs, from docs/experiments/summary.json) -->
+//! ...
+//! <!-- end generated: NAME -->
+//! ```
+//!
+//! and [`update`] rewrites every such region from `docs/experiments/summary.json` (itself
+//! rebuilt from the runs by the report step) and `docs/experiments/builds.toml` (which build
+//! made each series). `scripts/docs.sh` runs both; the `docs_match_the_committed_data` test
+//! fails when a region differs from what the data gives.
+
+use crate::scenario::Workload;
+use crate::summary::{est, ratio, ratio_median, ArmSummary, GroupSummary, Verdict};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The docs that may hold generated regions (relative to the checkout).
+pub const DOCS: &[&str] = &["README.md", "docs/experiments.md"];
+
+/// What the tables are made from.
+pub struct Sources {
+    pub groups: Vec<GroupSummary>,
+    pub verdicts: Vec<Verdict>,
+    /// `scenario/kernel` -> build, for series whose runs do not record it themselves.
+    pub builds: BTreeMap<String, String>,
+}
+
+#[derive(serde::Deserialize)]
+struct SummaryFile {
+    groups: Vec<GroupSummary>,
+    targets: Vec<Verdict>,
+}
+
+#[derive(serde::Deserialize)]
+struct BuildsFile {
+    series: BTreeMap<String, String>,
+}
+
+impl Sources {
+    pub fn load(root: &Path) -> Result<Sources> {
+        let path = root.join("docs/experiments/summary.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let s: SummaryFile = serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+        let path = root.join("docs/experiments/builds.toml");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let b: BuildsFile = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+        Ok(Sources { groups: s.groups, verdicts: s.targets, builds: b.series })
+    }
+
+    fn build(&self, g: &GroupSummary) -> String {
+        if let Some(b) = &g.build {
+            return b.clone();
+        }
+        self.builds.get(&format!("{}/{}", g.scenario, g.kernel)).cloned().unwrap_or_else(|| "not recorded".into())
+    }
+}
+
+/// "7.2.13+deb14-amd64" -> "7.2.13".
+fn short_kernel(k: &str) -> &str {
+    k.split('+').next().unwrap_or(k)
+}
+
+#[derive(Clone, Copy)]
+enum Col {
+    Scenario,
+    Variant,
+    Kernel,
+    Build,
+    Arm,
+    ProtectedFinished,
+    HighSolo,
+    HighSoloCi,
+    P95Solo,
+    P95SoloCi,
+    P95NoneCi,
+    LowsFinished,
+    Kills,
+    RunsWithKill,
+    KillRunsP,
+    HighKilledP,
+    Avoidable,
+    LowsNone,
+    LowsNoneCi,
+    Prio,
+    ParentPeak,
+    HighSwappedOut,
+    LowsSwappedOut,
+    CompletionVsOff,
+    P50VsOff,
+    DaemonCpu,
+}
+
+impl Col {
+    fn header(self) -> &'static str {
+        match self {
+            Col::Scenario => "scenario",
+            Col::Variant => "variant (limit)",
+            Col::Kernel => "kernel",
+            Col::Build => "build",
+            Col::Arm => "arm",
+            Col::ProtectedFinished => "protected finished",
+            Col::HighSolo | Col::HighSoloCi => "high/solo",
+            Col::P95Solo | Col::P95SoloCi => "P95/solo",
+            Col::P95NoneCi => "P95/none",
+            Col::LowsFinished => "lows finished",
+            Col::Kills => "kills (by a userspace killer)",
+            Col::RunsWithKill => "runs with a kill",
+            Col::KillRunsP => "runs with a kill (p vs memqos)",
+            Col::HighKilledP => "protected killed (p vs memqos)",
+            Col::Avoidable => "avoidable kills (bound)",
+            Col::LowsNone | Col::LowsNoneCi => "lows/none",
+            Col::Prio => "priority ratio",
+            Col::ParentPeak => "parent peak MiB",
+            Col::HighSwappedOut => "high swapped out MiB",
+            Col::LowsSwappedOut => "lows swapped out MiB",
+            Col::CompletionVsOff => "completion, daemon on/off",
+            Col::P50VsOff => "P50, daemon on/off",
+            Col::DaemonCpu => "daemon CPU, % of one CPU",
+        }
+    }
+
+    fn cell(self, src: &Sources, g: &GroupSummary, a: &ArmSummary) -> String {
+        let p = |x: Option<f64>| x.map(|p| format!(", p = {p:.2}")).unwrap_or_default();
+        let median0 = |e: &Option<crate::stats::Estimate>| e.map(|e| format!("{:.0}", e.median)).unwrap_or("–".into());
+        match self {
+            Col::Scenario => g.scenario.clone(),
+            Col::Variant => format!("{} ({} MiB)", g.variant, g.parent_max_mb),
+            Col::Kernel => short_kernel(&g.kernel).to_string(),
+            Col::Build => src.build(g),
+            Col::Arm => a.arm.clone(),
+            Col::ProtectedFinished => format!("{} of {}", a.high_finished, a.runs),
+            Col::HighSolo => ratio_median(&a.high_wall_vs_solo),
+            Col::HighSoloCi => ratio(&a.high_wall_vs_solo),
+            Col::P95Solo => ratio_median(&a.high_p95_vs_solo),
+            Col::P95SoloCi => ratio(&a.high_p95_vs_solo),
+            Col::P95NoneCi => ratio(&a.high_p95_vs_none),
+            Col::LowsFinished => format!("{}/{}", a.low_finished, a.low_started),
+            Col::Kills if a.userspace_kills > 0 => format!("{} ({})", a.task_kills, a.userspace_kills),
+            Col::Kills => a.task_kills.to_string(),
+            Col::RunsWithKill => format!("{} of {} ({} kills)", a.runs_with_kill, a.runs, a.task_kills),
+            Col::KillRunsP => format!("{} of {}{}", a.runs_with_kill, a.runs, p(a.kill_runs_p_vs_memqos)),
+            Col::HighKilledP => format!("{} of {}{}", a.runs_high_killed, a.runs, p(a.high_killed_p_vs_memqos)),
+            Col::Avoidable => match (a.avoidable_kills, a.kill_bound) {
+                (Some(k), Some(b)) => format!("{k} ({b})"),
+                _ => "–".into(),
+            },
+            Col::LowsNone if a.arm == "none" => "–".into(),
+            Col::LowsNone => ratio_median(&a.low_wall_vs_none),
+            Col::LowsNoneCi => ratio(&a.low_wall_vs_none),
+            Col::Prio => ratio_median(&a.priority_ratio),
+            Col::ParentPeak => median0(&a.parent_peak_mb),
+            Col::HighSwappedOut => median0(&a.high_swapped_out_mb),
+            Col::LowsSwappedOut => median0(&a.low_swapped_out_mb),
+            Col::CompletionVsOff => ratio(&a.high_wall_vs_none),
+            Col::P50VsOff => ratio(&a.high_p50_vs_none),
+            Col::DaemonCpu => est(&a.daemon_cpu_pct, 1),
+        }
+    }
+}
+
+/// Rows: every group of `scenarios` (in that order, 7.x before 6.12), every arm of `arms`
+/// present (in that order).
+struct Spec {
+    scenarios: &'static [&'static str],
+    kernel: Option<&'static str>,
+    arms: &'static [&'static str],
+    cols: &'static [Col],
+}
+
+const PEER_ARMS: &[&str] = &["none", "memqos", "static-adj", "static-reserve", "kube-memoryqos", "oomd", "systemd-oomd"];
+
+fn spec(name: &str) -> Option<Spec> {
+    use Col::*;
+    let peers = &[
+        Scenario,
+        Kernel,
+        Build,
+        Arm,
+        ProtectedFinished,
+        HighSolo,
+        P95Solo,
+        LowsFinished,
+        Kills,
+        KillRunsP,
+        LowsNone,
+        Prio,
+    ];
+    let kill_cols = &[Kernel, Variant, Arm, RunsWithKill, Avoidable, ProtectedFinished, LowsFinished, HighSoloCi, LowsNoneCi];
+    Some(match name {
+        "peers" => Spec {
+            scenarios: &["oom", "oom-systemd", "contention", "contention-systemd"],
+            kernel: None,
+            arms: PEER_ARMS,
+            cols: peers,
+        },
+        "peers-swap" => Spec {
+            scenarios: &["oom-swap", "oom-zswap", "contention-swap", "contention-zswap"],
+            kernel: None,
+            arms: PEER_ARMS,
+            cols: &[
+                Scenario,
+                Kernel,
+                Build,
+                Arm,
+                ProtectedFinished,
+                HighSolo,
+                P95Solo,
+                LowsFinished,
+                Kills,
+                LowsNone,
+                Prio,
+                HighSwappedOut,
+                LowsSwappedOut,
+            ],
+        },
+        "oom-7.2" => Spec {
+            scenarios: &["oom"],
+            kernel: Some("7.2"),
+            arms: &["none", "kube-memoryqos", "oomd", "memqos"],
+            cols: &[Arm, ProtectedFinished, HighSoloCi, P95SoloCi, LowsFinished, Kills, KillRunsP, HighKilledP, Prio],
+        },
+        "seed" => Spec {
+            scenarios: &["oom", "contention", "isolation"],
+            kernel: None,
+            arms: &["none", "static-max", "static-high", "memqos"],
+            cols: &[Scenario, Kernel, Build, Arm, KillRunsP, HighSoloCi, P95SoloCi, P95NoneCi, LowsNoneCi, ParentPeak],
+        },
+        "overhead" => Spec {
+            scenarios: &["overhead"],
+            kernel: None,
+            arms: &["memqos"],
+            cols: &[Kernel, Build, CompletionVsOff, P50VsOff, DaemonCpu],
+        },
+        "cpu-weight" => Spec {
+            scenarios: &["contention", "isolation"],
+            kernel: Some("7.2"),
+            arms: &["none", "memqos", "cpu-weight"],
+            cols: &[Scenario, Build, Arm, HighSoloCi, P95SoloCi, P95NoneCi],
+        },
+        "cpu" => Spec {
+            scenarios: &["contention-cpu", "isolation-cpu", "oom-cpu"],
+            kernel: None,
+            arms: &["none", "memqos", "cpu-weight"],
+            cols: &[Kernel, Scenario, Build, Arm, RunsWithKill, HighSoloCi, P95SoloCi, P95NoneCi, LowsNoneCi, DaemonCpu],
+        },
+        "sweep" => Spec { scenarios: &["sweep"], kernel: None, arms: &["none", "memqos"], cols: kill_cols },
+        "sweep-tight" => Spec { scenarios: &["sweep-tight"], kernel: None, arms: &["none", "memqos"], cols: kill_cols },
+        "sweep-tight-declared" => {
+            Spec { scenarios: &["sweep-tight-declared"], kernel: None, arms: &["none", "memqos"], cols: kill_cols }
+        }
+        "sweep-declared" => {
+            Spec { scenarios: &["sweep-declared"], kernel: None, arms: &["none", "memqos"], cols: kill_cols }
+        }
+        _ => return None,
+    })
+}
+
+/// 7.x series before 6.12, as the docs read.
+fn kernel_rank(k: &str) -> u32 {
+    if k.starts_with("6.") {
+        1
+    } else {
+        0
+    }
+}
+
+fn groups_of<'a>(src: &'a Sources, scenarios: &[&str], kernel: Option<&str>) -> Vec<&'a GroupSummary> {
+    let mut v: Vec<&GroupSummary> = src
+        .groups
+        .iter()
+        .filter(|g| scenarios.contains(&g.scenario.as_str()))
+        .filter(|g| kernel.is_none_or(|k| g.kernel.starts_with(k)))
+        .collect();
+    let pos = |s: &str| scenarios.iter().position(|x| *x == s).unwrap_or(usize::MAX);
+    v.sort_by_key(|g| (pos(&g.scenario), kernel_rank(&g.kernel), g.variant.clone()));
+    v
+}
+
+fn render_spec(src: &Sources, s: &Spec) -> String {
+    let mut out = String::new();
+    let header: Vec<&str> = s.cols.iter().map(|c| c.header()).collect();
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(out, "|{}", " --- |".repeat(header.len()));
+    for g in groups_of(src, s.scenarios, s.kernel) {
+        for arm in s.arms {
+            let Some(a) = g.arms.iter().find(|a| a.arm == *arm) else { continue };
+            let cells: Vec<String> = s.cols.iter().map(|c| c.cell(src, g, a)).collect();
+            let _ = writeln!(out, "| {} |", cells.join(" | "));
+        }
+    }
+    out
+}
+
+/// Each replay scenario's margin and whether its kill outcome flips from run to run.
+fn render_margins(src: &Sources) -> String {
+    let mut out = String::from(
+        "| scenario | kernel | limit MiB | concurrent peak MiB | margin MiB | kill outcome |\n| --- | --- | --- | --- | --- | --- |\n",
+    );
+    let mut gs: Vec<&GroupSummary> = src.groups.iter().filter(|g| g.workload == Workload::Replay).collect();
+    gs.sort_by_key(|g| (g.scenario.clone(), g.variant.clone(), kernel_rank(&g.kernel)));
+    for g in gs {
+        let Some(peak) = g.concurrent_peak_mb else { continue };
+        let flips: Vec<String> = g
+            .arms
+            .iter()
+            .filter(|a| !a.arm.starts_with("solo:") && a.runs_with_kill > 0 && a.runs_with_kill < a.runs)
+            .map(|a| format!("{} {} of {}", a.arm, a.runs_with_kill, a.runs))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {}/{} | {} | {} | {} | {} | {} |",
+            g.scenario,
+            g.variant,
+            short_kernel(&g.kernel),
+            g.parent_max_mb,
+            peak,
+            g.parent_max_mb as i64 - peak as i64,
+            if flips.is_empty() { "stable".to_string() } else { format!("**flips**: {}", flips.join(", ")) }
+        );
+    }
+    out
+}
+
+/// The memqos arm's verdicts, one row per group: the issue's own targets as columns.
+fn render_targets(src: &Sources, peers: bool) -> String {
+    let cols: &[(&str, &str)] = if peers {
+        &[
+            ("vs oomd: completion", "vs oomd: high completion"),
+            ("vs oomd: P95", "vs oomd: high P95"),
+            ("vs oomd: lows finish where it kills", "vs oomd: every low task"),
+            ("vs systemd-oomd: completion", "vs systemd-oomd: high completion"),
+            ("vs systemd-oomd: P95", "vs systemd-oomd: high P95"),
+            ("vs kube: no kill where it has one", "vs kube-memoryqos: no OOM kill"),
+            ("vs kube: P95 no worse", "vs kube-memoryqos: high P95"),
+        ]
+    } else {
+        &[
+            ("no OOM kill", "memqos: no OOM kill"),
+            ("protected finishes", "memqos: the protected task finishes"),
+            ("lows finish", "memqos: every low-priority task finishes"),
+            ("high ≤ 1.05x solo", "memqos: high completion ≤ 1.05x"),
+            ("P95 ≤ 1.2x solo", "memqos: high P95 latency ≤ 1.2x"),
+            ("no avoidable kill", "memqos: no avoidable kill"),
+            ("other", ""),
+        ]
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| scenario | kernel | build | {} |\n|{}",
+        cols.iter().map(|c| c.0).collect::<Vec<_>>().join(" | "),
+        " --- |".repeat(cols.len() + 3)
+    );
+    let mut keys: Vec<(&str, &str, &str)> =
+        src.verdicts.iter().map(|v| (v.scenario.as_str(), v.variant.as_str(), v.kernel.as_str())).collect();
+    keys.dedup();
+    keys.sort_by_key(|k| (k.0.to_string(), k.1.to_string(), kernel_rank(k.2)));
+    keys.dedup();
+    let cell = |v: &Verdict| format!("{} ({})", if v.met { "met" } else { "**missed**" }, v.measured);
+    for (scenario, variant, kernel) in keys {
+        let vs: Vec<&Verdict> =
+            src.verdicts.iter().filter(|v| v.scenario == scenario && v.variant == variant && v.kernel == kernel).collect();
+        let known: Vec<&str> = cols.iter().map(|c| c.1).filter(|p| !p.is_empty()).collect();
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|(_, prefix)| {
+                let hits: Vec<String> = if prefix.is_empty() {
+                    // Targets of one scenario kind (overhead, contention's "50% below none",
+                    // the tight sweep's, the RFC demo's) and none's kills.
+                    vs.iter()
+                        .filter(|v| !known.iter().any(|k| v.target.starts_with(k)) && !v.target.starts_with("vs "))
+                        .map(|v| format!("{}: {}", v.target, cell(v)))
+                        .collect()
+                } else {
+                    vs.iter().filter(|v| v.target.starts_with(prefix)).map(|v| cell(v)).collect()
+                };
+                if hits.is_empty() {
+                    "–".into()
+                } else {
+                    hits.join("; ")
+                }
+            })
+            .collect();
+        if peers && cells.iter().all(|c| c == "–") {
+            continue;
+        }
+        let g = src.groups.iter().find(|g| g.scenario == scenario && g.variant == variant && g.kernel == kernel);
+        let build = g.map(|g| src.build(g)).unwrap_or_else(|| "not recorded".into());
+        let _ = writeln!(
+            out,
+            "| {scenario}/{variant} | {} | {build} | {} |",
+            short_kernel(kernel),
+            cells.join(" | ")
+        );
+    }
+    out
+}
+
+/// The body of the generated region `name`.
+pub fn render(name: &str, src: &Sources) -> Result<String> {
+    Ok(match name {
+        "margins" => render_margins(src),
+        "targets" => render_targets(src, false),
+        "peer-targets" => render_targets(src, true),
+        _ => match spec(name) {
+            Some(s) => render_spec(src, &s),
+            None => bail!("no generated table named {name:?}"),
+        },
+    })
+}
+
+const START: &str = "<!-- generated: ";
+const END: &str = "<!-- end generated: ";
+
+/// The names of the generated regions of `doc`, in order.
+pub fn regions(doc: &str) -> Vec<String> {
+    doc.lines()
+        .filter_map(|l| l.strip_prefix(START))
+        .filter_map(|rest| rest.split(' ').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// `doc` with region `name`'s body replaced by `body`; an error if the markers are missing.
+pub fn splice(doc: &str, name: &str, body: &str) -> Result<String> {
+    let start = doc
+        .lines()
+        .scan(0usize, |pos, l| {
+            let at = *pos;
+            *pos += l.len() + 1;
+            Some((at, l))
+        })
+        .find(|(_, l)| l.strip_prefix(START).is_some_and(|r| r.split(' ').next() == Some(name)))
+        .map(|(at, l)| at + l.len() + 1)
+        .with_context(|| format!("no \"{START}{name} ...\" line"))?;
+    let end_marker = format!("{END}{name} -->");
+    let end = doc[start..].find(&end_marker).map(|i| start + i).with_context(|| format!("no \"{end_marker}\""))?;
+    Ok(format!("{}{}{}", &doc[..start], body, &doc[end..]))
+}
+
+/// Rewrites (or, with `write` false, only checks) every generated region of every doc in
+/// [`DOCS`] under `root`; returns the regions that were (or would be) changed, as `doc: name`.
+pub fn update(root: &Path, write: bool) -> Result<Vec<String>> {
+    let src = Sources::load(root)?;
+    let mut stale = Vec::new();
+    for doc in DOCS {
+        let path = root.join(doc);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut new = text.clone();
+        for name in regions(&text) {
+            let body = render(&name, &src).with_context(|| format!("{doc}"))?;
+            new = splice(&new, &name, &body).with_context(|| format!("{doc}"))?;
+            if splice(&text, &name, &body)? != text {
+                stale.push(format!("{doc}: {name}"));
+            }
+        }
+        if write && new != text {
+            std::fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(stale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_found_and_spliced() {
+        let doc = "a\n<!-- generated: t1 (from x) -->\nold\n<!-- end generated: t1 -->\nb\n";
+        assert_eq!(regions(doc), vec!["t1"]);
+        let new = splice(doc, "t1", "new\n").unwrap();
+        assert_eq!(new, "a\n<!-- generated: t1 (from x) -->\nnew\n<!-- end generated: t1 -->\nb\n");
+        assert!(splice(doc, "t2", "x").is_err());
+        assert!(splice("<!-- generated: t1 -->\nno end\n", "t1", "x").is_err());
+    }
+
+    /// The docs' generated tables are what the committed summary gives: a hand edit of a
+    /// table, or a summary rebuilt without `scripts/docs.sh`, fails here.
+    #[test]
+    fn docs_match_the_committed_data() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let stale = update(&root, false).unwrap();
+        assert!(stale.is_empty(), "generated doc tables differ from the committed data (run bash scripts/docs.sh): {stale:?}");
+        // The check can fail: a changed figure in a copy of a region is caught.
+        let src = Sources::load(&root).unwrap();
+        let body = render("oom-7.2", &src).unwrap();
+        let doc = format!("<!-- generated: oom-7.2 -->\n{}<!-- end generated: oom-7.2 -->\n", body.replacen('1', "2", 1));
+        assert_ne!(splice(&doc, "oom-7.2", &body).unwrap(), doc);
+    }
+}
