@@ -7,6 +7,7 @@
 //! - [`avoidability`]: the fewest kills any pausing policy could achieve (a clairvoyant bound);
 //! - [`kills`]: that bound for each run's traces, and the kills above it.
 //! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm);
+//! - [`static_arms`]: the static-adj and static-reserve baselines' knobs;
 //! - [`oomd`]: Meta's oomd with the scenario's ruleset (the `oomd` arm);
 //! - [`systemd_oomd`]: systemd-oomd watching the low tier's slice (the `systemd-oomd` arm);
 //! - [`docs`]: the docs' tables generated from the committed summary (`scripts/docs.sh`);
@@ -26,6 +27,7 @@ pub mod oomd;
 pub mod provenance;
 pub mod runner;
 pub mod scenario;
+pub mod static_arms;
 pub mod stats;
 pub mod summary;
 pub mod systemd_oomd;

@@ -436,6 +436,37 @@ fn run_arm(
                         reason: why.into(),
                     });
                 }
+                Arm::Policy(Policy::StaticAdj) => {
+                    let template = s.memqos_config.as_deref().expect("validated");
+                    if let Some(adj) = crate::static_arms::adj_for(template, name).map_err(anyhow::Error::msg)? {
+                        oom_score_adj[i] = Some(adj);
+                        static_writes.push(DecisionMark {
+                            t_s: 0.0,
+                            cgroup: name.clone(),
+                            file: "oom_score_adj".into(),
+                            value: adj.to_string(),
+                            reason: "static-adj: the memqos config's value for this tier, no daemon".into(),
+                        });
+                    }
+                }
+                Arm::Policy(Policy::StaticReserve) => {
+                    // The same size the kube arm requests and memqos is told when it declares.
+                    let high_reserve = kube::request(&replayed_sizes(opts, &v.high)?, true);
+                    let r = crate::static_arms::reserve(parent_max, high_reserve, v.low.len())
+                        .map_err(anyhow::Error::msg)?;
+                    let (file, bytes, why) = match tier {
+                        Tier::High => ("memory.min", r.high_min, "static-reserve: the protected task's peak + 10%"),
+                        Tier::Low => ("memory.max", r.low_max, "static-reserve: an equal share of the rest"),
+                    };
+                    cg.set_limit(file, Limit::Bytes(bytes))?;
+                    static_writes.push(DecisionMark {
+                        t_s: 0.0,
+                        cgroup: name.clone(),
+                        file: file.into(),
+                        value: bytes.to_string(),
+                        reason: why.into(),
+                    });
+                }
                 Arm::Policy(Policy::Memqos) if s.memqos_declares_peak && *tier == Tier::High => {
                     let peak = kube::request(&replayed_sizes(opts, trace)?, true);
                     cg.set_xattr(EXPECTED_PEAK_XATTR, &peak.to_string())?;

@@ -365,6 +365,8 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             "kube-memoryqos" => 15,
             "oomd" => 16,
             "systemd-oomd" => 17,
+            "static-adj" => 18,
+            "static-reserve" => 19,
             _ => 0,
         };
         arms.sort_by_key(|a| (rank(&a.arm), a.arm.clone()));
