@@ -29,6 +29,8 @@ pub struct Sources {
     pub verdicts: Vec<Verdict>,
     /// `scenario/kernel` -> build, for series whose runs do not record it themselves.
     pub builds: BTreeMap<String, String>,
+    /// The checkout, for data files read by one table only.
+    pub root: std::path::PathBuf,
 }
 
 #[derive(serde::Deserialize)]
@@ -50,7 +52,7 @@ impl Sources {
         let path = root.join("docs/experiments/builds.toml");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let b: BuildsFile = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
-        Ok(Sources { groups: s.groups, verdicts: s.targets, builds: b.series })
+        Ok(Sources { groups: s.groups, verdicts: s.targets, builds: b.series, root: root.to_path_buf() })
     }
 
     fn build(&self, g: &GroupSummary) -> String {
@@ -128,7 +130,7 @@ impl Col {
     }
 
     fn cell(self, src: &Sources, g: &GroupSummary, a: &ArmSummary) -> String {
-        let p = |x: Option<f64>| x.map(|p| format!(", p = {p:.2}")).unwrap_or_default();
+        let p = |x: Option<f64>| x.map(|p| format!(", p = {p:.3}")).unwrap_or_default();
         let median0 = |e: &Option<crate::stats::Estimate>| e.map(|e| format!("{:.0}", e.median)).unwrap_or("–".into());
         match self {
             Col::Scenario => g.scenario.clone(),
@@ -415,9 +417,109 @@ fn render_targets(src: &Sources, peers: bool) -> String {
     out
 }
 
+/// Every target the memqos arm missed, one line each: the README lists them beside its claims.
+fn render_missed(src: &Sources) -> String {
+    let mut v: Vec<&Verdict> = src.verdicts.iter().filter(|v| !v.met).collect();
+    v.sort_by_key(|v| (v.scenario.clone(), v.variant.clone(), kernel_rank(&v.kernel)));
+    let mut out = String::new();
+    for x in v {
+        let _ = writeln!(
+            out,
+            "- {}/{} on {}: {} — {}",
+            x.scenario,
+            x.variant,
+            short_kernel(&x.kernel),
+            x.target,
+            x.measured
+        );
+    }
+    let total = src.verdicts.len();
+    let missed = out.lines().count();
+    format!("{missed} of {total} target verdicts missed:\n\n{out}")
+}
+
+#[derive(serde::Deserialize)]
+struct Quantiles {
+    p50: f64,
+    p90: f64,
+}
+
+#[derive(serde::Deserialize)]
+struct OverheadKernel {
+    kernel: String,
+    added_p50_ms: f64,
+    added_lean_p50_ms: f64,
+    added_paired: Quantiles,
+    arms: Vec<(String, Quantiles)>,
+}
+
+#[derive(serde::Deserialize)]
+struct Overhead {
+    kernels: Vec<OverheadKernel>,
+}
+
+/// The agent-host issue's target for `memqos run`: at most this much added per call (p50).
+const TARGET_MS: f64 = 5.0;
+
+/// `memqos run`'s added time per call, from docs/agent/run-overhead.json (`memqos bench run`).
+fn render_run_overhead(root: &Path) -> Result<String> {
+    let path = root.join("docs/agent/run-overhead.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let o: Overhead = serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    let mut out = String::new();
+    for k in &o.kernels {
+        let plain = k.arms.iter().find(|a| a.0 == "plain").map(|a| a.1.p50);
+        let _ = writeln!(
+            out,
+            "- `memqos run` overhead ({} TCG guest, `docs/agent/run-overhead.json`): +{:.0} ms p50 per call for \
+             `memqos run` (paired p90 +{:.0} ms), +{:.0} ms for `memqos-run`, against {} for a plain exec; the \
+             target ({TARGET_MS} ms added p50) is {}.",
+            short_kernel(&k.kernel),
+            k.added_p50_ms,
+            k.added_paired.p90,
+            k.added_lean_p50_ms,
+            plain.map(|p| format!("{p:.0} ms")).unwrap_or_else(|| "–".into()),
+            if k.added_p50_ms <= TARGET_MS { "met" } else { "**missed**" },
+        );
+    }
+    Ok(out)
+}
+
+/// memqos against none, runs with a kill, wherever either arm had one: the exact test and
+/// whether the outcome flips, one line per series.
+fn render_kill_tests(src: &Sources) -> String {
+    let mut out = String::new();
+    let mut gs: Vec<&GroupSummary> = src.groups.iter().collect();
+    gs.sort_by_key(|g| (g.scenario.clone(), g.variant.clone(), kernel_rank(&g.kernel)));
+    for g in gs {
+        let arm = |n: &str| g.arms.iter().find(|a| a.arm == n);
+        let (Some(m), Some(n)) = (arm("memqos"), arm("none")) else { continue };
+        if m.runs_with_kill == 0 && n.runs_with_kill == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "- {}/{} on {}: memqos {} of {} runs with a kill, none {} of {} (p = {:.3}){}",
+            g.scenario,
+            g.variant,
+            short_kernel(&g.kernel),
+            m.runs_with_kill,
+            m.runs,
+            n.runs_with_kill,
+            n.runs,
+            n.kill_runs_p_vs_memqos.unwrap_or(f64::NAN),
+            if g.outcome_flips { "; the outcome flips from run to run" } else { "" }
+        );
+    }
+    out
+}
+
 /// The body of the generated region `name`.
 pub fn render(name: &str, src: &Sources) -> Result<String> {
     Ok(match name {
+        "missed-targets" => render_missed(src),
+        "kill-tests" => render_kill_tests(src),
+        "run-overhead" => render_run_overhead(&src.root)?,
         "margins" => render_margins(src),
         "targets" => render_targets(src, false),
         "peer-targets" => render_targets(src, true),

@@ -602,6 +602,19 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                 );
             }
         }
+        // Issue 18, work conservation: where none killed nothing, memqos should not have cost
+        // the lows more than 5% (there was nothing to prevent).
+        if let Some(n) = arm("none") {
+            if n.task_kills == 0 && g.workload == Workload::Replay && base != "overhead" {
+                if let Some(l) = m.low_wall_vs_none {
+                    push(
+                        "work conservation: lows within 1.05x of none where none has no kill",
+                        ratio(&m.low_wall_vs_none),
+                        l.median <= 1.05,
+                    );
+                }
+            }
+        }
         if base == "oom" {
             if let Some(n) = arm("none") {
                 push(
