@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The docs that may hold generated regions (relative to the checkout).
-pub const DOCS: &[&str] = &["README.md", "docs/experiments.md"];
+pub const DOCS: &[&str] = &["README.md", "docs/experiments.md", "docs/agent-hosts.md"];
 
 /// What the tables are made from.
 pub struct Sources {
@@ -538,10 +538,100 @@ fn render_kill_tests(src: &Sources) -> String {
     out
 }
 
+fn agent_host(root: &Path) -> Result<crate::agent_host::summary::HostSummary> {
+    let path = root.join("docs/agent-host/summary.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// Median [min–max] of a per-session ratio.
+fn range(e: &Option<crate::stats::Estimate>) -> String {
+    e.map(|e| format!("{:.2}x [{:.2}–{:.2}]", e.median, e.min, e.max)).unwrap_or_else(|| "–".into())
+}
+
+/// The agent-host experiment's levels on one kernel (`kernel` is a release prefix).
+fn render_agent_levels(root: &Path, kernel: &str) -> Result<String> {
+    let h = agent_host(root)?;
+    let mut out = String::from(
+        "| sessions | arm | sessions finished | runtimes killed (runs) | calls OOM-killed / started | OOM kills under the host (OOM events at a session's own limit) | runtime p95 vs solo | call time vs solo |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let rank = |a: &str| ["none", "static-peak", "memqos"].iter().position(|x| *x == a).unwrap_or(9);
+    let mut ls: Vec<_> = h.levels.iter().filter(|l| l.kernel.starts_with(kernel)).collect();
+    ls.sort_by_key(|l| (l.level, rank(&l.arm), l.arm.clone()));
+    for l in ls {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {}/{} | {} ({}) | {}/{} | {} ({}) | {} | {} |",
+            l.level,
+            l.arm,
+            l.sessions_finished,
+            l.sessions,
+            l.runtimes_killed,
+            l.runs_with_runtime_killed,
+            l.calls_killed,
+            l.calls_started,
+            l.parent_oom_kills,
+            l.session_limit_ooms.map(|x| x.to_string()).unwrap_or_else(|| "–".into()),
+            range(&l.runtime_p95_vs_solo),
+            range(&l.call_time_vs_solo),
+        );
+    }
+    Ok(out)
+}
+
+/// Each arm's density with the bracket the levels run allow, and the ratios the brackets
+/// support: a density of 9 where the next level run is 12 says "9 to 11", not 9.
+fn render_agent_density(root: &Path) -> Result<String> {
+    let h = agent_host(root)?;
+    let mut out = String::new();
+    let mut kernels: Vec<&str> = h.density.iter().map(|d| d.kernel.as_str()).collect();
+    kernels.sort_by_key(|k| (kernel_rank(k), k.to_string()));
+    kernels.dedup();
+    for k in kernels {
+        let mut levels: Vec<usize> = h.levels.iter().filter(|l| l.kernel == k).map(|l| l.level).collect();
+        levels.sort_unstable();
+        levels.dedup();
+        // (lowest, highest) density consistent with the levels run; `None` high: unbounded.
+        let bracket = |d: usize| -> (usize, Option<usize>) {
+            (d, levels.iter().find(|&&l| l > d).map(|&next| next - 1))
+        };
+        let show = |(lo, hi): (usize, Option<usize>)| match hi {
+            Some(h) if h == lo => lo.to_string(),
+            Some(h) => format!("{lo}–{h}"),
+            None => format!("≥ {lo} (the largest level run)"),
+        };
+        let get = |arm: &str| h.density.iter().find(|d| d.kernel == k && d.arm == arm).map(|d| bracket(d.sessions));
+        let mut parts = Vec::new();
+        for arm in ["memqos", "none", "static-peak"] {
+            if let Some(b) = get(arm) {
+                parts.push(format!("{arm} {}", show(b)));
+            }
+        }
+        let mut ratios = Vec::new();
+        if let Some((m_lo, _)) = get("memqos") {
+            for peer in ["none", "static-peak"] {
+                match get(peer) {
+                    Some((_, Some(p_hi))) if p_hi > 0 => {
+                        ratios.push(format!("memqos/{peer} ≥ {m_lo}/{p_hi} = {:.2}x", m_lo as f64 / p_hi as f64))
+                    }
+                    Some((_, Some(_))) => ratios.push(format!("{peer} lost a runtime at every level run")),
+                    Some((_, None)) => ratios.push(format!("memqos/{peer}: no bound (both at the largest level)")),
+                    None => {}
+                }
+            }
+        }
+        let _ = writeln!(out, "- {}: density {}; {}.", short_kernel(k), parts.join(", "), ratios.join(", "));
+    }
+    Ok(out)
+}
+
 /// The body of the generated region `name`.
 pub fn render(name: &str, src: &Sources) -> Result<String> {
     Ok(match name {
         "missed-targets" => render_missed(src),
+        "agent-host-7" => render_agent_levels(&src.root, "7.")?,
+        "agent-host-6.12" => render_agent_levels(&src.root, "6.12")?,
+        "agent-density" => render_agent_density(&src.root)?,
         "kill-tests" => render_kill_tests(src),
         "run-overhead" => render_run_overhead(&src.root)?,
         "margins" => render_margins(src),
