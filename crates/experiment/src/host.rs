@@ -308,9 +308,8 @@ fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
     Ok(0)
 }
 
-/// Summary, report and plots from everything under `out/runs`. Without `plots` the plots
-/// already in `out` are left as they are and linked.
-pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
+/// The groups and verdicts of everything under `out/runs`.
+fn summarize_runs(out: &Path, traces: &Path) -> Result<(Vec<summary::GroupSummary>, Vec<summary::Verdict>)> {
     let runs = out.join("runs");
     let results = summary::load_results(&runs)?;
     if results.is_empty() {
@@ -319,10 +318,26 @@ pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     let bounds = crate::kills::KillBounds::compute(&results, traces)?;
     let groups = summary::summarize_with(&results, &bounds);
     let verdicts = summary::verdicts(&groups);
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_string_pretty(&serde_json::json!({"groups": groups, "targets": verdicts}))?,
-    )?;
+    Ok((groups, verdicts))
+}
+
+fn summary_json(groups: &[summary::GroupSummary], verdicts: &[summary::Verdict]) -> Result<String> {
+    Ok(serde_json::to_string_pretty(&serde_json::json!({"groups": groups, "targets": verdicts}))?)
+}
+
+/// Whether `out/summary.json` is what the runs under `out/runs` give (the report step's output,
+/// recomputed and compared, so a summary edited by hand or left stale is caught).
+pub fn summary_is_current(out: &Path, traces: &Path) -> Result<bool> {
+    let (groups, verdicts) = summarize_runs(out, traces)?;
+    let committed = std::fs::read_to_string(out.join("summary.json"))?;
+    Ok(committed == summary_json(&groups, &verdicts)?)
+}
+
+/// Summary, report and plots from everything under `out/runs`. Without `plots` the plots
+/// already in `out` are left as they are and linked.
+pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
+    let (groups, verdicts) = summarize_runs(out, traces)?;
+    std::fs::write(out.join("summary.json"), summary_json(&groups, &verdicts)?)?;
     let mut plot_files = Vec::new();
     if plots {
         let script = Path::new("scripts/plots/experiment.py");

@@ -1,8 +1,9 @@
 //! `memqos-docs [--check]`: rebuilds docs/experiments/summary.json and report.md from the
 //! committed runs (the report step of `memqos experiment --report-only`, plots left as they
 //! are), then every generated table in the docs from them. `--check` rebuilds nothing and
-//! exits 1 if a doc's tables differ from what the committed summary gives. Run from the
-//! checkout's root; `scripts/docs.sh` does.
+//! exits 1 if the committed summary.json is not what the committed runs give, or a doc's
+//! tables differ from what the summary gives. Run from the checkout's root; `scripts/docs.sh`
+//! does.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -18,8 +19,11 @@ fn main() -> ExitCode {
     };
     let root = Path::new(".");
     let result = (|| -> anyhow::Result<Vec<String>> {
+        let (out, traces) = (root.join("docs/experiments"), root.join("traces/agent-haiku"));
         if !check {
-            memqos_experiment::host::report(&root.join("docs/experiments"), &root.join("traces/agent-haiku"), false)?;
+            memqos_experiment::host::report(&out, &traces, false)?;
+        } else if !memqos_experiment::host::summary_is_current(&out, &traces)? {
+            return Ok(vec!["docs/experiments/summary.json (not what the runs give)".to_string()]);
         }
         memqos_experiment::docs::update(root, !check)
     })();
