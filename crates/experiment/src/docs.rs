@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The docs that may hold generated regions (relative to the checkout).
-pub const DOCS: &[&str] = &["README.md", "docs/experiments.md", "docs/agent-hosts.md"];
+pub const DOCS: &[&str] = &["README.md", "docs/experiments.md", "docs/agent-hosts.md", "docs/bpf-signals.md"];
 
 /// What the tables are made from.
 pub struct Sources {
@@ -200,7 +200,8 @@ struct Spec {
     cols: &'static [Col],
 }
 
-const PEER_ARMS: &[&str] = &["none", "memqos", "static-adj", "static-reserve", "kube-memoryqos", "oomd", "systemd-oomd"];
+const PEER_ARMS: &[&str] =
+    &["none", "memqos", "static-adj", "static-reserve", "kube-memoryqos", "oomd", "systemd-oomd"];
 
 fn spec(name: &str) -> Option<Spec> {
     use Col::*;
@@ -218,7 +219,8 @@ fn spec(name: &str) -> Option<Spec> {
         LowsNone,
         Prio,
     ];
-    let kill_cols = &[Kernel, Variant, Arm, RunsWithKill, Avoidable, ProtectedFinished, LowsFinished, HighSoloCi, LowsNoneCi];
+    let kill_cols =
+        &[Kernel, Variant, Arm, RunsWithKill, Avoidable, ProtectedFinished, LowsFinished, HighSoloCi, LowsNoneCi];
     Some(match name {
         "peers" => Spec {
             scenarios: &["oom", "oom-systemd", "contention", "contention-systemd"],
@@ -274,7 +276,18 @@ fn spec(name: &str) -> Option<Spec> {
             scenarios: &["contention-cpu", "isolation-cpu", "oom-cpu"],
             kernel: None,
             arms: &["none", "memqos", "cpu-weight"],
-            cols: &[Kernel, Scenario, Build, Arm, RunsWithKill, HighSoloCi, P95SoloCi, P95NoneCi, LowsNoneCi, DaemonCpu],
+            cols: &[
+                Kernel,
+                Scenario,
+                Build,
+                Arm,
+                RunsWithKill,
+                HighSoloCi,
+                P95SoloCi,
+                P95NoneCi,
+                LowsNoneCi,
+                DaemonCpu,
+            ],
         },
         "avoidability" => Spec {
             scenarios: &["oom", "oom-cpu", "sweep", "sweep-tight"],
@@ -403,8 +416,11 @@ fn render_targets(src: &Sources, peers: bool) -> String {
     keys.dedup();
     let cell = |v: &Verdict| format!("{} ({})", if v.met { "met" } else { "**missed**" }, v.measured);
     for (scenario, variant, kernel) in keys {
-        let vs: Vec<&Verdict> =
-            src.verdicts.iter().filter(|v| v.scenario == scenario && v.variant == variant && v.kernel == kernel).collect();
+        let vs: Vec<&Verdict> = src
+            .verdicts
+            .iter()
+            .filter(|v| v.scenario == scenario && v.variant == variant && v.kernel == kernel)
+            .collect();
         let known: Vec<&str> = cols.iter().map(|c| c.1).filter(|p| !p.is_empty()).collect();
         let cells: Vec<String> = cols
             .iter()
@@ -431,12 +447,7 @@ fn render_targets(src: &Sources, peers: bool) -> String {
         }
         let g = src.groups.iter().find(|g| g.scenario == scenario && g.variant == variant && g.kernel == kernel);
         let build = g.map(|g| src.build(g)).unwrap_or_else(|| "not recorded".into());
-        let _ = writeln!(
-            out,
-            "| {scenario}/{variant} | {} | {build} | {} |",
-            short_kernel(kernel),
-            cells.join(" | ")
-        );
+        let _ = writeln!(out, "| {scenario}/{variant} | {} | {build} | {} |", short_kernel(kernel), cells.join(" | "));
     }
     out
 }
@@ -592,9 +603,8 @@ fn render_agent_density(root: &Path) -> Result<String> {
         levels.sort_unstable();
         levels.dedup();
         // (lowest, highest) density consistent with the levels run; `None` high: unbounded.
-        let bracket = |d: usize| -> (usize, Option<usize>) {
-            (d, levels.iter().find(|&&l| l > d).map(|&next| next - 1))
-        };
+        let bracket =
+            |d: usize| -> (usize, Option<usize>) { (d, levels.iter().find(|&&l| l > d).map(|&next| next - 1)) };
         let show = |(lo, hi): (usize, Option<usize>)| match hi {
             Some(h) if h == lo => lo.to_string(),
             Some(h) => format!("{lo}–{h}"),
@@ -625,10 +635,123 @@ fn render_agent_density(root: &Path) -> Result<String> {
     Ok(out)
 }
 
+/// One source's reaction figures from docs/bpf/reaction.json (`memqos bench reaction`).
+#[derive(serde::Deserialize)]
+struct ReactionSource {
+    cgroups: usize,
+    source: String,
+    misses: usize,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    max_ms: Option<f64>,
+    syscalls_p50: Option<f64>,
+    #[serde(default)]
+    reasons: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReactionKernel {
+    kernel: String,
+    sources: Vec<ReactionSource>,
+}
+
+#[derive(serde::Deserialize)]
+struct Reaction {
+    kernels: Vec<ReactionKernel>,
+}
+
+/// The reaction bench's target: the BPF source's p99 delay at most this, at every tree size.
+const REACTION_P99_TARGET_MS: f64 = 10.0;
+
+fn reaction(root: &Path) -> Result<Reaction> {
+    let path = root.join("docs/bpf/reaction.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// The reaction delays per tree size and source on one kernel. "cgroups" counts the
+/// protected and the low cgroup beside the idle ones the bench adds.
+fn render_reaction(root: &Path, kernel: &str) -> Result<String> {
+    let r = reaction(root)?;
+    let mut out = String::from(
+        "| cgroups | source | misses | p50 ms | p99 ms | max ms | syscalls (median) | what triggered the write |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let ms = |x: Option<f64>| match x {
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) => format!("{v:.1}"),
+        None => "–".into(),
+    };
+    for k in r.kernels.iter().filter(|k| k.kernel.starts_with(kernel)) {
+        for s in &k.sources {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                s.cgroups + 2,
+                s.source,
+                s.misses,
+                ms(s.p50_ms),
+                ms(s.p99_ms),
+                ms(s.max_ms),
+                s.syscalls_p50.map(|x| format!("{x:.0}")).unwrap_or_else(|| "–".into()),
+                if s.reasons.is_empty() { "(no reaction)".to_string() } else { s.reasons.join("; ") },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The reaction targets, computed: BPF p99 within the target at every size, and the BPF
+/// path's system calls per reaction not growing with the tree (beyond the smallest, which has
+/// fewer throttle candidates to read).
+fn render_reaction_targets(root: &Path) -> Result<String> {
+    let r = reaction(root)?;
+    let mut out = String::new();
+    let mut kernels: Vec<&ReactionKernel> = r.kernels.iter().collect();
+    kernels.sort_by_key(|k| kernel_rank(&k.kernel));
+    for k in kernels {
+        let bpf: Vec<&ReactionSource> = k.sources.iter().filter(|s| s.source == "bpf").collect();
+        let p99s: Vec<String> = bpf.iter().map(|s| format!("{} at {}", ms_or_dash(s.p99_ms), s.cgroups + 2)).collect();
+        let met = bpf.iter().all(|s| s.misses == 0 && s.p99_ms.is_some_and(|p| p <= REACTION_P99_TARGET_MS));
+        let with_idle: Vec<f64> = bpf.iter().filter(|s| s.cgroups > 0).filter_map(|s| s.syscalls_p50).collect();
+        let flat = with_idle.windows(2).all(|w| w[1] <= w[0]);
+        let _ = writeln!(
+            out,
+            "- {}: BPF p99 ≤ {REACTION_P99_TARGET_MS} ms at every size: {} (ms at cgroups: {}); system calls per \
+             reaction not growing with the tree: {} ({}).",
+            short_kernel(&k.kernel),
+            if met { "met" } else { "**missed**" },
+            p99s.join(", "),
+            if with_idle.len() < 2 {
+                "not measured (one size with idle cgroups)"
+            } else if flat {
+                "met"
+            } else {
+                "**missed**"
+            },
+            bpf.iter()
+                .map(|s| format!(
+                    "{} at {}",
+                    s.syscalls_p50.map(|x| format!("{x:.0}")).unwrap_or("–".into()),
+                    s.cgroups + 2
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
+    Ok(out)
+}
+
+fn ms_or_dash(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.1}")).unwrap_or_else(|| "–".into())
+}
+
 /// The body of the generated region `name`.
 pub fn render(name: &str, src: &Sources) -> Result<String> {
     Ok(match name {
         "missed-targets" => render_missed(src),
+        "reaction-7" => render_reaction(&src.root, "7.")?,
+        "reaction-6.12" => render_reaction(&src.root, "6.12")?,
+        "reaction-targets" => render_reaction_targets(&src.root)?,
         "agent-host-7" => render_agent_levels(&src.root, "7.")?,
         "agent-host-6.12" => render_agent_levels(&src.root, "6.12")?,
         "agent-density" => render_agent_density(&src.root)?,
@@ -716,11 +839,15 @@ mod tests {
     fn docs_match_the_committed_data() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let stale = update(&root, false).unwrap();
-        assert!(stale.is_empty(), "generated doc tables differ from the committed data (run bash scripts/docs.sh): {stale:?}");
+        assert!(
+            stale.is_empty(),
+            "generated doc tables differ from the committed data (run bash scripts/docs.sh): {stale:?}"
+        );
         // The check can fail: a changed figure in a copy of a region is caught.
         let src = Sources::load(&root).unwrap();
         let body = render("oom-7.2", &src).unwrap();
-        let doc = format!("<!-- generated: oom-7.2 -->\n{}<!-- end generated: oom-7.2 -->\n", body.replacen('1', "2", 1));
+        let doc =
+            format!("<!-- generated: oom-7.2 -->\n{}<!-- end generated: oom-7.2 -->\n", body.replacen('1', "2", 1));
         assert_ne!(splice(&doc, "oom-7.2", &body).unwrap(), doc);
     }
 }

@@ -199,7 +199,8 @@ fn run_in_guest(
     // The guest shares two host cores with whatever else runs; the host's load goes with the
     // results (in the provenance) so a noisy run can be recognized as one.
     let mut provenance = Provenance::collect(Path::new("."), &kernel.release());
-    provenance.scenario_sha256 = Some(sha256_hex(&std::fs::read(&s.file).with_context(|| s.file.display().to_string())?)?);
+    provenance.scenario_sha256 =
+        Some(sha256_hex(&std::fs::read(&s.file).with_context(|| s.file.display().to_string())?)?);
     provenance.daemon_config_sha256 = s.memqos_config.as_deref().map(|c| sha256_hex(c.as_bytes())).transpose()?;
     provenance.oomd_config_sha256 = s.oomd_config.as_deref().map(|c| sha256_hex(c.as_bytes())).transpose()?;
     provenance.speed = Some(s.speed);

@@ -45,7 +45,9 @@ impl KillBounds {
     pub fn compute(results: &[ArmResult], traces_dir: &Path) -> Result<KillBounds> {
         let mut bounds = BTreeMap::new();
         let mut peaks = BTreeMap::new();
-        for r in results.iter().filter(|r| r.workload == crate::scenario::Workload::Replay && !r.arm.starts_with("solo:")) {
+        for r in
+            results.iter().filter(|r| r.workload == crate::scenario::Workload::Replay && !r.arm.starts_with("solo:"))
+        {
             let k = key(r);
             if peaks.contains_key(&k) {
                 continue;

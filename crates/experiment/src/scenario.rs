@@ -305,7 +305,9 @@ impl Scenario {
             crate::static_arms::adj_for(template, "high").map_err(|e| err(format!("static-adj: {e}")))?;
         }
         if raw.policies.contains(&Policy::StaticReserve) && parent_max == ParentMax::Unlimited {
-            return Err(err("policies: static-reserve shares the parent's limit; parent_max = \"max\" has none".into()));
+            return Err(
+                err("policies: static-reserve shares the parent's limit; parent_max = \"max\" has none".into()),
+            );
         }
         let oomd_config = match (&raw.oomd_config, raw.policies.contains(&Policy::Oomd)) {
             (Some(p), _) => Some(read_config(p)?),
@@ -349,8 +351,10 @@ impl Scenario {
                     "stress_args: required when workload = \"stress-ng\" (e.g. [\"--vm\", \"1\", ...])".into()
                 ));
             }
-            if let Some(p) =
-                raw.policies.iter().find(|p| matches!(p, Policy::StaticMax | Policy::KubeMemoryqos | Policy::StaticReserve))
+            if let Some(p) = raw
+                .policies
+                .iter()
+                .find(|p| matches!(p, Policy::StaticMax | Policy::KubeMemoryqos | Policy::StaticReserve))
             {
                 return Err(err(format!(
                     "policies: {p} sizes its knobs from the traces; a stress-ng workload has none"
@@ -607,19 +611,27 @@ low = ["b"]
     #[test]
     fn static_arms_need_what_they_copy() {
         let real = |_: &Path| -> Result<String, ScenarioError> {
-            Ok(std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/memqos-experiment.toml"))
-                .unwrap())
+            Ok(std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/memqos-experiment.toml"),
+            )
+            .unwrap())
         };
         let with = |policies: &str| GOOD.replace("\"static-high\", \"memqos\"]", policies);
-        let s = Scenario::parse("t", Path::new("t.toml"), &with("\"static-high\", \"memqos\", \"static-adj\", \"static-reserve\"]"), &real)
-            .unwrap();
+        let s = Scenario::parse(
+            "t",
+            Path::new("t.toml"),
+            &with("\"static-high\", \"memqos\", \"static-adj\", \"static-reserve\"]"),
+            &real,
+        )
+        .unwrap();
         assert!(s.policies.contains(&Policy::StaticAdj) && s.policies.contains(&Policy::StaticReserve));
         // static-adj without memqos's config has no values to copy.
         let text = with("\"static-high\", \"static-adj\"]").replace("memqos_config = \"m.toml\"\n", "");
         let e = Scenario::parse("t", Path::new("t.toml"), &text, &real).unwrap_err();
         assert!(e.message.starts_with("memqos_config:") && e.message.contains("static-adj"), "{e}");
         // static-reserve without a parent limit has nothing to share.
-        let text = with("\"static-high\", \"static-reserve\"]").replace("parent_max = \"1100M\"", "parent_max = \"max\"");
+        let text =
+            with("\"static-high\", \"static-reserve\"]").replace("parent_max = \"1100M\"", "parent_max = \"max\"");
         let e = Scenario::parse("t", Path::new("t.toml"), &text, &real).unwrap_err();
         assert!(e.message.contains("static-reserve"), "{e}");
         assert_eq!(Policy::StaticAdj.name(), "static-adj");

@@ -248,10 +248,8 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             let low_started: usize = runs.values().map(|r| task(r, Tier::Low).count()).sum();
             let low_finished: usize = runs.values().map(|r| task(r, Tier::Low).filter(|t| finished(t)).count()).sum();
             let low_walls: Vec<f64> = runs.values().filter_map(|r| low_mean_wall(r)).collect();
-            let low_vs_none: Vec<f64> = runs
-                .iter()
-                .filter_map(|(k, r)| ratio_of(low_mean_wall(r)?, low_mean_wall(none.get(k)?)?))
-                .collect();
+            let low_vs_none: Vec<f64> =
+                runs.iter().filter_map(|(k, r)| ratio_of(low_mean_wall(r)?, low_mean_wall(none.get(k)?)?)).collect();
             // Lows over the protected task: runs where the protected task finished (its time
             // is the denominator); killed lows count as KILLED.
             let prio: Vec<f64> = runs
@@ -383,8 +381,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             .iter()
             .filter(|a| !a.arm.starts_with("solo:"))
             .any(|a| a.runs_with_kill > 0 && a.runs_with_kill < a.runs);
-        let mut builds: Vec<String> =
-            rs.iter().filter_map(|r| r.provenance.as_ref().and_then(|p| p.build())).collect();
+        let mut builds: Vec<String> = rs.iter().filter_map(|r| r.provenance.as_ref().and_then(|p| p.build())).collect();
         builds.sort();
         builds.dedup();
         let build = match builds.len() {
@@ -455,13 +452,9 @@ pub(crate) fn est(e: &Option<Estimate>, digits: usize) -> String {
 
 pub(crate) fn ratio(e: &Option<Estimate>) -> String {
     match e {
-        Some(e) if e.n > 1 => format!(
-            "{} [{}–{}]{}",
-            num(e.median, 2, "x"),
-            num(e.ci_low, 2, ""),
-            num(e.ci_high, 2, ""),
-            killed_note(e)
-        ),
+        Some(e) if e.n > 1 => {
+            format!("{} [{}–{}]{}", num(e.median, 2, "x"), num(e.ci_low, 2, ""), num(e.ci_high, 2, ""), killed_note(e))
+        }
         Some(e) => format!("{}{}", num(e.median, 2, "x"), killed_note(e)),
         None => "–".into(),
     }
