@@ -806,8 +806,8 @@ pub fn update(root: &Path, write: bool) -> Result<Vec<String>> {
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let mut new = text.clone();
         for name in regions(&text) {
-            let body = render(&name, &src).with_context(|| format!("{doc}"))?;
-            new = splice(&new, &name, &body).with_context(|| format!("{doc}"))?;
+            let body = render(&name, &src).with_context(|| doc.to_string())?;
+            new = splice(&new, &name, &body).with_context(|| doc.to_string())?;
             if splice(&text, &name, &body)? != text {
                 stale.push(format!("{doc}: {name}"));
             }

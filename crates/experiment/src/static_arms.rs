@@ -3,10 +3,10 @@
 //! - `static-adj`: each task gets the `oom_score_adj` memqos's own config gives its tier, set
 //!   once before the task starts, and nothing else. If memqos's protected-task survival comes
 //!   from steering the OOM killer alone, this arm shows it.
-//! - `static-reserve`: the protected task's memory.min is its declared size (its replayed peak
-//!   + 10%, the same number the kube-memoryqos arm requests and memqos is told in the
-//!   declared-peak scenarios), and the low tasks share the rest of the parent as memory.max,
-//!   equally. Unlike static-max it gives the protected task its peak.
+//! - `static-reserve`: the protected task's memory.min is its declared size (its replayed
+//!   peak plus 10%, the same number the kube-memoryqos arm requests and memqos is told in
+//!   the declared-peak scenarios), and the low tasks share the rest of the parent as
+//!   memory.max, equally. Unlike static-max it gives the protected task its peak.
 
 use crate::scenario::render_memqos_config;
 
