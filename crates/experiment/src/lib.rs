@@ -24,7 +24,8 @@ pub mod host;
 pub mod kills;
 pub mod kube;
 pub mod oomd;
-pub mod provenance;
+/// Shared with the lab's benches, which write results too.
+pub use memqos_lab::provenance;
 pub mod runner;
 pub mod scenario;
 pub mod static_arms;

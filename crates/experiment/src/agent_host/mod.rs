@@ -108,6 +108,8 @@ fn run_in_guest(
     .map(String::from);
     let mut provenance = crate::provenance::Provenance::collect(Path::new("."), &kernel.release());
     provenance.scenario_sha256 = Some(crate::provenance::sha256_hex(&std::fs::read(&args.scenario)?)?);
+    provenance.daemon_config_sha256 = Some(crate::provenance::sha256_hex(s.memqos_config.as_bytes())?);
+    provenance.speed = Some(s.speed);
     let run = self_run::run_self(kernel, &argv, |g| {
         g.memory_mb(s.guest_memory_mb)
             .timeout(Duration::from_secs_f64(600.0 + est * 3.0))

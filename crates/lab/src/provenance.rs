@@ -25,7 +25,7 @@ pub struct Provenance {
     #[serde(default)]
     pub oomd_config_sha256: Option<String>,
     pub speed: Option<f64>,
-    /// The guest kernel's release.
+    /// The guest kernel's release (a bench over several guests: the series it was asked for).
     pub kernel: String,
     /// Host /proc/loadavg before the guest booted, and after it ended (written on the host).
     pub host_load_before: String,
