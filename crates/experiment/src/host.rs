@@ -259,9 +259,11 @@ pub(crate) fn keep_results(
     let mut p = provenance.clone();
     p.host_load_after = Some(std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string());
     p.guest_wall_s = Some(wall_secs);
+    // JSON in a .txt: the results' readers (summary, agent-host summary, plot scripts) take
+    // every *.json under runs/ for an arm result.
     let file = match first_run {
-        1 => "provenance.json".to_string(),
-        n => format!("provenance-runs{n:02}-{:02}.json", n + runs - 1),
+        1 => "provenance.txt".to_string(),
+        n => format!("provenance-runs{n:02}-{:02}.txt", n + runs - 1),
     };
     std::fs::write(to.join(file), serde_json::to_string_pretty(&p)? + "\n")?;
     Ok(())
@@ -382,4 +384,33 @@ pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     }
     println!("report: {}", out.join("report.md").display());
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_results_carry_provenance_the_readers_skip() {
+        let guest = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(guest.path().join("seed")).unwrap();
+        let to = out.path().join("runs/oom/7.2");
+        let p = Provenance {
+            commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
+            dirty: Some(false),
+            speed: Some(10.0),
+            kernel: "7.2".into(),
+            ..Default::default()
+        };
+        keep_results(guest.path(), &to, 1, 5, &p, 12.5).unwrap();
+        let text = std::fs::read_to_string(to.join("provenance.txt")).unwrap();
+        let back: Provenance = serde_json::from_str(&text).unwrap();
+        assert_eq!((back.commit, back.speed, back.guest_wall_s), (p.commit.clone(), Some(10.0), Some(12.5)));
+        assert!(back.host_load_after.is_some());
+        // A later chunk gets its own file, and the arm-result reader is not confused by either.
+        keep_results(guest.path(), &to, 6, 2, &p, 1.0).unwrap();
+        assert!(to.join("provenance-runs06-07.txt").is_file());
+        assert!(summary::load_results(&out.path().join("runs")).unwrap().is_empty());
+    }
 }

@@ -86,7 +86,7 @@ fn oom_scenario_one_run_per_kernel() {
         // Every result says where it came from (issue 29): the commit and the scenario's digest.
         let p = memqos.provenance.as_ref().unwrap_or_else(|| panic!("{}: no provenance", dir.display()));
         assert!(p.commit.is_some() && p.scenario_sha256.as_deref().is_some_and(|h| h.len() == 64), "{p:?}");
-        assert!(dir.join("provenance.json").is_file(), "{}", dir.display());
+        assert!(dir.join("provenance.txt").is_file(), "{}", dir.display());
         // The static baselines wrote what static_arms computes: memqos's -900 on the protected
         // task only; memory.min on the protected task and memory.max on each low.
         let knobs = |arm: &str| -> Vec<(String, String, String)> {
