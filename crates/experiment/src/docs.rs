@@ -44,15 +44,24 @@ struct BuildsFile {
     series: BTreeMap<String, String>,
 }
 
+/// `out/builds.toml`'s series -> build map; empty without the file.
+pub fn builds(out: &Path) -> Result<BTreeMap<String, String>> {
+    let path = out.join("builds.toml");
+    if !path.exists() {
+        return Ok(BTreeMap::new());
+    }
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let b: BuildsFile = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    Ok(b.series)
+}
+
 impl Sources {
     pub fn load(root: &Path) -> Result<Sources> {
         let path = root.join("docs/experiments/summary.json");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let s: SummaryFile = serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
-        let path = root.join("docs/experiments/builds.toml");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let b: BuildsFile = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
-        Ok(Sources { groups: s.groups, verdicts: s.targets, builds: b.series, root: root.to_path_buf() })
+        let builds = builds(&root.join("docs/experiments"))?;
+        Ok(Sources { groups: s.groups, verdicts: s.targets, builds, root: root.to_path_buf() })
     }
 
     fn build(&self, g: &GroupSummary) -> String {

@@ -319,7 +319,12 @@ fn summarize_runs(out: &Path, traces: &Path) -> Result<(Vec<summary::GroupSummar
         bail!("no results under {}", runs.display());
     }
     let bounds = crate::kills::KillBounds::compute(&results, traces)?;
-    let groups = summary::summarize_with(&results, &bounds);
+    let mut groups = summary::summarize_with(&results, &bounds);
+    // Runs from before provenance was recorded: the build out/builds.toml names for them.
+    let builds = crate::docs::builds(out)?;
+    for g in groups.iter_mut().filter(|g| g.build.is_none()) {
+        g.build = builds.get(&format!("{}/{}", g.scenario, g.kernel)).cloned();
+    }
     let verdicts = summary::verdicts(&groups);
     Ok((groups, verdicts))
 }

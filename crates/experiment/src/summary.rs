@@ -136,7 +136,8 @@ pub struct GroupSummary {
     #[serde(default)]
     pub outcome_flips: bool,
     /// The build the runs recorded (`provenance`), where they all recorded the same one;
-    /// "mixed: ..." where they differ; `None` for runs from before it was recorded.
+    /// "mixed: ..." where they differ; for runs from before it was recorded, the report step
+    /// fills in what `builds.toml` beside the runs says, else `None`.
     #[serde(default)]
     pub build: Option<String>,
 }
@@ -690,10 +691,15 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
         let _ = writeln!(s, "\n## {} / {} on {}\n", g.scenario, g.variant, g.kernel);
         let _ = writeln!(
             s,
-            "Parent memory.max {} MiB, speed {}x, tasks: {}.\n",
+            "Parent memory.max {} MiB ({}), speed {}x, tasks: {}. Build: {}.\n",
             g.parent_max_mb,
+            match g.concurrent_peak_mb {
+                Some(p) => format!("the tasks' unpaused concurrent peak {p} MiB"),
+                None => "no concurrent peak computed".into(),
+            },
             g.speed,
-            g.traces.join(", ")
+            g.traces.join(", "),
+            g.build.as_deref().unwrap_or("not recorded"),
         );
         let _ = writeln!(
             s,
