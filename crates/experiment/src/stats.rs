@@ -196,6 +196,20 @@ mod tests {
     }
 
     #[test]
+    fn at_five_runs_only_a_difference_of_four_runs_is_significant() {
+        // docs/experiments.md ("Statistics") and the README say so; this is the check.
+        let mut significant = Vec::new();
+        for a in 0..=5u64 {
+            for c in a..=5u64 {
+                if fisher_exact(a, 5 - a, c, 5 - c) < 0.05 {
+                    significant.push((a, c));
+                }
+            }
+        }
+        assert_eq!(significant, vec![(0, 4), (0, 5), (1, 5)]);
+    }
+
+    #[test]
     fn deterministic() {
         let v = [1.0, 5.0, 2.0, 8.0, 3.0, 9.0];
         assert_eq!(estimate(&v), estimate(&v));
