@@ -21,7 +21,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The docs that may hold generated regions (relative to the checkout).
-pub const DOCS: &[&str] = &["README.md", "docs/experiments.md", "docs/agent-hosts.md", "docs/bpf-signals.md"];
+pub const DOCS: &[&str] =
+    &["README.md", "docs/experiments.md", "docs/agent-hosts.md", "docs/bpf-signals.md", "docs/stats.md"];
 
 /// What the tables are made from.
 pub struct Sources {
@@ -754,10 +755,173 @@ fn ms_or_dash(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.1}")).unwrap_or_else(|| "–".into())
 }
 
+/// `x` with three significant digits, as C's and Python's `%.3g` print it (the stats tables
+/// used that format when a script printed them).
+fn g3(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    // Rust's {:e} rounds to the digits asked for, so the exponent is that of the rounded value.
+    let sci = format!("{x:.2e}");
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().expect("an integer exponent");
+    let trim = |s: String| if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
+    if (-4..3).contains(&exp) {
+        trim(format!("{:.*}", (2 - exp).max(0) as usize, x))
+    } else {
+        format!("{}e{}{:02}", trim(mantissa.to_string()), if exp < 0 { '-' } else { '+' }, exp.abs())
+    }
+}
+
+/// 1234567 -> "1,234,567".
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[derive(serde::Deserialize)]
+struct BenchTotal {
+    wall_s: f64,
+    user_s: f64,
+    sys_s: f64,
+}
+
+#[derive(serde::Deserialize)]
+struct BenchSeries {
+    method: String,
+    #[serde(default)]
+    unavailable: Option<String>,
+    #[serde(default)]
+    total: Option<BenchTotal>,
+    #[serde(default)]
+    per_op_us_median: Option<f64>,
+    #[serde(default)]
+    per_op_us_min: Option<f64>,
+    #[serde(default)]
+    per_op_us_max: Option<f64>,
+    #[serde(default)]
+    speedup_vs_control: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+struct BenchTree {
+    size: u64,
+    iterations: u64,
+    series: Vec<BenchSeries>,
+}
+
+#[derive(serde::Deserialize)]
+struct StatsBench {
+    kernel: String,
+    machine: String,
+    cpus: u64,
+    mode: String,
+    single_target: String,
+    iterations: u64,
+    batches: u64,
+    single: Vec<BenchSeries>,
+    trees: Vec<BenchTree>,
+}
+
+/// `memqos bench stats`' results, every docs/stats/stats-bench-*.json: 7.x guests first, then
+/// 6.12, then the rest (the host).
+fn render_stats_bench(root: &Path) -> Result<String> {
+    let dir = root.join("docs/stats");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("stats-bench-")))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    let rank = |p: &std::path::PathBuf| {
+        let n = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        (
+            if n.starts_with("stats-bench-7.") {
+                0
+            } else if n.starts_with("stats-bench-6.12") {
+                1
+            } else {
+                2
+            },
+            n,
+        )
+    };
+    files.sort_by_key(rank);
+    let row = |s: &BenchSeries, ms: bool| -> Option<String> {
+        if s.unavailable.is_some() {
+            return None;
+        }
+        let t = s.total.as_ref()?;
+        let (k, unit) = if ms { (1000.0, "ms") } else { (1.0, "µs") };
+        Some(format!(
+            "| {} | {} {unit} ({}–{}) | {:.2} / {:.2} / {:.2} | {:.1}x |",
+            s.method,
+            g3(s.per_op_us_median? / k),
+            g3(s.per_op_us_min? / k),
+            g3(s.per_op_us_max? / k),
+            t.wall_s,
+            t.user_s,
+            t.sys_s,
+            s.speedup_vs_control?
+        ))
+    };
+    let mut out = String::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        let r: StatsBench = serde_json::from_str(&text).with_context(|| format!("{}", f.display()))?;
+        let _ = writeln!(out, "**{}** ({}; {}, {} CPUs)\n", r.kernel, r.mode, r.machine, r.cpus);
+        let _ = writeln!(
+            out,
+            "One cgroup ({}), n = {} per method in {} batches:\n",
+            r.single_target,
+            thousands(r.iterations),
+            r.batches
+        );
+        out.push_str(
+            "| method | per read, median (min–max over batches) | wall / user / sys (s, all n) | vs control |\n",
+        );
+        out.push_str("| --- | --- | --- | --- |\n");
+        for s in &r.single {
+            if let Some(l) = row(s, false) {
+                let _ = writeln!(out, "{l}");
+            }
+        }
+        out.push('\n');
+        for t in &r.trees {
+            let _ = writeln!(
+                out,
+                "Tree of {} cgroups, {} snapshots per method:\n",
+                thousands(t.size),
+                thousands(t.iterations)
+            );
+            out.push_str(
+                "| method | per snapshot, median (min–max) | wall / user / sys (s, all snapshots) | vs control |\n",
+            );
+            out.push_str("| --- | --- | --- | --- |\n");
+            for s in &t.series {
+                if let Some(l) = row(s, true) {
+                    let _ = writeln!(out, "{l}");
+                }
+            }
+            out.push('\n');
+        }
+    }
+    // The region's end marker follows on its own line.
+    Ok(out.trim_end().to_string() + "\n")
+}
+
 /// The body of the generated region `name`.
 pub fn render(name: &str, src: &Sources) -> Result<String> {
     Ok(match name {
         "missed-targets" => render_missed(src),
+        "stats-bench" => render_stats_bench(&src.root)?,
         "reaction-7" => render_reaction(&src.root, "7.")?,
         "reaction-6.12" => render_reaction(&src.root, "6.12")?,
         "reaction-targets" => render_reaction_targets(&src.root)?,
@@ -831,6 +995,28 @@ pub fn update(root: &Path, write: bool) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn g3_prints_like_printf_g() {
+        // Python: [f"{x:.3g}" for x in ...]
+        let cases = [
+            (297.83585, "298"),
+            (90.90313455, "90.9"),
+            (0.0311, "0.0311"),
+            (57.0, "57"),
+            (13.0, "13"),
+            (1.95, "1.95"),
+            (999.6, "1e+03"),
+            (1234.0, "1.23e+03"),
+            (0.00001234, "1.23e-05"),
+            (0.1, "0.1"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(g3(x), want, "{x}");
+        }
+        assert_eq!(thousands(1_000_000), "1,000,000");
+        assert_eq!(thousands(200), "200");
+    }
 
     #[test]
     fn regions_are_found_and_spliced() {
