@@ -485,8 +485,10 @@ fn render_missed(src: &Sources) -> String {
 
 #[derive(serde::Deserialize)]
 struct Quantiles {
+    p10: f64,
     p50: f64,
     p90: f64,
+    p99: f64,
 }
 
 #[derive(serde::Deserialize)]
@@ -917,10 +919,100 @@ fn render_stats_bench(root: &Path) -> Result<String> {
     Ok(out.trim_end().to_string() + "\n")
 }
 
+/// What each arm of `memqos bench run` cost per call, with the arms' names as the doc reads.
+fn render_run_arms(root: &Path) -> Result<String> {
+    let path = root.join("docs/agent/run-overhead.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let o: Overhead = serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    let label = |a: &str| match a {
+        "plain" => "plain `/bin/true`".to_string(),
+        "binary" => "`memqos --version`".to_string(),
+        "run" => "`memqos run -- /bin/true` (clone3 into the cgroup)".to_string(),
+        "run-fork" => "the same, fork and migrate".to_string(),
+        "lean-binary" => "`memqos-run --version`".to_string(),
+        "lean-run" => "`memqos-run -- /bin/true`".to_string(),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    for k in &o.kernels {
+        let _ = writeln!(
+            out,
+            "{}:\n\n| arm | p10 ms | p50 ms | p90 ms | p99 ms |\n|---|---|---|---|---|",
+            short_kernel(&k.kernel)
+        );
+        for (arm, q) in &k.arms {
+            let _ = writeln!(out, "| {} | {:.1} | {:.1} | {:.1} | {:.1} |", label(arm), q.p10, q.p50, q.p90, q.p99);
+        }
+    }
+    Ok(out)
+}
+
+#[derive(serde::Deserialize)]
+struct ChurnKnob {
+    n: u64,
+    misses: u64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    max_ms: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChurnKernel {
+    kernel: String,
+    cpu_weight: ChurnKnob,
+    oom_score_adj: ChurnKnob,
+}
+
+#[derive(serde::Deserialize)]
+struct Churn {
+    kernels: Vec<ChurnKernel>,
+}
+
+/// The churn bench's target: a new call cgroup's knobs written within this, p99.
+const CHURN_P99_TARGET_MS: f64 = 100.0;
+
+/// How soon a new tool-call cgroup got its tier's knobs under churn (docs/agent/churn.json).
+fn render_churn(root: &Path) -> Result<String> {
+    let path = root.join("docs/agent/churn.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let c: Churn = serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    let ms = |x: Option<f64>| x.map(|v| format!("{v:.1} ms")).unwrap_or_else(|| "–".into());
+    let mut out = String::new();
+    for k in &c.kernels {
+        let _ = writeln!(
+            out,
+            "{}:\n\n| | n | misses | p50 | p99 | max |\n| --- | --- | --- | --- | --- | --- |",
+            short_kernel(&k.kernel)
+        );
+        for (name, x) in [("cpu.weight written", &k.cpu_weight), ("oom_score_adj written", &k.oom_score_adj)] {
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {} | {} | {} | {} |",
+                thousands(x.n),
+                x.misses,
+                ms(x.p50_ms),
+                ms(x.p99_ms),
+                ms(x.max_ms)
+            );
+        }
+        let met = [&k.cpu_weight, &k.oom_score_adj]
+            .iter()
+            .all(|x| x.misses == 0 && x.p99_ms.is_some_and(|p| p <= CHURN_P99_TARGET_MS));
+        let _ = writeln!(
+            out,
+            "\nTarget p99 ≤ {CHURN_P99_TARGET_MS} ms from creation to the tier's knobs, no miss: {}.",
+            if met { "met" } else { "**missed**" }
+        );
+    }
+    Ok(out)
+}
+
 /// The body of the generated region `name`.
 pub fn render(name: &str, src: &Sources) -> Result<String> {
     Ok(match name {
         "missed-targets" => render_missed(src),
+        "run-arms" => render_run_arms(&src.root)?,
+        "churn" => render_churn(&src.root)?,
         "stats-bench" => render_stats_bench(&src.root)?,
         "reaction-7" => render_reaction(&src.root, "7.")?,
         "reaction-6.12" => render_reaction(&src.root, "6.12")?,
