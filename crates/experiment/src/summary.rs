@@ -790,7 +790,8 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
          exists, else a lower bound. Avoidable: kills above the bound (per run, summed). Park by: the latest moment, as a \
          share of the protected task's run, at which letting every task run unpaused and then parking every low task \
          where it stands still avoids every kill (\"never\": no parking needed). Priority ratio: the seed's \
-         mean low-task completion / protected completion (runs where every low finished).\n"
+         mean low-task completion / protected completion (runs where the protected task finished; a run with a killed \
+         low counts as killed).\n"
     );
     let _ = writeln!(
         s,
