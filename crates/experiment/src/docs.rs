@@ -229,8 +229,18 @@ fn spec(name: &str) -> Option<Spec> {
         LowsNone,
         Prio,
     ];
-    let kill_cols =
-        &[Kernel, Variant, Arm, RunsWithKill, Avoidable, ProtectedFinished, LowsFinished, HighSoloCi, LowsNoneCi];
+    let kill_cols = &[
+        Kernel,
+        Variant,
+        Build,
+        Arm,
+        RunsWithKill,
+        Avoidable,
+        ProtectedFinished,
+        LowsFinished,
+        HighSoloCi,
+        LowsNoneCi,
+    ];
     Some(match name {
         "peers" => Spec {
             scenarios: &["oom", "oom-systemd", "contention", "contention-systemd"],
@@ -303,7 +313,7 @@ fn spec(name: &str) -> Option<Spec> {
             scenarios: &["oom", "oom-cpu", "sweep", "sweep-tight"],
             kernel: None,
             arms: &["none", "static-max", "memqos"],
-            cols: &[Scenario, Variant, Kernel, Arm, ParkBy, RunsWithKill, Avoidable],
+            cols: &[Scenario, Variant, Kernel, Build, Arm, ParkBy, RunsWithKill, Avoidable],
         },
         "rfc-demo" => Spec {
             scenarios: &["rfc-demo"],
@@ -362,7 +372,7 @@ fn render_spec(src: &Sources, s: &Spec) -> String {
 /// Each replay scenario's margin and whether its kill outcome flips from run to run.
 fn render_margins(src: &Sources) -> String {
     let mut out = String::from(
-        "| scenario | kernel | limit MiB | concurrent peak MiB | margin MiB | kill outcome |\n| --- | --- | --- | --- | --- | --- |\n",
+        "| scenario | kernel | build | limit MiB | concurrent peak MiB | margin MiB | kill outcome |\n| --- | --- | --- | --- | --- | --- | --- |\n",
     );
     let mut gs: Vec<&GroupSummary> = src.groups.iter().filter(|g| g.workload == Workload::Replay).collect();
     gs.sort_by_key(|g| (g.scenario.clone(), g.variant.clone(), kernel_rank(&g.kernel)));
@@ -376,10 +386,11 @@ fn render_margins(src: &Sources) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "| {}/{} | {} | {} | {} | {} | {} |",
+            "| {}/{} | {} | {} | {} | {} | {} | {} |",
             g.scenario,
             g.variant,
             short_kernel(&g.kernel),
+            src.build(g),
             g.parent_max_mb,
             peak,
             g.parent_max_mb as i64 - peak as i64,
@@ -468,12 +479,14 @@ fn render_missed(src: &Sources) -> String {
     v.sort_by_key(|v| (v.scenario.clone(), v.variant.clone(), kernel_rank(&v.kernel)));
     let mut out = String::new();
     for x in v {
+        let g = src.groups.iter().find(|g| g.scenario == x.scenario && g.variant == x.variant && g.kernel == x.kernel);
         let _ = writeln!(
             out,
-            "- {}/{} on {}: {} — {}",
+            "- {}/{} on {} (build {}): {} — {}",
             x.scenario,
             x.variant,
             short_kernel(&x.kernel),
+            g.map(|g| src.build(g)).unwrap_or_else(|| "not recorded".into()),
             x.target,
             x.measured
         );
@@ -546,10 +559,11 @@ fn render_kill_tests(src: &Sources) -> String {
         }
         let _ = writeln!(
             out,
-            "- {}/{} on {}: memqos {} of {} runs with a kill, none {} of {} (p = {:.3}){}",
+            "- {}/{} on {} (build {}): memqos {} of {} runs with a kill, none {} of {} (p = {:.3}){}",
             g.scenario,
             g.variant,
             short_kernel(&g.kernel),
+            src.build(g),
             m.runs_with_kill,
             m.runs,
             n.runs_with_kill,
