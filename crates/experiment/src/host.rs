@@ -376,6 +376,13 @@ pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     }
     plot_files.sort();
     std::fs::write(out.join("report.md"), summary::render_markdown(&groups, &verdicts, &plot_files))?;
+    // The checkout's own results: the docs' generated tables follow the new summary at once.
+    let docs_dir = std::fs::canonicalize("docs/experiments").ok();
+    if docs_dir.is_some() && std::fs::canonicalize(out).ok() == docs_dir {
+        for region in crate::docs::update(Path::new("."), true)? {
+            println!("regenerated {region}");
+        }
+    }
     for v in &verdicts {
         println!(
             "{:<4} {}/{} {}: {} — {}",
