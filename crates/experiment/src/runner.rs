@@ -71,6 +71,10 @@ pub struct ArmResult {
     pub swap_mb: Option<u64>,
     #[serde(default)]
     pub zswap: bool,
+    /// The commit, config digests, speed, kernel and host load of the series (runs made
+    /// before it was recorded have none; docs/experiments/builds.toml says their build).
+    #[serde(default)]
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -161,6 +165,8 @@ pub struct RunnerOptions {
     pub out_dir: PathBuf,
     /// The memqos binary (for `memqos replay` and `memqos daemon`).
     pub exe: PathBuf,
+    /// What the host recorded about the series (`$MEMQOS_PROVENANCE`), stamped into every result.
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 /// One arm to run.
@@ -430,6 +436,37 @@ fn run_arm(
                         reason: why.into(),
                     });
                 }
+                Arm::Policy(Policy::StaticAdj) => {
+                    let template = s.memqos_config.as_deref().expect("validated");
+                    if let Some(adj) = crate::static_arms::adj_for(template, name).map_err(anyhow::Error::msg)? {
+                        oom_score_adj[i] = Some(adj);
+                        static_writes.push(DecisionMark {
+                            t_s: 0.0,
+                            cgroup: name.clone(),
+                            file: "oom_score_adj".into(),
+                            value: adj.to_string(),
+                            reason: "static-adj: the memqos config's value for this tier, no daemon".into(),
+                        });
+                    }
+                }
+                Arm::Policy(Policy::StaticReserve) => {
+                    // The same size the kube arm requests and memqos is told when it declares.
+                    let high_reserve = kube::request(&replayed_sizes(opts, &v.high)?, true);
+                    let r = crate::static_arms::reserve(parent_max, high_reserve, v.low.len())
+                        .map_err(anyhow::Error::msg)?;
+                    let (file, bytes, why) = match tier {
+                        Tier::High => ("memory.min", r.high_min, "static-reserve: the protected task's peak + 10%"),
+                        Tier::Low => ("memory.max", r.low_max, "static-reserve: an equal share of the rest"),
+                    };
+                    cg.set_limit(file, Limit::Bytes(bytes))?;
+                    static_writes.push(DecisionMark {
+                        t_s: 0.0,
+                        cgroup: name.clone(),
+                        file: file.into(),
+                        value: bytes.to_string(),
+                        reason: why.into(),
+                    });
+                }
                 Arm::Policy(Policy::Memqos) if s.memqos_declares_peak && *tier == Tier::High => {
                     let peak = kube::request(&replayed_sizes(opts, trace)?, true);
                     cg.set_xattr(EXPECTED_PEAK_XATTR, &peak.to_string())?;
@@ -525,6 +562,10 @@ fn run_arm(
             daemon_cpu_s,
             swap_mb: s.swap_mb,
             zswap: s.zswap,
+            provenance: opts.provenance.clone().map(|mut p| {
+                p.kernel = kernel.to_string();
+                p
+            }),
         })
     })();
     let cleanup = match systemd {

@@ -47,6 +47,12 @@ pub enum Policy {
     /// the low slice has `ManagedOOMMemoryPressure=kill` (see systemd_oomd.rs). Its scenarios
     /// boot their guests with systemd as PID 1, every arm alike.
     SystemdOomd,
+    /// Each task's `oom_score_adj` as memqos's config gives its tier, no daemon, no memory
+    /// knob (see static_arms.rs).
+    StaticAdj,
+    /// The protected task's memory.min at its declared size (peak + 10%), the lows sharing the
+    /// rest of the parent as memory.max (see static_arms.rs).
+    StaticReserve,
 }
 
 impl Policy {
@@ -63,6 +69,8 @@ impl Policy {
             Policy::KubeMemoryqos => "kube-memoryqos",
             Policy::Oomd => "oomd",
             Policy::SystemdOomd => "systemd-oomd",
+            Policy::StaticAdj => "static-adj",
+            Policy::StaticReserve => "static-reserve",
         }
     }
 }
@@ -288,6 +296,19 @@ impl Scenario {
             (None, true) => return Err(err("memqos_config: required when policies include memqos".into())),
             (None, false) => None,
         };
+        if raw.policies.contains(&Policy::StaticAdj) {
+            // static-adj copies memqos's per-tier values: without memqos's config there are none.
+            let template = memqos_config.as_deref().ok_or_else(|| {
+                err("memqos_config: required when policies include static-adj (it takes each tier's oom_score_adj from it)"
+                    .into())
+            })?;
+            crate::static_arms::adj_for(template, "high").map_err(|e| err(format!("static-adj: {e}")))?;
+        }
+        if raw.policies.contains(&Policy::StaticReserve) && parent_max == ParentMax::Unlimited {
+            return Err(
+                err("policies: static-reserve shares the parent's limit; parent_max = \"max\" has none".into()),
+            );
+        }
         let oomd_config = match (&raw.oomd_config, raw.policies.contains(&Policy::Oomd)) {
             (Some(p), _) => Some(read_config(p)?),
             (None, true) => return Err(err("oomd_config: required when policies include oomd (the ruleset)".into())),
@@ -330,7 +351,11 @@ impl Scenario {
                     "stress_args: required when workload = \"stress-ng\" (e.g. [\"--vm\", \"1\", ...])".into()
                 ));
             }
-            if let Some(p) = raw.policies.iter().find(|p| matches!(p, Policy::StaticMax | Policy::KubeMemoryqos)) {
+            if let Some(p) = raw
+                .policies
+                .iter()
+                .find(|p| matches!(p, Policy::StaticMax | Policy::KubeMemoryqos | Policy::StaticReserve))
+            {
                 return Err(err(format!(
                     "policies: {p} sizes its knobs from the traces; a stress-ng workload has none"
                 )));
@@ -581,6 +606,36 @@ low = ["b"]
         assert!(e.message.starts_with("zswap:"), "{e}");
         let e = parse(&GOOD.replace("baseline_mb = 100", "baseline_mb = 100\nstress_args = [\"x\"]")).unwrap_err();
         assert!(e.message.starts_with("stress_args:"), "{e}");
+    }
+
+    #[test]
+    fn static_arms_need_what_they_copy() {
+        let real = |_: &Path| -> Result<String, ScenarioError> {
+            Ok(std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/memqos-experiment.toml"),
+            )
+            .unwrap())
+        };
+        let with = |policies: &str| GOOD.replace("\"static-high\", \"memqos\"]", policies);
+        let s = Scenario::parse(
+            "t",
+            Path::new("t.toml"),
+            &with("\"static-high\", \"memqos\", \"static-adj\", \"static-reserve\"]"),
+            &real,
+        )
+        .unwrap();
+        assert!(s.policies.contains(&Policy::StaticAdj) && s.policies.contains(&Policy::StaticReserve));
+        // static-adj without memqos's config has no values to copy.
+        let text = with("\"static-high\", \"static-adj\"]").replace("memqos_config = \"m.toml\"\n", "");
+        let e = Scenario::parse("t", Path::new("t.toml"), &text, &real).unwrap_err();
+        assert!(e.message.starts_with("memqos_config:") && e.message.contains("static-adj"), "{e}");
+        // static-reserve without a parent limit has nothing to share.
+        let text =
+            with("\"static-high\", \"static-reserve\"]").replace("parent_max = \"1100M\"", "parent_max = \"max\"");
+        let e = Scenario::parse("t", Path::new("t.toml"), &text, &real).unwrap_err();
+        assert!(e.message.contains("static-reserve"), "{e}");
+        assert_eq!(Policy::StaticAdj.name(), "static-adj");
+        assert_eq!(Policy::StaticReserve.name(), "static-reserve");
     }
 
     #[test]

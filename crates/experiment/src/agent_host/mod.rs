@@ -106,7 +106,10 @@ fn run_in_guest(
         &traces.to_string_lossy(),
     ]
     .map(String::from);
-    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut provenance = crate::provenance::Provenance::collect(Path::new("."), &kernel.release());
+    provenance.scenario_sha256 = Some(crate::provenance::sha256_hex(&std::fs::read(&args.scenario)?)?);
+    provenance.daemon_config_sha256 = Some(crate::provenance::sha256_hex(s.memqos_config.as_bytes())?);
+    provenance.speed = Some(s.speed);
     let run = self_run::run_self(kernel, &argv, |g| {
         g.memory_mb(s.guest_memory_mb)
             .timeout(Duration::from_secs_f64(600.0 + est * 3.0))
@@ -123,7 +126,7 @@ fn run_in_guest(
     }
     let to = args.out.join("runs").join(kernel.release());
     let from = run.results_dir.join("agent-host");
-    crate::host::keep_results(&from, &to, args.first_run, args.runs, &load_before, run.wall_secs)?;
+    crate::host::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
     eprintln!("=== agent-host on {}: done in {:.1} min ===", kernel.release(), run.wall_secs / 60.0);
     Ok(())
 }

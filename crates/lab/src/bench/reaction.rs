@@ -253,6 +253,8 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         "delay": "CLOCK_MONOTONIC from just before the chunk whose charge first hit the parent's memory.max to just before the daemon's first write of low/memory.high",
         "host_note": "TCG guests (no KVM) on a shared 2-core host: absolute times include emulation overhead and host noise",
         "kernels": all,
+        // This invocation's (kernels kept from an earlier file keep no provenance of theirs).
+        "provenance": crate::provenance::Provenance::collect(std::path::Path::new("."), &a.kernel),
     });
     std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")?;
     eprintln!("wrote {}", path.display());
