@@ -86,6 +86,9 @@ pub struct Actuator {
     restored: bool,
     /// Why the last journal commit failed, while it fails (said once, and when it ends).
     journal_failing: Option<String>,
+    /// The value memqos last wrote to each journaled memory knob: a different value found
+    /// later was written by someone else ([`Actuator::taken_over`]).
+    written: HashMap<Key, String>,
 }
 
 enum Dir {
@@ -98,6 +101,9 @@ enum Dir {
     /// writes never holds thousands of descriptors at once.
     Reopen,
 }
+
+/// Knobs whose later change by someone else memqos notices (`Actuator::taken_over`).
+const TAKEOVER_KNOBS: [&str; 3] = ["memory.high", "memory.low", "memory.min"];
 
 /// Cached cgroup directory fds count against the process's descriptor budget.
 const FDS: memqos_cgroupfs::fds::Use = memqos_cgroupfs::fds::Use::Reaction;
@@ -113,6 +119,7 @@ impl Actuator {
             dry_logged: HashMap::new(),
             restored: false,
             journal_failing: None,
+            written: HashMap::new(),
         }
     }
 
@@ -274,6 +281,9 @@ impl Actuator {
             }
             if req.restores && outcome == Outcome::Ok {
                 self.journal.stage_forget(&key);
+                self.written.remove(&key);
+            } else if outcome == Outcome::Ok && TAKEOVER_KNOBS.contains(&req.file) {
+                self.written.insert(key.clone(), req.value.clone());
             }
             let (cgroup, cgroup_id) = req.target.cgroup();
             let ev = WriteEvent {
@@ -330,6 +340,26 @@ impl Actuator {
         self.journal.get(&Key::Process(process, file.to_owned())).map(|e| e.original.as_str())
     }
 
+    /// Whether a journaled memory knob now holds a value memqos did not write: someone else
+    /// (an administrator, systemd, kubelet) set it since. Then memqos must not later
+    /// "restore" its stale original over that value: the journal entry is forgotten (the
+    /// value found becomes the knob's original, which the engine respects as foreign) and
+    /// the write memqos had made is returned with the forgotten original, for the log.
+    /// Values are compared in pages, as the kernel stores them.
+    pub fn taken_over(&mut self, id: CgroupId, file: &str, found: memqos_policy::Limit) -> Option<(String, String)> {
+        let key = Key::Cgroup(id, file.to_owned());
+        let wrote = self.written.get(&key)?;
+        let pages = |l: memqos_policy::Limit| l.bytes().map(|b| b / 4096);
+        let ours = wrote.parse::<memqos_policy::Limit>().ok()?;
+        if pages(ours) == pages(found) {
+            return None;
+        }
+        let wrote = self.written.remove(&key)?;
+        let original = self.journal.get(&key).map(|e| e.original.clone())?;
+        self.journal.stage_forget(&key);
+        Some((wrote, original))
+    }
+
     /// After a restore, the actuator is used again (the loop starts afresh): an exit
     /// without the orderly restore restores what it writes from now.
     pub fn resume(&mut self) {
@@ -340,6 +370,7 @@ impl Actuator {
     pub fn restore(&mut self) -> Result<RestoreReport> {
         self.restored = true;
         self.drop_dirs(|_| false);
+        self.written.clear();
         let empty = Journal::open_empty_like(&self.journal);
         let journal = std::mem::replace(&mut self.journal, empty);
         if self.dry_run {

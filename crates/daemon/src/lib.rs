@@ -463,6 +463,9 @@ fn run_loop(
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, mut seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
+        if !act.dry_run() {
+            notes.extend(note_takeovers(act, &mut obs, &mut seen));
+        }
         if cfg.learns_peaks() {
             learner.observe(cfg, root.path(), &mut obs, &sampler.workloads, epoch_s(), &mut |e| act.emit(e));
         }
@@ -602,6 +605,33 @@ fn run_loop(
     }
     learner.finish(root.path(), epoch_s(), &mut |e| act.emit(e));
     Ok(())
+}
+
+/// Knobs someone else changed after memqos wrote them (`Actuator::taken_over`): their
+/// value found becomes their original, so the engine leaves them alone (`foreign_knobs`)
+/// and nothing stale is restored over them later. One line each.
+fn note_takeovers(act: &mut Actuator, obs: &mut memqos_policy::Observation, seen: &mut [observe::Seen]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for c in obs.cgroups.iter_mut() {
+        for (file, found) in
+            [("memory.high", c.current.high), ("memory.low", c.current.low), ("memory.min", c.current.min)]
+        {
+            let Some((wrote, original)) = act.taken_over(c.cgroup_id, file, found) else { continue };
+            match file {
+                "memory.high" => c.original.high = found,
+                "memory.low" => c.original.low = found,
+                _ => c.original.min = found,
+            }
+            if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.cgroup_id) {
+                s.original = c.original;
+            }
+            notes.push(format!(
+                "{}/{file} is {found} now, set by someone else after memqos wrote {wrote}: that value stays; memqos forgets the original it had ({original}) and leaves the knob alone",
+                memqos_cgroupfs::name::display(&c.id)
+            ));
+        }
+    }
+    notes
 }
 
 /// Wall-clock seconds, for the history's last-seen times.

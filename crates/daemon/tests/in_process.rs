@@ -512,6 +512,34 @@ fn a_cgroup_losing_its_files_is_skipped_and_one_without_the_memory_controller_is
 }
 
 #[test]
+fn a_knob_an_administrator_changes_after_memqos_wrote_it_is_left_to_them() {
+    let f = fake("takeover", 480 * MIB);
+    let opts = f.options(2.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("low1 throttled", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    // The administrator's own limit, on top of memqos's throttle.
+    let admin = (200 * MIB).to_string();
+    std::fs::write(f.root.join("low1/memory.high"), &admin).unwrap();
+    poll("the journal forgets low1's original", Duration::from_secs(5), || {
+        Journal::open(&f.state, &f.root).unwrap().original(f.id("low1"), "memory.high").is_none()
+    });
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!(f.knob("low1", "memory.high"), admin, "not 'restored' to the stale original at stop");
+    let said = f.events();
+    let notes: Vec<&Event> = said
+        .iter()
+        .filter(|e| matches!(e, Event::Degraded { message } if message.contains("set by someone else")))
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let later_writes = said
+        .iter()
+        .skip_while(|e| !matches!(e, Event::Degraded { message } if message.contains("set by someone else")))
+        .filter(|e| matches!(e, Event::Write(w) if w.cgroup == "low1" && w.file == "memory.high"))
+        .count();
+    assert_eq!(later_writes, 0, "memqos leaves the knob alone from then on");
+}
+
+#[test]
 fn a_second_daemon_on_the_same_tree_is_refused_whatever_its_state_dir() {
     let f = fake("tworoots", 100 * MIB);
     let opts = f.options(1.5, false);
