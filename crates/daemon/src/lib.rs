@@ -839,20 +839,38 @@ fn reload_config(
             new.metrics.listen
         );
     }
-    let new_exporter = match exporter {
-        Some(e) if new.metrics.textfile.is_some() || new.metrics.listen.is_some() => {
-            e.set_textfile(new.metrics.textfile.clone());
-            None
-        }
-        Some(_) => Some(None),
-        None => metrics::Exporter::start(&new.metrics)?.map(Some),
+    // The running exporter is changed only once nothing can fail any more (below).
+    let (keep_exporter, new_exporter) = match &exporter {
+        Some(_) if new.metrics.textfile.is_some() || new.metrics.listen.is_some() => (true, None),
+        Some(_) => (false, Some(None)),
+        None => (false, metrics::Exporter::start(&new.metrics)?.map(Some)),
     };
     let apply_control = control.map(|c| c.prepare_reload(&new)).transpose()?;
     let root_path = root.path().to_owned();
-    let dropped = engine.reconfigure(new.clone(), |id| reload::classify(&new, &root_path, id));
-    let (moved, restores) = reload::plan(cfg, &new, &root_path, act.journal(), &dropped);
+    // All or nothing: the knobs of cgroups that leave their tier are put back first; only if
+    // every one of them was (or its cgroup is gone) does the engine take the new config.
+    let leaving = engine.would_drop(&new, |id| reload::classify(&new, &root_path, id));
+    let (moved, restores) = reload::plan(cfg, &new, &root_path, act.journal(), &leaving);
     let wrote = act.apply(restores)?;
+    let failed: Vec<String> = wrote
+        .iter()
+        .filter_map(|w| match &w.outcome {
+            events::Outcome::Error(e) => Some(format!("{}/{}: {e}", w.cgroup, w.file)),
+            _ => None,
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "the knobs of cgroups leaving their tier could not all be put back ({}); the old config runs on",
+            failed.join("; ")
+        );
+    }
+    let dropped = engine.reconfigure(new.clone(), |id| reload::classify(&new, &root_path, id));
+    debug_assert_eq!(dropped.len(), leaving.len(), "would_drop and reconfigure agree");
     let restored = wrote.iter().filter(|w| w.outcome == events::Outcome::Ok).count();
+    if let (true, Some(e)) = (keep_exporter, exporter) {
+        e.set_textfile(new.metrics.textfile.clone());
+    }
     if let Some(apply) = apply_control {
         if let Err(e) = apply() {
             act.emit(Event::Degraded { message: format!("control socket after reload: {e:#}") });

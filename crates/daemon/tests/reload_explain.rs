@@ -213,8 +213,29 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     let Reply::Ok(e) = explain(&state, "low1") else { panic!() };
     assert_eq!(e.tier.unwrap().name, "batch", "old tiers still run");
 
-    // 2. A valid config moves low1 to the protected tier: its throttle is restored at once.
+    // 2. A valid config whose restores cannot all be written is rejected whole: low1's
+    // memory.high is made a symlink (memqos never writes through one; its value still reads).
+    let throttled_now = read("low1", "memory.high");
+    let real = root.join("low1/memory.high.real");
+    std::fs::write(&real, &throttled_now).unwrap();
+    std::fs::remove_file(root.join("low1/memory.high")).unwrap();
+    std::os::unix::fs::symlink(&real, root.join("low1/memory.high")).unwrap();
     std::fs::write(&cfg_path, config(&root, &state, r#"["high*", "low1"]"#, "none")).unwrap();
+    unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
+    let error = poll("the reload rejected for its failed restore", Duration::from_secs(5), || {
+        evs().into_iter().find_map(|e| match e {
+            Event::ReloadRejected { error, .. } if error.contains("could not all be put back") => Some(error),
+            _ => None,
+        })
+    });
+    assert!(error.contains("low1/memory.high"), "{error}");
+    let Reply::Ok(e) = explain(&state, "low1") else { panic!() };
+    assert_eq!(e.tier.unwrap().name, "batch", "the old config runs on, whole");
+    std::fs::remove_file(root.join("low1/memory.high")).unwrap();
+    std::fs::rename(&real, root.join("low1/memory.high")).unwrap();
+
+    // 3. The same config once the knob can be written: low1 moves to the protected tier and
+    // its throttle is restored at once.
     unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
     let (moved, restored) = poll("reloaded", Duration::from_secs(5), || {
         evs().into_iter().find_map(|e| match e {

@@ -97,6 +97,17 @@ impl Engine {
     /// and it still classifies into it; the state of every other cgroup is dropped, and the
     /// daemon restores the knobs memqos wrote for them, so they start as found. Returns the
     /// ids of the cgroups whose state was dropped.
+    /// The cgroups [`Engine::reconfigure`] with `cfg` would drop (their tier ends or they
+    /// move), without changing anything: the daemon puts their knobs back first and
+    /// reconfigures only if that worked, so a reload is all or nothing.
+    pub fn would_drop(&self, cfg: &Config, classify: impl Fn(&str) -> Option<crate::config::TierIndex>) -> Vec<String> {
+        self.cgroups
+            .iter()
+            .filter(|(id, s)| cfg.tiers.carry_over(&self.cfg.tiers, s.tier).is_none_or(|to| classify(id) != Some(to)))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     pub fn reconfigure(
         &mut self,
         cfg: Config,
