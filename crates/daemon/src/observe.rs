@@ -51,6 +51,8 @@ pub struct Sampler {
     /// no memory controller, unreadable or malformed files. One cgroup never stops the
     /// daemon; the rest is managed as before.
     skipped: HashMap<u64, String>,
+    /// The descriptor budget was found short of the tree (said once per run).
+    budget_noted: bool,
 }
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
@@ -286,6 +288,7 @@ impl Sampler {
             bad_workloads: HashMap::new(),
             workloads: HashMap::new(),
             skipped: HashMap::new(),
+            budget_noted: false,
         }
     }
 
@@ -466,6 +469,17 @@ impl Sampler {
         source.refresh(&mut self.snap)?;
         if opened {
             self.backend_report = Some((self.snap.backend, why_not_bpf));
+        }
+        let per_cgroup = memqos_stats::FileSet::Knobs.len() as u64;
+        let bulk = memqos_cgroupfs::fds::budget() / 2;
+        let cgroups = self.snap.cgroups.len() as u64;
+        if self.snap.backend == "text" && cgroups * per_cgroup > bulk && !self.budget_noted {
+            self.budget_noted = true;
+            self.notes.push(format!(
+                "descriptor budget: the open-file limit ({}) lets the files of about {} of these {cgroups} cgroups stay open; the others are opened at each sample (slower, not wrong). Raise LimitNOFILE (or the container's) to keep them all",
+                memqos_cgroupfs::fds::open_file_limit(),
+                bulk / per_cgroup
+            ));
         }
         let snap = &self.snap;
         let top = snap.cgroups.first().ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;

@@ -133,6 +133,9 @@ hold_ms = 60000
     let emfile: Vec<&Event> = evs.iter().filter(|e| format!("{e:?}").contains("Too many open files")).take(3).collect();
     assert!(emfile.is_empty(), "no EMFILE anywhere: {emfile:?}");
     assert!(status::read(&state).is_ok(), "status.json was written and parses");
+    let budget_said =
+        evs.iter().any(|e| matches!(e, Event::Degraded { message } if message.starts_with("descriptor budget")));
+    assert!(budget_said, "the operator is told what the limit allows");
     assert_eq!(std::fs::read_to_string(root.join("low00007/memory.high")).unwrap().trim(), "max", "restored");
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -43,6 +43,11 @@ pub enum FileSet {
 }
 
 impl FileSet {
+    /// How many files of each cgroup a snapshot reads.
+    pub fn len(self) -> usize {
+        self.indices().len()
+    }
+
     fn indices(self) -> &'static [usize] {
         match self {
             FileSet::All => &[0, 1, 2, 3, 4, 5, 6, 7, 8],
