@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const JOURNAL_FILE: &str = "journal.json";
+pub use memqos_schema::state::JOURNAL_FILE;
 
 /// A process, identified across pid reuse by its start time (field 22 of /proc/PID/stat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -18,7 +18,6 @@ use crate::journal::Journal;
 use anyhow::{bail, Result};
 use memqos_cgroupfs::Cgroup;
 use memqos_policy::{Config, Reason, TierIndex};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,15 +46,7 @@ pub(crate) fn take_request() -> bool {
     REQUESTED.swap(false, Ordering::SeqCst)
 }
 
-/// A cgroup whose tier changed with a reload.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TierMove {
-    pub cgroup: String,
-    /// Its tier under the old config.
-    pub from: Option<String>,
-    /// Under the new one (None: no longer managed).
-    pub to: Option<String>,
-}
+pub use memqos_schema::events::TierMove;
 
 /// Reads and validates the config at `path` as a replacement for `old`. `state_dir_fixed`:
 /// the command line overrides state_dir, so the file's value does not matter.
