@@ -554,12 +554,12 @@ fn cpu_cost_arms(
             if loader.is_some() {
                 std::thread::sleep(Duration::from_secs(1));
             }
-            let events_before = read_events(&Path::new(STATE).join("events.jsonl")).len();
+            let events_before = read_events(&Path::new(STATE).join(memqos_daemon::events::EVENTS_FILE)).len();
             let (c0, f0, w0) = (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, Instant::now());
             std::thread::sleep(window);
             let (c1, f1, secs) =
                 (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, w0.elapsed().as_secs_f64());
-            let logged = read_events(&Path::new(STATE).join("events.jsonl")).len() - events_before;
+            let logged = read_events(&Path::new(STATE).join(memqos_daemon::events::EVENTS_FILE)).len() - events_before;
             if let Some(l) = loader.as_mut() {
                 let _ = l.kill();
                 let _ = l.wait();
@@ -673,7 +673,7 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
         Stdio::from(log),
     )
     .context("see /run/memqos-bench.log")?;
-    let events = Path::new(STATE).join("events.jsonl");
+    let events = Path::new(STATE).join(memqos_daemon::events::EVENTS_FILE);
     // Let the first tick sync the watches (PSI trigger, inotify, BPF thresholds).
     std::thread::sleep(Duration::from_millis(400));
 
