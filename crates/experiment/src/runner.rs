@@ -13,6 +13,7 @@ use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant, Workload};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use memqos_lab::daemon_process::DaemonProcess;
+use memqos_policy::size::MIB;
 use memqos_policy::{EXPECTED_PEAK_XATTR, WORKLOAD_XATTR};
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
@@ -30,7 +31,6 @@ pub const HISTORY_FILE: &str = "/run/memqos-exp/history.json";
 const WORK_DIR: &str = "/run/memqos-exp/work";
 const OOMD_DIR: &str = "/run/memqos-exp/oomd";
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-const MIB: u64 = 1 << 20;
 
 /// One arm of one run: what it set up and what every task did.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,6 +8,9 @@ use serde::{de, Deserialize, Deserializer};
 /// pages anyway; rounding here keeps what we log equal to what the kernel will hold.
 pub const PAGE: u64 = 4096;
 
+/// One mebibyte: the unit of every size people read in memqos (configs, logs, reports).
+pub const MIB: u64 = 1 << 20;
+
 /// The limit type is cgroupfs's: one type, one JSON encoding (a number or `"max"`) for the
 /// reader, the engine and the daemon.
 pub use memqos_cgroupfs::Limit;

@@ -31,7 +31,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use memqos_cgroupfs::Cgroup;
 use memqos_daemon::events::{Event, LogLine, WriteEvent};
+use memqos_policy::size::MIB;
 use memqos_replay::memory::map_anonymous;
+use memqos_replay::report::percentile;
 use memqos_vmtest::self_run;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Write};
@@ -39,7 +41,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MIB: u64 = 1 << 20;
 const PARENT_MAX: u64 = 256 * MIB;
 const CACHE_MB: u64 = 200;
 /// Anonymous memory the probe allocates in total (crosses the limit after ~56 MiB).
@@ -292,15 +293,6 @@ fn print_table(r: &KernelResult) {
             s.syscalls_p50.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
         );
     }
-}
-
-/// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
 /// The reaction config with exactly `source` (bpf, psi or events) on.
@@ -835,15 +827,6 @@ impl super::PerKernel for KernelResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<f64> = (1..=20).map(|x| x as f64).collect();
-        assert_eq!(percentile(&v, 50.0), Some(10.0));
-        assert_eq!(percentile(&v, 99.0), Some(20.0));
-        assert_eq!(percentile(&[], 50.0), None);
-        assert_eq!(percentile(&[3.0], 99.0), Some(3.0));
-    }
 
     #[test]
     fn configs_enable_exactly_one_source() {

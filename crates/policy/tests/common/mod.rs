@@ -8,7 +8,7 @@ use memqos_policy::{
     Action, CgroupObs, Config, Decision, Engine, Knob, Limit, Observation, ParentObs, Reason, TierIndex,
 };
 
-pub const MB: u64 = 1 << 20;
+pub use memqos_policy::size::MIB as MB;
 
 /// Config text with `tiers` (TOML for the `[[tier]]` tables) and extra `[policy]` lines.
 pub fn config(tiers: &str, policy: &str) -> Config {
