@@ -238,11 +238,6 @@ impl Journal {
         }
     }
 
-    /// Whether staged records wait for a commit.
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
     /// Appends the staged records with one fsync (compacting when mostly dead lines).
     pub fn commit(&mut self) -> Result<()> {
         if self.pending.is_empty() {

@@ -240,7 +240,7 @@ pub enum Reason {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         learned: Option<crate::obs::LearnedPeak>,
     },
-    /// `Engine::restore_all`: back to the original value.
+    /// Back to the original value (the daemon's journal restore, a tier change on reload).
     Restore,
     /// memory.high sized so the kernel's per-memcg dirty limit is the tier's dirty ceiling
     /// (see `dirty::plan`).

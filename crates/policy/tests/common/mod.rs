@@ -231,6 +231,11 @@ impl Sim {
         self.log.iter().filter(|(_, d)| d.cgroup == id && d.knob() == knob).map(|(t, d)| (*t, d.action)).collect()
     }
 
+    /// Every (cgroup, knob) the engine wrote: what the daemon journals and puts back on stop.
+    pub fn written(&self) -> std::collections::BTreeSet<(String, Knob)> {
+        self.log.iter().map(|(_, d)| (d.cgroup.clone(), d.knob())).collect()
+    }
+
     /// When memory.high of `id` was written.
     pub fn high_times(&self, id: &str) -> Vec<u64> {
         self.writes(id, Knob::High).into_iter().map(|(t, _)| t).collect()
