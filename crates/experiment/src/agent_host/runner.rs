@@ -59,6 +59,9 @@ pub struct HostArmResult {
     pub daemon_cpu_s: Option<f64>,
     /// memqos arm: knob writes and stall actions the daemon logged.
     pub daemon_writes: Option<usize>,
+    /// Stall-bound relieves and kills carried out. The runs in docs/agent-host/runs were
+    /// counted by a matcher that never matched (0 whatever happened); they keep no event log
+    /// to count again, so their 0 means "not counted".
     pub daemon_stall_actions: Option<usize>,
     /// Whether cgroup2 was mounted with memory_recursiveprot (the runtime's memory.low
     /// protects it below its session only then).
