@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use memqos_policy::size::human;
 use memqos_stats::{BackendChoice, CgroupStats, Limit, Snapshot};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -80,21 +81,6 @@ pub fn run(args: StatArgs) -> Result<u8> {
             println!();
         }
     }
-}
-
-/// Human-readable bytes: 1023B, 1.5K, 24.0M, 3.2G.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["K", "M", "G", "T", "P"];
-    if bytes < 1024 {
-        return format!("{bytes}B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1}{}", UNITS[unit])
 }
 
 fn limit(l: Option<Limit>) -> String {
@@ -335,20 +321,12 @@ mod tests {
     }
 
     #[test]
-    fn human_units() {
-        assert_eq!(human(0), "0B");
-        assert_eq!(human(1536), "1.5K");
-        assert_eq!(human(24 << 20), "24.0M");
-        assert_eq!(human(3 << 30), "3.0G");
-    }
-
-    #[test]
     fn table_sorts_by_memory_and_cuts_at_top() {
         let t = table(&snap(), Some(2));
         let lines: Vec<_> = t.lines().collect();
         assert!(lines[0].starts_with("CGROUP"), "{t}");
         assert!(lines[1].starts_with("/sys/fs/cgroup/t") && lines[2].starts_with("big"), "{t}");
-        assert!(lines[2].contains("60.0M") && lines[2].contains("64.0M") && lines[2].contains("max"), "{t}");
+        assert!(lines[2].contains("60M") && lines[2].contains("64M") && lines[2].contains("max"), "{t}");
         assert!(t.contains("2 of 3 cgroups"), "{t}");
     }
 

@@ -66,7 +66,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("byte size {s:?} is too large"))
 }
 
-/// Human form for log lines: `300M`, `1.5G`, `4096` (binary units, one decimal at most).
+/// Human form for log lines, explanations and `memqos stat`'s table: `300M`, `1.5G`, `4096`
+/// (binary units, one decimal at most).
 pub fn human(bytes: u64) -> String {
     const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (unit, name) in UNITS {
@@ -111,5 +112,10 @@ mod tests {
         assert_eq!(human(300 << 20), "300M");
         assert_eq!(human(3 << 29), "1.5G");
         assert_eq!(human(100), "100");
+        // `memqos stat`'s table cases (it had its own formatter, with one decimal always).
+        assert_eq!(human(0), "0");
+        assert_eq!(human(1536), "1.5K");
+        assert_eq!(human(24 << 20), "24M");
+        assert_eq!(human(3 << 30), "3G");
     }
 }
