@@ -55,12 +55,6 @@ pub enum Outcome {
     Failed { exit_code: Option<i32>, message: String },
 }
 
-impl Outcome {
-    pub fn is_finished(&self) -> bool {
-        matches!(self, Outcome::Finished)
-    }
-}
-
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
