@@ -9,6 +9,7 @@ mod cgroup;
 pub mod mounts;
 pub mod parse;
 pub mod procfs;
+pub mod units;
 
 pub use cgroup::{Cgroup, Error, Result};
 pub use parse::{Limit, MemoryEvents, Pressure, PressureLine};

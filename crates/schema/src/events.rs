@@ -5,7 +5,7 @@
 use crate::knob::KnobFile;
 use crate::oom::OomKill;
 use crate::protection::Finding;
-use memqos_policy::{LearnedPeak, Reason};
+use crate::reason::{LearnedPeak, Reason};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

@@ -1,7 +1,8 @@
-//! The files memqos writes (or journals), by name. Logs and the journal carry the kernel's
-//! file name, so that is also the serde encoding.
+//! The files memqos writes (or journals), by name ([`KnobFile`]; logs and the journal carry
+//! the kernel's file name, so that is also its serde encoding), the subset the policy engine
+//! decides ([`Knob`]), and one cgroup's values of them ([`Knobs`]).
 
-use memqos_policy::Knob;
+use memqos_cgroupfs::Limit;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -74,6 +75,65 @@ impl From<Knob> for KnobFile {
 impl fmt::Display for KnobFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The knobs memqos writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Knob {
+    /// memory.high
+    High,
+    /// memory.low
+    Low,
+    /// memory.min
+    Min,
+    /// cgroup.freeze
+    Freeze,
+    /// cgroup.kill
+    Kill,
+}
+
+impl Knob {
+    /// The cgroup file name.
+    pub fn file(self) -> &'static str {
+        KnobFile::from(self).name()
+    }
+}
+
+/// The knobs memqos reads or writes in one cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knobs {
+    /// memory.high (written by memqos on throttle tiers).
+    pub high: Limit,
+    /// memory.max (read only: bounds protection; pressure at one's own max is not ours to fix).
+    pub max: Limit,
+    /// memory.low (written by memqos on `protect = "low"` tiers).
+    pub low: Limit,
+    /// memory.min (written by memqos on `protect = "min"` tiers).
+    pub min: Limit,
+    /// cgroup.freeze (written by memqos only on `freeze = true` tiers).
+    pub frozen: bool,
+}
+
+impl Knobs {
+    /// True when these (original) values show that someone other than memqos set `knob`:
+    /// memory.high below max, or a nonzero memory.low/min (one protection: either being set
+    /// makes both foreign, since memqos writing the other would change the effective floor).
+    pub fn is_foreign(&self, knob: Knob) -> bool {
+        let protection = self.low != Limit::Bytes(0) || self.min != Limit::Bytes(0);
+        match knob {
+            Knob::High => self.high != Limit::Max,
+            Knob::Low | Knob::Min => protection,
+            Knob::Freeze | Knob::Kill => false,
+        }
+    }
+}
+
+impl Default for Knobs {
+    /// The kernel's defaults for a new cgroup.
+    fn default() -> Self {
+        Knobs { high: Limit::Max, max: Limit::Max, low: Limit::Bytes(0), min: Limit::Bytes(0), frozen: false }
     }
 }
 

@@ -5,19 +5,22 @@
 //! host, the lab, tests) deserialize them, so a change of encoding is a compile error or a
 //! failing test rather than a reader that silently counts 0.
 //!
-//! Only types and pure parsing live here; opening, rotating and atomically replacing the files
-//! is the daemon's job. The engine's own value types that appear on the wire (`Reason`,
-//! `Knobs`, `Limit`, `MemoryEvents`) stay in `memqos-policy` and `memqos-cgroupfs`, which do
-//! no I/O either.
+//! Only types, their text forms and pure parsing live here; opening, rotating and atomically
+//! replacing the files is the daemon's job. The engine's words on the wire are defined here
+//! too (`Reason`, `Trigger`, `Knob`, `Knobs`, `LearnedPeak`; `memqos-policy` re-exports them
+//! where the engine uses them), so this crate depends on nothing of memqos but the value types
+//! of `memqos-cgroupfs` (`Limit`, `MemoryEvents`).
 
 pub mod events;
 pub mod knob;
 pub mod oom;
 pub mod protection;
+pub mod reason;
 pub mod state;
 pub mod status;
 
 pub use events::{Event, LogLine, Outcome, TierMove, WriteEvent};
-pub use knob::KnobFile;
+pub use knob::{Knob, KnobFile, Knobs};
 pub use oom::OomKill;
+pub use reason::{LearnedPeak, Reason, Trigger};
 pub use status::{CgroupStatus, DecisionRecord, Snapshot};

@@ -15,22 +15,6 @@ pub const ROTATED_FILE: &str = "events.jsonl.1";
 pub const LOCK_FILE: &str = "lock";
 /// The control socket `memqos explain` asks.
 pub const SOCKET_FILE: &str = "control.sock";
-/// Learned peaks per workload key, unless `history_file` names another place. The policy
-/// crate spells the default itself (it cannot depend on this one); a test below keeps the
-/// two equal.
+/// Learned peaks per workload key, unless `history_file` names another place
+/// (`Config::history_path`).
 pub const HISTORY_FILE: &str = "history.json";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use memqos_policy::Config;
-    use std::path::Path;
-
-    #[test]
-    fn the_configs_default_history_file_is_this_one() {
-        let text = "cgroup_root = \"/sys/fs/cgroup/qos\"\n[[tier]]\nname = \"a\"\nmatch = [\"x\"]\n";
-        let cfg = Config::from_str(text, "memqos.toml").unwrap();
-        let dir = Path::new("/var/lib/memqos");
-        assert_eq!(cfg.history_path(dir), dir.join(HISTORY_FILE));
-    }
-}

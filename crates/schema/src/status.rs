@@ -3,8 +3,10 @@
 //! originals memqos will put back, and its last decisions with their reasons.
 
 use crate::knob::KnobFile;
+use crate::knob::Knobs;
+use crate::reason::Reason;
+use memqos_cgroupfs::Limit;
 use memqos_cgroupfs::MemoryEvents;
-use memqos_policy::{Knobs, Limit, Reason};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
