@@ -18,6 +18,7 @@ use crate::journal::Journal;
 use anyhow::{bail, Result};
 use memqos_cgroupfs::Cgroup;
 use memqos_policy::{Config, Reason, TierIndex};
+use memqos_schema::KnobFile;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -140,11 +141,10 @@ pub(crate) fn plan(
     (moved.into_values().collect(), restores)
 }
 
-/// The actuator takes `&'static str` file names: the knobs memqos journals.
+/// The actuator takes `&'static str` file names: the knobs memqos journals (cgroup.kill is
+/// never journaled: it cannot be undone).
 fn static_file(file: &str) -> Option<&'static str> {
-    const FILES: &[&str] =
-        &["memory.high", "memory.low", "memory.min", "cgroup.freeze", "cpu.weight", "oom_score_adj", "memory.max"];
-    FILES.iter().find(|f| **f == file).copied()
+    KnobFile::from_name(file).filter(|k| *k != KnobFile::CgroupKill).map(KnobFile::name)
 }
 
 #[cfg(test)]
