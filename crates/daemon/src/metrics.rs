@@ -22,7 +22,7 @@ const TICK_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 #[derive(Debug, Default)]
 pub struct Counters {
     /// (tier, knob file, reason kind) -> decisions written.
-    pub decisions: BTreeMap<(String, &'static str, String), u64>,
+    pub decisions: BTreeMap<(String, &'static str, &'static str), u64>,
     /// (tier, action) -> stall-bound actions decided (`Reason::StallBound`).
     pub stall_bound: BTreeMap<(String, &'static str), u64>,
     /// tier -> OOM kills reported since start (`oom_report`), set by the daemon.
@@ -35,8 +35,7 @@ pub struct Counters {
 
 impl Counters {
     pub fn record_decision(&mut self, tier: &str, d: &Decision) {
-        let kind = serde_json::to_value(&d.reason).ok().and_then(|v| v["kind"].as_str().map(str::to_owned));
-        let key = (tier.to_owned(), d.action.file(), kind.unwrap_or_else(|| "unknown".into()));
+        let key = (tier.to_owned(), d.action.file(), d.reason.kind());
         *self.decisions.entry(key).or_default() += 1;
         if let memqos_policy::Reason::StallBound { .. } = d.reason {
             let action = match d.action {

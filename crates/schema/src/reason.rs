@@ -157,6 +157,27 @@ pub enum Reason {
     },
 }
 
+impl Reason {
+    /// The serde tag (`"kind"` in the log): the reason's name in metrics and tables.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::ProtectedPressure { .. } => "protected_pressure",
+            Reason::HeadroomGuard { .. } => "headroom_guard",
+            Reason::ParentLimitEvents { .. } => "parent_limit_events",
+            Reason::Release { .. } => "release",
+            Reason::NothingToProtect { .. } => "nothing_to_protect",
+            Reason::WorkingSet { .. } => "working_set",
+            Reason::Stalled { .. } => "stalled",
+            Reason::Relieved { .. } => "relieved",
+            Reason::CauseGone { .. } => "cause_gone",
+            Reason::StallBound { .. } => "stall_bound",
+            Reason::Reservation { .. } => "reservation",
+            Reason::Restore => "restore",
+            Reason::DirtyCeiling { .. } => "dirty_ceiling",
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -236,4 +257,33 @@ pub struct LearnedPeak {
     pub lifetimes: usize,
     /// The largest recorded peak (the expectation is this plus a margin).
     pub peak_bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_is_the_serde_tag_of_every_reason() {
+        let by = || "a".to_string();
+        let every = [
+            Reason::ProtectedPressure { by: by(), trigger: Trigger::PsiTrigger },
+            Reason::HeadroomGuard { parent_usage_bytes: 1, limit_bytes: 2, headroom_bytes: 1, guard_bytes: 2 },
+            Reason::ParentLimitEvents { max: 1, oom: 0 },
+            Reason::Release { calm_for_ms: 1 },
+            Reason::NothingToProtect { calm_for_ms: 1 },
+            Reason::WorkingSet { peak_bytes: 1, window_ms: 1 },
+            Reason::Stalled { by: by(), stalled_for_ms: 1 },
+            Reason::Relieved { by: by() },
+            Reason::CauseGone { by: by() },
+            Reason::StallBound { stalled_for_ms: 1, bound_ms: 1, usage_bytes: 1, high_bytes: 1, psi_full_avg10: 1.0 },
+            Reason::Reservation { by: by(), declared_bytes: 1, budget_bytes: 1, members: 1, learned: None },
+            Reason::Restore,
+            Reason::DirtyCeiling { cap_bytes: 1, dirty_bytes: 1, budget_bytes: 1 },
+        ];
+        for r in every {
+            let json = serde_json::to_value(&r).unwrap();
+            assert_eq!(json["kind"], r.kind(), "{r:?}");
+        }
+    }
 }
