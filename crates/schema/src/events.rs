@@ -7,6 +7,7 @@ use crate::oom::OomKill;
 use crate::protection::Finding;
 use crate::reason::{LearnedPeak, Reason};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// One line of the log: an event and its Unix time.
@@ -26,7 +27,7 @@ pub enum Event {
     /// A journal left by an earlier run (crash, SIGKILL) was restored at start-up.
     Recovered { restored: usize, vanished: usize, failed: Vec<String> },
     /// The BPF pressure source started: what it attached.
-    BpfSource { hooks: serde_json::Value },
+    BpfSource { hooks: BpfHooks },
     /// Something works less well than configured (a source off, a controller missing).
     Degraded { message: String },
     /// One knob write (or, in a dry run, one write that would have been made).
@@ -41,7 +42,7 @@ pub enum Event {
     /// its writes (whose own times are in their `write` events).
     Reaction { signalled: Vec<String>, read_cgroups: usize, read_us: u64, decide_us: u64, writes: usize },
     /// The BPF source's counters at stop.
-    BpfSummary { bpf: serde_json::Value },
+    BpfSummary { bpf: BpfSummary },
     /// SIGHUP: the config was re-read and now runs. `moved`: cgroups whose tier changed (their
     /// knobs were put back, `restored` writes); `tiers`: the new tier names in order.
     Reloaded { config: PathBuf, tiers: Vec<String>, moved: Vec<TierMove>, restored: usize },
@@ -113,6 +114,40 @@ impl WriteEvent {
     pub fn is_stall_action(&self) -> bool {
         matches!(self.reason, Some(Reason::StallBound { .. })) && self.outcome == Outcome::Ok
     }
+}
+
+/// The BPF pressure source's programs, as `program (target)`, and the attach errors, as
+/// `program: error`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BpfHooks {
+    pub attached: Vec<String>,
+    pub attach_failed: Vec<String>,
+}
+
+/// The BPF pressure source's counters when the daemon stops.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BpfSummary {
+    /// Per watched cgroup (path relative to cgroup_root).
+    pub counters: BTreeMap<String, BpfCounters>,
+    pub stats: BpfStats,
+}
+
+/// One watched cgroup's BPF counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BpfCounters {
+    /// Events since the cgroup was watched, in `memqos_bpf::pressure::Kind` order: reclaim
+    /// entries, returns over memory.high, pages scanned, page faults, major faults.
+    pub total: Vec<u64>,
+    /// Crossings the per-cgroup rate limit suppressed.
+    pub suppressed: u64,
+}
+
+/// The BPF source's global counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BpfStats {
+    pub emitted: u64,
+    pub ring_full: u64,
+    pub rate_limited: u64,
 }
 
 /// A cgroup whose tier changed with a reload.

@@ -30,7 +30,7 @@ use crate::daemon_process::DaemonProcess;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memqos_cgroupfs::Cgroup;
-use memqos_daemon::events::{Event, LogLine, WriteEvent};
+use memqos_daemon::events::{BpfHooks, Event, LogLine, WriteEvent};
 use memqos_policy::size::MIB;
 use memqos_replay::memory::map_anonymous;
 use memqos_replay::report::percentile;
@@ -138,7 +138,7 @@ pub struct KernelResult {
     pub kernel: String,
     pub sources: Vec<SourceResult>,
     /// BPF hooks the daemon attached (from its log).
-    pub bpf_hooks: Option<serde_json::Value>,
+    pub bpf_hooks: Option<BpfHooks>,
     /// Daemon CPU cost with 100 managed cgroups.
     #[serde(default)]
     pub cpu_cost: Vec<CpuCost>,
@@ -357,7 +357,7 @@ fn one_series(
     prot: &Cgroup,
     low: &Cgroup,
     file: &Path,
-    bpf_hooks: &mut Option<serde_json::Value>,
+    bpf_hooks: &mut Option<BpfHooks>,
 ) -> Result<SourceResult> {
     {
         config(source).write(Path::new("/run/memqos-bench.toml"))?;
@@ -653,7 +653,7 @@ fn rw_syscalls(pid: u32) -> Result<u64> {
 
 /// One daemon start, one probe; the measurement (None: no reaction or no crossing) and the
 /// BPF hooks the daemon reported.
-fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>, Option<serde_json::Value>)> {
+fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>, Option<BpfHooks>)> {
     let _ = std::fs::remove_dir_all(STATE);
     std::fs::create_dir_all(STATE)?;
     let log = std::fs::File::create("/run/memqos-bench.log")?;
