@@ -829,6 +829,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_committed_results_still_load() {
+        // `keep_earlier_kernels` merges a new run into this file: its kernels must parse, BPF
+        // hooks included (typed since they were free-form JSON).
+        let text = include_str!("../../../../docs/bpf/reaction.json");
+        let doc: serde_json::Value = serde_json::from_str(text).unwrap();
+        let kernels: Vec<KernelResult> = serde_json::from_value(doc["kernels"].clone()).unwrap();
+        assert!(!kernels.is_empty());
+        let hooks = kernels.iter().find_map(|k| k.bpf_hooks.as_ref()).expect("a kernel with BPF hooks");
+        assert!(hooks.attached.iter().any(|h| h.starts_with("memcg_reclaim_begin")), "{hooks:?}");
+    }
+
+    #[test]
     fn configs_enable_exactly_one_source() {
         for s in ["bpf", "psi", "events"] {
             let cfg = memqos_policy::Config::from_str(&config(s).text(), "bench.toml").unwrap();
