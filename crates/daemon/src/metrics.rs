@@ -132,12 +132,16 @@ fn esc(v: &str) -> String {
 
 /// Per tier: cgroups, usage, throttled cgroups, OOM kills.
 type TierSums = (u64, u64, u64, u64);
+/// A per-cgroup family and its sample's value.
+type CgroupFamily<'a> = (families::Family, &'a dyn Fn(&Seen) -> String);
+/// A per-tier family and its sample's value.
+type TierFamily = (families::Family, fn(&TierSums) -> u64);
 
 /// The whole exposition for one moment.
 pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     use families::*;
     let mut out = Exposition::default();
-    let per_cgroup: [(Family, &dyn Fn(&Seen) -> String); 10] = [
+    let per_cgroup: [CgroupFamily; 10] = [
         (MEMORY_USAGE, &|s| s.usage_bytes.to_string()),
         (MEMORY_HIGH, &|s| limit_value(s.knobs.high)),
         (("memqos_cgroup_memory_high_original_bytes", "gauge", "memory.high before memqos wrote it."), &|s| {
@@ -169,7 +173,7 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
         t.2 += u64::from(s.knobs.high < s.original.high);
         t.3 += s.events.oom_kill;
     }
-    let per_tier: [(Family, fn(&TierSums) -> u64); 4] = [
+    let per_tier: [TierFamily; 4] = [
         (("memqos_tier_cgroups", "gauge", "Managed cgroups in the tier."), |t| t.0),
         (("memqos_tier_memory_usage_bytes", "gauge", "Sum of memory.current over the tier's cgroups."), |t| t.1),
         (
