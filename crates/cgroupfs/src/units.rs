@@ -22,6 +22,12 @@ pub fn human(bytes: u64) -> String {
     bytes.to_string()
 }
 
+/// Whole mebibytes, as `memqos status` and OOM reports show sizes side by side: `400M`,
+/// `1024M` (rounded; one unit for every column).
+pub fn mib(bytes: u64) -> String {
+    format!("{:.0}M", bytes as f64 / MIB as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +42,13 @@ mod tests {
         assert_eq!(human(1536), "1.5K");
         assert_eq!(human(24 << 20), "24M");
         assert_eq!(human(3 << 30), "3G");
+    }
+
+    #[test]
+    fn whole_mebibytes() {
+        assert_eq!(mib(400 << 20), "400M");
+        assert_eq!(mib(1 << 30), "1024M");
+        assert_eq!(mib((5 << 20) / 4), "1M", "rounded, not ceiled");
+        assert_eq!(mib(0), "0M");
     }
 }

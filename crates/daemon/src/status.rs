@@ -4,6 +4,7 @@
 
 use crate::observe::Seen;
 use anyhow::{Context, Result};
+use memqos_cgroupfs::units::mib;
 use memqos_policy::{Config, Engine, Knobs, Limit, Observation};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -86,10 +87,6 @@ pub fn read(state_dir: &Path) -> Result<Option<Snapshot>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.0}M", b as f64 / 1048576.0)
 }
 
 fn limit(l: Limit) -> String {

@@ -108,11 +108,16 @@ fn log_events() -> Vec<Event> {
     memqos_schema::events::parse_events(&text)
 }
 
+/// What `pick` takes from the first event of the log it takes anything from.
+fn first_event<T>(pick: impl FnMut(Event) -> Option<T>) -> Option<T> {
+    log_events().into_iter().find_map(pick)
+}
+
 /// Waits for the daemon's first memory.high write on `low`.
 fn wait_low_write(limit: Duration) -> Option<WriteEvent> {
     let end = Instant::now() + limit;
     while Instant::now() < end {
-        if let Some(w) = log_events().into_iter().find_map(|e| match e {
+        if let Some(w) = first_event(|e| match e {
             Event::Write(w) if w.cgroup == "low" && w.knob() == Some(KnobFile::MemoryHigh) => Some(w),
             _ => None,
         }) {
@@ -141,13 +146,11 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
     let s = setup();
     assert!(our_bpf_objects().is_empty(), "programs attached before the daemon: {:?}", our_bpf_objects());
     let daemon = start_daemon(&config(false, true), &[]);
-    let started = log_events()
-        .into_iter()
-        .find_map(|e| match e {
-            Event::BpfSource { hooks } => Some(hooks),
-            _ => None,
-        })
-        .expect("no bpf_source line: BPF did not start");
+    let started = first_event(|e| match e {
+        Event::BpfSource { hooks } => Some(hooks),
+        _ => None,
+    })
+    .expect("no bpf_source line: BPF did not start");
     println!("RESULT bpf hooks: {:?}", started.attached);
     assert!(started.attach_failed.is_empty(), "{started:?}");
     let attached = our_bpf_objects();
@@ -170,13 +173,11 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
     println!("RESULT first crossing: {crossing:?}");
 
     stop_daemon(daemon);
-    let summary = log_events()
-        .into_iter()
-        .find_map(|e| match e {
-            Event::BpfSummary { bpf } => Some(bpf),
-            _ => None,
-        })
-        .expect("no bpf_summary at stop");
+    let summary = first_event(|e| match e {
+        Event::BpfSummary { bpf } => Some(bpf),
+        _ => None,
+    })
+    .expect("no bpf_summary at stop");
     let c = summary.counters.get("prot").expect("prot counters");
     println!("RESULT prot counters {c:?}, stats {:?}", summary.stats);
     // By memqos_bpf::pressure::Kind: reclaim, over high, scanned, faults, major faults.

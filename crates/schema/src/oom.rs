@@ -2,6 +2,7 @@
 //! `status.json` lists it. The daemon's `oom_report` module joins memory.events and the kernel
 //! log into these.
 
+use memqos_cgroupfs::units::mib;
 use memqos_cgroupfs::Limit;
 use serde::{Deserialize, Serialize};
 
@@ -69,7 +70,7 @@ impl OomKill {
         format!(
             "OOM kill of {who} in {where_} (tier {tier}): memory.max {}, peak {}, limit hit in {}",
             lim(self.limits.max),
-            self.peak_bytes.map_or("?".into(), |b| format!("{:.0}M", b as f64 / 1048576.0)),
+            self.peak_bytes.map_or("?".into(), mib),
             self.oom_cgroup.as_deref().unwrap_or("?")
         )
     }
