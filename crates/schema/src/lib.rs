@@ -9,7 +9,7 @@
 //! replacing the files is the daemon's job. The engine's words on the wire are defined here
 //! too (`Reason`, `Trigger`, `Knob`, `Knobs`, `LearnedPeak`; `memqos-policy` re-exports them
 //! where the engine uses them), so this crate depends on nothing of memqos but the value types
-//! of `memqos-cgroupfs` (`Limit`, `MemoryEvents`).
+//! of `memqos-cgroupfs` (`Limit`, `MemoryEvents`, and `units` for the reasons' text).
 
 pub mod events;
 pub mod knob;

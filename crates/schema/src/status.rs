@@ -2,11 +2,9 @@
 //! and read by `memqos status` and the lab. Per cgroup: its tier, its knobs beside the
 //! originals memqos will put back, and its last decisions with their reasons.
 
-use crate::knob::KnobFile;
-use crate::knob::Knobs;
+use crate::knob::{KnobFile, Knobs};
 use crate::reason::Reason;
-use memqos_cgroupfs::Limit;
-use memqos_cgroupfs::MemoryEvents;
+use memqos_cgroupfs::{Limit, MemoryEvents};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
