@@ -138,7 +138,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         before: Ancestry::read(&cg),
         cg,
         hint_bytes: hint.and_then(Hint::low_bytes),
-        events_log: config.as_ref().map(|c| c.1.state_dir.join("events.jsonl")),
+        events_log: config.as_ref().map(|c| c.1.state_dir.join(memqos_schema::state::EVENTS_FILE)),
     };
     if let Some(cfg) = &config {
         call.check_tier(cfg.0.as_path(), &cfg.1, expect.is_some(), req.workload.is_some());

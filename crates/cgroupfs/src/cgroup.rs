@@ -140,11 +140,6 @@ impl Cgroup {
         self.write_string("cgroup.procs", &pid.to_string())
     }
 
-    /// cgroup.freeze: 1 freezes every task below, 0 thaws.
-    pub fn set_frozen(&self, frozen: bool) -> Result<()> {
-        self.write_string("cgroup.freeze", if frozen { "1" } else { "0" })
-    }
-
     pub fn is_frozen(&self) -> Result<bool> {
         self.parsed("cgroup.freeze", |t| parse::parse_u64(t).map(|v| v != 0))
     }

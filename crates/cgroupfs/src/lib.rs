@@ -11,6 +11,7 @@ pub mod mounts;
 pub mod name;
 pub mod parse;
 pub mod procfs;
+pub mod units;
 
 pub use cgroup::{Cgroup, Error, Result};
 pub use parse::{Limit, MemoryEvents, Pressure, PressureLine};

@@ -27,14 +27,6 @@ pub enum Limit {
 }
 
 impl Limit {
-    /// Bytes, with `max` as `u64::MAX`: convenient for comparisons and arithmetic bounds.
-    pub fn as_bytes_saturating(self) -> u64 {
-        match self {
-            Limit::Bytes(b) => b,
-            Limit::Max => u64::MAX,
-        }
-    }
-
     /// The finite value, or `None` for `max`.
     pub fn bytes(self) -> Option<u64> {
         match self {

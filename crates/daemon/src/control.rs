@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub const SOCKET_FILE: &str = "control.sock";
+pub use memqos_schema::state::SOCKET_FILE;
 /// Longest request accepted.
 const MAX_REQUEST: usize = 4096;
 const IO_TIMEOUT: Duration = Duration::from_secs(2);

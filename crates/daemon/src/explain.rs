@@ -8,6 +8,7 @@ use crate::status::{CgroupStatus, DecisionRecord, Snapshot};
 use memqos_cgroupfs::{name, MemoryEvents};
 use memqos_policy::size::human;
 use memqos_policy::{Config, ForeignKnobs, Knob, Knobs, Limit, Protect, Reason, StallAction};
+use memqos_schema::KnobFile;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -226,11 +227,11 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
     let mut c = c.clone();
     for d in decisions.iter().filter(|d| d.at_ms >= snap.now_ms) {
         let k = &mut c.knobs;
-        match (d.file.as_str(), d.value.parse::<Limit>()) {
-            ("memory.high", Ok(l)) => k.high = l,
-            ("memory.low", Ok(l)) => k.low = l,
-            ("memory.min", Ok(l)) => k.min = l,
-            ("cgroup.freeze", _) => k.frozen = d.value == "1",
+        match (d.knob(), d.value.parse::<Limit>()) {
+            (Some(KnobFile::MemoryHigh), Ok(l)) => k.high = l,
+            (Some(KnobFile::MemoryLow), Ok(l)) => k.low = l,
+            (Some(KnobFile::MemoryMin), Ok(l)) => k.min = l,
+            (Some(KnobFile::CgroupFreeze), _) => k.frozen = d.value == "1",
             _ => {}
         }
     }
@@ -267,15 +268,15 @@ fn reasons(
     let (k, o) = (&c.knobs, &c.original);
     let mut state = Vec::new();
     let mut release = Vec::new();
-    let last = |file: &str| decisions.iter().rev().find(|d| d.file == file);
+    let last = |knob: KnobFile| decisions.iter().rev().find(|d| d.knob() == Some(knob));
     let since = |d: &DecisionRecord| format!("{:.1} s ago", snap.now_ms.saturating_sub(d.at_ms) as f64 / 1000.0);
     if k.frozen && !o.frozen {
-        let by = last("cgroup.freeze").map(|d| (d.why.clone(), since(d)));
+        let by = last(KnobFile::CgroupFreeze).map(|d| (d.why.clone(), since(d)));
         state.push(match by {
             Some((why, ago)) => format!("frozen by memqos {ago}: {why}"),
             None => "frozen (cgroup.freeze = 1), originally not".into(),
         });
-        let cause = last("cgroup.freeze").and_then(|d| match &d.reason {
+        let cause = last(KnobFile::CgroupFreeze).and_then(|d| match &d.reason {
             Some(Reason::Stalled { by, .. }) => Some(by.clone()),
             _ => None,
         });
@@ -285,7 +286,7 @@ fn reasons(
         ));
     }
     if k.high < o.high {
-        let why = last("memory.high").map(|d| format!(" {}: {}", since(d), d.why)).unwrap_or_default();
+        let why = last(KnobFile::MemoryHigh).map(|d| format!(" {}: {}", since(d), d.why)).unwrap_or_default();
         state.push(format!(
             "throttled: memory.high {} (originally {}), lowered by memqos{why}",
             lim(k.high),
@@ -300,7 +301,9 @@ fn reasons(
             ),
             Some(_) | None => "; that time has passed, so it goes up at the next allowed write".into(),
         };
-        if let Some(Reason::Reservation { by, learned, .. }) = last("memory.high").and_then(|d| d.reason.as_ref()) {
+        if let Some(Reason::Reservation { by, learned, .. }) =
+            last(KnobFile::MemoryHigh).and_then(|d| d.reason.as_ref())
+        {
             let source = match learned {
                 Some(l) => format!(
                     "expected peak, learned from {} recorded lifetime(s) of its workload {:?} (largest peak {} + 10%; learn_peak, user.memqos.workload)",
@@ -331,7 +334,7 @@ fn reasons(
             ));
         }
     }
-    for (now, orig, file) in [(k.low, o.low, "memory.low"), (k.min, o.min, "memory.min")] {
+    for (now, orig, file) in [(k.low, o.low, KnobFile::MemoryLow), (k.min, o.min, KnobFile::MemoryMin)] {
         if now == orig {
             continue;
         }

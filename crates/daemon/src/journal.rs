@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const JOURNAL_FILE: &str = "journal.json";
+pub use memqos_schema::state::JOURNAL_FILE;
 
 /// A process, identified across pid reuse by its start time (field 22 of /proc/PID/stat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -298,11 +298,6 @@ impl Journal {
             self.pending.push(Record::Forget { key: key.clone() });
             self.forgotten.push(e);
         }
-    }
-
-    /// Whether `key`'s original is staged but not yet durable.
-    pub fn is_staged(&self, key: &Key) -> bool {
-        self.pending.iter().any(|r| matches!(r, Record::Set(e) if e.key() == *key))
     }
 
     /// Appends the staged records with one fsync (compacting when mostly dead lines).

@@ -552,7 +552,7 @@ fn run_loop(
             status_due = false;
             let adjusted = oom_adj.as_ref().map_or(0, |a| a.adjusted());
             let mut snap =
-                status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted);
+                status::snapshot(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted);
             snap.oom_kills_by_tier = oom.by_tier.clone();
             snap.recent_oom_kills = oom.recent.iter().cloned().collect();
             // status.json is for people: a full or read-only state_dir is said once (and its

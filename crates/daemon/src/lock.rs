@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub const LOCK_FILE: &str = "lock";
+pub use memqos_schema::state::LOCK_FILE;
 
 pub struct StateLock {
     file: std::fs::File,

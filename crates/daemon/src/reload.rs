@@ -18,7 +18,7 @@ use crate::journal::Journal;
 use anyhow::{bail, Result};
 use memqos_cgroupfs::Cgroup;
 use memqos_policy::{Config, Reason, TierIndex};
-use serde::{Deserialize, Serialize};
+use memqos_schema::KnobFile;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,15 +47,7 @@ pub(crate) fn take_request() -> bool {
     REQUESTED.swap(false, Ordering::SeqCst)
 }
 
-/// A cgroup whose tier changed with a reload.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TierMove {
-    pub cgroup: String,
-    /// Its tier under the old config.
-    pub from: Option<String>,
-    /// Under the new one (None: no longer managed).
-    pub to: Option<String>,
-}
+pub use memqos_schema::events::TierMove;
 
 /// Reads and validates the config at `path` as a replacement for `old`. `state_dir_fixed`:
 /// the command line overrides state_dir, so the file's value does not matter.
@@ -149,11 +141,10 @@ pub(crate) fn plan(
     (moved.into_values().collect(), restores)
 }
 
-/// The actuator takes `&'static str` file names: the knobs memqos journals.
+/// The actuator takes `&'static str` file names: the knobs memqos journals (cgroup.kill is
+/// never journaled: it cannot be undone).
 fn static_file(file: &str) -> Option<&'static str> {
-    const FILES: &[&str] =
-        &["memory.high", "memory.low", "memory.min", "cgroup.freeze", "cpu.weight", "oom_score_adj", "memory.max"];
-    FILES.iter().find(|f| **f == file).copied()
+    KnobFile::from_name(file).filter(|k| *k != KnobFile::CgroupKill).map(KnobFile::name)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use crate::bpf_source::{BpfSource, Crossing};
 use memqos_policy::SignalEvent;
+use memqos_schema::events::{BpfCounters, BpfHooks, BpfStats, BpfSummary};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -35,7 +36,7 @@ pub struct Signals {
     pub degraded: Vec<String>,
     bpf: Option<BpfSource>,
     /// The BPF source started: what it attached (logged once by the daemon).
-    pub bpf_started: Option<serde_json::Value>,
+    pub bpf_started: Option<BpfHooks>,
     /// Crossings drained by the last `wait`, for the log.
     pub bpf_crossings: Vec<Crossing>,
     /// Directory watches (IN_CREATE/IN_DELETE) on every cgroup of the managed tree: a new
@@ -358,11 +359,16 @@ impl Signals {
     }
 
     /// The BPF source's counters per watched cgroup and its global stats (None when off).
-    pub fn bpf_summary(&self) -> Option<serde_json::Value> {
+    pub fn bpf_summary(&self) -> Option<BpfSummary> {
         let b = self.bpf.as_ref()?;
-        let counters: serde_json::Map<String, serde_json::Value> =
-            b.counters().into_iter().map(|(id, c)| (id, serde_json::json!(c))).collect();
-        Some(serde_json::json!({"counters": counters, "stats": b.stats()}))
+        let counters = b
+            .counters()
+            .into_iter()
+            .map(|(id, c)| (id, BpfCounters { total: c.total.to_vec(), suppressed: c.suppressed }))
+            .collect();
+        let s = b.stats();
+        let stats = BpfStats { emitted: s.emitted, ring_full: s.ring_full, rate_limited: s.rate_limited };
+        Some(BpfSummary { counters, stats })
     }
 
     fn note(&mut self, msg: String) {

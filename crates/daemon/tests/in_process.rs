@@ -8,11 +8,10 @@ use memqos_daemon::events::{self, Event, Outcome};
 use memqos_daemon::journal::{Journal, JOURNAL_FILE};
 use memqos_daemon::lock::StateLock;
 use memqos_daemon::{beneath, status, Options};
+use memqos_policy::size::MIB;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-const MIB: u64 = 1 << 20;
 
 struct Fake {
     base: PathBuf,

@@ -6,11 +6,10 @@
 use memqos_daemon::control::{self, Reply, Request};
 use memqos_daemon::events::{self, Event};
 use memqos_daemon::{status, Options};
+use memqos_policy::size::MIB;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-const MIB: u64 = 1 << 20;
 
 fn write_cgroup(dir: &Path, current: u64, max: &str) {
     std::fs::create_dir_all(dir).unwrap();

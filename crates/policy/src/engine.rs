@@ -31,8 +31,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::config::{Config, ForeignKnobs, Protect, Tier};
-use crate::decision::{Action, Decision, Knob, Reason};
+use crate::config::{Config, ForeignKnobs, Tier};
+use crate::decision::{Action, Decision, Reason};
 use crate::obs::{CgroupObs, Observation, ParentObs};
 use crate::size::{Limit, PAGE};
 use escalate::Ladder;
@@ -232,41 +232,6 @@ impl Engine {
             }
         }
         decisions
-    }
-
-    /// The writes that put every knob memqos manages back to its original value, thaws
-    /// first, ignoring rate limits: for shutdown. A knob is managed if the cgroup's tier lets
-    /// memqos write it (`throttle`, `protect`, `freeze`) or this engine wrote it; others are
-    /// left alone even if they differ from the journal (an administrator may have changed
-    /// them). Based on the last observation plus the writes decided since. Kills cannot be
-    /// undone.
-    pub fn restore_all(&self) -> Vec<Decision> {
-        let mut thaws = Vec::new();
-        let mut rest = Vec::new();
-        for (id, s) in &self.cgroups {
-            let Some(tier) = self.cfg.tiers.get(s.tier) else {
-                continue;
-            };
-            let managed = |knob: Knob, by_tier: bool| by_tier || s.ever_wrote(knob);
-            let (o, c) = (&s.original, &s.current);
-            let restore = |list: &mut Vec<Decision>, action| {
-                list.push(Decision { cgroup: id.clone(), action, reason: Reason::Restore });
-            };
-            if c.frozen != o.frozen && managed(Knob::Freeze, tier.freeze) {
-                restore(&mut thaws, Action::Freeze(o.frozen));
-            }
-            if c.high != o.high && managed(Knob::High, tier.throttle) {
-                restore(&mut rest, Action::High(o.high));
-            }
-            if c.low != o.low && managed(Knob::Low, tier.protect == Protect::Low) {
-                restore(&mut rest, Action::Low(o.low));
-            }
-            if c.min != o.min && managed(Knob::Min, tier.protect == Protect::Min) {
-                restore(&mut rest, Action::Min(o.min));
-            }
-        }
-        thaws.extend(rest);
-        thaws
     }
 
     /// True when nothing needs the whole tree watched closely at `now_ms`: nothing memqos

@@ -42,7 +42,8 @@
 //! assert_eq!(decisions[0].action.file(), "memory.high");
 //! assert_eq!(decisions[1].action, Action::Low(Limit::Bytes(560 << 20)));
 //! // The daemon writes decisions[i].action.value() into decisions[i].action.file() and
-//! // logs serde_json::to_string(&decisions[i]); on shutdown it applies engine.restore_all().
+//! // logs serde_json::to_string(&decisions[i]); on shutdown it restores what it wrote from
+//! // its journal.
 //! ```
 
 pub mod config;

@@ -153,11 +153,6 @@ impl TextBackend {
         self.file_set = if on { FileSet::StatOnly } else { FileSet::All };
     }
 
-    /// Which files the snapshots read from now on.
-    pub fn set_file_set(&mut self, set: FileSet) {
-        self.file_set = set;
-    }
-
     pub fn root(&self) -> &Path {
         &self.root
     }

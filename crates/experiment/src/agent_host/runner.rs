@@ -18,6 +18,8 @@ use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_lab::daemon_process::DaemonProcess;
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
+use memqos_schema::events::{self, WriteEvent};
+use memqos_schema::state::JOURNAL_FILE;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -57,6 +59,9 @@ pub struct HostArmResult {
     pub daemon_cpu_s: Option<f64>,
     /// memqos arm: knob writes and stall actions the daemon logged.
     pub daemon_writes: Option<usize>,
+    /// Stall-bound relieves and kills carried out. The runs in docs/agent-host/runs were
+    /// counted by a matcher that never matched (0 whatever happened); they keep no event log
+    /// to count again, so their 0 means "not counted".
     pub daemon_stall_actions: Option<usize>,
     /// Whether cgroup2 was mounted with memory_recursiveprot (the runtime's memory.low
     /// protects it below its session only then).
@@ -319,17 +324,15 @@ fn run_host(
             Some(d) => {
                 let cpu = d.cpu_seconds();
                 let (status, log) = d.stop()?;
-                let journal_left = Path::new(STATE_DIR).join("journal.json").exists();
+                let journal_left = Path::new(STATE_DIR).join(JOURNAL_FILE).exists();
                 let cgs = parent.descendants().unwrap_or_default();
                 let clean = cgs.iter().all(|cg| {
                     cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(true)
                         && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(true)
                         && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(true)
                 });
-                let events: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-                let writes = events.iter().filter(|e| e["event"] == "write").count();
-                let stalls = events.iter().filter(|e| e["reason"] == "stall_bound" || e["event"] == "stall").count();
-                (Some(status.success() && !journal_left && clean), cpu, Some(writes), Some(stalls))
+                let DaemonActions { writes, stall_actions } = DaemonActions::count(&log);
+                (Some(status.success() && !journal_left && clean), cpu, Some(writes), Some(stall_actions))
             }
             None => (None, None, None, None),
         };
@@ -361,6 +364,23 @@ fn run_host(
     let r = result?;
     cleanup?;
     Ok(r)
+}
+
+/// What the daemon logged doing in one arm.
+#[derive(Debug, PartialEq)]
+struct DaemonActions {
+    /// Every `write` event.
+    writes: usize,
+    /// Stall-bound relieves and kills that were carried out ([`WriteEvent::is_stall_action`]).
+    stall_actions: usize,
+}
+
+impl DaemonActions {
+    fn count(log: &str) -> DaemonActions {
+        let lines = events::parse(log);
+        let writes: Vec<&WriteEvent> = events::writes(&lines).map(|(_, w)| w).collect();
+        DaemonActions { writes: writes.len(), stall_actions: writes.iter().filter(|w| w.is_stall_action()).count() }
+    }
 }
 
 /// `oom` of a cgroup's memory.events.local (0 if unreadable).
@@ -577,5 +597,36 @@ fn collect(r: Running, status: Option<i32>, exe: &Path, keep_latencies: bool) ->
         oom_kills,
         high_events: call["events"]["high"].as_u64().unwrap_or(0),
         explanation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An arm's log as the daemon writes it: a start, a cut for pressure, a stall-bound relieve
+    /// (memory.high raised), a stall-bound kill, a kill of a call that had already ended, and
+    /// a torn last line. Stall-bound writes carry `"reason":{"kind":"stall_bound",...}`.
+    const LOG: &str = r#"{"event":"started","pid":812,"cgroup_root":"/sys/fs/cgroup/memqos-agent-host","config":"/run/memqos-agent-host/state/memqos.toml","dry_run":false,"ts":1795599100.25}
+{"event":"write","cgroup":"s1/tool-low.901","cgroup_id":4101,"file":"memory.high","value":"209715200","previous":"max","outcome":"ok","reason":{"kind":"protected_pressure","by":"s0","trigger":{"kind":"psi_trigger"}},"why":"pressure in s0: PSI trigger fired","dry_run":false,"mono_ns":1000,"mono_done_ns":1100,"ts":1795599101.5}
+{"event":"write","cgroup":"s1/tool-low.901","cgroup_id":4101,"file":"memory.high","value":"362807296","previous":"209715200","outcome":"ok","reason":{"kind":"stall_bound","stalled_for_ms":10006,"bound_ms":10000,"usage_bytes":209715200,"high_bytes":209715200,"psi_full_avg10":92.0},"why":"no progress for 10006 ms (bound 10000 ms)","dry_run":false,"mono_ns":2000,"mono_done_ns":2100,"ts":1795599111.5}
+{"event":"write","cgroup":"s2/tool-low.902","cgroup_id":4102,"file":"cgroup.kill","value":"1","previous":null,"outcome":"ok","reason":{"kind":"stall_bound","stalled_for_ms":10012,"bound_ms":10000,"usage_bytes":402653184,"high_bytes":402653184,"psi_full_avg10":61.5},"why":"no progress for 10012 ms (bound 10000 ms)","dry_run":false,"mono_ns":5000,"mono_done_ns":5100,"ts":1795599120.5}
+{"event":"write","cgroup":"s3/tool-low.903","cgroup_id":4103,"file":"cgroup.kill","value":"1","previous":null,"outcome":"vanished","reason":{"kind":"stall_bound","stalled_for_ms":10001,"bound_ms":10000,"usage_bytes":104857600,"high_bytes":104857600,"psi_full_avg10":55.0},"why":"no progress for 10001 ms (bound 10000 ms)","dry_run":false,"mono_ns":6000,"mono_done_ns":6100,"ts":1795599121.5}
+{"event":"write","cgroup":"s3/tool-low.9"#;
+
+    #[test]
+    fn the_fixture_is_the_daemons_own_encoding() {
+        let complete: Vec<&str> = LOG.lines().filter(|l| l.ends_with('}')).collect();
+        let parsed = events::parse(LOG);
+        assert_eq!(parsed.len(), complete.len(), "every complete line is an event of the schema");
+        for (line, event) in complete.iter().zip(&parsed) {
+            assert_eq!(&serde_json::to_string(event).unwrap(), line);
+        }
+    }
+
+    #[test]
+    fn stall_bound_relieves_and_kills_that_happened_are_counted() {
+        assert_eq!(DaemonActions::count(LOG), DaemonActions { writes: 4, stall_actions: 2 });
+        assert_eq!(DaemonActions::count(""), DaemonActions { writes: 0, stall_actions: 0 });
     }
 }

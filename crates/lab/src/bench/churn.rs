@@ -369,7 +369,7 @@ fn remove_when_empty(cg: &Cgroup) -> Result<()> {
 
 fn percentiles(mut v: Vec<f64>, misses: usize) -> Delay {
     v.sort_by(f64::total_cmp);
-    let p = |q: f64| crate::bench::reaction::percentile(&v, q);
+    let p = |q: f64| memqos_replay::report::percentile(&v, q);
     Delay { n: v.len(), misses, p50_ms: p(50.0), p99_ms: p(99.0), max_ms: v.last().copied() }
 }
 

@@ -18,8 +18,7 @@ pub(crate) struct CgState {
     last_write: [Option<u64>; 5],
     /// Set while a freeze we wrote is in force: the stalling cgroup that caused it.
     pub frozen_by: Option<String>,
-    /// Originals and the values we believe are in force (observed, then our own writes), so
-    /// `restore_all` knows what to put back without another observation.
+    /// Originals and the values we believe are in force (observed, then our own writes).
     pub original: Knobs,
     pub current: Knobs,
     /// Seen with a process in it at least once (`CgroupObs::populated` not `Some(false)`):
