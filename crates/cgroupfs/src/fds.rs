@@ -29,6 +29,7 @@ static HELD_REACTION: AtomicU64 = AtomicU64::new(0);
 static BUDGET: OnceLock<u64> = OnceLock::new();
 
 /// The soft open-file limit now in force.
+#[allow(clippy::unnecessary_cast)] // rlim_t is u64 here, u32 on some 32-bit targets
 pub fn open_file_limit() -> u64 {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: valid out-pointer.

@@ -200,8 +200,8 @@ fn serve(listener: UnixListener, view: Arc<Mutex<View>>, access: Arc<Mutex<Acces
             let _ = s.write_all(&line);
         }
         // Closing with unread input would reset the connection before the client reads the
-        // reply (an oversized request): signal EOF, then discard a bounded rest.
-        drop(s);
+        // reply (an oversized request): signal EOF, then discard a bounded rest (only what
+        // arrives within DRAIN_TIME: a client still sending is cut off).
         let _ = stream.shutdown(std::net::Shutdown::Write);
         let mut s = crate::deadline::Exchange::new(&mut stream, DRAIN_TIME);
         let mut sink = [0u8; 4096];

@@ -94,26 +94,6 @@ impl StateLock {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_holder_at_a_time() {
-        let dir = std::env::temp_dir().join(format!("memqos-lock-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let held = StateLock::try_acquire(&dir, "memqos daemon").unwrap();
-        // flock locks belong to the open file description: a second open conflicts even in
-        // the same process, as another process's would.
-        let err = StateLock::try_acquire(&dir, "memqos restore").err().unwrap().to_string();
-        assert!(err.contains("memqos restore") && err.contains(&format!("pid {}", std::process::id())), "{err}");
-        assert!(StateLock::acquire_within(&dir, Duration::from_millis(50)).unwrap().is_none());
-        drop(held);
-        assert!(StateLock::acquire_within(&dir, Duration::from_millis(50)).unwrap().is_some());
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
-
 /// One daemon per cgroup root: an exclusive `flock` on the root directory itself, held for
 /// the daemon's life. Two daemons with different state directories on one tree would each
 /// journal the other's writes as "originals" and fight over every knob; the state lock
@@ -143,5 +123,25 @@ impl RootLock {
             return Err(err).with_context(|| format!("flock {}", cgroup_root.display()));
         }
         Ok(RootLock { _dir: dir })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_holder_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("memqos-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let held = StateLock::try_acquire(&dir, "memqos daemon").unwrap();
+        // flock locks belong to the open file description: a second open conflicts even in
+        // the same process, as another process's would.
+        let err = StateLock::try_acquire(&dir, "memqos restore").err().unwrap().to_string();
+        assert!(err.contains("memqos restore") && err.contains(&format!("pid {}", std::process::id())), "{err}");
+        assert!(StateLock::acquire_within(&dir, Duration::from_millis(50)).unwrap().is_none());
+        drop(held);
+        assert!(StateLock::acquire_within(&dir, Duration::from_millis(50)).unwrap().is_some());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -470,7 +470,7 @@ impl Sampler {
         if opened {
             self.backend_report = Some((self.snap.backend, why_not_bpf));
         }
-        let per_cgroup = memqos_stats::FileSet::Knobs.len() as u64;
+        let per_cgroup = memqos_stats::FileSet::Knobs.files_per_cgroup() as u64;
         let bulk = memqos_cgroupfs::fds::budget() / 2;
         let cgroups = self.snap.cgroups.len() as u64;
         if self.snap.backend == "text" && cgroups * per_cgroup > bulk && !self.budget_noted {

@@ -44,7 +44,7 @@ pub enum FileSet {
 
 impl FileSet {
     /// How many files of each cgroup a snapshot reads.
-    pub fn len(self) -> usize {
+    pub fn files_per_cgroup(self) -> usize {
         self.indices().len()
     }
 
