@@ -9,38 +9,16 @@
 //! 10,000 at 1,024, is `MEMQOS_FD_CGROUPS=10000 MEMQOS_FD_LIMIT=1024 cargo test --release -p
 //! memqos-daemon --test descriptors` (minutes: a fake tree of 130,000 files).
 
+mod common;
+
+use common::{write_cgroup, MIB};
 use memqos_daemon::events::{self, Event};
 use memqos_daemon::{status, Options};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const MIB: u64 = 1 << 20;
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a number")))
-}
-
-fn write_cgroup(dir: &Path, current: u64, max: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let files = [
-        ("cgroup.controllers", "memory cpu\n".to_string()),
-        ("cgroup.procs", String::new()),
-        ("cgroup.events", "populated 1\nfrozen 0\n".into()),
-        ("cgroup.freeze", "0\n".into()),
-        ("cpu.weight", "100\n".into()),
-        ("memory.current", format!("{current}\n")),
-        ("memory.max", format!("{max}\n")),
-        ("memory.high", "max\n".into()),
-        ("memory.low", "0\n".into()),
-        ("memory.min", "0\n".into()),
-        ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n".into()),
-        (
-            "memory.pressure",
-            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n".into(),
-        ),
-    ];
-    for (f, v) in files {
-        std::fs::write(dir.join(f), v).unwrap();
-    }
 }
 
 fn lower_open_file_limit(to: u64) {

@@ -3,46 +3,23 @@
 //! dry run; the state-directory lock. Fake trees prove the mechanisms, not isolation (that
 //! is the guest tests' job).
 
+mod common;
+
+use common::{poll, write_cgroup, MIB};
 use memqos_daemon::actuator::{Actuator, Request, Target};
 use memqos_daemon::events::{self, Event, Outcome};
 use memqos_daemon::journal::{Journal, JOURNAL_FILE};
 use memqos_daemon::lock::StateLock;
 use memqos_daemon::{beneath, status, Options};
-use memqos_policy::size::MIB;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Fake {
     base: PathBuf,
     root: PathBuf,
     state: PathBuf,
     config: PathBuf,
-}
-
-fn write_cgroup(dir: &Path, current: u64, max: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let files = [
-        ("cgroup.controllers", "memory cpu\n".to_string()),
-        ("cgroup.procs", String::new()),
-        ("cgroup.events", "populated 1\nfrozen 0\n".into()),
-        ("cgroup.freeze", "0\n".into()),
-        ("memory.current", format!("{current}\n")),
-        ("memory.peak", format!("{current}\n")),
-        ("memory.max", format!("{max}\n")),
-        ("memory.high", "max\n".into()),
-        ("memory.low", "0\n".into()),
-        ("memory.min", "0\n".into()),
-        ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n".into()),
-        (
-            "memory.pressure",
-            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n".into(),
-        ),
-        ("memory.stat", "anon 0\nfile 0\n".into()),
-    ];
-    for (f, v) in files {
-        std::fs::write(dir.join(f), v).unwrap();
-    }
 }
 
 /// A root with `parent_current` bytes used of 512M, a protected `high` and a throttleable
@@ -154,14 +131,6 @@ impl Fake {
 impl Drop for Fake {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.base);
-    }
-}
-
-fn poll(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
