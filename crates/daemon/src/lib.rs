@@ -466,6 +466,14 @@ fn run_loop(
         if !act.dry_run() {
             notes.extend(note_takeovers(act, &mut obs, &mut seen));
         }
+        // Managed until the last sample, unreadable now: not left throttled while unseen.
+        let dropped = std::mem::take(&mut sampler.dropped);
+        if !dropped.is_empty() {
+            let why = |cg: &str| format!("{cg}: no longer managed (see the degraded line): original put back");
+            let restores = reload::restores_of(act.journal(), &dropped, &why);
+            let wrote = act.apply(restores)?;
+            remember(&wrote, now_ms, &mut recent, control.as_ref());
+        }
         if cfg.learns_peaks() {
             learner.observe(cfg, root.path(), &mut obs, &sampler.workloads, epoch_s(), &mut |e| act.emit(e));
         }

@@ -53,6 +53,9 @@ pub struct Sampler {
     skipped: HashMap<u64, String>,
     /// The descriptor budget was found short of the tree (said once per run).
     budget_noted: bool,
+    /// Cgroups left out of this sample that the last one managed: memqos puts back what it
+    /// wrote to them rather than leave them throttled while it cannot see them.
+    pub dropped: Vec<u64>,
 }
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
@@ -289,6 +292,7 @@ impl Sampler {
             workloads: HashMap::new(),
             skipped: HashMap::new(),
             budget_noted: false,
+            dropped: Vec::new(),
         }
     }
 
@@ -587,6 +591,7 @@ impl Sampler {
         self.tiers.retain(|k, _| present.contains(k));
         self.skipped.retain(|k, _| present.contains(k));
         self.fast.retain(&alive);
+        self.dropped = self.skipped.keys().filter(|id| self.alive.contains(id)).copied().collect();
         self.alive = alive;
         self.last.clone_from(&cgroups);
         self.last_parent = parent.clone();

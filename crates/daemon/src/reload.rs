@@ -143,6 +143,25 @@ pub(crate) fn plan(
 
 /// The actuator takes `&'static str` file names: the knobs memqos journals (cgroup.kill is
 /// never journaled: it cannot be undone).
+/// Requests putting back every journaled knob of the cgroups `ids` (memqos stops managing
+/// them: they left their tier, or can no longer be read), thaws first.
+pub(crate) fn restores_of(journal: &Journal, ids: &[u64], why: &dyn Fn(&str) -> String) -> Vec<Request> {
+    let mut restores: Vec<Request> = journal
+        .entries()
+        .filter(|e| e.process.is_none() && ids.contains(&e.cgroup_id))
+        .filter_map(|e| {
+            let file = static_file(&e.file)?;
+            let target = Target::Cgroup { path: e.cgroup.clone(), id: e.cgroup_id };
+            let mut r = Request::new(target, file, e.original.clone(), why(&e.cgroup));
+            r.reason = Some(Reason::Restore);
+            r.restores = true;
+            Some(r)
+        })
+        .collect();
+    restores.sort_by_key(|r| r.file != "cgroup.freeze");
+    restores
+}
+
 fn static_file(file: &str) -> Option<&'static str> {
     KnobFile::from_name(file).filter(|k| *k != KnobFile::CgroupKill).map(KnobFile::name)
 }

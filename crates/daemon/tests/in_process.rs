@@ -508,6 +508,28 @@ fn a_knob_an_administrator_changes_after_memqos_wrote_it_is_left_to_them() {
 }
 
 #[test]
+fn a_throttled_cgroup_that_becomes_unreadable_gets_its_original_back_while_unseen() {
+    let f = fake("unreadable", 480 * MIB);
+    let opts = f.options(2.5, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("low1 throttled", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    // Its usage can no longer be read: memqos cannot see it, so it must not keep it capped.
+    std::fs::write(f.root.join("low1/memory.current"), "junk\n").unwrap();
+    poll("low1's original back while the daemon runs", Duration::from_secs(3), || {
+        f.knob("low1", "memory.high") == "max"
+    });
+    assert!(!daemon.is_finished());
+    daemon.join().unwrap().expect("daemon run");
+    let said = f.events();
+    assert!(
+        said.iter().any(
+            |e| matches!(e, Event::Degraded { message } if message.contains("low1") && message.contains("unreadable"))
+        ),
+        "{said:?}"
+    );
+}
+
+#[test]
 fn a_second_daemon_on_the_same_tree_is_refused_whatever_its_state_dir() {
     let f = fake("tworoots", 100 * MIB);
     let opts = f.options(1.5, false);
