@@ -15,3 +15,12 @@ pub mod units;
 
 pub use cgroup::{Cgroup, Error, Result};
 pub use parse::{Limit, MemoryEvents, Pressure, PressureLine};
+
+/// The one rule for "it is gone": ENOENT (the cgroup's directory or the process no longer
+/// exists), ENODEV (files of a cgroup being removed, read through an fd opened before) and
+/// ESRCH (a /proc/PID fd whose process exited). Not an error to report, a normal outcome.
+/// Callers that can tell a missing *file* of a live cgroup (no memory controller) check the
+/// directory before taking ENOENT as gone.
+pub fn vanished(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ESRCH))
+}

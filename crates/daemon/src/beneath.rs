@@ -63,9 +63,7 @@ impl std::fmt::Display for OpenError {
     }
 }
 
-fn is_vanished_errno(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ESRCH))
-}
+use memqos_cgroupfs::vanished as is_vanished_errno;
 
 fn cstr(s: &str) -> CString {
     CString::new(s).expect("checked: no NUL")

@@ -196,9 +196,7 @@ impl FastReader {
     }
 }
 
-fn vanished(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ESRCH))
-}
+use memqos_cgroupfs::vanished;
 
 #[cfg(test)]
 mod tests {

@@ -486,9 +486,9 @@ fn parse_limit(bytes: &[u8]) -> std::result::Result<Limit, ParseError> {
     }
 }
 
-/// ENODEV: the cgroup is being removed; ENOENT on the directory: it is gone.
+/// The cgroup is gone or going (`memqos_cgroupfs::vanished`, the one rule).
 fn is_gone(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENODEV) | Some(libc::ENOENT))
+    memqos_cgroupfs::vanished(e)
 }
 
 fn cgroup_err(cgroup: &Path, op: &'static str, file: &str, source: io::Error) -> Error {
