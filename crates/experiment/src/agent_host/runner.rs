@@ -480,8 +480,10 @@ struct Live {
     runtime_done: Option<ProcResult>,
     /// The running call: (index in the plan, attempt, process).
     call: Option<(usize, u32, Running)>,
-    /// The running call's cpu.weight is written (or there is none to write).
+    /// The running call's and the runtime's cpu.weight are written (or there is none to
+    /// write): `memqos run` makes their cgroups, so the runner writes once they exist.
     call_weighted: bool,
+    runtime_weighted: bool,
 }
 
 /// Runs every session as a closed loop ([`SessionLoop`]) until all have ended, and collects
@@ -533,6 +535,7 @@ fn drive(
             runtime_done: None,
             call: None,
             call_weighted: false,
+            runtime_weighted: false,
         })
         .collect();
     let mut parent_current = Vec::new();
@@ -558,12 +561,15 @@ fn drive(
                     if now >= starts[k] {
                         let _ = std::fs::remove_file(pause_file(&l.dir));
                         l.runtime = Some(spawn(opts, k, &l.dir, "runtime", "runtime", true)?);
-                        l.clock = Some(RuntimeClock { started: Instant::now(), paused_since: None, paused: Duration::ZERO });
-                        write_weight(&l.cgroup.child("runtime"), weight_of("runtime"));
+                        l.clock =
+                            Some(RuntimeClock { started: Instant::now(), paused_since: None, paused: Duration::ZERO });
                     } else {
                         busy = true;
                         continue;
                     }
+                }
+                if l.runtime.is_some() && !l.runtime_weighted {
+                    l.runtime_weighted = write_weight(&l.cgroup.child("runtime"), weight_of("runtime"));
                 }
                 // Reap first, so the loop hears of an end before it is asked what is next.
                 if let Some(r) = l.runtime.as_mut() {
@@ -594,9 +600,8 @@ fn drive(
                         let actions = l.plan_loop.call_ended(j, ok);
                         apply(opts, k, l, &mut calls[k], actions, t0)?;
                     } else if !l.call_weighted {
-                        let pid = r.child.id();
-                        let cg = l.cgroup.child(&format!("tool.{pid}"));
-                        l.call_weighted = weight_of("tool.0").is_none() || write_weight(&cg, weight_of("tool.0"));
+                        let cg = l.cgroup.child(&format!("tool.{}", r.child.id()));
+                        l.call_weighted = write_weight(&cg, weight_of("tool.0"));
                     }
                 }
                 let t = l.clock.as_ref().map_or(0.0, |c| c.trace_s(s.speed));

@@ -44,14 +44,19 @@ pub enum SessionFate {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Start call `call` (its `attempt`: 1, or 2 for the retry).
-    StartCall { call: usize, attempt: u32 },
+    StartCall {
+        call: usize,
+        attempt: u32,
+    },
     /// Pause the runtime's replay (its clock stands still).
     Pause,
     Resume,
     /// The session failed: stop its runtime (its agent gave up).
     StopRuntime,
     /// The runtime is gone: stop the call that was running for it.
-    StopCall { call: usize },
+    StopCall {
+        call: usize,
+    },
 }
 
 /// A call's place in the trace, seconds from the trace's first sample.
