@@ -455,8 +455,10 @@ fn start_daemon(s: &HostScenario, exe: &Path) -> Result<DaemonProcess> {
 
 type Drive = (f64, Vec<SessionResult>, Vec<(f64, u64)>);
 
-/// The runtime of one session while it runs: its process, and its clock (trace seconds,
-/// pauses excluded).
+/// A session runtime's clock (trace seconds, pauses excluded) as the runner keeps it. It
+/// starts at the spawn, so it runs ahead of the replay's own clock by the replay's start-up
+/// (`memqos run`, `memqos replay` and its worker starting), as the open-loop runner's
+/// call schedule did: calls start and pauses begin that much early in the runtime's trace.
 struct RuntimeClock {
     started: Instant,
     paused_since: Option<Instant>,
