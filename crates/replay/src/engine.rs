@@ -38,8 +38,10 @@ impl Default for EngineOptions {
     }
 }
 
-/// How often a paused (or pausable) replay looks at its pause file.
-const PAUSE_POLL: Duration = Duration::from_millis(5);
+/// How often a paused (or pausable) replay looks at its pause file: as often as the
+/// agent-host runner looks at its sessions. A step still runs when due (the last sleep before
+/// it is cut to fit); only a pause is seen up to this late.
+const PAUSE_POLL: Duration = Duration::from_millis(20);
 
 /// What the engine tells its caller while it runs.
 #[derive(Debug)]
