@@ -38,6 +38,8 @@ const WORK_DIR: &str = "/run/memqos-agent-host/work";
 const TICK: Duration = Duration::from_millis(20);
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 const DEADLINE: Duration = Duration::from_secs(600);
+/// The longest the runner waits for a runtime's replay worker before starting its clock.
+const RUNTIME_START_LIMIT: Duration = Duration::from_secs(2);
 
 /// One arm at one level of one run (or one session alone: arm "solo").
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -456,9 +458,10 @@ fn start_daemon(s: &HostScenario, exe: &Path) -> Result<DaemonProcess> {
 type Drive = (f64, Vec<SessionResult>, Vec<(f64, u64)>);
 
 /// A session runtime's clock (trace seconds, pauses excluded) as the runner keeps it. It
-/// starts at the spawn, so it runs ahead of the replay's own clock by the replay's start-up
-/// (`memqos run`, `memqos replay` and its worker starting), as the open-loop runner's
-/// call schedule did: calls start and pauses begin that much early in the runtime's trace.
+/// starts when the replay's worker appears in the runtime's cgroup (its second process after
+/// `memqos replay` itself), not at the spawn: `memqos run` and two execs of memqos take a few
+/// hundred ms under TCG, several seconds of trace at 25x, and calls would start that early in
+/// the runtime's trace. What is left is the worker's own start (reading its schedule).
 struct RuntimeClock {
     started: Instant,
     paused_since: Option<Instant>,
@@ -480,6 +483,7 @@ struct Live {
     runtime: Option<Running>,
     clock: Option<RuntimeClock>,
     runtime_done: Option<ProcResult>,
+    runtime_spawned: Option<Instant>,
     /// The running call: (index in the plan, attempt, process).
     call: Option<(usize, u32, Running)>,
     /// The running call's and the runtime's cpu.weight are written (or there is none to
@@ -535,6 +539,7 @@ fn drive(
             runtime: None,
             clock: None,
             runtime_done: None,
+            runtime_spawned: None,
             call: None,
             call_weighted: false,
             runtime_weighted: false,
@@ -563,11 +568,18 @@ fn drive(
                     if now >= starts[k] {
                         let _ = std::fs::remove_file(pause_file(&l.dir));
                         l.runtime = Some(spawn(opts, k, &l.dir, "runtime", "runtime", true)?);
-                        l.clock =
-                            Some(RuntimeClock { started: Instant::now(), paused_since: None, paused: Duration::ZERO });
+                        l.runtime_spawned = Some(Instant::now());
                     } else {
                         busy = true;
                         continue;
+                    }
+                }
+                if let (Some(_), None, Some(spawned)) = (&l.runtime, &l.clock, l.runtime_spawned) {
+                    let worker = l.cgroup.child("runtime").procs().is_ok_and(|p| p.len() >= 2);
+                    // Never wait forever on a proxy: after 2 s the clock starts regardless.
+                    if worker || spawned.elapsed() > RUNTIME_START_LIMIT {
+                        l.clock =
+                            Some(RuntimeClock { started: Instant::now(), paused_since: None, paused: Duration::ZERO });
                     }
                 }
                 if l.runtime.is_some() && !l.runtime_weighted {
@@ -606,9 +618,17 @@ fn drive(
                         l.call_weighted = write_weight(&cg, weight_of("tool.0"));
                     }
                 }
-                let t = l.clock.as_ref().map_or(0.0, |c| c.trace_s(s.speed));
-                let actions = l.plan_loop.tick(t);
-                apply(opts, k, l, &mut calls[k], actions, t0)?;
+                // Nothing is due before the runtime's clock starts; once the runtime has
+                // ended, the loop no longer reads the clock.
+                let t = match (&l.clock, &l.runtime) {
+                    (Some(c), _) => Some(c.trace_s(s.speed)),
+                    (None, Some(_)) => None,
+                    (None, None) => Some(0.0),
+                };
+                if let Some(t) = t {
+                    let actions = l.plan_loop.tick(t);
+                    apply(opts, k, l, &mut calls[k], actions, t0)?;
+                }
                 busy |= l.runtime.is_some() || l.call.is_some() || l.plan_loop.fate().is_none();
             }
             if !busy {
