@@ -311,6 +311,10 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
         s.set_levels(&["10,9,11".into(), "memqos=12,13".into()]).unwrap();
         assert_eq!(s.levels_of(HostPolicy::None), [9, 10, 11]);
         assert_eq!(s.levels_of(HostPolicy::Memqos), [12, 13]);
+        // The host hands the scenario to the guest as JSON: the per-arm levels go with it.
+        let back: HostScenario = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back.levels_of(HostPolicy::Memqos), [12, 13]);
+        assert_eq!(back.levels_of(HostPolicy::StaticPeak), [9, 10, 11]);
         for bad in ["oomd=3", "3,x", "0"] {
             let e = s.set_levels(&[bad.into()]).unwrap_err();
             assert!(e.contains(bad), "{bad}: {e}");
