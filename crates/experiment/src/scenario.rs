@@ -145,7 +145,7 @@ pub struct Scenario {
     #[serde(default)]
     pub oomd_config: Option<String>,
     /// oomd's `--interval` (seconds; `oomd_interval_s`, default 1: what the Debian package's
-    /// /etc/default/oomd and oomd's own unit pass, and the least oomd takes; its binary's
+    /// /etc/default/oomd passes to it, and the least oomd takes; its binary's
     /// default is 5).
     pub oomd_interval_s: u64,
     /// The systemd-oomd arm's settings (`[systemd_oomd]`).
@@ -477,7 +477,7 @@ impl Scenario {
             Policy::Oomd => {
                 let ruleset = self.oomd_config.as_deref().unwrap_or("");
                 format!(
-                    "oomd: --interval {} s (its binary's default 5 s; the Debian package and oomd's unit pass 1 s, the least it takes); the ruleset's {}",
+                    "oomd: --interval {} s (its binary's default 5 s; the Debian package's /etc/default/oomd passes 1 s, the least it takes); the ruleset's {}",
                     self.oomd_interval_s,
                     crate::oomd::durations(ruleset).unwrap_or_else(|e| format!("durations unreadable: {e}"))
                 )
@@ -485,7 +485,7 @@ impl Scenario {
             Policy::SystemdOomd => {
                 let st = self.systemd_oomd.as_ref().ok_or("no [systemd_oomd] settings")?;
                 format!(
-                    "systemd-oomd: ManagedOOMMemoryPressureLimit={}% for DefaultMemoryPressureDurationSec={} s on the low slice (systemd's defaults: 60%, 20 s in Debian's 252); it reads PSI once a second (fixed) and compares its avg10, a 10 s average the replay's speed does not shorten",
+                    "systemd-oomd: ManagedOOMMemoryPressureLimit={}% for DefaultMemoryPressureDurationSec={} s on the low slice (systemd's defaults: 60%, and 20 s from Debian 252's oomd.conf.d drop-in, 30 s compiled in); it reads PSI once a second (fixed) and compares its avg10, a 10 s average the replay's speed does not shorten",
                     st.memory_pressure_limit_percent, st.memory_pressure_duration_s
                 )
             }
