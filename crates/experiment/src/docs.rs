@@ -636,7 +636,14 @@ fn render_agent_density(root: &Path) -> Result<String> {
             Some(h) => format!("{lo}–{h}"),
             None => format!("≥ {lo} (the largest level run)"),
         };
-        let get = |arm: &str| h.density.iter().find(|d| d.kernel == k && d.arm == arm).map(|d| bracket(d.sessions));
+        // A summary that records each arm's own levels (per-arm `--levels`, `--refine`) gives
+        // the bracket itself; older ones ran every arm at the same levels.
+        let get = |arm: &str| {
+            h.density.iter().find(|d| d.kernel == k && d.arm == arm).map(|d| match d.levels_run.is_empty() {
+                true => bracket(d.sessions),
+                false => (d.sessions, d.lowest_lost.map(|l| l - 1)),
+            })
+        };
         let mut parts = Vec::new();
         for arm in ["memqos", "none", "static-peak"] {
             if let Some(b) = get(arm) {
@@ -1136,6 +1143,34 @@ mod tests {
 
     /// The docs' generated tables are what the committed summary gives: a hand edit of a
     /// table, or a summary rebuilt without `scripts/docs.sh`, fails here.
+    #[test]
+    fn agent_density_brackets_come_from_each_arms_own_levels_when_recorded() {
+        use crate::agent_host::summary::{Density, HostSummary};
+        let d = |arm: &str, sessions: usize, lowest_lost: Option<usize>, levels_run: Vec<usize>| Density {
+            kernel: "7.2.13+deb14-amd64".into(),
+            arm: arm.into(),
+            sessions,
+            highest_clean: Some(sessions),
+            lowest_lost,
+            levels_run,
+            admitted_by_limits: None,
+        };
+        // none refined to 10–11 (lost at 11), memqos held at 14, its largest level.
+        let h = HostSummary {
+            levels: Vec::new(),
+            density: vec![d("none", 10, Some(11), vec![9, 10, 11, 12]), d("memqos", 14, None, vec![12, 13, 14])],
+            targets: Vec::new(),
+            example_explanations: Default::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("docs/agent-host")).unwrap();
+        std::fs::write(dir.path().join("docs/agent-host/summary.json"), serde_json::to_string(&h).unwrap()).unwrap();
+        assert_eq!(
+            render_agent_density(dir.path()).unwrap(),
+            "- 7.2.13: density memqos ≥ 14 (the largest level run), none 10; memqos/none ≥ 14/10 = 1.40x.\n"
+        );
+    }
+
     #[test]
     fn docs_match_the_committed_data() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

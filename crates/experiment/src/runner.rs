@@ -75,6 +75,10 @@ pub struct ArmResult {
     /// before it was recorded have none; docs/experiments/builds.toml says their build).
     #[serde(default)]
     pub provenance: Option<crate::provenance::Provenance>,
+    /// How often the arm looked and how long it waited before acting, as run
+    /// ([`Scenario::timing`]). `None` in results from before it was recorded.
+    #[serde(default)]
+    pub timing: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -492,7 +496,7 @@ fn run_arm(
                 let parent_rel = PARENT.trim_start_matches("/sys/fs/cgroup/");
                 let ruleset = crate::oomd::render(template, parent_rel, parent_max);
                 crate::oomd::validate(&ruleset).map_err(|e| anyhow::anyhow!("oomd_config: {e}"))?;
-                Some(OomdProcess::start(&ruleset, Path::new(OOMD_DIR), parent_rel)?)
+                Some(OomdProcess::start(&ruleset, Path::new(OOMD_DIR), parent_rel, s.oomd_interval_s)?)
             }
             _ => None,
         };
@@ -566,6 +570,11 @@ fn run_arm(
                 p.kernel = kernel.to_string();
                 p
             }),
+            timing: match arm {
+                // A run is not thrown away for its description: an unreadable one says so.
+                Arm::Policy(p) => Some(s.timing(*p).unwrap_or_else(|e| format!("{p}: intervals unreadable: {e}"))),
+                Arm::Solo(_) => None,
+            },
         })
     })();
     let cleanup = match systemd {

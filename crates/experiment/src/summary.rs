@@ -140,6 +140,10 @@ pub struct GroupSummary {
     /// fills in what `builds.toml` beside the runs says, else `None`.
     #[serde(default)]
     pub build: Option<String>,
+    /// Each arm's intervals as its runs recorded them ([`crate::scenario::Scenario::timing`]),
+    /// by arm; "mixed: ..." where runs differ. Empty for runs from before they were recorded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timing: BTreeMap<String, String>,
 }
 
 /// Reads every `*.json` under `dir` that is an arm result.
@@ -390,6 +394,18 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             1 => Some(builds.remove(0)),
             _ => Some(format!("mixed: {}", builds.join(", "))),
         };
+        let mut timing: BTreeMap<String, String> = BTreeMap::new();
+        for r in rs.iter() {
+            if let Some(t) = &r.timing {
+                match timing.get_mut(&r.arm) {
+                    Some(seen) if seen != t && !seen.starts_with("mixed: ") => *seen = format!("mixed: {seen} / {t}"),
+                    Some(_) => {}
+                    None => {
+                        timing.insert(r.arm.clone(), t.clone());
+                    }
+                }
+            }
+        }
         let first = rs[0];
         let concurrent_peak_mb =
             rs.iter().find(|r| !r.arm.starts_with("solo:")).and_then(|r| bounds.concurrent_peak(r)).map(|b| b >> 20);
@@ -414,6 +430,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             concurrent_peak_mb,
             outcome_flips,
             build,
+            timing,
         });
     }
     out
@@ -701,6 +718,13 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
             g.traces.join(", "),
             g.build.as_deref().unwrap_or("not recorded"),
         );
+        if !g.timing.is_empty() {
+            let _ = writeln!(s, "Each arm's intervals, as its runs recorded them:\n");
+            for t in g.timing.values() {
+                let _ = writeln!(s, "- {t}");
+            }
+            let _ = writeln!(s);
+        }
         let _ = writeln!(
             s,
             "| arm | runs | runs w/ OOM kill | high time s | high/solo | high P50 ms | high P95 ms | P95/solo | P95/none | lows finished | low time s | low/none | low/high | parent peak MiB | daemon writes | daemon CPU % |"
@@ -934,6 +958,7 @@ mod tests {
             swap_mb: None,
             zswap: false,
             provenance: None,
+            timing: None,
         }
     }
 
@@ -1098,7 +1123,18 @@ mod tests {
         assert!(met("vs oomd: high completion"));
         assert!(met("vs oomd: high P95"));
         assert!(met("vs oomd: every low task finishes"));
-        assert!(render_markdown(&g, &v, &[]).contains("| oomd | 3 | 3 (3 by oomd) |"));
+        let md = render_markdown(&g, &v, &[]);
+        assert!(md.contains("| oomd | 3 | 3 (3 by oomd) |"));
+        assert!(!md.contains("intervals"), "runs that recorded no intervals get no line");
+        // An arm's recorded intervals get a line each in its group; runs that differ say so.
+        for r in rs.iter_mut() {
+            r.timing = Some(format!("{}: every {} s", r.arm, if r.arm == "oomd" && r.run == 3 { 5 } else { 1 }));
+        }
+        let g = summarize(&rs);
+        assert_eq!(g[0].timing["memqos"], "memqos: every 1 s");
+        assert_eq!(g[0].timing["oomd"], "mixed: oomd: every 1 s / oomd: every 5 s");
+        let md = render_markdown(&g, &v, &[]);
+        assert!(md.contains("intervals, as its runs recorded them:\n\n- memqos: every 1 s\n- mixed: oomd"), "{md}");
         // memqos slower than oomd's whole interval misses the completion target.
         for r in rs.iter_mut().filter(|r| r.arm == "memqos") {
             r.tasks[0].wall_s = 3.0;
