@@ -512,7 +512,12 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+        // Each differential case writes and reads a fake tree: few cases unless a long run
+        // (scripts/fuzz-long.sh) asks for more with PROPTEST_CASES.
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: if std::env::var_os("PROPTEST_CASES").is_some() { proptest::prelude::ProptestConfig::default().cases } else { 48 },
+            ..Default::default()
+        })]
 
         /// Differential: a BPF record decodes to exactly what the text backend reads from the
         /// files a kernel with those counters prints (units, "max", PSI rounding, sums).
