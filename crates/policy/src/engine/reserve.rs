@@ -84,11 +84,11 @@ pub(crate) fn find<'a>(ctx: &Ctx<'a>) -> Option<Reservation<'a>> {
     if members.is_empty() {
         return None;
     }
-    let held: u64 = members.iter().map(|c| c.usage_bytes).sum();
+    let held: u64 = members.iter().map(|c| c.usage_bytes).fold(0, u64::saturating_add);
     let others = ctx.parent.usage_bytes.saturating_sub(held);
     let line = limit.saturating_sub(ctx.cfg.policy.headroom_guard);
     let budget = line.saturating_sub(others.saturating_add(protected_regrowth(ctx)));
-    let declared = declaring.iter().map(|(_, d)| d).sum();
+    let declared = declaring.iter().map(|(_, d)| *d).fold(0, u64::saturating_add);
     Some(Reservation { by, declared, budget, members })
 }
 
@@ -123,7 +123,7 @@ pub(crate) fn plan(ctx: &Ctx, r: &Reservation, pressed: bool, plan: &mut Plan) {
 /// Each member's share of `budget`, page aligned, never below `floor`: its usage plus an
 /// equal part of what is free, or its usage less a part of the excess in proportion to usage.
 pub(crate) fn shares(budget: u64, usage: &[u64], floor: u64) -> Vec<u64> {
-    let held: u64 = usage.iter().sum();
+    let held: u64 = usage.iter().fold(0, |a, &u| a.saturating_add(u));
     if usage.is_empty() {
         return Vec::new();
     }
@@ -132,7 +132,7 @@ pub(crate) fn shares(budget: u64, usage: &[u64], floor: u64) -> Vec<u64> {
         return usage.iter().map(|u| page_down(u + each).max(floor)).collect();
     }
     let room: Vec<u64> = usage.iter().map(|u| u.saturating_sub(floor)).collect();
-    let take = (held - budget).min(room.iter().sum());
+    let take = (held - budget).min(room.iter().fold(0, |a, &r| a.saturating_add(r)));
     let cuts = super::throttle::water_fill(take, usage, &room);
     usage.iter().zip(cuts).map(|(u, cut)| page_down(u - cut).max(floor)).collect()
 }
