@@ -102,13 +102,22 @@ pub enum ParseError {
     Empty { expected: &'static str },
 }
 
+/// Decimal digits only, as the kernel prints counters: `str::parse` would also take a
+/// leading `+`, which the byte-level parsers of the hot paths (stats) do not.
+fn digits(t: &str) -> Option<u64> {
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse().ok()
+}
+
 /// Parses a single number, e.g. memory.current.
 pub fn parse_u64(text: &str) -> Result<u64, ParseError> {
     let t = text.trim();
     if t.is_empty() {
         return Err(ParseError::Empty { expected: "a number" });
     }
-    t.parse().map_err(|_| ParseError::Unexpected { line: 1, expected: "a number", found: t.into() })
+    digits(t).ok_or_else(|| ParseError::Unexpected { line: 1, expected: "a number", found: t.into() })
 }
 
 /// Parses memory.{high,max,low,min}: a byte count or `max`.
@@ -117,7 +126,7 @@ pub fn parse_limit(text: &str) -> Result<Limit, ParseError> {
     match t {
         "" => Err(ParseError::Empty { expected: "a byte count or \"max\"" }),
         "max" => Ok(Limit::Max),
-        _ => t.parse().map(Limit::Bytes).map_err(|_| ParseError::Unexpected {
+        _ => digits(t).map(Limit::Bytes).ok_or_else(|| ParseError::Unexpected {
             line: 1,
             expected: "a byte count or \"max\"",
             found: t.into(),
@@ -194,7 +203,7 @@ fn parse_kv_line(line: &str, line_no: usize) -> Result<(&str, u64), ParseError> 
     let (Some(key), Some(val), None) = (it.next(), it.next(), it.next()) else {
         return Err(ParseError::Unexpected { line: line_no, expected: "\"key value\"", found: line.into() });
     };
-    let val = val.parse().map_err(|_| ParseError::Unexpected {
+    let val = digits(val).ok_or_else(|| ParseError::Unexpected {
         line: line_no,
         expected: "an unsigned number after the key",
         found: line.into(),
@@ -330,6 +339,8 @@ mod tests {
         assert_eq!(Limit::Max.to_string(), "max");
         assert!(matches!(parse_limit(""), Err(ParseError::Empty { .. })));
         assert!(matches!(parse_limit("-1"), Err(ParseError::Unexpected { .. })));
+        // Found by the stats differential: "+0" was a number here and not in the stats parser.
+        assert!(parse_limit("+0").is_err() && parse_u64("+0").is_err() && parse_flat_keyed("a +1\n").is_err());
         assert!(Limit::Bytes(u64::MAX - 1) < Limit::Max);
         assert_eq!("max\n".parse::<Limit>(), Ok(Limit::Max));
     }

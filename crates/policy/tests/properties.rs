@@ -204,11 +204,13 @@ fn check(cfg: &Config, obs: &Observation, decisions: &[Decision], fast: bool) ->
 
 /// Runs `ticks` (each: clock step, parent, cgroups, fast or periodic) through one engine,
 /// applying each tick's writes to the next tick's current knobs as a kernel would.
+/// Returns the decisions made, for [`the_generated_ticks_reach_every_kind_of_decision`].
 fn drive(
     policy: &str,
     start_ms: u64,
     ticks: Vec<(u64, ParentObs, Vec<(usize, CgroupObs)>, bool)>,
-) -> Result<(), TestCaseError> {
+) -> Result<Vec<Decision>, TestCaseError> {
+    let mut all = Vec::new();
     let cfg = Config::from_str(&format!("cgroup_root = \"/sys/fs/cgroup/p\"\n{TIERS}\n[policy]\n{policy}"), "p.toml")
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let mut engine = Engine::new(cfg.clone());
@@ -239,6 +241,7 @@ fn drive(
         check(&cfg, &obs, &decisions, fast)?;
         for d in decisions {
             written.insert((d.cgroup.clone(), d.knob()), d.action);
+            all.push(d);
         }
         let _ = engine.status();
         let _ = engine.is_calm(now);
@@ -255,7 +258,7 @@ fn drive(
         };
         prop_assert!(owner, "restore of a knob the tier does not own: {}", d);
     }
-    Ok(())
+    Ok(all)
 }
 
 fn ticks(slots: usize, cgroups: usize, n: usize) -> impl Strategy<Value = Vec<(u64, ParentObs, Vec<(usize, CgroupObs)>, bool)>> {
@@ -287,6 +290,28 @@ proptest! {
     ) {
         drive(&policy, start, ticks)?;
     }
+}
+
+/// The invariants above are only worth something if the generated observations make the
+/// engine decide: every kind of write shows up within a few hundred generated runs.
+#[test]
+fn the_generated_ticks_reach_every_kind_of_decision() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = (policy(), Just(0u64), ticks(24, 24, 12));
+    let mut seen = HashSet::new();
+    let mut cuts = 0;
+    for _ in 0..400 {
+        let (policy, start, ticks) = strategy.new_tree(&mut runner).unwrap().current();
+        for d in drive(&policy, start, ticks).unwrap() {
+            seen.insert(std::mem::discriminant(&d.action));
+            cuts += usize::from(matches!(d.action, Action::High(Limit::Bytes(_))));
+        }
+    }
+    for a in [Action::High(Limit::Max), Action::Low(Limit::Max), Action::Min(Limit::Max), Action::Freeze(true), Action::Kill] {
+        assert!(seen.contains(&std::mem::discriminant(&a)), "no {a:?} decision in 400 generated runs");
+    }
+    assert!(cuts > 0, "no memory.high cut in 400 generated runs");
 }
 
 proptest! {
