@@ -313,7 +313,10 @@ fn join_retrying<T>(
                 if shared && tries < 10 && matches!(source.raw_os_error(), Some(libc::ENODEV | libc::ENOENT)) =>
             {
                 tries += 1;
-                recreate().map_err(|e| SpawnError::Join { cgroup: cgroup.clone(), source: std::io::Error::other(e.to_string()) })?;
+                recreate().map_err(|e| SpawnError::Join {
+                    cgroup: cgroup.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
             }
             r => return r,
         }

@@ -53,7 +53,15 @@ fn entry() -> impl Strategy<Value = Entry> {
     (
         "[a-z]{1,6}(/[a-z0-9._-]{1,8}){0,3}",
         any::<u64>(),
-        prop::sample::select(vec!["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight", "oom_score_adj"]),
+        prop::sample::select(vec![
+            "memory.high",
+            "memory.low",
+            "memory.min",
+            "memory.max",
+            "cgroup.freeze",
+            "cpu.weight",
+            "oom_score_adj",
+        ]),
         prop_oneof![Just("max".to_owned()), any::<u64>().prop_map(|v| v.to_string()), any::<String>()],
         prop::option::of((any::<u32>(), any::<u64>())),
     )

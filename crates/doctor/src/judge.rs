@@ -375,7 +375,8 @@ fn privilege_findings(p: &crate::privileges::Privileges, f: &mut Vec<Finding>) {
                 severity: if n < FEW_CGROUPS { Severity::Degraded } else { Severity::Note },
                 topic: "open-file limit",
                 message,
-                advice: (n < FEW_CGROUPS).then(|| "raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) for many cgroups".into()),
+                advice: (n < FEW_CGROUPS)
+                    .then(|| "raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) for many cgroups".into()),
             });
         }
         (Err(e), _) => f.push(Finding {
@@ -397,7 +398,9 @@ fn privilege_findings(p: &crate::privileges::Privileges, f: &mut Vec<Finding>) {
                     root.display(),
                     why(o)
                 ),
-                advice: Some("mount the cgroup tree read-write for the daemon, or set cgroup_root to a delegated subtree".into()),
+                advice: Some(
+                    "mount the cgroup tree read-write for the daemon, or set cgroup_root to a delegated subtree".into(),
+                ),
             }
         } else {
             Finding {

@@ -46,7 +46,10 @@ pub trait Prober {
 pub enum Outcome {
     Allowed,
     /// Refused with this errno (EPERM, EACCES, EINVAL, EROFS, ...): `error` is its text.
-    Refused { errno: Option<i32>, error: String },
+    Refused {
+        errno: Option<i32>,
+        error: String,
+    },
 }
 
 impl Outcome {
@@ -148,7 +151,12 @@ impl Prober for Host {
         };
         // SAFETY: attr points at valid memory of the size given; the result is an fd or -1.
         let fd = unsafe {
-            libc::syscall(libc::SYS_bpf, 5 /* BPF_PROG_LOAD */, &attr as *const ProgLoad, std::mem::size_of::<ProgLoad>())
+            libc::syscall(
+                libc::SYS_bpf,
+                5, /* BPF_PROG_LOAD */
+                &attr as *const ProgLoad,
+                std::mem::size_of::<ProgLoad>(),
+            )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
@@ -173,6 +181,7 @@ impl Prober for Host {
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
             return Err(io::Error::last_os_error());
         }
+        #[allow(clippy::unnecessary_cast)] // rlim_t is u64 on glibc and musl x86_64, not everywhere.
         let v = |x: libc::rlim_t| if x == libc::RLIM_INFINITY { u64::MAX } else { x as u64 };
         Ok((v(l.rlim_cur), v(l.rlim_max)))
     }

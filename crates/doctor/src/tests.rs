@@ -387,7 +387,11 @@ fn a_container_without_capabilities_names_each_fallback() {
     let find = |topic: &str| r.findings.iter().find(|f| f.topic == topic).unwrap_or_else(|| panic!("no {topic}"));
     let bpf = find("BPF");
     assert_eq!(bpf.severity, Severity::Degraded);
-    assert!(bpf.message.starts_with("BPF refused") && bpf.message.contains("falls back to PSI/text stats"), "{}", bpf.message);
+    assert!(
+        bpf.message.starts_with("BPF refused") && bpf.message.contains("falls back to PSI/text stats"),
+        "{}",
+        bpf.message
+    );
     let psi = find("PSI triggers");
     assert!(
         psi.message.contains("shorter than 2000 ms refused")

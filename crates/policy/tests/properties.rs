@@ -64,8 +64,13 @@ fn limit() -> impl Strategy<Value = Limit> {
 }
 
 fn knobs() -> impl Strategy<Value = Knobs> {
-    (limit(), limit(), limit(), limit(), any::<bool>())
-        .prop_map(|(high, max, low, min, frozen)| Knobs { high, max, low, min, frozen })
+    (limit(), limit(), limit(), limit(), any::<bool>()).prop_map(|(high, max, low, min, frozen)| Knobs {
+        high,
+        max,
+        low,
+        min,
+        frozen,
+    })
 }
 
 fn events() -> impl Strategy<Value = MemoryEvents> {
@@ -167,6 +172,9 @@ fn place(slot: usize, mut c: CgroupObs, tiers: usize) -> CgroupObs {
     c
 }
 
+/// One generated tick: clock step, parent, cgroups by slot, fast path or periodic.
+type Tick = (u64, ParentObs, Vec<(usize, CgroupObs)>, bool);
+
 /// Checks one tick's decisions against the observation it answered.
 fn check(cfg: &Config, obs: &Observation, decisions: &[Decision], fast: bool) -> Result<(), TestCaseError> {
     let floor = cfg.policy.min_high.div_ceil(memqos_policy::size::PAGE).saturating_mul(memqos_policy::size::PAGE);
@@ -205,11 +213,7 @@ fn check(cfg: &Config, obs: &Observation, decisions: &[Decision], fast: bool) ->
 /// Runs `ticks` (each: clock step, parent, cgroups, fast or periodic) through one engine,
 /// applying each tick's writes to the next tick's current knobs as a kernel would.
 /// Returns the decisions made, for [`the_generated_ticks_reach_every_kind_of_decision`].
-fn drive(
-    policy: &str,
-    start_ms: u64,
-    ticks: Vec<(u64, ParentObs, Vec<(usize, CgroupObs)>, bool)>,
-) -> Result<Vec<Decision>, TestCaseError> {
+fn drive(policy: &str, start_ms: u64, ticks: Vec<Tick>) -> Result<Vec<Decision>, TestCaseError> {
     let mut all = Vec::new();
     let cfg = Config::from_str(&format!("cgroup_root = \"/sys/fs/cgroup/p\"\n{TIERS}\n[policy]\n{policy}"), "p.toml")
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -261,7 +265,7 @@ fn drive(
     Ok(all)
 }
 
-fn ticks(slots: usize, cgroups: usize, n: usize) -> impl Strategy<Value = Vec<(u64, ParentObs, Vec<(usize, CgroupObs)>, bool)>> {
+fn ticks(slots: usize, cgroups: usize, n: usize) -> impl Strategy<Value = Vec<Tick>> {
     prop::collection::vec(
         (
             prop_oneof![3 => 0u64..2_000, 1 => any::<u64>()],
@@ -308,7 +312,9 @@ fn the_generated_ticks_reach_every_kind_of_decision() {
             cuts += usize::from(matches!(d.action, Action::High(Limit::Bytes(_))));
         }
     }
-    for a in [Action::High(Limit::Max), Action::Low(Limit::Max), Action::Min(Limit::Max), Action::Freeze(true), Action::Kill] {
+    for a in
+        [Action::High(Limit::Max), Action::Low(Limit::Max), Action::Min(Limit::Max), Action::Freeze(true), Action::Kill]
+    {
         assert!(seen.contains(&std::mem::discriminant(&a)), "no {a:?} decision in 400 generated runs");
     }
     assert!(cuts > 0, "no memory.high cut in 400 generated runs");

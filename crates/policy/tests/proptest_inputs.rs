@@ -31,7 +31,8 @@ const SUFFIXES: [(&str, u32); 17] = [
 
 /// The shipped configs, as seeds for mutation: most random text is not TOML at all and would
 /// only exercise the TOML lexer.
-const SEEDS: [&str; 2] = [include_str!("../../../configs/systemd.toml"), include_str!("../../../configs/kubernetes.toml")];
+const SEEDS: [&str; 2] =
+    [include_str!("../../../configs/systemd.toml"), include_str!("../../../configs/kubernetes.toml")];
 
 /// A token that is likely to matter to the config's validator.
 fn config_token() -> impl Strategy<Value = String> {
@@ -73,7 +74,10 @@ fn config_token() -> impl Strategy<Value = String> {
 
 /// A shipped config with a few spans replaced by tokens.
 fn mutated_config() -> impl Strategy<Value = String> {
-    (prop::sample::select(SEEDS.to_vec()), prop::collection::vec((any::<prop::sample::Index>(), 0usize..40, config_token()), 1..6))
+    (
+        prop::sample::select(SEEDS.to_vec()),
+        prop::collection::vec((any::<prop::sample::Index>(), 0usize..40, config_token()), 1..6),
+    )
         .prop_map(|(seed, edits)| {
             let mut text = seed.to_owned();
             for (at, len, token) in edits {
@@ -93,7 +97,10 @@ fn mutated_config() -> impl Strategy<Value = String> {
 
 /// The reference for a workload key, from its documentation.
 fn workload_key_ok(k: &str) -> bool {
-    !k.is_empty() && k.len() <= memqos_policy::obs::MAX_WORKLOAD_KEY && !k.chars().any(char::is_control) && k.trim() == k
+    !k.is_empty()
+        && k.len() <= memqos_policy::obs::MAX_WORKLOAD_KEY
+        && !k.chars().any(char::is_control)
+        && k.trim() == k
 }
 
 proptest! {

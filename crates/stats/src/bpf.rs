@@ -306,8 +306,13 @@ impl Decoder {
         // Page counters stay below PAGE_COUNTER_MAX, so these products fit; saturating keeps a
         // corrupt record from panicking (debug) or wrapping to a small number (release).
         out.peak = Some(rec.watermark.saturating_mul(self.page_size));
-        let limit =
-            |pages: u64| if pages >= self.counter_max { Limit::Max } else { Limit::Bytes(pages.saturating_mul(self.page_size)) };
+        let limit = |pages: u64| {
+            if pages >= self.counter_max {
+                Limit::Max
+            } else {
+                Limit::Bytes(pages.saturating_mul(self.page_size))
+            }
+        };
         out.max = Some(limit(rec.max));
         out.high = Some(limit(rec.high));
         out.low = Some(limit(rec.low));
