@@ -435,3 +435,14 @@ fn own_cgroup_line() {
     assert_eq!(privileges::own_cgroup("12:memory:/x\n0::/user.slice/a.scope\n"), Some("/user.slice/a.scope"));
     assert_eq!(privileges::own_cgroup("1:name=systemd:/\n"), None);
 }
+
+#[test]
+fn this_machines_nofile_and_bpf_probes_answer() {
+    use privileges::Prober;
+    // Harmless on any host: getrlimit, and a two-instruction socket filter loaded and closed.
+    let (soft, hard) = privileges::Host.nofile().unwrap();
+    assert!(soft <= hard && soft > 0, "soft {soft} hard {hard}");
+    if let Err(e) = privileges::Host.bpf_load() {
+        assert!(e.raw_os_error().is_some(), "a refused load is an errno: {e}");
+    }
+}
