@@ -113,7 +113,8 @@ fn digits(t: &str) -> Option<u64> {
 
 /// Parses a single number, e.g. memory.current.
 pub fn parse_u64(text: &str) -> Result<u64, ParseError> {
-    let t = text.trim();
+    // ASCII white space only, as everywhere in these formats (a U+00A0 is not the kernel's).
+    let t = text.trim_ascii();
     if t.is_empty() {
         return Err(ParseError::Empty { expected: "a number" });
     }
@@ -122,7 +123,7 @@ pub fn parse_u64(text: &str) -> Result<u64, ParseError> {
 
 /// Parses memory.{high,max,low,min}: a byte count or `max`.
 pub fn parse_limit(text: &str) -> Result<Limit, ParseError> {
-    let t = text.trim();
+    let t = text.trim_ascii();
     match t {
         "" => Err(ParseError::Empty { expected: "a byte count or \"max\"" }),
         "max" => Ok(Limit::Max),
@@ -320,9 +321,13 @@ pub fn parse_controllers(text: &str) -> Vec<&str> {
 pub fn parse_pids(text: &str) -> Result<Vec<u32>, ParseError> {
     text.lines()
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
+        .filter(|(_, l)| !l.trim_ascii().is_empty())
         .map(|(i, l)| {
-            l.trim().parse().map_err(|_| ParseError::Unexpected { line: i + 1, expected: "a pid", found: l.into() })
+            digits(l.trim_ascii()).and_then(|v| u32::try_from(v).ok()).ok_or_else(|| ParseError::Unexpected {
+                line: i + 1,
+                expected: "a pid",
+                found: l.into(),
+            })
         })
         .collect()
 }
@@ -341,6 +346,8 @@ mod tests {
         assert!(matches!(parse_limit("-1"), Err(ParseError::Unexpected { .. })));
         // Found by the stats differential: "+0" was a number here and not in the stats parser.
         assert!(parse_limit("+0").is_err() && parse_u64("+0").is_err() && parse_flat_keyed("a +1\n").is_err());
+        // And "\u{a0}0": only ASCII white space is trimmed, as in the stats parser.
+        assert!(parse_limit("\u{a0}0").is_err() && parse_u64("\u{a0}0").is_err());
         assert!(Limit::Bytes(u64::MAX - 1) < Limit::Max);
         assert_eq!("max\n".parse::<Limit>(), Ok(Limit::Max));
     }

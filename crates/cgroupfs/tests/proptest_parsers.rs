@@ -23,7 +23,7 @@ fn cgroupish() -> impl Strategy<Value = String> {
             4 => "[+-]?[0-9]{1,21}",
             2 => Just(" ".to_owned()),
             2 => Just("\n".to_owned()),
-            1 => prop::sample::select(vec!["\t", "\r", "\x0b", "\x0c", "=", "max", "some", "full", "avg10=", "total="])
+            1 => prop::sample::select(vec!["\t", "\r", "\x0b", "\x0c", "\u{a0}", "=", "max", "some", "full", "avg10=", "total="])
                 .prop_map(str::to_owned),
             1 => any::<String>(),
         ],
@@ -67,7 +67,7 @@ fn limit() -> impl Strategy<Value = Limit> {
 proptest! {
     #[test]
     fn proptest_single_values_agree_with_std(text in cgroupish()) {
-        let t = text.trim();
+        let t = text.trim_ascii();
         // Digits only: the kernel prints no sign (str::parse would take a leading '+').
         let reference = if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) { None } else { t.parse::<u64>().ok() };
         prop_assert_eq!(parse_u64(&text).ok(), reference);
@@ -196,7 +196,8 @@ proptest! {
         let joined = names.join(&sep);
         prop_assert_eq!(parse_controllers(&joined), names.iter().map(String::as_str).collect::<Vec<_>>());
         // Any text: a clean result, and Ok only if every non-blank line is a pid.
-        let ok = junk.lines().all(|l| l.trim().is_empty() || l.trim().parse::<u32>().is_ok());
+        let pid = |l: &str| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) && l.parse::<u32>().is_ok();
+        let ok = junk.lines().all(|l| l.trim_ascii().is_empty() || pid(l.trim_ascii()));
         prop_assert_eq!(parse_pids(&junk).is_ok(), ok);
         prop_assert!(parse_controllers(&junk).iter().all(|c| !c.is_empty()));
     }
