@@ -82,7 +82,8 @@ pub fn parse_record(record: &str) -> Option<LoggedKill> {
     Some(LoggedKill {
         pid: pid.parse().ok()?,
         command: command.to_owned(),
-        anon_rss_bytes: anon.map(|kb| kb * 1024),
+        // Saturating: a forged or corrupt record must not wrap (release) or panic (debug).
+        anon_rss_bytes: anon.map(|kb| kb.saturating_mul(1024)),
         at_us,
         ..LoggedKill::default()
     })

@@ -358,7 +358,7 @@ impl<'a> Ctx<'a> {
 
     /// `min_high`, rounded up to a page.
     pub fn floor(&self) -> u64 {
-        self.cfg.policy.min_high.div_ceil(PAGE) * PAGE
+        self.cfg.policy.min_high.div_ceil(PAGE).saturating_mul(PAGE)
     }
 
     /// The parent's effective limit: the tighter of memory.max and memory.high.

@@ -659,4 +659,37 @@ mod tests {
         assert_eq!(parse_limit(b"4096\n").unwrap(), Limit::Bytes(4096));
         assert!(parse_limit(b"-1\n").is_err());
     }
+
+    proptest::proptest! {
+        /// Differential: the byte-level number and limit parsers of the hot path agree with
+        /// cgroupfs's text parsers on any input (the values and whether it is an error).
+        #[test]
+        fn proptest_byte_parsers_agree_with_cgroupfs(
+            text in proptest::prop_oneof![
+                "[ \t\n]{0,2}([0-9]{1,21}|max|-1|[0-9]+x)[ \t\n]{0,2}",
+                proptest::prelude::any::<String>(),
+            ],
+        ) {
+            let b = text.as_bytes();
+            proptest::prop_assert_eq!(parse_u64(b), parse::parse_u64(&text).ok());
+            proptest::prop_assert_eq!(parse_limit(b), parse::parse_limit(&text));
+        }
+
+        /// Any bytes in any file of a cgroup: a snapshot or an error naming the cgroup and the
+        /// file, never a panic.
+        #[test]
+        fn proptest_any_file_content_gives_a_snapshot_or_a_named_error(
+            file in 0..FILES.len(),
+            content in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            let root = fake_tree(&format!("fuzz{file}"));
+            std::fs::write(root.join("a").join(FILES[file]), &content).unwrap();
+            let result = TextBackend::open_unchecked(&root).snapshot();
+            std::fs::remove_dir_all(&root).unwrap();
+            if let Err(e) = result {
+                let e = e.to_string();
+                proptest::prop_assert!(e.contains("/a") && e.contains(FILES[file]), "{}", e);
+            }
+        }
+    }
 }
