@@ -366,7 +366,8 @@ fn privilege_findings(p: &crate::privileges::Privileges, f: &mut Vec<Finding>) {
             let limit = |v: u64| if v == u64::MAX { "unlimited".to_owned() } else { v.to_string() };
             let message = format!(
                 "open-file limit soft {} / hard {}: the daemon raises its soft limit to the hard one, which keeps \
-                 descriptors for about {n} cgroups ({FDS_PER_CGROUP} per cgroup, {FD_RESERVE} kept back); beyond that \
+                 descriptors for about {n} cgroups ({FDS_PER_CGROUP} per cgroup in half of what is left after {FD_RESERVE} kept back, \
+                 the other half for reactions); beyond that \
                  it falls back to opening each file per read",
                 limit(*soft),
                 limit(*hard)

@@ -21,8 +21,9 @@ const PSI_PROBE_STALL_US: u64 = 150_000;
 /// Descriptors the text stats backend keeps per managed cgroup (memory.events, .current,
 /// .max, .high, .low, .min, .pressure: `FileSet::Knobs` in memqos-stats).
 pub const FDS_PER_CGROUP: u64 = 7;
-/// Descriptors kept back for everything else (memqos-stats `FD_RESERVE`).
-pub const FD_RESERVE: u64 = 256;
+/// Descriptors kept back for everything else (the daemon's descriptor budget,
+/// `memqos_cgroupfs::fds`, of which the statistics may keep half).
+pub const FD_RESERVE: u64 = memqos_cgroupfs::fds::MARGIN;
 /// Below this many cgroups within the descriptor budget, the limit is worth a warning.
 pub const FEW_CGROUPS: u64 = 1_000;
 
@@ -91,7 +92,7 @@ impl Privileges {
     /// its soft limit to the hard one).
     pub fn cgroups_in_fd_budget(&self) -> Option<u64> {
         let (_, hard) = *self.nofile.as_ref().ok()?;
-        Some(hard.saturating_sub(FD_RESERVE) / FDS_PER_CGROUP)
+        Some(hard.saturating_sub(FD_RESERVE) / 2 / FDS_PER_CGROUP)
     }
 }
 

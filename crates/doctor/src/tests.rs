@@ -365,7 +365,7 @@ fn privileges_all_allowed_add_only_a_note() {
     assert_eq!(p.tried.lock().unwrap().len(), 1);
     let note = r.findings.iter().find(|f| f.topic == "open-file limit").unwrap();
     assert_eq!(note.severity, Severity::Note);
-    assert!(note.message.contains("about 149760 cgroups"), "{}", note.message);
+    assert!(note.message.contains("about 74889 cgroups"), "{}", note.message);
     // Without a prober nothing is probed.
     assert!(collect(&t.paths()).privileges.is_none());
 }
@@ -402,7 +402,7 @@ fn a_container_without_capabilities_names_each_fallback() {
     );
     let fds = find("open-file limit");
     assert_eq!(fds.severity, Severity::Degraded);
-    assert!(fds.message.contains("hard 1024") && fds.message.contains("about 109 cgroups"), "{}", fds.message);
+    assert!(fds.message.contains("hard 1024") && fds.message.contains("about 64 cgroups"), "{}", fds.message);
     assert!(r.headline.contains("BPF") && r.headline.contains("PSI triggers"), "{}", r.headline);
     let text = render_text(&r);
     assert!(text.contains("BPF refused"), "{text}");
