@@ -33,6 +33,7 @@ doc="$root/usr/share/doc/memqos"
 install -D -m 0644 packaging/copyright "$doc/copyright"
 install -D -m 0644 -t "$doc/examples" configs/*.toml crates/policy/memqos.example.toml
 install -D -m 0644 -t "$doc" docs/operators.md docs/metrics.md
+install -D -m 0644 packaging/memqos.service.d/bpf.conf "$doc/examples/memqos.service.d/bpf.conf"
 
 "$bin" generate man "$root/usr/share/man/man1" >/dev/null
 gzip -9n "$root"/usr/share/man/man1/*.1

@@ -6,7 +6,8 @@
 # rfc-demo-zswap (the RFC cover letter's stress-ng demo with swap, 60 s per arm as there) ~27
 # min each; oom-swap, oom-zswap, contention-swap, contention-zswap (issue 16.6) ~11 min each;
 # oom-systemd and contention-systemd ~9 min each. About 6 h in all; progress and an estimate
-# are printed. The agent-host experiment has its own command: `bash scripts/experiments.sh
+# are printed. The real-time scenarios (oom-realtime, oom-systemd-realtime, sweep-tight-realtime:
+# speed 1, issue 29.2; not run yet) add, from the traces' lengths, ~18, ~20 and ~75 min per run. The agent-host experiment has its own command: `bash scripts/experiments.sh
 # agent-host` runs it (both kernels, 5 runs, ~25 min each) into docs/agent-host/. The oomd arm
 # needs the Debian package oomd, which install-deps.sh installs; the systemd-oomd arm
 # (oom-systemd, contention-systemd) boots those scenarios' guests with systemd and unpacks

@@ -59,6 +59,9 @@ done
 # the scratch root so it looks like a host with the package installed.
 unit="$root/lib/systemd/system/memqos.service"
 cp -rn /lib/systemd/system/. "$root/lib/systemd/system/"
+# BPF privileges only by the drop-in shipped for configs that use BPF (docs/operators.md).
+! grep -q "^CapabilityBoundingSet=.*CAP_\(BPF\|PERFMON\|SYS_ADMIN\)" "$unit" || fail "the unit grants BPF capabilities without BPF configured"
+grep -q " ./usr/share/doc/memqos/examples/memqos.service.d/bpf.conf\$" <<<"$contents" || fail "the BPF drop-in is not shipped"
 grep -q "^KillMode=process$" "$unit" && grep -q "^Type=notify$" "$unit" && grep -q "^ReadWritePaths=/sys/fs/cgroup$" "$unit" ||
     fail "unit lacks KillMode=process, Type=notify or ReadWritePaths=/sys/fs/cgroup"
 verify=$(MANPATH="$root/usr/share/man" SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --root="$root" "$unit" 2>&1) ||
@@ -78,7 +81,10 @@ kinds = [d["kind"] for d in docs]
 assert kinds == ["Namespace", "ConfigMap", "DaemonSet"], kinds
 cm, ds = docs[1], docs[2]
 pod = ds["spec"]["template"]["spec"]
-c, = pod["containers"]
+c, g = pod["containers"]
+assert (c["name"], g["name"]) == ("memqos", "guardian"), [c["name"], g["name"]]
+assert g["args"][:2] == ["restore", "--watch"] and "/var/lib/memqos" in g["args"], g["args"]
+assert g["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
 sc = c["securityContext"]
 assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, sc
 assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_RESOURCE", "IPC_LOCK"]}, sc["capabilities"]
@@ -86,12 +92,15 @@ assert pod["hostPID"] is False and pod["hostNetwork"] is False and pod["automoun
 assert pod["shareProcessNamespace"] is True
 mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
 vols = {v["name"]: v for v in pod["volumes"]}
-assert vols[mounts["/host/sys/fs/cgroup"]["name"]]["hostPath"]["path"] == "/sys/fs/cgroup"
+# Only the managed subtree of the host's cgroupfs, in both containers.
+managed = "/host/sys/fs/cgroup/kubepods.slice"
+assert vols[mounts[managed]["name"]]["hostPath"]["path"] == "/sys/fs/cgroup/kubepods.slice"
+assert {m["mountPath"] for m in g["volumeMounts"]} == {managed, "/var/lib/memqos"}
 assert vols[mounts["/var/lib/memqos"]["name"]]["hostPath"]["path"] == "/var/lib/memqos"
 text = cm["data"]["memqos.toml"]
 shipped = tomllib.load(open("configs/kubernetes.toml", "rb"))
 got = tomllib.loads(text)
-assert got["cgroup_root"] == "/host" + shipped["cgroup_root"], got["cgroup_root"]
+assert got["cgroup_root"] == "/host" + shipped["cgroup_root"] == managed, got["cgroup_root"]
 got["cgroup_root"] = shipped["cgroup_root"]
 assert got == shipped, "ConfigMap differs from configs/kubernetes.toml"
 with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:

@@ -11,6 +11,9 @@ cargo fmt --all --check
 # Release: guest tests run the binaries under emulation, where optimisation matters.
 cargo build --release --workspace --all-targets
 cargo clippy --workspace --all-targets --release -- -D warnings
+# The committed summary is what the committed runs give, and every generated doc table is what
+# the summary gives (the unit test docs_match_the_committed_data checks the second alone).
+cargo run --release --quiet -p memqos-experiment --bin memqos-docs -- --check
 # The Debian package from that build: contents, unpacked binary, unit verified (no install).
 bash scripts/test-package.sh
 cargo test --release --workspace --no-fail-fast -- --test-threads=2

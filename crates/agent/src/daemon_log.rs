@@ -2,14 +2,16 @@
 //! (`<state_dir>/events.jsonl`, one JSON object per line), so `memqos run` can tell the agent
 //! why its command was slowed down, relieved or killed.
 //!
-//! Only `write` events that were carried out (`outcome` ok) whose reason is `stall_bound`
-//! for the call's cgroup are used (the schema of `memqos_daemon::events::WriteEvent`); lines
-//! that do not parse are skipped, so a log from another daemon version costs nothing but the
-//! note.
+//! Only `write` events for the call's cgroup that are stall actions
+//! ([`WriteEvent::is_stall_action`]: reason `stall_bound`, carried out) are used; lines that
+//! are not events of `memqos_schema::events` are skipped, so a log from another daemon version
+//! costs nothing but the note.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
+use memqos_schema::events::{Event, LogLine, WriteEvent};
+use memqos_schema::KnobFile;
 use serde::Serialize;
 
 /// How much of the end of the log is read: a call's own events are recent.
@@ -23,6 +25,12 @@ pub struct StallAction {
     pub value: String,
     /// The daemon's reason, in words.
     pub why: String,
+}
+
+impl StallAction {
+    fn is_kill(&self) -> bool {
+        KnobFile::from_name(&self.file) == Some(KnobFile::CgroupKill)
+    }
 }
 
 /// The stall actions on `cgroup` (relative to the root) in the tail of `events`.
@@ -40,18 +48,12 @@ pub fn stall_actions(events: &Path, cgroup: &str) -> Vec<StallAction> {
     // A tail that starts mid-line: its first line is partial.
     let lines = text.lines().skip(usize::from(start > 0));
     lines
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| {
-            e["event"] == "write"
-                && e["cgroup"] == cgroup
-                && e["reason"]["kind"] == "stall_bound"
-                && e["outcome"] == "ok"
+        .filter_map(|l| serde_json::from_str::<LogLine>(l).ok())
+        .filter_map(|l| match l.event {
+            Event::Write(w) if w.cgroup == cgroup && w.is_stall_action() => Some(w),
+            _ => None,
         })
-        .map(|e| StallAction {
-            file: e["file"].as_str().unwrap_or_default().to_owned(),
-            value: e["value"].as_str().unwrap_or_default().to_owned(),
-            why: e["why"].as_str().unwrap_or_default().to_owned(),
-        })
+        .map(|WriteEvent { file, value, why, .. }| StallAction { file, value, why })
         .collect()
 }
 
@@ -59,14 +61,14 @@ pub fn stall_actions(events: &Path, cgroup: &str) -> Vec<StallAction> {
 pub fn stall_text(actions: &[StallAction]) -> String {
     let mut t = String::new();
     for a in actions {
-        let what = if a.file == "cgroup.kill" {
+        let what = if a.is_kill() {
             "killed this call".to_owned()
         } else {
             format!("raised this call's {} to {} so it could go on", a.file, a.value)
         };
         t.push_str(&format!("memqos: the memqos daemon {what}: it was stuck at its memory limit ({}).\n", a.why));
     }
-    if actions.iter().any(|a| a.file == "cgroup.kill") {
+    if actions.iter().any(StallAction::is_kill) {
         t.push_str("memqos: try: run it with less memory (fewer parallel jobs), or with --hint high (MEMQOS_HINT=high) so it is throttled later.\n");
     }
     t
@@ -75,17 +77,47 @@ pub fn stall_text(actions: &[StallAction]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memqos_policy::Reason;
+    use memqos_schema::events::Outcome;
+
+    /// A write event line as the daemon logs it.
+    fn line(cgroup: &str, file: KnobFile, value: &str, outcome: Outcome, reason: Reason, why: &str) -> String {
+        let w = WriteEvent {
+            cgroup: cgroup.into(),
+            cgroup_id: 7,
+            pid: None,
+            file: file.name().into(),
+            value: value.into(),
+            previous: None,
+            dry_run: outcome == Outcome::DryRun,
+            outcome,
+            reason: Some(reason),
+            why: why.into(),
+            mono_ns: 1,
+            mono_done_ns: 2,
+        };
+        serde_json::to_string(&LogLine { event: Event::Write(w), ts: 1.0 }).unwrap()
+    }
 
     #[test]
     fn only_this_calls_stall_writes_are_read() {
         let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("events.jsonl");
+        let log = dir.path().join(memqos_schema::state::EVENTS_FILE);
+        let stall = Reason::StallBound {
+            stalled_for_ms: 20_000,
+            bound_ms: 20_000,
+            usage_bytes: 100 << 20,
+            high_bytes: 100 << 20,
+            psi_full_avg10: 80.0,
+        };
+        let guard = Reason::HeadroomGuard { parent_usage_bytes: 1, limit_bytes: 2, headroom_bytes: 1, guard_bytes: 2 };
+        let (high, kill) = (KnobFile::MemoryHigh, KnobFile::CgroupKill);
         let lines = [
-            r#"{"event":"write","cgroup":"s/tool.7","file":"memory.high","value":"100","outcome":"ok","reason":{"kind":"headroom_guard"},"why":"guard"}"#,
-            r#"{"event":"write","cgroup":"s/tool.8","file":"cgroup.kill","value":"1","outcome":"ok","reason":{"kind":"stall_bound"},"why":"other call"}"#,
-            "not json",
-            r#"{"event":"write","cgroup":"s/tool.7","file":"memory.high","value":"9","outcome":"dry_run","reason":{"kind":"stall_bound"},"why":"dry"}"#,
-            r#"{"event":"write","cgroup":"s/tool.7","file":"cgroup.kill","value":"1","outcome":"ok","reason":{"kind":"stall_bound"},"why":"no progress for 20000 ms (bound 20000 ms)"}"#,
+            line("s/tool.7", high, "100", Outcome::Ok, guard, "guard"),
+            line("s/tool.8", kill, "1", Outcome::Ok, stall.clone(), "other call"),
+            "not json".into(),
+            line("s/tool.7", high, "9", Outcome::DryRun, stall.clone(), "dry"),
+            line("s/tool.7", kill, "1", Outcome::Ok, stall, "no progress for 20000 ms (bound 20000 ms)"),
         ];
         std::fs::write(&log, lines.join("\n") + "\n").unwrap();
         let got = stall_actions(&log, "s/tool.7");

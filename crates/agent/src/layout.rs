@@ -12,6 +12,7 @@
 //! without any other state; the pid makes the name unique while the call runs.
 
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use memqos_cgroupfs::Cgroup;
@@ -93,23 +94,75 @@ impl Root {
     }
 }
 
+/// A call cgroup and the lock that marks its creator alive: an `flock` on the cgroup's
+/// directory, held until the call's cgroup is removed. The kernel drops it when the creator
+/// exits however it exits (SIGKILL included), and it means the same in every PID namespace,
+/// which the pid in the name does not: a sweep in another container cannot tell whether that
+/// pid is alive.
+pub struct CallCgroup {
+    pub cg: Cgroup,
+    /// Held for the call's lifetime (close-on-exec: the command does not inherit it).
+    pub lock: OwnedFd,
+}
+
 /// Creates `<session>/<tier>.<pid>` (with a `-N` suffix if a leftover of the same name
-/// exists) and returns it. A new directory every time: two live calls never share one.
-pub fn create_call(session: &Cgroup, tier: &str, pid: u32) -> Result<Cgroup, SetupError> {
+/// exists), locked, and returns it. A new directory every time: two live calls never share
+/// one.
+pub fn create_call(session: &Cgroup, tier: &str, pid: u32) -> Result<CallCgroup, SetupError> {
     check_name("tier", tier)?;
     for n in 0..100u32 {
         let name = if n == 0 { format!("{tier}.{pid}") } else { format!("{tier}.{pid}-{n}") };
         let cg = session.child(&name);
         match std::fs::create_dir(cg.path()) {
-            Ok(()) => return Ok(cg),
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(SetupError::Io { what: format!("mkdir {}", cg.path().display()), source: e }),
+        }
+        // A concurrent sweep may remove the new, still unlocked and empty directory before
+        // the lock is taken; it holds the lock while it removes, so once we have the lock the
+        // directory is either still ours or gone for good (then: the next name).
+        match lock_dir(cg.path(), true) {
+            Ok(lock) if same_dir(cg.path(), &lock) => return Ok(CallCgroup { cg, lock }),
+            Ok(_) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(SetupError::Io { what: format!("flock {}", cg.path().display()), source: e }),
         }
     }
     Err(SetupError::Io {
         what: format!("mkdir {}/{tier}.{pid}-*", session.path().display()),
         source: std::io::Error::from_raw_os_error(libc::EEXIST),
     })
+}
+
+/// Opens `dir` and takes an exclusive `flock` on it; `wait`: block until it is free.
+fn lock_dir(dir: &Path, wait: bool) -> std::io::Result<OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: valid C string; the fd is owned below.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
+    // SAFETY: a valid fd.
+    if unsafe { libc::flock(fd.as_raw_fd(), op) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// True while `path` still names the directory `fd` has open (not removed, not replaced).
+fn same_dir(path: &Path, fd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fstat fills the zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    std::fs::metadata(path).is_ok_and(|m| m.ino() == st.st_ino && m.dev() == st.st_dev)
 }
 
 /// The runtime's cgroup of a session (shared if several runtimes start in one session).
@@ -119,10 +172,12 @@ pub fn runtime(session: &Cgroup) -> Result<Cgroup, SetupError> {
     Ok(cg)
 }
 
-/// Call cgroups of a session whose creator is dead and in which nothing runs (a `memqos run`
+/// Call cgroups of a session whose creator is gone and in which nothing runs (a `memqos run`
 /// that was SIGKILLed, or a call whose background processes have since ended): what
-/// [`sweep`] removes. A cgroup whose cgroup.events cannot be read counts as populated.
-pub fn leftovers(session: &Cgroup, alive: impl Fn(u32) -> bool) -> Vec<Cgroup> {
+/// [`sweep`] removes. The creator is alive while it holds its directory's lock
+/// ([`CallCgroup`]); a cgroup whose cgroup.events cannot be read counts as populated. Each is
+/// returned locked, so its creator cannot be mid-creation while it is removed.
+pub fn leftovers(session: &Cgroup) -> Vec<(Cgroup, OwnedFd)> {
     let Ok(children) = session.children() else {
         return Vec::new();
     };
@@ -130,7 +185,13 @@ pub fn leftovers(session: &Cgroup, alive: impl Fn(u32) -> bool) -> Vec<Cgroup> {
         .into_iter()
         .filter(|cg| {
             let name = cg.path().file_name().and_then(|n| n.to_str()).unwrap_or("");
-            creator_pid(name).is_some_and(|pid| !alive(pid)) && !cg.is_populated().unwrap_or(true)
+            creator_pid(name).is_some()
+        })
+        .filter_map(|cg| {
+            // Not locked by a live creator, in any PID namespace...
+            let lock = lock_dir(cg.path(), false).ok()?;
+            // ...and empty (checked under the lock: a creator cannot start a command now).
+            (!cg.is_populated().unwrap_or(true)).then_some((cg, lock))
         })
         .collect()
 }
@@ -138,7 +199,8 @@ pub fn leftovers(session: &Cgroup, alive: impl Fn(u32) -> bool) -> Vec<Cgroup> {
 /// Removes [`leftovers`]; returns how many. Errors are ignored: a concurrent call may sweep
 /// the same cgroup, or a process may have entered it meanwhile (rmdir then fails with EBUSY).
 pub fn sweep(session: &Cgroup) -> usize {
-    leftovers(session, pid_alive).iter().filter(|cg| cg.remove().is_ok()).count()
+    // Each lock is held across its rmdir (see `create_call`).
+    leftovers(session).iter().filter(|(cg, _lock)| cg.remove().is_ok()).count()
 }
 
 /// The pid in a call cgroup's name `<tier>.<pid>` or `<tier>.<pid>-<n>`.
@@ -146,13 +208,6 @@ pub fn creator_pid(name: &str) -> Option<u32> {
     let (_, rest) = name.rsplit_once('.')?;
     let digits = rest.split('-').next()?;
     digits.parse().ok()
-}
-
-/// True if a process with this pid exists (it may be a recycled pid: then a sweep waits).
-pub fn pid_alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Session and tier names become path components and glob targets: keep them plain.
@@ -256,8 +311,8 @@ mod tests {
         let s = fake_session(&root, "s1");
         assert_eq!(std::fs::read_to_string(s.path().join("cgroup.subtree_control")).unwrap(), "+memory +cpu +pids");
 
-        let a = create_call(&s, "tool", 42).unwrap();
-        let b = create_call(&s, "tool", 42).unwrap();
+        let a = create_call(&s, "tool", 42).unwrap().cg;
+        let b = create_call(&s, "tool", 42).unwrap().cg;
         assert!(a.path().ends_with("s1/tool.42") && b.path().ends_with("s1/tool.42-1"), "{a:?} {b:?}");
         assert_eq!(creator_pid("tool.42-1"), Some(42));
         assert_eq!(creator_pid("tool-low.7"), Some(7));
@@ -268,26 +323,66 @@ mod tests {
     }
 
     #[test]
-    fn leftovers_are_dead_and_empty_calls_only() {
+    fn leftovers_are_unlocked_and_empty_calls_only() {
         let (_dir, root) = fake_root();
         let s = fake_session(&root, "s");
-        for (name, events) in [
-            ("tool.10", Some("0")),
-            ("tool.11", Some("1")),
-            ("tool.12", Some("0")),
-            ("tool.13", None),
-            ("runtime", Some("0")),
-        ] {
+        let events = |cg: &Cgroup, populated: &str| {
+            std::fs::write(cg.path().join("cgroup.events"), format!("populated {populated}\nfrozen 0\n")).unwrap()
+        };
+        // A live call: locked by its creator, empty between mkdir and the command's start.
+        let live = create_call(&s, "tool", 10).unwrap();
+        events(&live.cg, "0");
+        // Creators gone: one empty, one with background processes left, one unreadable.
+        for (name, populated) in [("tool.11", Some("0")), ("tool.12", Some("1")), ("tool.13", None)] {
             std::fs::create_dir(s.path().join(name)).unwrap();
-            if let Some(p) = events {
-                std::fs::write(s.path().join(name).join("cgroup.events"), format!("populated {p}\nfrozen 0\n"))
-                    .unwrap();
+            if let Some(p) = populated {
+                events(&s.child(name), p);
             }
         }
-        // tool.11 is populated, tool.12's creator is alive, tool.13 cannot be read, the
-        // runtime has no creator.
-        let found: Vec<_> = leftovers(&s, |pid| pid == 12).iter().map(|c| c.path().to_owned()).collect();
-        assert_eq!(found, vec![s.path().join("tool.10")]);
+        // The runtime has no creator lock and is never swept.
+        std::fs::create_dir(s.path().join(RUNTIME)).unwrap();
+        events(&s.child(RUNTIME), "0");
+        let found = |s: &Cgroup| leftovers(s).into_iter().map(|(c, _)| c.path().to_owned()).collect::<Vec<_>>();
+        assert_eq!(found(&s), vec![s.path().join("tool.11")]);
+        // The creator ends (its lock goes with it): its cgroup is a leftover now.
+        drop(live.lock);
+        assert_eq!(found(&s), vec![s.path().join("tool.10"), s.path().join("tool.11")]);
+    }
+
+    #[test]
+    fn a_sigkilled_creator_in_any_pid_namespace_leaves_a_sweepable_cgroup() {
+        let (_dir, root) = fake_root();
+        let s = fake_session(&root, "s");
+        // Another process holds the lock, as a `memqos run` of another container would: its
+        // pid means nothing here (pid 1 is alive in every namespace), the lock does.
+        let call = create_call(&s, "tool", 1).unwrap();
+        std::fs::write(call.cg.path().join("cgroup.events"), "populated 0\n").unwrap();
+        drop(call.lock);
+        // -o: the command does not inherit the lock, as the lock memqos run holds is close-on-exec.
+        let mut holder =
+            std::process::Command::new("flock").arg("-o").arg(call.cg.path()).args(["sleep", "10"]).spawn().unwrap();
+        let held = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            lock_dir(call.cg.path(), false).is_err()
+        });
+        assert!(held, "flock(1) never took the lock");
+        assert!(leftovers(&s).is_empty(), "a locked call is alive whatever its pid");
+        holder.kill().unwrap(); // SIGKILL
+        holder.wait().unwrap();
+        assert_eq!(leftovers(&s).len(), 1);
+    }
+
+    #[test]
+    fn a_locked_directory_that_was_removed_is_not_ours() {
+        let (_dir, root) = fake_root();
+        let s = fake_session(&root, "s");
+        let c = create_call(&s, "tool", 7).unwrap();
+        assert!(c.cg.path().ends_with("s/tool.7") && same_dir(c.cg.path(), &c.lock));
+        // What create_call sees after a sweep removed its fresh directory before it locked it.
+        std::fs::remove_dir(c.cg.path()).unwrap();
+        assert!(!same_dir(c.cg.path(), &c.lock));
+        std::fs::create_dir(c.cg.path()).unwrap();
+        assert!(!same_dir(c.cg.path(), &c.lock), "a new directory of the same name is another one");
     }
 
     #[test]

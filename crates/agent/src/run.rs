@@ -12,7 +12,7 @@ use crate::error::SetupError;
 use crate::hint::{resolve_tier, Hint};
 use crate::layout::{self, Position, Root, RUNTIME};
 use crate::report::{self, Ancestry, CallInfo};
-use crate::spawn::{self, SpawnMode};
+use crate::spawn::{self, SpawnError, SpawnMode};
 
 /// The default managed root, as in the daemon's example config.
 pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup/agents";
@@ -80,6 +80,9 @@ struct Call {
     before: Ancestry,
     /// The daemon's event log, when a config named its state_dir.
     events_log: Option<PathBuf>,
+    /// A tool call's creator lock (`layout::CallCgroup`), held until the call is dropped,
+    /// after its cgroup is removed; the runtime's shared cgroup has none.
+    _lock: Option<std::os::fd::OwnedFd>,
 }
 
 fn prepare(req: &Request) -> Result<Prepared, SetupError> {
@@ -125,20 +128,22 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         .or_else(|| std::env::var("MEMQOS_SESSION").ok().filter(|s| !s.is_empty()))
         .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
     let session = root.session(&session_name)?;
-    let cg = if req.runtime {
-        layout::runtime(&session)?
+    let (cg, lock) = if req.runtime {
+        (layout::runtime(&session)?, None)
     } else {
         layout::sweep(&session);
-        layout::create_call(&session, &tier, std::process::id())?
+        let c = layout::create_call(&session, &tier, std::process::id())?;
+        (c.cg, Some(c.lock))
     };
     let call = Call {
+        _lock: lock,
         root: root.path().to_owned(),
         session: session_name,
         tier,
         before: Ancestry::read(&cg),
         cg,
         hint_bytes: hint.and_then(Hint::low_bytes),
-        events_log: config.as_ref().map(|c| c.1.state_dir.join("events.jsonl")),
+        events_log: config.as_ref().map(|c| c.1.state_dir.join(memqos_schema::state::EVENTS_FILE)),
     };
     if let Some(cfg) = &config {
         call.check_tier(cfg.0.as_path(), &cfg.1, expect.is_some(), req.workload.is_some());
@@ -231,7 +236,9 @@ impl Call {
             ("MEMQOS_SESSION".to_owned(), self.session.clone()),
             ("MEMQOS_CGROUP".to_owned(), self.cg.path().display().to_string()),
         ];
-        let (exit, wall) = match spawn::run_in(self.cg.path(), &req.command, &env, SpawnMode::IntoCgroup) {
+        let spawn = || spawn::run_in(self.cg.path(), &req.command, &env, SpawnMode::IntoCgroup);
+        let shared = self.tier == RUNTIME;
+        let (exit, wall) = match join_retrying(shared, || self.cg.create(), spawn) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("memqos run: {e}");
@@ -288,6 +295,34 @@ impl Call {
     }
 }
 
+/// Runs `spawn`; for the runtime's shared cgroup (`shared`), again after `recreate` when the
+/// cgroup vanished under it. Two runtimes of one session share `<session>/runtime` and the
+/// one that ends last removes it: if that happens between another's mkdir and its clone3
+/// (ENODEV: the cgroup is dead; ENOENT: the directory is gone), the other would fail with
+/// 125. Making the cgroup again is the idempotent answer; a few tries bound a pathological
+/// loop of runtimes starting and ending.
+fn join_retrying<T>(
+    shared: bool,
+    recreate: impl Fn() -> Result<(), memqos_cgroupfs::Error>,
+    mut spawn: impl FnMut() -> Result<T, SpawnError>,
+) -> Result<T, SpawnError> {
+    let mut tries = 0;
+    loop {
+        match spawn() {
+            Err(SpawnError::Join { cgroup, source })
+                if shared && tries < 10 && matches!(source.raw_os_error(), Some(libc::ENODEV | libc::ENOENT)) =>
+            {
+                tries += 1;
+                recreate().map_err(|e| SpawnError::Join {
+                    cgroup: cgroup.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Replaces this process with the command (nested calls and the fallback).
 fn exec_here(command: &[OsString]) -> u8 {
     use std::os::unix::process::CommandExt;
@@ -306,6 +341,32 @@ fn exec_here(command: &[OsString]) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vanished(errno: i32) -> SpawnError {
+        SpawnError::Join { cgroup: "/cg/s/runtime".into(), source: std::io::Error::from_raw_os_error(errno) }
+    }
+
+    #[test]
+    fn the_shared_runtime_cgroup_is_made_again_when_another_runtime_removed_it() {
+        let made = std::cell::Cell::new(0);
+        let recreate = || {
+            made.set(made.get() + 1);
+            Ok(())
+        };
+        // Removed after our mkdir (ENODEV at clone3), then before our open (ENOENT): joined at the third try.
+        let mut answers = vec![Err(vanished(libc::ENODEV)), Err(vanished(libc::ENOENT)), Ok(7)].into_iter();
+        assert_eq!(join_retrying(true, recreate, || answers.next().unwrap()).unwrap(), 7);
+        assert_eq!(made.get(), 2);
+        // A tool call's own cgroup is never shared: no retry, the error stands.
+        let r = join_retrying(false, recreate, || Err::<(), _>(vanished(libc::ENODEV)));
+        assert!(matches!(r, Err(SpawnError::Join { .. })) && made.get() == 2);
+        // Other errors are not a vanished cgroup.
+        let r = join_retrying(true, recreate, || Err::<(), _>(vanished(libc::EACCES)));
+        assert!(matches!(r, Err(SpawnError::Join { .. })) && made.get() == 2);
+        // Bounded.
+        let r = join_retrying(true, recreate, || Err::<(), _>(vanished(libc::ENODEV)));
+        assert!(r.is_err() && made.get() == 12);
+    }
 
     #[test]
     fn a_bad_workload_key_is_a_usage_error_before_anything_is_made() {

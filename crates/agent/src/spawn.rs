@@ -95,7 +95,7 @@ pub fn run_in(
 
     let mask = SignalMask::block()?;
     let start = Instant::now();
-    let pid = spawn(mode, &dir, &procs, &err_w, &prepared, &mask.old)?;
+    let pid = spawn(mode, cgroup, &dir, &procs, &err_w, &prepared, &mask.old)?;
     drop(err_w);
     if let Some((stage, errno)) = read_child_error(&err_r) {
         reap(pid);
@@ -190,6 +190,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 fn spawn(
     mode: SpawnMode,
+    cgroup: &Path,
     dir: &OwnedFd,
     procs: &OwnedFd,
     err_w: &OwnedFd,
@@ -217,7 +218,7 @@ fn spawn(
                     move_self = true;
                     fork()?
                 }
-                _ => return Err(SpawnError::Join { cgroup: PathBuf::from("(clone3)"), source: e }),
+                _ => return Err(SpawnError::Join { cgroup: cgroup.to_owned(), source: e }),
             }
         }
     } else {

@@ -140,11 +140,6 @@ impl Cgroup {
         self.write_string("cgroup.procs", &pid.to_string())
     }
 
-    /// cgroup.freeze: 1 freezes every task below, 0 thaws.
-    pub fn set_frozen(&self, frozen: bool) -> Result<()> {
-        self.write_string("cgroup.freeze", if frozen { "1" } else { "0" })
-    }
-
     pub fn is_frozen(&self) -> Result<bool> {
         self.parsed("cgroup.freeze", |t| parse::parse_u64(t).map(|v| v != 0))
     }
@@ -257,14 +252,10 @@ impl Cgroup {
         Error::Io { cgroup: self.path.clone(), file: file.into(), op, source }
     }
 
-    /// The one place that decides what "vanished" means: ENOENT on a cgroup that no longer
-    /// exists, or ENODEV, which the kernel returns for files of a cgroup being removed.
+    /// "Vanished" by the one rule (`crate::vanished`); ENOENT only when the cgroup itself no
+    /// longer exists (a missing file of a live cgroup is an error to report).
     fn map_err(&self, op: &'static str, file: &'static str, e: io::Error) -> Error {
-        let gone = match e.raw_os_error() {
-            Some(libc::ENODEV) => true,
-            Some(libc::ENOENT) => !self.path.exists(),
-            _ => false,
-        };
+        let gone = crate::vanished(&e) && (e.raw_os_error() != Some(libc::ENOENT) || !self.path.exists());
         if gone {
             Error::Vanished { cgroup: self.path.clone(), file }
         } else {

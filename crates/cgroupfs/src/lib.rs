@@ -6,9 +6,21 @@
 //! [`Error::Vanished`] in one place so callers can treat it as a normal outcome.
 
 mod cgroup;
+pub mod fds;
 pub mod mounts;
+pub mod name;
 pub mod parse;
 pub mod procfs;
+pub mod units;
 
 pub use cgroup::{Cgroup, Error, Result};
 pub use parse::{Limit, MemoryEvents, Pressure, PressureLine};
+
+/// The one rule for "it is gone": ENOENT (the cgroup's directory or the process no longer
+/// exists), ENODEV (files of a cgroup being removed, read through an fd opened before) and
+/// ESRCH (a /proc/PID fd whose process exited). Not an error to report, a normal outcome.
+/// Callers that can tell a missing *file* of a live cgroup (no memory controller) check the
+/// directory before taking ENOENT as gone.
+pub fn vanished(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ESRCH))
+}

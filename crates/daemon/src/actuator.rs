@@ -84,16 +84,43 @@ pub struct Actuator {
     dry_run: bool,
     dry_logged: HashMap<Key, String>,
     restored: bool,
+    /// Why the last journal commit failed, while it fails (said once, and when it ends).
+    journal_failing: Option<String>,
+    /// The value memqos last wrote to each journaled memory knob: a different value found
+    /// later was written by someone else ([`Actuator::taken_over`]).
+    written: HashMap<Key, String>,
 }
 
 enum Dir {
+    /// Kept in the cache.
     Cgroup(CgroupId),
-    Process(OwnedFd),
+    /// Opened for this use only: a process's /proc dir, or a cgroup's when the descriptor
+    /// budget (`memqos_cgroupfs::fds`) says no more may be kept.
+    Owned(OwnedFd),
+    /// Was open to read the value found; opened again to write, so a batch of thousands of
+    /// writes never holds thousands of descriptors at once.
+    Reopen,
 }
+
+/// Knobs whose later change by someone else memqos notices (`Actuator::taken_over`).
+const TAKEOVER_KNOBS: [&str; 3] = ["memory.high", "memory.low", "memory.min"];
+
+/// Cached cgroup directory fds count against the process's descriptor budget.
+const FDS: memqos_cgroupfs::fds::Use = memqos_cgroupfs::fds::Use::Reaction;
 
 impl Actuator {
     pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
-        Actuator { root, dirs: HashMap::new(), journal, log, dry_run, dry_logged: HashMap::new(), restored: false }
+        Actuator {
+            root,
+            dirs: HashMap::new(),
+            journal,
+            log,
+            dry_run,
+            dry_logged: HashMap::new(),
+            restored: false,
+            journal_failing: None,
+            written: HashMap::new(),
+        }
     }
 
     pub fn journal(&self) -> &Journal {
@@ -108,24 +135,36 @@ impl Actuator {
         self.log.emit(event);
     }
 
-    /// The cached directory fd of a cgroup, opened beneath the root on first use.
-    fn dir(&mut self, path: &str, id: CgroupId) -> Result<&OwnedFd, OpenError> {
-        if !self.dirs.contains_key(&id) {
-            let (fd, _) = self.root.open_dir(path, Some(id))?;
-            self.dirs.insert(id, fd);
+    /// A cgroup's directory fd, opened beneath the root on first use and kept while the
+    /// descriptor budget allows.
+    fn dir(&mut self, path: &str, id: CgroupId) -> Result<Dir, OpenError> {
+        if self.dirs.contains_key(&id) {
+            return Ok(Dir::Cgroup(id));
         }
-        Ok(&self.dirs[&id])
+        let (fd, _) = self.root.open_dir(path, Some(id))?;
+        if !memqos_cgroupfs::fds::try_keep(FDS, 1) {
+            return Ok(Dir::Owned(fd));
+        }
+        self.dirs.insert(id, fd);
+        Ok(Dir::Cgroup(id))
+    }
+
+    /// Forgets cached directory fds (`keep` false), giving their descriptors back.
+    fn drop_dirs(&mut self, mut keep: impl FnMut(&CgroupId) -> bool) {
+        let before = self.dirs.len();
+        self.dirs.retain(|id, _| keep(id));
+        memqos_cgroupfs::fds::release(FDS, (before - self.dirs.len()) as u64);
     }
 
     fn open(&mut self, target: &Target) -> Result<Dir, Outcome> {
         match target {
             Target::Cgroup { path, id } => match self.dir(path, *id) {
-                Ok(_) => Ok(Dir::Cgroup(*id)),
+                Ok(d) => Ok(d),
                 Err(OpenError::Vanished) => Err(Outcome::Vanished),
                 Err(e) => Err(Outcome::Error(format!("cgroup {path}: {e}"))),
             },
             Target::Process { process, .. } => match beneath::open_process(process.pid, process.start_time) {
-                Ok(fd) => Ok(Dir::Process(fd)),
+                Ok(fd) => Ok(Dir::Owned(fd)),
                 Err(FileError::Vanished) => Err(Outcome::Vanished),
                 Err(FileError::Io(e)) => Err(Outcome::Error(format!("/proc/{}: {e}", process.pid))),
             },
@@ -135,18 +174,19 @@ impl Actuator {
     fn fd<'a>(&'a self, dir: &'a Dir) -> &'a OwnedFd {
         match dir {
             Dir::Cgroup(id) => &self.dirs[id],
-            Dir::Process(fd) => fd,
+            Dir::Owned(fd) => fd,
+            Dir::Reopen => unreachable!("reopened before use"),
         }
     }
 
     /// Reads a knob of a cgroup through its cached fd (None: vanished or unreadable).
     pub fn read(&mut self, path: &str, id: CgroupId, file: &str) -> Result<String, FileError> {
-        let fd = match self.dir(path, id) {
-            Ok(fd) => fd,
+        let dir = match self.dir(path, id) {
+            Ok(d) => d,
             Err(OpenError::Vanished) => return Err(FileError::Vanished),
             Err(e) => return Err(FileError::Io(std::io::Error::other(e.to_string()))),
         };
-        beneath::read_at(fd, file)
+        beneath::read_at(self.fd(&dir), file)
     }
 
     /// Journal, write, log: see the module comment. Returns the events it logged.
@@ -157,6 +197,7 @@ impl Actuator {
         // 1. Open and read; stage originals.
         let mut prepared = Vec::with_capacity(batch.len());
         for req in batch {
+            let mut staged = false;
             let key = req.target.key(req.file);
             let dir = self.open(&req.target);
             let previous = match (&dir, req.file) {
@@ -175,7 +216,7 @@ impl Actuator {
                     Target::Cgroup { .. } => None,
                 };
                 let original = req.original.clone().unwrap_or_else(|| prev.clone());
-                self.journal.stage(Entry {
+                staged = self.journal.stage(Entry {
                     cgroup: cgroup.to_owned(),
                     cgroup_id,
                     file: req.file.to_owned(),
@@ -183,16 +224,48 @@ impl Actuator {
                     process,
                 });
             }
-            prepared.push((req, key, dir, previous));
+            let dir = dir.map(|d| if matches!(d, Dir::Owned(_)) { Dir::Reopen } else { d });
+            prepared.push((req, key, dir, previous, staged));
         }
-        // 2. Durable before any write.
-        self.journal.commit()?;
+        // 2. Durable before any write. A journal that cannot be written (disk full,
+        // read-only) stops only the writes whose original it would have to record: knobs
+        // already journaled are still managed (and restorable), new ones wait until it can.
+        let unjournaled = match self.journal.commit() {
+            Ok(()) => {
+                if let Some(was) = self.journal_failing.take() {
+                    self.log.emit(Event::Degraded {
+                        message: format!(
+                            "the journal is written again (it was not: {was}); new knobs are managed again"
+                        ),
+                    });
+                }
+                None
+            }
+            Err(e) => {
+                let why = format!("{e:#}");
+                if self.journal_failing.is_none() {
+                    self.log.emit(Event::Degraded {
+                        message: format!("{why}: knobs whose original is not journaled are left as they are until it can be written; journaled ones are still managed"),
+                    });
+                }
+                self.journal_failing = Some(why.clone());
+                Some(why)
+            }
+        };
         // 3. Write, 4. log.
         let mut events = Vec::with_capacity(prepared.len());
-        for (req, key, dir, previous) in prepared {
+        for (req, key, dir, previous, staged) in prepared {
             let mono_ns = crate::mono_ns();
+            let dir = match dir {
+                Ok(Dir::Reopen) if !self.dry_run => self.open(&req.target),
+                d => d,
+            };
             let outcome = match (&dir, self.dry_run) {
                 (Err(o), _) => o.clone(),
+                (Ok(_), false) if staged && unjournaled.is_some() => Outcome::Error(format!(
+                    "not written: its original could not be journaled ({})",
+                    unjournaled.as_deref().unwrap_or_default()
+                )),
                 (Ok(_), true) => Outcome::DryRun,
                 (Ok(d), false) => match beneath::write_at(self.fd(d), req.file, &req.value) {
                     Ok(()) => Outcome::Ok,
@@ -202,11 +275,15 @@ impl Actuator {
             };
             if outcome == Outcome::Vanished {
                 if let Target::Cgroup { id, .. } = &req.target {
-                    self.dirs.remove(id);
+                    let gone = *id;
+                    self.drop_dirs(|d| *d != gone);
                 }
             }
             if req.restores && outcome == Outcome::Ok {
                 self.journal.stage_forget(&key);
+                self.written.remove(&key);
+            } else if outcome == Outcome::Ok && TAKEOVER_KNOBS.contains(&req.file) {
+                self.written.insert(key.clone(), req.value.clone());
             }
             let (cgroup, cgroup_id) = req.target.cgroup();
             let ev = WriteEvent {
@@ -236,7 +313,7 @@ impl Actuator {
     /// entries once the directory with that id is really gone (a cgroup that merely left the
     /// managed set, e.g. by getting children, keeps its entries so restore still reaches it).
     pub fn retain_cgroups(&mut self, observed: &std::collections::HashSet<CgroupId>) -> Result<()> {
-        self.dirs.retain(|id, _| observed.contains(id));
+        self.drop_dirs(|id| observed.contains(id));
         let stale: Vec<Entry> = self
             .journal
             .entries()
@@ -263,10 +340,37 @@ impl Actuator {
         self.journal.get(&Key::Process(process, file.to_owned())).map(|e| e.original.as_str())
     }
 
+    /// Whether a journaled memory knob now holds a value memqos did not write: someone else
+    /// (an administrator, systemd, kubelet) set it since. Then memqos must not later
+    /// "restore" its stale original over that value: the journal entry is forgotten (the
+    /// value found becomes the knob's original, which the engine respects as foreign) and
+    /// the write memqos had made is returned with the forgotten original, for the log.
+    /// Values are compared in pages, as the kernel stores them.
+    pub fn taken_over(&mut self, id: CgroupId, file: &str, found: memqos_policy::Limit) -> Option<(String, String)> {
+        let key = Key::Cgroup(id, file.to_owned());
+        let wrote = self.written.get(&key)?;
+        let pages = |l: memqos_policy::Limit| l.bytes().map(|b| b / 4096);
+        let ours = wrote.parse::<memqos_policy::Limit>().ok()?;
+        if pages(ours) == pages(found) {
+            return None;
+        }
+        let wrote = self.written.remove(&key)?;
+        let original = self.journal.get(&key).map(|e| e.original.clone())?;
+        self.journal.stage_forget(&key);
+        Some((wrote, original))
+    }
+
+    /// After a restore, the actuator is used again (the loop starts afresh): an exit
+    /// without the orderly restore restores what it writes from now.
+    pub fn resume(&mut self) {
+        self.restored = false;
+    }
+
     /// Writes every journaled original back (see `Journal::restore`).
     pub fn restore(&mut self) -> Result<RestoreReport> {
         self.restored = true;
-        self.dirs.clear();
+        self.drop_dirs(|_| false);
+        self.written.clear();
         let empty = Journal::open_empty_like(&self.journal);
         let journal = std::mem::replace(&mut self.journal, empty);
         if self.dry_run {
@@ -279,6 +383,7 @@ impl Actuator {
 impl Drop for Actuator {
     /// The restore guard: an exit that skipped the orderly restore (a panic) restores here.
     fn drop(&mut self) {
+        self.drop_dirs(|_| false);
         if self.restored || self.dry_run || self.journal.is_empty() {
             return;
         }

@@ -63,12 +63,16 @@ impl std::fmt::Display for OpenError {
     }
 }
 
-fn is_vanished_errno(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ESRCH))
-}
+use memqos_cgroupfs::vanished as is_vanished_errno;
 
 fn cstr(s: &str) -> CString {
     CString::new(s).expect("checked: no NUL")
+}
+
+/// A carried relative path as the bytes the filesystem knows (`memqos_cgroupfs::name`).
+fn cpath(rel: &str) -> CString {
+    use std::os::unix::ffi::OsStringExt;
+    CString::new(memqos_cgroupfs::name::decode(rel).into_vec()).expect("checked: no NUL")
 }
 
 impl Root {
@@ -134,7 +138,7 @@ pub fn inode(fd: &OwnedFd) -> std::io::Result<u64> {
 }
 
 fn open_beneath(root: &OwnedFd, rel: &str) -> std::io::Result<OwnedFd> {
-    let path = cstr(rel);
+    let path = cpath(rel);
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
@@ -160,7 +164,7 @@ fn open_beneath(root: &OwnedFd, rel: &str) -> std::io::Result<OwnedFd> {
     // was checked to hold no "..", so this cannot climb out either.
     let mut cur = root.try_clone()?;
     for comp in rel.split('/') {
-        let c = cstr(comp);
+        let c = cpath(comp);
         // SAFETY: valid fd and NUL-terminated name.
         let r = unsafe {
             libc::openat(

@@ -5,6 +5,7 @@
 use memqos_bpf::pressure::{self, Kind, Options, PressureSource, Thresholds};
 use memqos_bpf::Btf;
 use memqos_policy::SignalEvent;
+use memqos_schema::events::BpfHooks;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 
@@ -39,7 +40,7 @@ impl BpfSource {
     }
 
     /// `program -> target` of every attached program, and attach errors, for the log.
-    pub fn describe(&self) -> serde_json::Value {
+    pub fn describe(&self) -> BpfHooks {
         let attached: Vec<String> = self
             .src
             .hooks()
@@ -56,7 +57,7 @@ impl BpfSource {
                 _ => None,
             })
             .collect();
-        serde_json::json!({"attached": attached, "attach_failed": failed})
+        BpfHooks { attached, attach_failed: failed }
     }
 
     /// Watches exactly the `protected` cgroups (path, id) (a recreated cgroup has a new id

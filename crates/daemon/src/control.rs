@@ -21,12 +21,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub const SOCKET_FILE: &str = "control.sock";
+pub use memqos_schema::state::SOCKET_FILE;
 /// Longest request accepted.
 const MAX_REQUEST: usize = 4096;
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Input discarded after a reply, at most.
 const DRAIN_LIMIT: usize = 64 << 10;
+/// ...and only what arrives this soon: a client still sending is cut off.
+const DRAIN_TIME: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -171,12 +173,18 @@ impl Drop for Server {
 
 fn serve(listener: UnixListener, view: Arc<Mutex<View>>, access: Arc<Mutex<Access>>) {
     for stream in listener.incoming() {
-        let Ok(mut s) = stream else { continue };
-        let allowed = access.lock().map(|a| a.allows(&s)).unwrap_or(false);
+        let Ok(mut stream) = stream else { continue };
+        let allowed = access.lock().map(|a| a.allows(&stream)).unwrap_or(false);
+        // One deadline for the whole exchange: a client that trickles its request or reads
+        // the reply slowly gets IO_TIMEOUT in all, not per byte.
+        let mut s = crate::deadline::Exchange::new(&mut stream, IO_TIMEOUT);
         let reply = if allowed {
             match read_request(&mut s) {
                 Ok(Request::Explain(cgroup)) => {
-                    let r = explain::explain(&view.lock().unwrap_or_else(|e| e.into_inner()), &cgroup);
+                    // What the loop published, taken under the lock; any filesystem access
+                    // the explanation needs happens after it is released, so a slow
+                    // cgroupfs never holds the loop's next update.
+                    let r = explain::explain_with(&view, &cgroup);
                     match r {
                         Ok(e) => Reply::Ok(Box::new(e)),
                         Err(e) => Reply::Error(e),
@@ -187,14 +195,15 @@ fn serve(listener: UnixListener, view: Arc<Mutex<View>>, access: Arc<Mutex<Acces
         } else {
             Reply::Error("permission denied: only root or the daemon's [control] group may ask".into())
         };
-        let _ = s.set_write_timeout(Some(IO_TIMEOUT));
         if let Ok(mut line) = serde_json::to_vec(&reply) {
             line.push(b'\n');
             let _ = s.write_all(&line);
         }
         // Closing with unread input would reset the connection before the client reads the
-        // reply (an oversized request): signal EOF, then discard a bounded rest.
-        let _ = s.shutdown(std::net::Shutdown::Write);
+        // reply (an oversized request): signal EOF, then discard a bounded rest (only what
+        // arrives within DRAIN_TIME: a client still sending is cut off).
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let mut s = crate::deadline::Exchange::new(&mut stream, DRAIN_TIME);
         let mut sink = [0u8; 4096];
         let mut left = DRAIN_LIMIT;
         while left > 0 {
@@ -206,8 +215,7 @@ fn serve(listener: UnixListener, view: Arc<Mutex<View>>, access: Arc<Mutex<Acces
     }
 }
 
-fn read_request(s: &mut UnixStream) -> Result<Request, String> {
-    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+fn read_request(s: &mut impl Read) -> Result<Request, String> {
     let mut buf = Vec::with_capacity(256);
     let mut chunk = [0u8; 512];
     while !buf.contains(&b'\n') {

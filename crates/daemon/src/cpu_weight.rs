@@ -49,7 +49,7 @@ impl CpuWeights {
                     if self.reported.insert(c.cgroup_id) {
                         self.notes.push(format!(
                             "cpu_weight not applied to {}: cannot read {FILE} ({why}); enable the cpu controller in its parent's cgroup.subtree_control",
-                            cfg.cgroup_root.join(&c.id).display()
+                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id).display()
                         ));
                     }
                     continue;
@@ -68,6 +68,6 @@ impl CpuWeights {
 /// The cgroup at `rel` is there and the cpu controller is not enabled for it. A cgroup being
 /// removed loses its files before its directory, so a missing cpu.weight alone says nothing.
 fn lacks_cpu_controller(cfg: &Config, rel: &str) -> bool {
-    std::fs::read_to_string(cfg.cgroup_root.join(rel).join("cgroup.controllers"))
+    std::fs::read_to_string(memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, rel).join("cgroup.controllers"))
         .is_ok_and(|text| !memqos_cgroupfs::parse::parse_controllers(&text).contains(&"cpu"))
 }

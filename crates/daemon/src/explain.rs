@@ -5,9 +5,10 @@
 
 use crate::oom_report::OomKill;
 use crate::status::{CgroupStatus, DecisionRecord, Snapshot};
-use memqos_cgroupfs::MemoryEvents;
+use memqos_cgroupfs::{name, MemoryEvents};
 use memqos_policy::size::human;
 use memqos_policy::{Config, ForeignKnobs, Knob, Knobs, Limit, Protect, Reason, StallAction};
+use memqos_schema::KnobFile;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -102,21 +103,49 @@ pub struct DaemonInfo {
 
 /// Turns what the user typed into a path relative to cgroup_root: relative paths are taken
 /// as relative to it, absolute ones must lie below it.
+///
+/// Resolved by name only, before any filesystem access: `..`, `.` and empty components are
+/// refused in absolute paths too (`/sys/fs/cgroup/qos/../../etc` lies "below" the root by
+/// prefix), so nothing outside the root is ever looked at on the user's behalf.
 pub fn relative_to_root(root: &Path, arg: &str) -> Result<String, String> {
     let trimmed = arg.trim();
     if trimmed.is_empty() {
         return Err("no cgroup given".into());
     }
-    if trimmed.starts_with('/') {
-        return match Path::new(trimmed).strip_prefix(root) {
-            Ok(rel) => Ok(rel.to_string_lossy().trim_matches('/').to_owned()),
-            Err(_) => Err(format!("{trimmed} is not below the managed root {}", root.display())),
-        };
+    let rel = if trimmed.starts_with('/') {
+        let root_text = root.to_string_lossy();
+        let root_text = root_text.trim_end_matches('/');
+        match trimmed.strip_prefix(root_text) {
+            Some("") => "",
+            Some(rest) if rest.starts_with('/') => rest.trim_matches('/'),
+            _ => return Err(format!("{} is not below the managed root {}", name::display(trimmed), root.display())),
+        }
+    } else {
+        trimmed.trim_end_matches('/')
+    };
+    crate::beneath::check_relative(rel).map_err(|e| name::display(&e))?;
+    Ok(rel.to_owned())
+}
+
+/// [`explain`] for the control thread: what the loop published is read under its lock, and
+/// the lock is released before any filesystem access (a cgroup not managed is looked at on
+/// disk), so a slow cgroupfs never delays the loop's next update.
+pub fn explain_with(view: &std::sync::Mutex<View>, arg: &str) -> Result<Explanation, String> {
+    let guard = view.lock().unwrap_or_else(|e| e.into_inner());
+    let rel = relative_to_root(&guard.cfg.cgroup_root, arg)?;
+    let managed = guard.snapshot.as_ref().is_some_and(|s| s.cgroups.iter().any(|c| c.cgroup == rel));
+    if managed || guard.snapshot.is_none() {
+        return explain(&guard, arg); // from memory only
     }
-    if trimmed.split('/').any(|c| c == "..") {
-        return Err(format!("{trimmed}: '..' is not allowed"));
-    }
-    Ok(trimmed.trim_matches('/').to_owned())
+    let unmanaged = View {
+        cfg: guard.cfg.clone(),
+        config_path: guard.config_path.clone(),
+        snapshot: guard.snapshot.as_ref().map(|s| Snapshot { cgroups: Vec::new(), ..s.clone() }),
+        history: HashMap::new(),
+        oom_kills: guard.oom_kills.iter().filter(|k| k.cgroup == rel).cloned().collect(),
+    };
+    drop(guard);
+    explain(&unmanaged, arg)
 }
 
 fn lim(l: Limit) -> String {
@@ -132,7 +161,7 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
     let cfg = &view.cfg;
     let root = &cfg.cgroup_root;
     let rel = relative_to_root(root, arg)?;
-    let path = root.join(&rel);
+    let path = name::fs_path(root, &rel);
     let snap = view.snapshot.as_ref().ok_or("the daemon has not finished its first tick yet; try again")?;
     let daemon = DaemonInfo {
         pid: snap.pid,
@@ -147,7 +176,7 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
         if rel.is_empty() {
             return Err(format!("{} is the managed root itself; explain one of the cgroups below it", root.display()));
         }
-        if !path.is_dir() {
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
             return Err(format!("no cgroup {rel} under {}", root.display()));
         }
         let has_children = std::fs::read_dir(&path)
@@ -198,11 +227,11 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
     let mut c = c.clone();
     for d in decisions.iter().filter(|d| d.at_ms >= snap.now_ms) {
         let k = &mut c.knobs;
-        match (d.file.as_str(), d.value.parse::<Limit>()) {
-            ("memory.high", Ok(l)) => k.high = l,
-            ("memory.low", Ok(l)) => k.low = l,
-            ("memory.min", Ok(l)) => k.min = l,
-            ("cgroup.freeze", _) => k.frozen = d.value == "1",
+        match (d.knob(), d.value.parse::<Limit>()) {
+            (Some(KnobFile::MemoryHigh), Ok(l)) => k.high = l,
+            (Some(KnobFile::MemoryLow), Ok(l)) => k.low = l,
+            (Some(KnobFile::MemoryMin), Ok(l)) => k.min = l,
+            (Some(KnobFile::CgroupFreeze), _) => k.frozen = d.value == "1",
             _ => {}
         }
     }
@@ -239,15 +268,15 @@ fn reasons(
     let (k, o) = (&c.knobs, &c.original);
     let mut state = Vec::new();
     let mut release = Vec::new();
-    let last = |file: &str| decisions.iter().rev().find(|d| d.file == file);
+    let last = |knob: KnobFile| decisions.iter().rev().find(|d| d.knob() == Some(knob));
     let since = |d: &DecisionRecord| format!("{:.1} s ago", snap.now_ms.saturating_sub(d.at_ms) as f64 / 1000.0);
     if k.frozen && !o.frozen {
-        let by = last("cgroup.freeze").map(|d| (d.why.clone(), since(d)));
+        let by = last(KnobFile::CgroupFreeze).map(|d| (d.why.clone(), since(d)));
         state.push(match by {
             Some((why, ago)) => format!("frozen by memqos {ago}: {why}"),
             None => "frozen (cgroup.freeze = 1), originally not".into(),
         });
-        let cause = last("cgroup.freeze").and_then(|d| match &d.reason {
+        let cause = last(KnobFile::CgroupFreeze).and_then(|d| match &d.reason {
             Some(Reason::Stalled { by, .. }) => Some(by.clone()),
             _ => None,
         });
@@ -257,7 +286,7 @@ fn reasons(
         ));
     }
     if k.high < o.high {
-        let why = last("memory.high").map(|d| format!(" {}: {}", since(d), d.why)).unwrap_or_default();
+        let why = last(KnobFile::MemoryHigh).map(|d| format!(" {}: {}", since(d), d.why)).unwrap_or_default();
         state.push(format!(
             "throttled: memory.high {} (originally {}), lowered by memqos{why}",
             lim(k.high),
@@ -272,7 +301,9 @@ fn reasons(
             ),
             Some(_) | None => "; that time has passed, so it goes up at the next allowed write".into(),
         };
-        if let Some(Reason::Reservation { by, learned, .. }) = last("memory.high").and_then(|d| d.reason.as_ref()) {
+        if let Some(Reason::Reservation { by, learned, .. }) =
+            last(KnobFile::MemoryHigh).and_then(|d| d.reason.as_ref())
+        {
             let source = match learned {
                 Some(l) => format!(
                     "expected peak, learned from {} recorded lifetime(s) of its workload {:?} (largest peak {} + 10%; learn_peak, user.memqos.workload)",
@@ -303,7 +334,7 @@ fn reasons(
             ));
         }
     }
-    for (now, orig, file) in [(k.low, o.low, "memory.low"), (k.min, o.min, "memory.min")] {
+    for (now, orig, file) in [(k.low, o.low, KnobFile::MemoryLow), (k.min, o.min, KnobFile::MemoryMin)] {
         if now == orig {
             continue;
         }
@@ -426,5 +457,6 @@ pub fn render(e: &Explanation) -> String {
     for k in &e.oom_kills {
         let _ = writeln!(out, "  {}", k.describe());
     }
-    out
+    // Cgroup names are chosen by tenants: no terminal escapes reach the reader's terminal.
+    memqos_cgroupfs::name::terminal_safe(out)
 }

@@ -57,6 +57,21 @@ pub struct FastStats {
 struct Node {
     dir: OwnedFd,
     files: [Option<File>; 5],
+    /// Descriptors it counts against the process's budget (`memqos_cgroupfs::fds`).
+    kept: u64,
+}
+
+const FDS: memqos_cgroupfs::fds::Use = memqos_cgroupfs::fds::Use::Reaction;
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        memqos_cgroupfs::fds::release(FDS, self.kept);
+    }
+}
+
+/// The descriptor budget says no more may be kept: like EMFILE, but before it happens.
+fn over_budget(what: String) -> anyhow::Error {
+    OutOfDescriptors(format!("{what} (descriptor budget of {})", memqos_cgroupfs::fds::budget())).into()
 }
 
 /// The process ran out of descriptors (EMFILE/ENFILE) opening a fast-path file: callers
@@ -105,7 +120,10 @@ impl FastReader {
                 }
                 Err(e) => anyhow::bail!("cgroup {}/{rel}: {e}", root.path().display()),
             };
-            self.nodes.insert(id, Node { dir, files: Default::default() });
+            if !memqos_cgroupfs::fds::try_keep(FDS, 1) {
+                return Err(over_budget(format!("cgroup {}/{rel}", root.path().display())));
+            }
+            self.nodes.insert(id, Node { dir, files: Default::default(), kept: 1 });
         }
         for &f in files {
             let node = self.nodes.get_mut(&id).expect("inserted above");
@@ -113,6 +131,10 @@ impl FastReader {
             if slot.is_some() {
                 continue;
             }
+            if !memqos_cgroupfs::fds::try_keep(FDS, 1) {
+                return Err(over_budget(format!("{}/{rel}/{}", root.path().display(), f.name())));
+            }
+            node.kept += 1;
             self.syscalls += 1;
             match beneath::open_file(&node.dir, f.name(), libc::O_RDONLY) {
                 Ok(file) => *slot = Some(file),
@@ -174,9 +196,7 @@ impl FastReader {
     }
 }
 
-fn vanished(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::ESRCH))
-}
+use memqos_cgroupfs::vanished;
 
 #[cfg(test)]
 mod tests {

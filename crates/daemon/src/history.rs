@@ -108,7 +108,12 @@ impl History {
         let file: File = serde_json::from_value(v).map_err(|e| e.to_string())?;
         let mut entries = file.workloads;
         for (k, e) in &mut entries {
-            memqos_policy::check_workload_key(k).map_err(|m| format!("workload {k:?}: {m}"))?;
+            // Keys of delegated users carry their owner (`uid1000:KEY`, see observe::owned_key).
+            let given = k
+                .split_once(':')
+                .filter(|(owner, _)| owner.strip_prefix("uid").is_some_and(|n| n.parse::<u32>().is_ok()))
+                .map_or(k.as_str(), |(_, key)| key);
+            memqos_policy::check_workload_key(given).map_err(|m| format!("workload {k:?}: {m}"))?;
             while e.peaks.len() > LIFETIMES {
                 e.peaks.pop_front();
             }

@@ -12,10 +12,17 @@
 //! written. Process entries (`oom_score_adj`) carry the start time and are written through a
 //! /proc/PID directory fd, so a recycled pid is never touched.
 //!
-//! Format: JSON lines. The first line names the cgroup root; then `set` lines (an original)
-//! and `forget` lines (a knob put back, a process gone). A torn last line (a crash during
-//! the append, before the fsync that precedes any knob write) is ignored. When forgotten
-//! lines outnumber live entries the file is rewritten (temporary file, fsync, rename).
+//! Format: JSON lines. The first line names the cgroup root and the boot it was written in;
+//! then `set` lines (an original) and `forget` lines (a knob put back, a process gone). A
+//! torn last line (a crash during the append, before the fsync that precedes any knob write)
+//! is ignored. When forgotten lines outnumber live entries the file is rewritten (temporary
+//! file, fsync, rename).
+//!
+//! Faults: an append that fails (disk full, EIO) is cut back to where it began and its
+//! records are unstaged, so the file never holds half a record followed by the next one; if
+//! even the cut fails, the next append starts on a new line. A line that does not parse is
+//! reported and skipped, not fatal to the rest. Entries of another boot are never restored:
+//! cgroup ids and pids are reused across boots, so they could name someone else.
 
 use crate::beneath::{self, CgroupId, FileError, OpenError, Root};
 use anyhow::{bail, Context, Result};
@@ -24,7 +31,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const JOURNAL_FILE: &str = "journal.json";
+pub use memqos_schema::state::JOURNAL_FILE;
 
 /// A process, identified across pid reuse by its start time (field 22 of /proc/PID/stat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -88,9 +95,17 @@ impl Entry {
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Record {
-    Root { cgroup_root: PathBuf },
+    Root {
+        cgroup_root: PathBuf,
+        /// /proc/sys/kernel/random/boot_id when the journal was started (absent in journals
+        /// of older versions: their entries are taken as this boot's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot_id: Option<String>,
+    },
     Set(Entry),
-    Forget { key: Key },
+    Forget {
+        key: Key,
+    },
 }
 
 /// The journal of one state directory.
@@ -101,7 +116,20 @@ pub struct Journal {
     /// Lines in the file, for compaction.
     lines: usize,
     pending: Vec<Record>,
+    /// Entries whose `forget` is staged, for putting back if the commit fails.
+    forgotten: Vec<Entry>,
     file: Option<std::fs::File>,
+    /// An append failed and could not be cut back: the next one starts on a new line.
+    torn: bool,
+    /// The boot the journal's entries belong to (None: unknown, an older journal).
+    boot_id: Option<String>,
+    /// Lines that did not parse when the journal was loaded, as messages naming them.
+    pub skipped: Vec<String>,
+}
+
+/// This boot's id (None where /proc does not say).
+pub fn current_boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_owned())
 }
 
 /// What a restore did.
@@ -111,6 +139,10 @@ pub struct RestoreReport {
     /// The cgroup or process no longer exists (or the name is another cgroup's now).
     pub vanished: Vec<Entry>,
     pub failed: Vec<(Entry, String)>,
+    /// Entries of another boot: not restored, the journal moved aside.
+    pub other_boot: Vec<Entry>,
+    /// Lines of the journal that did not parse and were skipped, as messages.
+    pub skipped: Vec<String>,
 }
 
 impl RestoreReport {
@@ -133,15 +165,29 @@ impl Journal {
         let path = state_dir.join(JOURNAL_FILE);
         match Journal::load(&path)? {
             Some(j) => Ok(j),
-            None => Ok(Journal {
-                path,
-                cgroup_root: cgroup_root.to_owned(),
-                entries: BTreeMap::new(),
-                lines: 0,
-                pending: Vec::new(),
-                file: None,
-            }),
+            None => Ok(Journal::empty(path, cgroup_root.to_owned())),
         }
+    }
+
+    fn empty(path: PathBuf, cgroup_root: PathBuf) -> Journal {
+        Journal {
+            path,
+            cgroup_root,
+            entries: BTreeMap::new(),
+            lines: 0,
+            pending: Vec::new(),
+            forgotten: Vec::new(),
+            file: None,
+            torn: false,
+            boot_id: current_boot_id(),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Whether the entries were written in another boot (then they must not be restored).
+    pub fn other_boot(&self) -> Option<&str> {
+        let now = current_boot_id()?;
+        self.boot_id.as_deref().filter(|b| *b != now)
     }
 
     fn load(path: &Path) -> Result<Option<Journal>> {
@@ -158,18 +204,35 @@ impl Journal {
         };
         let mut lines = text.split_inclusive('\n').enumerate().peekable();
         let mut cgroup_root = None;
+        let mut boot_id = None;
         let mut entries = BTreeMap::new();
         let mut count = 0;
+        let mut skipped = Vec::new();
         while let Some((i, line)) = lines.next() {
             let last_torn = lines.peek().is_none() && !line.ends_with('\n');
+            if line.trim().is_empty() {
+                continue; // where a failed append that could not be cut back ended
+            }
             let rec: Record = match serde_json::from_str(line.trim_end()) {
                 Ok(r) => r,
                 Err(_) if last_torn => break,
-                Err(e) => return Err(corrupt(i + 1, e.to_string())),
+                // Without the root line nothing can be restored safely.
+                Err(e) if cgroup_root.is_none() => return Err(corrupt(i + 1, e.to_string())),
+                Err(e) => {
+                    skipped.push(format!(
+                        "{}: line {} skipped ({e}); if it recorded an original, that knob is not restored",
+                        path.display(),
+                        i + 1
+                    ));
+                    continue;
+                }
             };
             count += 1;
             match (rec, &cgroup_root) {
-                (Record::Root { cgroup_root: r }, None) => cgroup_root = Some(r),
+                (Record::Root { cgroup_root: r, boot_id: b }, None) => {
+                    cgroup_root = Some(r);
+                    boot_id = b;
+                }
                 (Record::Root { .. }, Some(_)) => return Err(corrupt(i + 1, "a second root line".into())),
                 (_, None) => return Err(corrupt(i + 1, "the first line must name the cgroup root".into())),
                 (Record::Set(e), Some(_)) => {
@@ -183,19 +246,17 @@ impl Journal {
         let Some(cgroup_root) = cgroup_root else {
             return Ok(None);
         };
-        Ok(Some(Journal { path: path.to_owned(), cgroup_root, entries, lines: count, pending: Vec::new(), file: None }))
+        let mut j = Journal::empty(path.to_owned(), cgroup_root);
+        j.entries = entries;
+        j.lines = count;
+        j.boot_id = boot_id;
+        j.skipped = skipped;
+        Ok(Some(j))
     }
 
     /// A journal with no entries at the same place (what is left after a restore).
     pub(crate) fn open_empty_like(j: &Journal) -> Journal {
-        Journal {
-            path: j.path.clone(),
-            cgroup_root: j.cgroup_root.clone(),
-            entries: BTreeMap::new(),
-            lines: 0,
-            pending: Vec::new(),
-            file: None,
-        }
+        Journal::empty(j.path.clone(), j.cgroup_root.clone())
     }
 
     pub fn cgroup_root(&self) -> &Path {
@@ -233,34 +294,66 @@ impl Journal {
     /// Stages dropping an entry (its knob was put back, its process or cgroup is gone).
     /// Losing a forget in a crash is harmless: a restore then writes an original again.
     pub fn stage_forget(&mut self, key: &Key) {
-        if self.entries.remove(key).is_some() {
+        if let Some(e) = self.entries.remove(key) {
             self.pending.push(Record::Forget { key: key.clone() });
+            self.forgotten.push(e);
         }
     }
 
-    /// Whether staged records wait for a commit.
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
     /// Appends the staged records with one fsync (compacting when mostly dead lines).
+    /// All or nothing: on failure the file is as it was and so are the entries (the staged
+    /// originals are unstaged, the staged forgets put back); Err names the file and why.
     pub fn commit(&mut self) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        if self.file.is_none() || self.lines + self.pending.len() > 2 * self.entries.len() + 64 {
-            self.pending.clear();
-            return self.rewrite();
+        let result = if self.file.is_none() || self.lines + self.pending.len() > 2 * self.entries.len() + 64 {
+            self.rewrite()
+        } else {
+            self.append()
+        };
+        match result {
+            Ok(()) => {
+                self.pending.clear();
+                self.forgotten.clear();
+            }
+            Err(_) => self.unstage(),
         }
-        let mut buf = Vec::new();
+        result
+    }
+
+    /// Undoes the staged records after a failed commit.
+    fn unstage(&mut self) {
         for r in self.pending.drain(..) {
-            serde_json::to_writer(&mut buf, &r)?;
+            if let Record::Set(e) = r {
+                self.entries.remove(&e.key());
+            }
+        }
+        for e in self.forgotten.drain(..) {
+            self.entries.insert(e.key(), e);
+        }
+    }
+
+    fn append(&mut self) -> Result<()> {
+        let mut buf = Vec::new();
+        if self.torn {
             buf.push(b'\n');
-            self.lines += 1;
+        }
+        for r in &self.pending {
+            serde_json::to_writer(&mut buf, r)?;
+            buf.push(b'\n');
         }
         let f = self.file.as_mut().expect("checked");
-        f.write_all(&buf).with_context(|| format!("appending to {}", self.path.display()))?;
-        f.sync_data().with_context(|| format!("fsync {}", self.path.display()))?;
+        let len = f.metadata().with_context(|| format!("stat {}", self.path.display()))?.len();
+        let written = f.write_all(&buf).and_then(|()| f.sync_data());
+        if let Err(e) = written {
+            // Cut back what part of the records got out, so the next append is not glued to
+            // half a record (a load would then lose both).
+            self.torn = f.set_len(len).and_then(|()| f.sync_data()).is_err();
+            return Err(e).with_context(|| format!("appending to {}", self.path.display()));
+        }
+        self.torn = false;
+        self.lines += self.pending.len();
         Ok(())
     }
 
@@ -269,20 +362,29 @@ impl Journal {
         let dir = self.path.parent().expect("journal has a directory").to_owned();
         let tmp = self.path.with_extension("json.tmp");
         let mut buf = Vec::new();
-        serde_json::to_writer(&mut buf, &Record::Root { cgroup_root: self.cgroup_root.clone() })?;
+        let root = Record::Root { cgroup_root: self.cgroup_root.clone(), boot_id: self.boot_id.clone() };
+        serde_json::to_writer(&mut buf, &root)?;
         buf.push(b'\n');
         for e in self.entries.values() {
             serde_json::to_writer(&mut buf, &Record::Set(e.clone()))?;
             buf.push(b'\n');
         }
-        let mut f = std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
-        f.write_all(&buf)?;
-        f.sync_all()?;
+        let written = (|| -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&buf)?;
+            f.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp); // the space it holds
+            return Err(e).with_context(|| format!("writing {}", tmp.display()));
+        }
         std::fs::rename(&tmp, &self.path)
             .with_context(|| format!("renaming {} to {}", tmp.display(), self.path.display()))?;
-        std::fs::File::open(&dir)?.sync_all()?;
+        // The rename is done: the file holds the new records whatever follows.
+        let _ = std::fs::File::open(&dir).and_then(|d| d.sync_all());
         self.lines = 1 + self.entries.len();
-        self.file = Some(std::fs::OpenOptions::new().append(true).open(&self.path)?);
+        self.torn = false;
+        self.file = std::fs::OpenOptions::new().append(true).open(&self.path).ok();
         Ok(())
     }
 
@@ -290,7 +392,16 @@ impl Journal {
     /// limits are restored) and removes the journal if everything was restored or vanished;
     /// otherwise it keeps exactly the failed entries for a retry.
     pub fn restore(mut self) -> Result<RestoreReport> {
-        let mut report = RestoreReport::default();
+        let mut report = RestoreReport { skipped: std::mem::take(&mut self.skipped), ..Default::default() };
+        if let Some(boot) = self.other_boot().map(str::to_owned) {
+            // Another boot's ids and pids may name other cgroups and processes now: nothing
+            // is written; the file is kept aside for a person.
+            let aside = self.path.with_extension(format!("json.boot-{boot}"));
+            std::fs::rename(&self.path, &aside)
+                .with_context(|| format!("moving {} aside to {}", self.path.display(), aside.display()))?;
+            report.other_boot = self.entries.into_values().collect();
+            return Ok(report);
+        }
         let root = Root::open(&self.cgroup_root);
         let mut order: Vec<Entry> = self.entries.values().cloned().collect();
         order.sort_by_key(|e| e.file != "cgroup.freeze");
@@ -574,6 +685,70 @@ mod tests {
         let files: Vec<&str> = reopened.entries().map(|e| e.file.as_str()).collect();
         assert_eq!(files, ["memory.high"]);
         assert_eq!(reopened.entries().next().unwrap().cgroup, "low/a");
+    }
+
+    #[test]
+    fn a_failed_append_is_cut_back_and_unstaged_and_the_next_one_loads() {
+        let (root, state, _scratch) = tree("enospc");
+        let mut j = Journal::open(&state, &root).unwrap();
+        j.stage(entry(&root, "low/a", "memory.high", "max"));
+        j.commit().unwrap();
+        let before = std::fs::read(state.join(JOURNAL_FILE)).unwrap();
+        // A disk that is full: every write fails with ENOSPC, and /dev/full cannot be cut
+        // back either, so the next append must start on a new line.
+        let real = j.file.replace(std::fs::OpenOptions::new().append(true).open("/dev/full").unwrap());
+        let b = entry(&root, "low/b", "memory.high", "max");
+        assert!(j.stage(b.clone()));
+        j.stage_forget(&entry(&root, "low/a", "memory.high", "max").key());
+        let err = j.commit().expect_err("disk full");
+        assert!(format!("{err:#}").contains("appending to"), "{err:#}");
+        assert!(j.get(&b.key()).is_none(), "an original that is not durable is not journaled");
+        assert!(j.original(id(&root, "low/a"), "memory.high").is_some(), "a failed forget keeps the entry");
+        assert!(j.torn);
+        // Half a record got out before the disk filled, and could not be cut back.
+        j.file = real;
+        j.file.as_mut().unwrap().write_all(br#"{"op":"set","cgroup":"lo"#).unwrap();
+        assert!(j.stage(b.clone()));
+        j.commit().unwrap();
+        let reopened = Journal::open(&state, &root).unwrap();
+        assert_eq!(reopened.entries().count(), 2, "both records load");
+        assert_eq!(reopened.skipped.len(), 1, "the torn line is reported: {:?}", reopened.skipped);
+        assert!(std::fs::read(state.join(JOURNAL_FILE)).unwrap().starts_with(&before));
+    }
+
+    #[test]
+    fn a_bad_line_is_skipped_and_named_and_the_rest_restored() {
+        let (root, state, _scratch) = tree("badline");
+        let mut j = Journal::open(&state, &root).unwrap();
+        j.stage(entry(&root, "low/a", "memory.high", "max"));
+        j.commit().unwrap();
+        let mut text = std::fs::read_to_string(state.join(JOURNAL_FILE)).unwrap();
+        text += "{\"op\":\"set\",garbage}\n";
+        text += &serde_json::to_string(&Record::Set(entry(&root, "low/b", "memory.high", "max"))).unwrap();
+        text += "\n";
+        std::fs::write(state.join(JOURNAL_FILE), text).unwrap();
+        std::fs::write(root.join("low/a/memory.high"), "1").unwrap();
+        std::fs::write(root.join("low/b/memory.high"), "2").unwrap();
+        let report = restore_state_dir(&state).unwrap().unwrap();
+        assert_eq!(report.restored.len(), 2);
+        assert!(report.skipped[0].contains("line 3 skipped"), "{:?}", report.skipped);
+        assert_eq!(std::fs::read_to_string(root.join("low/b/memory.high")).unwrap(), "max");
+    }
+
+    #[test]
+    fn another_boots_entries_are_not_restored_and_the_journal_is_kept_aside() {
+        let (root, state, _scratch) = tree("boot");
+        let mut j = Journal::open(&state, &root).unwrap();
+        assert!(j.boot_id.is_some(), "this boot is recorded");
+        j.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
+        j.stage(entry(&root, "low/a", "memory.high", "max"));
+        j.commit().unwrap();
+        std::fs::write(root.join("low/a/memory.high"), "1").unwrap();
+        let report = restore_state_dir(&state).unwrap().unwrap();
+        assert_eq!((report.restored.len(), report.other_boot.len()), (0, 1));
+        assert_eq!(std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(), "1", "not written");
+        assert!(!state.join(JOURNAL_FILE).exists());
+        assert!(state.join("journal.json.boot-00000000-0000-0000-0000-000000000000").exists());
     }
 
     #[test]

@@ -115,7 +115,8 @@ impl Learner {
             });
             let ended = !l.recorded && {
                 l.key.clone_from(key);
-                l.peak = l.peak.max(c.usage_bytes).max(read_peak(&root.join(&c.id)).unwrap_or(0));
+                l.peak =
+                    l.peak.max(c.usage_bytes).max(read_peak(&memqos_cgroupfs::name::fs_path(root, &c.id)).unwrap_or(0));
                 l.ran |= c.is_populated();
                 l.ran && !c.is_populated()
             };

@@ -18,6 +18,7 @@ pub mod beneath;
 mod bpf_source;
 pub mod control;
 mod cpu_weight;
+mod deadline;
 mod dirty;
 pub mod events;
 pub mod explain;
@@ -76,6 +77,7 @@ fn install_signal_handlers() {
     reload::install_handler();
 }
 
+#[derive(Clone)]
 pub struct Options {
     pub config_path: PathBuf,
     /// Overrides the config's state_dir.
@@ -153,6 +155,18 @@ fn raise_fd_limit() {
 /// Restores a journal left by an earlier run, under the lock. Err names each knob.
 fn recover(state_dir: &Path, log: &mut EventLog) -> Result<()> {
     if let Some(report) = restore_state_dir(state_dir)? {
+        for message in &report.skipped {
+            log.emit(Event::Degraded { message: message.clone() });
+        }
+        if !report.other_boot.is_empty() {
+            log.emit(Event::Degraded {
+                message: format!(
+                    "{}: {} journal entries of another boot dropped, not restored (cgroup ids and pids are reused across boots); the file is kept aside as journal.json.boot-*",
+                    state_dir.display(),
+                    report.other_boot.len()
+                ),
+            });
+        }
         let failed = report.failures();
         log.emit(Event::Recovered {
             restored: report.restored.len(),
@@ -180,6 +194,7 @@ pub fn run(opts: Options) -> Result<()> {
         Some(l) => l,
         None => StateLock::try_acquire(&state_dir, "memqos daemon")?,
     };
+    let _root_lock = lock::RootLock::try_acquire(root.path())?;
     let mut log = EventLog::open(&state_dir, events::DEFAULT_MAX_BYTES, opts.echo);
 
     // A journal here means the previous run did not finish its restore.
@@ -192,6 +207,9 @@ pub fn run(opts: Options) -> Result<()> {
     }
     raise_fd_limit();
     let journal = Journal::open(&state_dir, root.path())?;
+    for message in &journal.skipped {
+        log.emit(Event::Degraded { message: message.clone() });
+    }
     let root_dir = beneath::Root::open(root.path())?;
     let mut act = Actuator::new(root_dir, journal, log, opts.dry_run);
     let _guardian = if opts.guardian && !opts.dry_run { Some(Guardian::start(&opts.exe, &state_dir)?) } else { None };
@@ -209,10 +227,41 @@ pub fn run(opts: Options) -> Result<()> {
     }
 
     // The loop runs under catch_unwind so a panic still reaches the restore below (the
-    // actuator's Drop is the second line of defence).
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_loop(&opts, &mut cfg, &root, &state_dir, &mut act, &mut signals)
-    }));
+    // actuator's Drop is the second line of defence). A loop that fails while the root is
+    // still there (a fault of the host, not of one cgroup: those are skipped inside) puts
+    // every knob back and starts afresh: protection pauses for a moment, it does not end.
+    // Only the loss of the root, a panic or a stop request ends the daemon.
+    let started = Instant::now();
+    let result = loop {
+        let mut this_run = opts.clone();
+        this_run.duration = opts.duration.map(|d| d.saturating_sub(started.elapsed()));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_loop(&this_run, &mut cfg, &root, &state_dir, &mut act, &mut signals)
+        }));
+        let error = match &result {
+            Ok(Err(e)) => format!("{e:#}"),
+            _ => break result,
+        };
+        let over = opts.duration.is_some_and(|d| started.elapsed() + LOOP_RETRY >= d);
+        if SHUTDOWN.load(Ordering::SeqCst) || over || !root_is_there(&root) {
+            break result;
+        }
+        let restored = match act.restore() {
+            Ok(r) => r.restored.len(),
+            Err(e) => {
+                act.emit(Event::Degraded { message: format!("restoring before the restart of the loop: {e:#}") });
+                0
+            }
+        };
+        act.resume();
+        act.emit(Event::Degraded {
+            message: format!(
+                "the loop stopped on: {error}; {restored} knob(s) put back, starting afresh in {} ms",
+                LOOP_RETRY.as_millis()
+            ),
+        });
+        std::thread::sleep(LOOP_RETRY);
+    };
 
     let _ = sd_notify::notify("STOPPING=1");
     if let Some(summary) = signals.bpf_summary() {
@@ -266,6 +315,8 @@ fn run_loop(
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
     let mut reported_degraded = 0;
     let mut last_status: Option<Instant> = None;
+    // Why status.json could not be written last time (said once, and when it recovers).
+    let mut status_failing: Option<String> = None;
     // When the last wait returned: BPF crossings are logged with it.
     let mut woke_ns = 0u64;
     let mut last_periodic: Option<Instant> = None;
@@ -412,6 +463,17 @@ fn run_loop(
         let now_ms = started.elapsed().as_millis() as u64;
         let (mut obs, mut seen) = sampler.sample(cfg, root, act.journal(), now_ms)?;
         let mut notes: Vec<String> = sampler.notes.drain(..).collect();
+        if !act.dry_run() {
+            notes.extend(note_takeovers(act, &mut obs, &mut seen));
+        }
+        // Managed until the last sample, unreadable now: not left throttled while unseen.
+        let dropped = std::mem::take(&mut sampler.dropped);
+        if !dropped.is_empty() {
+            let why = |cg: &str| format!("{cg}: no longer managed (see the degraded line): original put back");
+            let restores = reload::restores_of(act.journal(), &dropped, &why);
+            let wrote = act.apply(restores)?;
+            remember(&wrote, now_ms, &mut recent, control.as_ref());
+        }
         if cfg.learns_peaks() {
             learner.observe(cfg, root.path(), &mut obs, &sampler.workloads, epoch_s(), &mut |e| act.emit(e));
         }
@@ -498,10 +560,25 @@ fn run_loop(
             status_due = false;
             let adjusted = oom_adj.as_ref().map_or(0, |a| a.adjusted());
             let mut snap =
-                status::Snapshot::new(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted);
+                status::snapshot(cfg, &opts.config_path, act.dry_run(), &obs, &seen, &engine, &recent, adjusted);
             snap.oom_kills_by_tier = oom.by_tier.clone();
             snap.recent_oom_kills = oom.recent.iter().cloned().collect();
-            status::write(state_dir, &snap)?;
+            // status.json is for people: a full or read-only state_dir is said once (and its
+            // end), never a reason to stop protecting.
+            match status::write(state_dir, &snap) {
+                Ok(()) if status_failing.take().is_some() => {
+                    act.emit(Event::Degraded { message: "status.json is written again".into() })
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    if status_failing.is_none() {
+                        act.emit(Event::Degraded {
+                            message: format!("{e:#}: `memqos status` shows stale data until it can be written"),
+                        });
+                    }
+                    status_failing = Some(e.to_string());
+                }
+            }
             last_status = Some(Instant::now());
             if let Some(c) = &control {
                 c.update(|v| {
@@ -536,6 +613,33 @@ fn run_loop(
     }
     learner.finish(root.path(), epoch_s(), &mut |e| act.emit(e));
     Ok(())
+}
+
+/// Knobs someone else changed after memqos wrote them (`Actuator::taken_over`): their
+/// value found becomes their original, so the engine leaves them alone (`foreign_knobs`)
+/// and nothing stale is restored over them later. One line each.
+fn note_takeovers(act: &mut Actuator, obs: &mut memqos_policy::Observation, seen: &mut [observe::Seen]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for c in obs.cgroups.iter_mut() {
+        for (file, found) in
+            [("memory.high", c.current.high), ("memory.low", c.current.low), ("memory.min", c.current.min)]
+        {
+            let Some((wrote, original)) = act.taken_over(c.cgroup_id, file, found) else { continue };
+            match file {
+                "memory.high" => c.original.high = found,
+                "memory.low" => c.original.low = found,
+                _ => c.original.min = found,
+            }
+            if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.cgroup_id) {
+                s.original = c.original;
+            }
+            notes.push(format!(
+                "{}/{file} is {found} now, set by someone else after memqos wrote {wrote}: that value stays; memqos forgets the original it had ({original}) and leaves the knob alone",
+                memqos_cgroupfs::name::display(&c.id)
+            ));
+        }
+    }
+    notes
 }
 
 /// Wall-clock seconds, for the history's last-seen times.
@@ -617,7 +721,7 @@ fn adopt_created(
         None => Vec::new(),
     };
     for rel in signals.take_created() {
-        let Ok(meta) = std::fs::symlink_metadata(root.path().join(&rel)) else {
+        let Ok(meta) = std::fs::symlink_metadata(memqos_cgroupfs::name::fs_path(root.path(), &rel)) else {
             continue; // removed already
         };
         if let Some(a) = adopting.iter_mut().find(|a| a.obs.cgroup_id == meta.ino()) {
@@ -743,20 +847,38 @@ fn reload_config(
             new.metrics.listen
         );
     }
-    let new_exporter = match exporter {
-        Some(e) if new.metrics.textfile.is_some() || new.metrics.listen.is_some() => {
-            e.set_textfile(new.metrics.textfile.clone());
-            None
-        }
-        Some(_) => Some(None),
-        None => metrics::Exporter::start(&new.metrics)?.map(Some),
+    // The running exporter is changed only once nothing can fail any more (below).
+    let (keep_exporter, new_exporter) = match &exporter {
+        Some(_) if new.metrics.textfile.is_some() || new.metrics.listen.is_some() => (true, None),
+        Some(_) => (false, Some(None)),
+        None => (false, metrics::Exporter::start(&new.metrics)?.map(Some)),
     };
     let apply_control = control.map(|c| c.prepare_reload(&new)).transpose()?;
     let root_path = root.path().to_owned();
-    let dropped = engine.reconfigure(new.clone(), |id| reload::classify(&new, &root_path, id));
-    let (moved, restores) = reload::plan(cfg, &new, &root_path, act.journal(), &dropped);
+    // All or nothing: the knobs of cgroups that leave their tier are put back first; only if
+    // every one of them was (or its cgroup is gone) does the engine take the new config.
+    let leaving = engine.would_drop(&new, |id| reload::classify(&new, &root_path, id));
+    let (moved, restores) = reload::plan(cfg, &new, &root_path, act.journal(), &leaving);
     let wrote = act.apply(restores)?;
+    let failed: Vec<String> = wrote
+        .iter()
+        .filter_map(|w| match &w.outcome {
+            events::Outcome::Error(e) => Some(format!("{}/{}: {e}", w.cgroup, w.file)),
+            _ => None,
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "the knobs of cgroups leaving their tier could not all be put back ({}); the old config runs on",
+            failed.join("; ")
+        );
+    }
+    let dropped = engine.reconfigure(new.clone(), |id| reload::classify(&new, &root_path, id));
+    debug_assert_eq!(dropped.len(), leaving.len(), "would_drop and reconfigure agree");
     let restored = wrote.iter().filter(|w| w.outcome == events::Outcome::Ok).count();
+    if let (true, Some(e)) = (keep_exporter, exporter) {
+        e.set_textfile(new.metrics.textfile.clone());
+    }
     if let Some(apply) = apply_control {
         if let Err(e) = apply() {
             act.emit(Event::Degraded { message: format!("control socket after reload: {e:#}") });
@@ -781,7 +903,14 @@ fn request(d: &Decision, ids: &HashMap<String, u64>) -> Option<Request> {
     Some(r)
 }
 
+/// The cgroup root is still a cgroup directory (the only loss that ends the daemon).
+fn root_is_there(root: &Cgroup) -> bool {
+    root.path().join("cgroup.controllers").exists()
+}
+
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// How long a failed loop waits before it starts afresh.
+const LOOP_RETRY: Duration = Duration::from_secs(1);
 const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 /// At most one reaction to pressure signals per window.
 const COALESCE: Duration = Duration::from_millis(20);

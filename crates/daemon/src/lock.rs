@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub const LOCK_FILE: &str = "lock";
+pub use memqos_schema::state::LOCK_FILE;
 
 pub struct StateLock {
     file: std::fs::File,
@@ -91,6 +91,38 @@ impl StateLock {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// One daemon per cgroup root: an exclusive `flock` on the root directory itself, held for
+/// the daemon's life. Two daemons with different state directories on one tree would each
+/// journal the other's writes as "originals" and fight over every knob; the state lock
+/// cannot see that, the root's own inode can. (Nothing else flocks cgroup directories; the
+/// kernel drops the lock when the daemon dies.)
+pub struct RootLock {
+    _dir: std::fs::File,
+}
+
+impl RootLock {
+    pub fn try_acquire(cgroup_root: &Path) -> Result<RootLock> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(cgroup_root)
+            .with_context(|| format!("opening cgroup_root {}", cgroup_root.display()))?;
+        // SAFETY: flock on a valid fd.
+        if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                bail!(
+                    "another memqos daemon manages cgroup_root {} (with another state_dir): one daemon per tree; stop it first",
+                    cgroup_root.display()
+                );
+            }
+            return Err(err).with_context(|| format!("flock {}", cgroup_root.display()));
+        }
+        Ok(RootLock { _dir: dir })
     }
 }
 

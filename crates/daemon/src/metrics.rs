@@ -22,7 +22,7 @@ const TICK_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 #[derive(Debug, Default)]
 pub struct Counters {
     /// (tier, knob file, reason kind) -> decisions written.
-    pub decisions: BTreeMap<(String, &'static str, String), u64>,
+    pub decisions: BTreeMap<(String, &'static str, &'static str), u64>,
     /// (tier, action) -> stall-bound actions decided (`Reason::StallBound`).
     pub stall_bound: BTreeMap<(String, &'static str), u64>,
     /// tier -> OOM kills reported since start (`oom_report`), set by the daemon.
@@ -35,8 +35,7 @@ pub struct Counters {
 
 impl Counters {
     pub fn record_decision(&mut self, tier: &str, d: &Decision) {
-        let kind = serde_json::to_value(&d.reason).ok().and_then(|v| v["kind"].as_str().map(str::to_owned));
-        let key = (tier.to_owned(), d.action.file(), kind.unwrap_or_else(|| "unknown".into()));
+        let key = (tier.to_owned(), d.action.file(), d.reason.kind());
         *self.decisions.entry(key).or_default() += 1;
         if let memqos_policy::Reason::StallBound { .. } = d.reason {
             let action = match d.action {
@@ -66,7 +65,60 @@ pub struct Daemon {
     pub parent_usage_bytes: u64,
 }
 
-fn limit(l: Limit) -> String {
+/// The families both renderers have (the daemon's [`render`] and `memqos stat --prom`): one
+/// name, type and help per value, whichever program exports it. docs/metrics.md lists them.
+pub mod families {
+    /// (name, type, help).
+    pub type Family = (&'static str, &'static str, &'static str);
+
+    pub const MEMORY_USAGE: Family = ("memqos_cgroup_memory_usage_bytes", "gauge", "memory.current of the cgroup.");
+    pub const MEMORY_HIGH: Family = ("memqos_cgroup_memory_high_bytes", "gauge", "memory.high now (+Inf = max).");
+    pub const MEMORY_LOW: Family = ("memqos_cgroup_memory_low_bytes", "gauge", "memory.low now.");
+    pub const MEMORY_MIN: Family = ("memqos_cgroup_memory_min_bytes", "gauge", "memory.min now.");
+    pub const PRESSURE_SOME_AVG10: Family =
+        ("memqos_cgroup_memory_pressure_some_avg10_ratio", "gauge", "memory.pressure some avg10, as a ratio (0..1).");
+    pub const OOM_KILLS: Family = (
+        "memqos_cgroup_oom_kills_total",
+        "counter",
+        "memory.events oom_kill: processes the kernel OOM-killed in the cgroup.",
+    );
+    pub const HIGH_EVENTS: Family = (
+        "memqos_cgroup_memory_high_events_total",
+        "counter",
+        "memory.events high: times the cgroup was over memory.high.",
+    );
+}
+
+/// Text exposition format 0.0.4, written one family at a time (HELP and TYPE, then its
+/// samples). Both renderers write through it, so escaping and number formats are the same.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    /// HELP and TYPE of a family (a [`families::Family`] or a renderer's own).
+    pub fn family(&mut self, (name, kind, help): (&str, &str, &str)) {
+        let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    /// One sample; label values are escaped here.
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", esc(v))).collect();
+            let _ = write!(self.text, "{{{}}}", pairs.join(","));
+        }
+        let _ = writeln!(self.text, " {value}");
+    }
+
+    pub fn into_text(self) -> String {
+        self.text
+    }
+}
+
+/// A limit as a sample value: bytes, or +Inf for max.
+pub fn limit_value(l: Limit) -> String {
     match l {
         Limit::Bytes(b) => b.to_string(),
         Limit::Max => "+Inf".into(),
@@ -78,67 +130,38 @@ fn esc(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// (name, type, help, value of one sample).
-type Family<F> = (&'static str, &'static str, &'static str, F);
 /// Per tier: cgroups, usage, throttled cgroups, OOM kills.
 type TierSums = (u64, u64, u64, u64);
-type CgroupFamily<'a> = Family<&'a dyn Fn(&Seen) -> String>;
-type TierFamily = Family<fn(&TierSums) -> u64>;
+/// A per-cgroup family and its sample's value.
+type CgroupFamily<'a> = (families::Family, &'a dyn Fn(&Seen) -> String);
+/// A per-tier family and its sample's value.
+type TierFamily = (families::Family, fn(&TierSums) -> u64);
 
 /// The whole exposition for one moment.
 pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
-    let mut out = String::new();
-    let per_cgroup: [CgroupFamily; 9] = [
-        ("memqos_cgroup_memory_usage_bytes", "gauge", "memory.current of a managed cgroup.", &|s| {
-            s.usage_bytes.to_string()
+    use families::*;
+    let mut out = Exposition::default();
+    let per_cgroup: [CgroupFamily; 10] = [
+        (MEMORY_USAGE, &|s| s.usage_bytes.to_string()),
+        (MEMORY_HIGH, &|s| limit_value(s.knobs.high)),
+        (("memqos_cgroup_memory_high_original_bytes", "gauge", "memory.high before memqos wrote it."), &|s| {
+            limit_value(s.original.high)
         }),
-        ("memqos_cgroup_memory_high_bytes", "gauge", "memory.high now (+Inf = max).", &|s| limit(s.knobs.high)),
-        ("memqos_cgroup_memory_high_original_bytes", "gauge", "memory.high before memqos wrote it.", &|s| {
-            limit(s.original.high)
-        }),
-        ("memqos_cgroup_memory_low_bytes", "gauge", "memory.low now.", &|s| limit(s.knobs.low)),
-        ("memqos_cgroup_memory_min_bytes", "gauge", "memory.min now.", &|s| limit(s.knobs.min)),
-        ("memqos_cgroup_throttled", "gauge", "1 while memory.high is below its original.", &|s| {
+        (MEMORY_LOW, &|s| limit_value(s.knobs.low)),
+        (MEMORY_MIN, &|s| limit_value(s.knobs.min)),
+        (("memqos_cgroup_throttled", "gauge", "1 while memory.high is below its original."), &|s| {
             u8::from(s.knobs.high < s.original.high).to_string()
         }),
-        ("memqos_cgroup_frozen", "gauge", "1 while cgroup.freeze is set.", &|s| u8::from(s.knobs.frozen).to_string()),
-        (
-            "memqos_cgroup_memory_pressure_some_avg10_ratio",
-            "gauge",
-            "memory.pressure some avg10, as a ratio (0..1).",
-            &|s| format!("{}", s.psi_some_avg10 / 100.0),
-        ),
-        (
-            "memqos_cgroup_oom_kills_total",
-            "counter",
-            "memory.events oom_kill: processes the kernel OOM-killed in the cgroup.",
-            &|s| s.events.oom_kill.to_string(),
-        ),
+        (("memqos_cgroup_frozen", "gauge", "1 while cgroup.freeze is set."), &|s| u8::from(s.knobs.frozen).to_string()),
+        (PRESSURE_SOME_AVG10, &|s| format!("{}", s.psi_some_avg10 / 100.0)),
+        (OOM_KILLS, &|s| s.events.oom_kill.to_string()),
+        (HIGH_EVENTS, &|s| s.events.high.to_string()),
     ];
-    for (name, kind, help, value) in per_cgroup {
-        header(&mut out, name, kind, help);
+    for (family, value) in per_cgroup {
+        out.family(family);
         for s in seen {
-            let _ = writeln!(out, "{name}{{cgroup=\"{}\",tier=\"{}\"}} {}", esc(&s.cgroup), esc(&s.tier), value(s));
+            out.sample(family.0, &[("cgroup", &s.cgroup), ("tier", &s.tier)], value(s));
         }
-    }
-    header(
-        &mut out,
-        "memqos_cgroup_memory_high_events_total",
-        "counter",
-        "memory.events high: times the cgroup was over memory.high.",
-    );
-    for s in seen {
-        let _ = writeln!(
-            out,
-            "memqos_cgroup_memory_high_events_total{{cgroup=\"{}\",tier=\"{}\"}} {}",
-            esc(&s.cgroup),
-            esc(&s.tier),
-            s.events.high
-        );
     }
 
     // Per tier: sums over its cgroups.
@@ -151,79 +174,75 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
         t.3 += s.events.oom_kill;
     }
     let per_tier: [TierFamily; 4] = [
-        ("memqos_tier_cgroups", "gauge", "Managed cgroups in the tier.", |t| t.0),
-        ("memqos_tier_memory_usage_bytes", "gauge", "Sum of memory.current over the tier's cgroups.", |t| t.1),
+        (("memqos_tier_cgroups", "gauge", "Managed cgroups in the tier."), |t| t.0),
+        (("memqos_tier_memory_usage_bytes", "gauge", "Sum of memory.current over the tier's cgroups."), |t| t.1),
         (
-            "memqos_tier_throttled_cgroups",
-            "gauge",
-            "Cgroups of the tier whose memory.high is below its original.",
+            ("memqos_tier_throttled_cgroups", "gauge", "Cgroups of the tier whose memory.high is below its original."),
             |t| t.2,
         ),
         (
-            "memqos_tier_oom_kills_total",
-            "counter",
-            "Sum of memory.events oom_kill over the tier's present cgroups.",
+            (
+                "memqos_tier_oom_kills_total",
+                "counter",
+                "Sum of memory.events oom_kill over the tier's present cgroups.",
+            ),
             |t| t.3,
         ),
     ];
-    for (name, kind, help, value) in per_tier {
-        header(&mut out, name, kind, help);
+    for (family, value) in per_tier {
+        out.family(family);
         for (tier, t) in &tiers {
-            let _ = writeln!(out, "{name}{{tier=\"{}\"}} {}", esc(tier), value(t));
+            out.sample(family.0, &[("tier", tier)], value(t));
         }
     }
 
-    header(
-        &mut out,
-        "memqos_decisions_total",
-        "counter",
-        "Knob writes decided by the policy engine, by tier, knob and reason.",
-    );
+    const DECISIONS: Family =
+        ("memqos_decisions_total", "counter", "Knob writes decided by the policy engine, by tier, knob and reason.");
+    out.family(DECISIONS);
     for ((tier, file, reason), n) in &counters.decisions {
-        let _ = writeln!(
-            out,
-            "memqos_decisions_total{{tier=\"{}\",knob=\"{file}\",reason=\"{}\"}} {n}",
-            esc(tier),
-            esc(reason)
-        );
+        out.sample(DECISIONS.0, &[("tier", tier), ("knob", file), ("reason", reason)], n);
     }
-    header(
-        &mut out,
+    const OOM_KILLS_BY_TIER: Family = (
         "memqos_oom_kills_total",
         "counter",
         "Kernel OOM kills under cgroup_root reported since the daemon started, by the victim's tier.",
     );
+    out.family(OOM_KILLS_BY_TIER);
     for (tier, n) in &counters.oom_kills {
-        let _ = writeln!(out, "memqos_oom_kills_total{{tier=\"{}\"}} {n}", esc(tier));
+        out.sample(OOM_KILLS_BY_TIER.0, &[("tier", tier)], n);
     }
-    header(
-        &mut out,
+    const STALL_BOUND: Family = (
         "memqos_stall_bound_actions_total",
         "counter",
         "Stall-bound actions (a throttled cgroup made no progress for its tier's stall.after_ms), by tier and action.",
     );
+    out.family(STALL_BOUND);
     for ((tier, action), n) in &counters.stall_bound {
-        let _ = writeln!(out, "memqos_stall_bound_actions_total{{tier=\"{}\",action=\"{action}\"}} {n}", esc(tier));
+        out.sample(STALL_BOUND.0, &[("tier", tier), ("action", action)], n);
     }
-    header(
-        &mut out,
+    const PARENT_USAGE: Family = (
         "memqos_parent_memory_usage_bytes",
         "gauge",
         "memory.current of cgroup_root (sum of its children at the hierarchy's root).",
     );
-    let _ = writeln!(out, "memqos_parent_memory_usage_bytes {}", daemon.parent_usage_bytes);
-    header(&mut out, "memqos_daemon_cpu_seconds_total", "counter", "CPU time (user + system) the daemon has used.");
-    let _ = writeln!(out, "memqos_daemon_cpu_seconds_total {}", daemon.cpu_seconds);
-    header(&mut out, "memqos_tick_duration_seconds", "histogram", "Time from a wakeup to the tick's last knob write.");
+    out.family(PARENT_USAGE);
+    out.sample(PARENT_USAGE.0, &[], daemon.parent_usage_bytes);
+    const CPU: Family = ("memqos_daemon_cpu_seconds_total", "counter", "CPU time (user + system) the daemon has used.");
+    out.family(CPU);
+    out.sample(CPU.0, &[], daemon.cpu_seconds);
+    const TICK: Family =
+        ("memqos_tick_duration_seconds", "histogram", "Time from a wakeup to the tick's last knob write.");
+    out.family(TICK);
+    let bucket = format!("{}_bucket", TICK.0);
     let mut cumulative = 0;
     for (i, b) in TICK_BUCKETS.iter().enumerate() {
         cumulative += counters.tick_buckets.get(i).copied().unwrap_or(0);
-        let _ = writeln!(out, "memqos_tick_duration_seconds_bucket{{le=\"{b}\"}} {cumulative}");
+        out.sample(&bucket, &[("le", &b.to_string())], cumulative);
     }
-    let _ = writeln!(out, "memqos_tick_duration_seconds_bucket{{le=\"+Inf\"}} {}", counters.tick_count);
-    let _ = writeln!(out, "memqos_tick_duration_seconds_sum {}", counters.tick_sum);
-    let _ = writeln!(out, "memqos_tick_duration_seconds_count {}", counters.tick_count);
-    out
+    out.sample(&bucket, &[("le", "+Inf")], counters.tick_count);
+    out.sample(&format!("{}_sum", TICK.0), &[], counters.tick_sum);
+    out.sample(&format!("{}_count", TICK.0), &[], counters.tick_count);
+    out.into_text()
 }
 
 /// Where renders go: a listener thread serving the latest one, and/or a textfile.
@@ -281,9 +300,10 @@ impl Exporter {
 /// One request per connection: `GET /metrics` gets the latest render, anything else 404.
 fn serve(listener: TcpListener, latest: Arc<Mutex<String>>) {
     for stream in listener.incoming() {
-        let Ok(mut s) = stream else { continue };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+        let Ok(mut stream) = stream else { continue };
+        // One deadline for the whole exchange (a scraper trickling its request or reading
+        // slowly holds this thread at most that long; the loop never waits for it).
+        let mut s = crate::deadline::Exchange::new(&mut stream, Duration::from_secs(5));
         // The request line may arrive in pieces: read up to the end of the headers.
         let mut buf = [0u8; 1024];
         let mut n = 0;

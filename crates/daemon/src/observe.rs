@@ -47,6 +47,15 @@ pub struct Sampler {
     /// The valid workload keys of the last full sample's cgroups of `learn_peak` tiers, by
     /// cgroup id (for `learn::Learner`).
     pub workloads: HashMap<u64, String>,
+    /// Managed cgroups left out of the samples, with why (said once per cgroup and reason):
+    /// no memory controller, unreadable or malformed files. One cgroup never stops the
+    /// daemon; the rest is managed as before.
+    skipped: HashMap<u64, String>,
+    /// The descriptor budget was found short of the tree (said once per run).
+    budget_noted: bool,
+    /// Cgroups left out of this sample that the last one managed: memqos puts back what it
+    /// wrote to them rather than leave them throttled while it cannot see them.
+    pub dropped: Vec<u64>,
 }
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
@@ -97,7 +106,7 @@ fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Re
     v.ok_or_else(|| {
         anyhow!(
             "cgroup {}: no {file} (is the memory controller enabled in its parent's cgroup.subtree_control?)",
-            root.join(&c.path).display()
+            memqos_cgroupfs::name::fs_path(root, &c.path).display()
         )
     })
 }
@@ -113,7 +122,7 @@ fn knobs(root: &Path, c: &CgroupStats, read_freeze: bool) -> anyhow::Result<Knob
         min: need(c.min, root, c, "memory.min")?,
         // cgroup.freeze is a knob, not a memory statistic: read here, per managed leaf. The
         // root of a hierarchy has none; leaves always do.
-        frozen: read_freeze && Cgroup::new(root.join(&c.path)).is_frozen().unwrap_or(false),
+        frozen: read_freeze && Cgroup::new(memqos_cgroupfs::name::fs_path(root, &c.path)).is_frozen().unwrap_or(false),
     })
 }
 
@@ -218,13 +227,46 @@ impl Xattr<'_> {
     }
 }
 
-/// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
+/// The owner (uid) of a directory, None if it cannot be read.
+fn owner(dir: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir).ok().map(|m| m.uid())
+}
+
+/// Whether hints in the xattrs of the cgroup at `dir` are honoured: only from cgroups owned
+/// by root or by the owner of `cgroup_root` (the user the tree was delegated to), as
+/// systemd-oomd does. A tenant given a subtree of its own owns its cgroups and may set
+/// `user.*` xattrs on them; it must not thereby pick its tier or reserve room that holds
+/// everyone else back. `Err(uid)`: the untrusted owner.
+pub(crate) fn trusted(root: &Path, dir: &Path) -> Result<(), u32> {
+    match (owner(dir), owner(root)) {
+        (Some(0), _) => Ok(()),
+        (Some(uid), Some(root_uid)) if uid == root_uid => Ok(()),
+        (Some(uid), _) => Err(uid),
+        (None, _) => Err(u32::MAX),
+    }
+}
+
+/// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs
+/// (honoured only on [`trusted`] cgroups).
 fn classify(cfg: &Config, root: &Path, rel: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
-        let cg = Cgroup::new(root.join(rel));
-        cfg.tiers.classify_with(rel, |name| cg.xattr_flag(name))
+        let dir = memqos_cgroupfs::name::fs_path(root, rel);
+        let honoured = trusted(root, &dir).is_ok();
+        let cg = Cgroup::new(dir);
+        cfg.tiers.classify_with(rel, |name| honoured && cg.xattr_flag(name))
     } else {
         cfg.tiers.classify(rel)
+    }
+}
+
+/// A learned-history key per owner: a key given by a delegated user is its own namespace,
+/// so one user's runs never set the expectation of another's (root's keys stay as given).
+fn owned_key(uid: u32, key: String) -> String {
+    if uid == 0 {
+        key
+    } else {
+        format!("uid{uid}:{key}")
     }
 }
 
@@ -248,6 +290,9 @@ impl Sampler {
             bad_declarations: HashMap::new(),
             bad_workloads: HashMap::new(),
             workloads: HashMap::new(),
+            skipped: HashMap::new(),
+            budget_noted: false,
+            dropped: Vec::new(),
         }
     }
 
@@ -276,10 +321,16 @@ impl Sampler {
         if hierarchy_root {
             return Ok(false); // no limit, no memory.events: pressure signals only
         }
-        let s = self
-            .fast
-            .read(root, "", 0, PARENT)?
-            .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+        let s = match self.fast.read(root, "", 0, PARENT) {
+            Ok(Some(s)) => s,
+            Ok(None) => anyhow::bail!("cgroup_root {} vanished", root.path().display()),
+            // Cannot look cheaply: look at everything.
+            Err(e) if out_of_descriptors(&e) => {
+                Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                return Ok(true);
+            }
+            Err(e) => return Err(e),
+        };
         if let (Some(ev), Some(prev)) = (s.events, self.prev_parent_events) {
             let d = ev.delta_since(&prev);
             if d.high > 0 || d.max > 0 || d.oom > 0 || d.oom_kill > 0 {
@@ -323,7 +374,8 @@ impl Sampler {
                     Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
                     return Ok(None); // cannot look cheaply: take the full sample
                 }
-                Err(e) => return Err(e),
+                // Unreadable now: the full sample reads it (and says why, if it still is).
+                Err(_) => return Ok(None),
             };
             let usage = s.current.unwrap_or(0);
             if usage > protection {
@@ -361,13 +413,15 @@ impl Sampler {
         wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c.id.as_str(), c.cgroup_id, CANDIDATE)));
         for (rel, id, files) in wanted {
             if let Err(e) = self.fast.prepare(root, rel, id, files) {
-                if !out_of_descriptors(&e) {
-                    return Err(e);
-                }
                 // Not fatal: what is not open is opened when a reaction needs it, or left
                 // to the periodic sample.
-                Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
-                break;
+                if out_of_descriptors(&e) {
+                    Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                    break;
+                }
+                if rel.is_empty() {
+                    return Err(e); // the root itself
+                }
             }
         }
         Ok(())
@@ -420,6 +474,17 @@ impl Sampler {
         if opened {
             self.backend_report = Some((self.snap.backend, why_not_bpf));
         }
+        let per_cgroup = memqos_stats::FileSet::Knobs.files_per_cgroup() as u64;
+        let bulk = memqos_cgroupfs::fds::budget() / 2;
+        let cgroups = self.snap.cgroups.len() as u64;
+        if self.snap.backend == "text" && cgroups * per_cgroup > bulk && !self.budget_noted {
+            self.budget_noted = true;
+            self.notes.push(format!(
+                "descriptor budget: the open-file limit ({}) lets the files of about {} of these {cgroups} cgroups stay open; the others are opened at each sample (slower, not wrong). Raise LimitNOFILE (or the container's) to keep them all",
+                memqos_cgroupfs::fds::open_file_limit(),
+                bulk / per_cgroup
+            ));
+        }
         let snap = &self.snap;
         let top = snap.cgroups.first().ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
         let parent = if root.is_hierarchy_root() {
@@ -451,6 +516,10 @@ impl Sampler {
             }
             let tier = *self.tiers.entry(c.id).or_insert_with(|| classify(cfg, root.path(), &c.path));
             let Some(tier) = tier else { continue };
+            if let Some(error) = &c.error {
+                Self::skip(&mut self.skipped, &mut self.notes, c, format!("unreadable: {error}"));
+                continue;
+            }
             let observed =
                 Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal, {
                     let tier_freezes = cfg.tiers.get(tier).is_some_and(|t| t.freeze);
@@ -460,19 +529,51 @@ impl Sampler {
                 Ok(o) => o,
                 // A cgroup being removed loses its files before its directory (seen at 100
                 // tool-call cgroups/s: the daemon stopped on "no memory.current"): it has
-                // vanished. Only a cgroup still there without the memory controller is an error.
-                Err(_) if !lacks_memory_controller(&root.path().join(&c.path)) => continue,
-                Err(e) => return Err(e),
+                // vanished. A cgroup still there without the memory controller (any tenant who
+                // may mkdir can make one) is left unmanaged, said once; the rest is managed.
+                Err(_) if !lacks_memory_controller(&memqos_cgroupfs::name::fs_path(root.path(), &c.path)) => continue,
+                Err(_) => {
+                    Self::skip(
+                        &mut self.skipped,
+                        &mut self.notes,
+                        c,
+                        "the memory controller is not enabled for it (its parent's cgroup.subtree_control lacks +memory)"
+                            .into(),
+                    );
+                    continue;
+                }
             };
+            self.skipped.remove(&c.id);
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
-                let cg = Cgroup::new(root.path().join(&c.path));
+                let dir = memqos_cgroupfs::name::fs_path(root.path(), &c.path);
+                let cg = Cgroup::new(&dir);
                 obs.populated = cg.is_populated().ok();
-                obs.expected_peak_bytes = declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
-                if cfg.tiers.get(tier).is_some_and(|t| t.learn_peak) {
-                    if let Some(key) = workload(&mut self.bad_workloads, &mut self.notes, &cg, c.id, &c.path) {
-                        workloads.insert(c.id, key);
+                match trusted(root.path(), &dir) {
+                    Ok(()) => {
+                        obs.expected_peak_bytes =
+                            declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
+                        if cfg.tiers.get(tier).is_some_and(|t| t.learn_peak) {
+                            if let Some(key) = workload(&mut self.bad_workloads, &mut self.notes, &cg, c.id, &c.path) {
+                                workloads.insert(c.id, owned_key(owner(&dir).unwrap_or(0), key));
+                            }
+                        }
+                    }
+                    Err(uid) => {
+                        // Said once per cgroup, and only if it tries.
+                        let tried =
+                            [EXPECTED_PEAK_XATTR, WORKLOAD_XATTR].iter().any(|name| match cg.xattr_bytes(name, 1) {
+                                Ok(v) => v.is_some(),
+                                Err(e) => e.raw_os_error() == Some(libc::ERANGE), // set, and long
+                            });
+                        if tried && !self.bad_declarations.contains_key(&c.id) {
+                            self.notes.push(format!(
+                                "{}: hints ({EXPECTED_PEAK_XATTR}, {WORKLOAD_XATTR}) ignored: the cgroup is owned by uid {uid}; only root or the owner of cgroup_root may give them",
+                                memqos_cgroupfs::name::display(&c.path)
+                            ));
+                            self.bad_declarations.insert(c.id, format!("untrusted uid {uid}"));
+                        }
                     }
                 }
             }
@@ -488,7 +589,9 @@ impl Sampler {
         self.workloads = workloads;
         let present: HashSet<u64> = snap.cgroups.iter().map(|c| c.id).collect();
         self.tiers.retain(|k, _| present.contains(k));
+        self.skipped.retain(|k, _| present.contains(k));
         self.fast.retain(&alive);
+        self.dropped = self.skipped.keys().filter(|id| self.alive.contains(id)).copied().collect();
         self.alive = alive;
         self.last.clone_from(&cgroups);
         self.last_parent = parent.clone();
@@ -510,10 +613,16 @@ impl Sampler {
     ) -> anyhow::Result<Observation> {
         let mut parent = self.last_parent.clone();
         if !hierarchy_root {
-            let s = self
-                .fast
-                .read(root, "", 0, PARENT)?
-                .ok_or_else(|| anyhow!("cgroup_root {} vanished", root.path().display()))?;
+            let s = match self.fast.read(root, "", 0, PARENT) {
+                Ok(Some(s)) => s,
+                Ok(None) => anyhow::bail!("cgroup_root {} vanished", root.path().display()),
+                // The parent as of the last periodic sample.
+                Err(e) if out_of_descriptors(&e) => {
+                    Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
+                    Default::default()
+                }
+                Err(e) => return Err(e),
+            };
             parent.usage_bytes = s.current.unwrap_or(parent.usage_bytes);
             parent.max = s.max.unwrap_or(parent.max);
             parent.high = s.high.unwrap_or(parent.high);
@@ -535,7 +644,8 @@ impl Sampler {
                     Self::note_fd_limit(&mut self.notes, &mut self.fd_limit_noted, &e);
                     continue;
                 }
-                Err(e) => return Err(e),
+                // One cgroup unreadable: react with the others; the periodic sample says why.
+                Err(_) => continue,
             };
             let mut c = last.clone();
             c.usage_bytes = s.current.unwrap_or(c.usage_bytes);
@@ -554,6 +664,16 @@ impl Sampler {
             cgroups.push(c);
         }
         Ok(Observation { now_ms, parent, cgroups })
+    }
+
+    /// Leaves a managed cgroup out of this sample, with one `degraded` line per cgroup and
+    /// reason (a reason that keeps changing, like an errno, is said each time it changes).
+    fn skip(skipped: &mut HashMap<u64, String>, notes: &mut Vec<String>, c: &CgroupStats, why: String) {
+        if skipped.get(&c.id) != Some(&why) {
+            let name = memqos_cgroupfs::name::display(&c.path);
+            notes.push(format!("cgroup {name} (id {}): not managed: {why}", c.id));
+            skipped.insert(c.id, why);
+        }
     }
 
     fn observe_one(

@@ -145,7 +145,9 @@ impl OomAdjuster {
                 continue;
             };
             // A cgroup that vanished since the snapshot has no processes to adjust.
-            let Ok(pids) = memqos_cgroupfs::Cgroup::new(cfg.cgroup_root.join(&c.id)).procs() else {
+            let Ok(pids) =
+                memqos_cgroupfs::Cgroup::new(memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id)).procs()
+            else {
                 continue;
             };
             for pid in pids {

@@ -20,7 +20,6 @@ use crate::mounts::Cgroup2Mount;
 use crate::observe::Seen;
 use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_policy::{Config, ParentObs};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
@@ -33,56 +32,7 @@ const AHEAD_KEEP_MS: u64 = 5_000;
 pub const RECENT: usize = 10;
 /// Largest holders named in a report.
 const HOLDERS: usize = 3;
-/// The tier label of kills in cgroups no tier manages.
-pub const UNMANAGED: &str = "unmanaged";
-
-/// One OOM kill, as logged and as `memqos status` shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct OomKill {
-    /// The victim's cgroup relative to cgroup_root ("" if unknown).
-    pub cgroup: String,
-    pub cgroup_id: u64,
-    /// Its tier (None: no tier manages it).
-    pub tier: Option<String>,
-    /// The victim (None: the kernel log was not readable or had no line for it).
-    pub pid: Option<u32>,
-    pub command: Option<String>,
-    /// The kernel's constraint: CONSTRAINT_MEMCG (a cgroup's memory.max) or CONSTRAINT_NONE
-    /// (the whole machine).
-    pub constraint: Option<String>,
-    /// The cgroup whose limit was hit, as the kernel names it (hierarchy path).
-    pub oom_cgroup: Option<String>,
-    /// The victim's anonymous RSS when killed.
-    pub victim_anon_rss_bytes: Option<u64>,
-    /// memory.peak of the victim's cgroup (None if gone or the kernel lacks it).
-    pub peak_bytes: Option<u64>,
-    pub usage_bytes: Option<u64>,
-    /// Limits in force: the cgroup's memory.max/high and cgroup_root's.
-    pub limits: Limits,
-    /// The managed cgroups holding the most memory at that moment, largest first.
-    pub holders: Vec<Holder>,
-    /// "memory.events", "kmsg" or "memory.events+kmsg".
-    pub source: String,
-    /// When the kernel logged the kill (printk time: local_clock(), close to but not exactly
-    /// CLOCK_MONOTONIC) and CLOCK_MONOTONIC of this report.
-    pub kill_mono_ns: Option<u64>,
-    pub reported_mono_ns: u64,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Limits {
-    pub max: Option<Limit>,
-    pub high: Option<Limit>,
-    pub root_max: Option<Limit>,
-    pub root_high: Option<Limit>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Holder {
-    pub cgroup: String,
-    pub tier: String,
-    pub usage_bytes: u64,
-}
+pub use memqos_schema::oom::{Holder, Limits, OomKill, UNMANAGED};
 
 /// What the kernel log says about one kill.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -132,7 +82,8 @@ pub fn parse_record(record: &str) -> Option<LoggedKill> {
     Some(LoggedKill {
         pid: pid.parse().ok()?,
         command: command.to_owned(),
-        anon_rss_bytes: anon.map(|kb| kb * 1024),
+        // Saturating: a forged or corrupt record must not wrap (release) or panic (debug).
+        anon_rss_bytes: anon.map(|kb| kb.saturating_mul(1024)),
         at_us,
         ..LoggedKill::default()
     })
@@ -267,7 +218,7 @@ impl OomReporter {
             if !kill.task_memcg.is_empty() {
                 summary = true;
                 if let Some(rel) = self.relative(&kill.task_memcg) {
-                    let read = EarlyRead::of(&Cgroup::new(self.root.join(&rel)));
+                    let read = EarlyRead::of(&Cgroup::new(memqos_cgroupfs::name::fs_path(&self.root, &rel)));
                     self.early.insert(rel, read);
                 }
             }
@@ -405,7 +356,7 @@ impl OomReporter {
         source: &str,
     ) -> OomKill {
         let s = seen.iter().find(|s| s.cgroup == cgroup && !cgroup.is_empty());
-        let cg = Cgroup::new(root.join(cgroup));
+        let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root, cgroup));
         let known = !cgroup.is_empty();
         // Read now, and else as read when the kill was logged (the cgroup may be gone).
         let now = if known { EarlyRead::of(&cg) } else { EarlyRead::default() };
@@ -446,25 +397,6 @@ impl OomReporter {
             kill_mono_ns: logged.map(|k| k.at_us * 1000),
             reported_mono_ns: crate::mono_ns(),
         }
-    }
-}
-
-impl OomKill {
-    /// One line for people: who, where, which limit.
-    pub fn describe(&self) -> String {
-        let who = match (&self.pid, &self.command) {
-            (Some(p), Some(c)) => format!("pid {p} ({c})"),
-            _ => "a process (victim unknown)".into(),
-        };
-        let where_ = if self.cgroup.is_empty() { "an unmanaged cgroup".into() } else { self.cgroup.clone() };
-        let tier = self.tier.as_deref().unwrap_or(UNMANAGED);
-        let lim = |l: Option<Limit>| l.map_or("?".into(), |l| l.to_string());
-        format!(
-            "OOM kill of {who} in {where_} (tier {tier}): memory.max {}, peak {}, limit hit in {}",
-            lim(self.limits.max),
-            self.peak_bytes.map_or("?".into(), |b| format!("{:.0}M", b as f64 / 1048576.0)),
-            self.oom_cgroup.as_deref().unwrap_or("?")
-        )
     }
 }
 

@@ -14,20 +14,10 @@ use crate::mounts::Cgroup2Mount;
 use crate::observe::Seen;
 use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_policy::{Config, Protect};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    /// The ancestor without protection (absolute path).
-    pub ancestor: String,
-    /// Protected managed cgroups below it (relative to cgroup_root), at most a few.
-    pub protected: Vec<String>,
-    /// Whether the cgroup2 mount has memory_recursiveprot.
-    pub recursiveprot: bool,
-    pub message: String,
-}
+pub use memqos_schema::protection::Finding;
 
 /// Up to this many cgroups are named per ancestor.
 const NAMED: usize = 5;

@@ -18,7 +18,7 @@ use crate::journal::Journal;
 use anyhow::{bail, Result};
 use memqos_cgroupfs::Cgroup;
 use memqos_policy::{Config, Reason, TierIndex};
-use serde::{Deserialize, Serialize};
+use memqos_schema::KnobFile;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,15 +47,7 @@ pub(crate) fn take_request() -> bool {
     REQUESTED.swap(false, Ordering::SeqCst)
 }
 
-/// A cgroup whose tier changed with a reload.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TierMove {
-    pub cgroup: String,
-    /// Its tier under the old config.
-    pub from: Option<String>,
-    /// Under the new one (None: no longer managed).
-    pub to: Option<String>,
-}
+pub use memqos_schema::events::TierMove;
 
 /// Reads and validates the config at `path` as a replacement for `old`. `state_dir_fixed`:
 /// the command line overrides state_dir, so the file's value does not matter.
@@ -84,7 +76,7 @@ pub(crate) fn load(path: &Path, old: &Config, state_dir_fixed: bool) -> Result<C
 /// attributes when a tier asks for them, as the sampler does.
 pub(crate) fn classify(cfg: &Config, root: &Path, relative: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
-        let cg = Cgroup::new(root.join(relative));
+        let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root, relative));
         cfg.tiers.classify_with(relative, |name| cg.xattr_flag(name))
     } else {
         cfg.tiers.classify(relative)
@@ -149,11 +141,29 @@ pub(crate) fn plan(
     (moved.into_values().collect(), restores)
 }
 
-/// The actuator takes `&'static str` file names: the knobs memqos journals.
+/// The actuator takes `&'static str` file names: the knobs memqos journals (cgroup.kill is
+/// never journaled: it cannot be undone).
+/// Requests putting back every journaled knob of the cgroups `ids` (memqos stops managing
+/// them: they left their tier, or can no longer be read), thaws first.
+pub(crate) fn restores_of(journal: &Journal, ids: &[u64], why: &dyn Fn(&str) -> String) -> Vec<Request> {
+    let mut restores: Vec<Request> = journal
+        .entries()
+        .filter(|e| e.process.is_none() && ids.contains(&e.cgroup_id))
+        .filter_map(|e| {
+            let file = static_file(&e.file)?;
+            let target = Target::Cgroup { path: e.cgroup.clone(), id: e.cgroup_id };
+            let mut r = Request::new(target, file, e.original.clone(), why(&e.cgroup));
+            r.reason = Some(Reason::Restore);
+            r.restores = true;
+            Some(r)
+        })
+        .collect();
+    restores.sort_by_key(|r| r.file != "cgroup.freeze");
+    restores
+}
+
 fn static_file(file: &str) -> Option<&'static str> {
-    const FILES: &[&str] =
-        &["memory.high", "memory.low", "memory.min", "cgroup.freeze", "cpu.weight", "oom_score_adj", "memory.max"];
-    FILES.iter().find(|f| **f == file).copied()
+    KnobFile::from_name(file).filter(|k| *k != KnobFile::CgroupKill).map(KnobFile::name)
 }
 
 #[cfg(test)]

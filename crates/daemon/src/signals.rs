@@ -5,9 +5,11 @@
 
 use crate::bpf_source::{BpfSource, Crossing};
 use memqos_policy::SignalEvent;
+use memqos_schema::events::{BpfCounters, BpfHooks, BpfStats, BpfSummary};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,12 +17,18 @@ use std::time::Duration;
 /// window (500 ms is the shortest window the kernel accepts). Tight enough to react within a
 /// window, loose enough to ignore a single direct-reclaim hiccup.
 const PSI_TRIGGER: &str = "some 50000 500000";
+/// The same ratio in the shortest window an unprivileged process may ask for: without
+/// CAP_SYS_RESOURCE (a container) the kernel accepts only multiples of 2 s and refuses the
+/// 500 ms window with EINVAL.
+const PSI_TRIGGER_UNPRIVILEGED: &str = "some 200000 2000000";
 
 pub struct Signals {
     psi_enabled: bool,
     events_enabled: bool,
     bpf_wanted: bool,
-    psi: HashMap<String, OwnedFd>,
+    psi: HashMap<String, memqos_cgroupfs::fds::Kept<OwnedFd>>,
+    /// Whether 500 ms PSI windows are still tried (false once the kernel refused one).
+    psi_window: bool,
     inotify: Option<OwnedFd>,
     watches: HashMap<i32, String>,
     watched: HashMap<String, i32>,
@@ -28,7 +36,7 @@ pub struct Signals {
     pub degraded: Vec<String>,
     bpf: Option<BpfSource>,
     /// The BPF source started: what it attached (logged once by the daemon).
-    pub bpf_started: Option<serde_json::Value>,
+    pub bpf_started: Option<BpfHooks>,
     /// Crossings drained by the last `wait`, for the log.
     pub bpf_crossings: Vec<Crossing>,
     /// Directory watches (IN_CREATE/IN_DELETE) on every cgroup of the managed tree: a new
@@ -61,6 +69,7 @@ impl Signals {
             events_enabled: events,
             bpf_wanted: bpf,
             psi: HashMap::new(),
+            psi_window: true,
             inotify: None,
             watches: HashMap::new(),
             watched: HashMap::new(),
@@ -142,8 +151,25 @@ impl Signals {
                 if self.psi.contains_key(id) {
                     continue;
                 }
-                match psi_trigger(&root.join(id).join("memory.pressure")) {
-                    Ok(fd) => {
+                match psi_trigger(
+                    &memqos_cgroupfs::name::fs_path(root, id).join("memory.pressure"),
+                    &mut self.psi_window,
+                ) {
+                    Ok((fd, fell_back)) => {
+                        // A trigger holds a descriptor: within the budget, or the cgroup's
+                        // pressure is seen by the periodic sample only.
+                        let Ok(fd) = memqos_cgroupfs::fds::Kept::new(memqos_cgroupfs::fds::Use::Reaction, 1, fd) else {
+                            self.note(format!(
+                                "PSI triggers beyond the descriptor budget ({} open files): some protected cgroups (first: {id}) are sampled, not signalled",
+                                memqos_cgroupfs::fds::open_file_limit()
+                            ));
+                            continue;
+                        };
+                        if fell_back {
+                            self.note(format!(
+                                "PSI triggers of 500 ms refused (EINVAL: no CAP_SYS_RESOURCE?): using 2 s windows (\"{PSI_TRIGGER_UNPRIVILEGED}\"); pressure is seen up to 2 s later"
+                            ));
+                        }
                         self.psi.insert(id.clone(), fd);
                     }
                     Err(e) => self.note(format!("PSI trigger on {id}/memory.pressure: {e}")),
@@ -167,7 +193,9 @@ impl Signals {
                 if self.watched.contains_key(id) {
                     continue;
                 }
-                let Ok(path) = CString::new(root.join(id).join("memory.events").to_string_lossy().as_bytes()) else {
+                let Ok(path) =
+                    CString::new(memqos_cgroupfs::name::fs_path(root, id).join("memory.events").as_os_str().as_bytes())
+                else {
                     continue;
                 };
                 let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) };
@@ -231,7 +259,9 @@ impl Signals {
         if self.populated_watched.contains_key(rel) {
             return;
         }
-        let Ok(path) = CString::new(root.join(rel).join("cgroup.events").to_string_lossy().as_bytes()) else {
+        let Ok(path) =
+            CString::new(memqos_cgroupfs::name::fs_path(root, rel).join("cgroup.events").as_os_str().as_bytes())
+        else {
             return;
         };
         // SAFETY: valid fd and NUL-terminated path.
@@ -246,7 +276,7 @@ impl Signals {
         let Some(fd) = self.tree.as_ref().map(|f| f.as_raw_fd()) else {
             return;
         };
-        let Ok(path) = CString::new(root.join(rel).to_string_lossy().as_bytes()) else {
+        let Ok(path) = CString::new(memqos_cgroupfs::name::fs_path(root, rel).as_os_str().as_bytes()) else {
             return;
         };
         let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_DELETE | libc::IN_ONLYDIR | libc::IN_DONT_FOLLOW;
@@ -294,7 +324,8 @@ impl Signals {
                 // SAFETY: the kernel writes whole inotify_event records; read unaligned.
                 let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
                 let name_bytes = &buf[off + head..(off + head + ev.len as usize).min(n as usize)];
-                let name = String::from_utf8_lossy(name_bytes).trim_end_matches('\0').to_owned();
+                let raw = name_bytes.split(|b| *b == 0).next().unwrap_or_default();
+                let name = memqos_cgroupfs::name::encode(std::ffi::OsStr::from_bytes(raw));
                 off += head + ev.len as usize;
                 if ev.mask & libc::IN_IGNORED != 0 {
                     if let Some(d) = self.tree_watches.remove(&ev.wd) {
@@ -328,11 +359,16 @@ impl Signals {
     }
 
     /// The BPF source's counters per watched cgroup and its global stats (None when off).
-    pub fn bpf_summary(&self) -> Option<serde_json::Value> {
+    pub fn bpf_summary(&self) -> Option<BpfSummary> {
         let b = self.bpf.as_ref()?;
-        let counters: serde_json::Map<String, serde_json::Value> =
-            b.counters().into_iter().map(|(id, c)| (id, serde_json::json!(c))).collect();
-        Some(serde_json::json!({"counters": counters, "stats": b.stats()}))
+        let counters = b
+            .counters()
+            .into_iter()
+            .map(|(id, c)| (id, BpfCounters { total: c.total.to_vec(), suppressed: c.suppressed }))
+            .collect();
+        let s = b.stats();
+        let stats = BpfStats { emitted: s.emitted, ring_full: s.ring_full, rate_limited: s.rate_limited };
+        Some(BpfSummary { counters, stats })
     }
 
     fn note(&mut self, msg: String) {
@@ -347,7 +383,7 @@ impl Signals {
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut ids: Vec<Option<&String>> = Vec::new();
         for (id, fd) in &self.psi {
-            fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLPRI, revents: 0 });
+            fds.push(libc::pollfd { fd: fd.value.as_raw_fd(), events: libc::POLLPRI, revents: 0 });
             ids.push(Some(id));
         }
         if let Some(ino) = &self.inotify {
@@ -438,9 +474,25 @@ impl Signals {
     }
 }
 
-fn psi_trigger(path: &Path) -> std::io::Result<OwnedFd> {
+/// Registers a trigger in the window this process may use (`short`: whether the 500 ms
+/// one is still worth trying). Ok((fd, true)): this call found the short window refused
+/// and fell back to 2 s, for good.
+fn psi_trigger(path: &Path, short: &mut bool) -> std::io::Result<(OwnedFd, bool)> {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-    f.write_all(PSI_TRIGGER.as_bytes())?;
-    Ok(f.into())
+    let open = || std::fs::OpenOptions::new().read(true).write(true).open(path);
+    if *short {
+        let mut f = open()?;
+        match f.write_all(PSI_TRIGGER.as_bytes()) {
+            Ok(()) => return Ok((f.into(), false)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => *short = false,
+            Err(e) => return Err(e),
+        }
+        // A refused trigger leaves the file unusable for another: a fresh open.
+        let mut f = open()?;
+        f.write_all(PSI_TRIGGER_UNPRIVILEGED.as_bytes())?;
+        return Ok((f.into(), true));
+    }
+    let mut f = open()?;
+    f.write_all(PSI_TRIGGER_UNPRIVILEGED.as_bytes())?;
+    Ok((f.into(), false))
 }

@@ -1,135 +1,79 @@
 //! `<state_dir>/status.json`: what the daemon manages, written atomically about once a second
-//! and read by `memqos status` through the same types. Per cgroup: its tier, its knobs
+//! and read by `memqos status` through the same types (`memqos_schema::status`). Per cgroup: its tier, its knobs
 //! beside the originals memqos will put back, and its last decisions with their reasons.
 
 use crate::observe::Seen;
 use anyhow::{Context, Result};
-use memqos_cgroupfs::MemoryEvents;
-use memqos_policy::{Config, Engine, Knobs, Limit, Observation, Reason};
-use serde::{Deserialize, Serialize};
+use memqos_cgroupfs::units::mib;
+use memqos_policy::{Config, Engine, Knobs, Limit, Observation};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::Path;
 
-pub const STATUS_FILE: &str = "status.json";
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
-    pub pid: u32,
-    pub config: String,
-    pub cgroup_root: String,
-    /// `memqos daemon --dry-run`: decides, logs, writes nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-    pub parent_usage_bytes: u64,
-    pub parent_max: Limit,
-    pub cgroups: Vec<CgroupStatus>,
-    pub throttled: Vec<String>,
-    pub frozen: Vec<String>,
-    pub last_pressure_ms: Option<u64>,
-    pub now_ms: u64,
-    pub recent_decisions: Vec<DecisionRecord>,
-    /// Processes whose oom_score_adj memqos changed (tiers with `oom_score_adj`).
-    #[serde(default)]
-    pub oom_score_adj_processes: usize,
-    /// OOM kills under the root since the daemon started, by tier ("unmanaged": no tier).
-    #[serde(default)]
-    pub oom_kills_by_tier: std::collections::BTreeMap<String, u64>,
-    /// The last few, newest last.
-    #[serde(default)]
-    pub recent_oom_kills: Vec<crate::oom_report::OomKill>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CgroupStatus {
-    /// Path relative to cgroup_root.
-    pub cgroup: String,
-    /// The kernel's cgroup id (directory inode).
-    pub cgroup_id: u64,
-    pub tier: String,
-    pub usage_bytes: u64,
-    /// As read in the last sample.
-    pub knobs: Knobs,
-    /// What memqos puts back when it stops.
-    pub original: Knobs,
-    pub psi_some_avg10: f64,
-    /// memory.events totals.
-    pub events: MemoryEvents,
-    /// This cgroup's latest decisions, newest last.
-    #[serde(default)]
-    pub last_decisions: Vec<DecisionRecord>,
-}
-
-/// One write the daemon made (or, dry, would have made).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DecisionRecord {
-    pub cgroup: String,
-    pub file: String,
-    pub value: String,
-    /// The engine's structured reason (None for tier settings such as cpu_weight).
-    pub reason: Option<Reason>,
-    pub why: String,
-    /// Daemon time (ms since start) of the decision.
-    pub at_ms: u64,
-}
+pub use memqos_schema::state::STATUS_FILE;
+use memqos_schema::state::STATUS_TMP_FILE;
+pub use memqos_schema::status::{CgroupStatus, DecisionRecord, Snapshot};
 
 /// The decisions kept for status: the last few overall.
 pub const RECENT: usize = 20;
 const PER_CGROUP: usize = 3;
 
-impl Snapshot {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        cfg: &Config,
-        config_path: &Path,
-        dry_run: bool,
-        obs: &Observation,
-        seen: &[Seen],
-        engine: &Engine,
-        recent: &VecDeque<DecisionRecord>,
-        oom_score_adj_processes: usize,
-    ) -> Snapshot {
-        let st = engine.status();
-        let cgroups = seen
-            .iter()
-            .map(|s| {
-                let mine: Vec<DecisionRecord> = recent.iter().filter(|d| d.cgroup == s.cgroup).cloned().collect();
-                CgroupStatus {
-                    cgroup: s.cgroup.clone(),
-                    cgroup_id: s.cgroup_id,
-                    tier: s.tier.clone(),
-                    usage_bytes: s.usage_bytes,
-                    knobs: s.knobs,
-                    original: s.original,
-                    psi_some_avg10: s.psi_some_avg10,
-                    events: s.events,
-                    last_decisions: mine[mine.len().saturating_sub(PER_CGROUP)..].to_vec(),
-                }
-            })
-            .collect();
-        Snapshot {
-            pid: std::process::id(),
-            config: config_path.display().to_string(),
-            cgroup_root: cfg.cgroup_root.display().to_string(),
-            dry_run,
-            parent_usage_bytes: obs.parent.usage_bytes,
-            parent_max: obs.parent.max,
-            cgroups,
-            throttled: st.throttled,
-            frozen: st.frozen,
-            last_pressure_ms: st.last_pressure_ms,
-            now_ms: obs.now_ms,
-            recent_decisions: recent.iter().cloned().collect(),
-            oom_score_adj_processes,
-            oom_kills_by_tier: Default::default(),
-            recent_oom_kills: Vec::new(),
-        }
+/// The snapshot of one periodic tick.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn snapshot(
+    cfg: &Config,
+    config_path: &Path,
+    dry_run: bool,
+    obs: &Observation,
+    seen: &[Seen],
+    engine: &Engine,
+    recent: &VecDeque<DecisionRecord>,
+    oom_score_adj_processes: usize,
+) -> Snapshot {
+    let st = engine.status();
+    let cgroups = seen
+        .iter()
+        .map(|s| {
+            let mine: Vec<DecisionRecord> = recent.iter().filter(|d| d.cgroup == s.cgroup).cloned().collect();
+            CgroupStatus {
+                cgroup: s.cgroup.clone(),
+                cgroup_id: s.cgroup_id,
+                tier: s.tier.clone(),
+                usage_bytes: s.usage_bytes,
+                knobs: s.knobs,
+                original: s.original,
+                psi_some_avg10: s.psi_some_avg10,
+                events: s.events,
+                last_decisions: mine[mine.len().saturating_sub(PER_CGROUP)..].to_vec(),
+            }
+        })
+        .collect();
+    Snapshot {
+        pid: std::process::id(),
+        config: config_path.display().to_string(),
+        cgroup_root: cfg.cgroup_root.display().to_string(),
+        dry_run,
+        parent_usage_bytes: obs.parent.usage_bytes,
+        parent_max: obs.parent.max,
+        cgroups,
+        throttled: st.throttled,
+        frozen: st.frozen,
+        last_pressure_ms: st.last_pressure_ms,
+        now_ms: obs.now_ms,
+        recent_decisions: recent.iter().cloned().collect(),
+        oom_score_adj_processes,
+        oom_kills_by_tier: Default::default(),
+        recent_oom_kills: Vec::new(),
     }
 }
 
 pub(crate) fn write(state_dir: &Path, snap: &Snapshot) -> Result<()> {
-    let tmp = state_dir.join("status.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(snap)?).with_context(|| format!("writing {}", tmp.display()))?;
+    let tmp = state_dir.join(STATUS_TMP_FILE);
+    if let Err(e) = std::fs::write(&tmp, serde_json::to_vec_pretty(snap)?) {
+        // A partial file on a full disk holds space the journal may need.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", tmp.display()));
+    }
     std::fs::rename(&tmp, state_dir.join(STATUS_FILE)).with_context(|| format!("renaming {}", tmp.display()))?;
     Ok(())
 }
@@ -147,10 +91,6 @@ pub fn read(state_dir: &Path) -> Result<Option<Snapshot>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.0}M", b as f64 / 1048576.0)
 }
 
 fn limit(l: Limit) -> String {
@@ -222,12 +162,15 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
         let _ =
             writeln!(out, "  {:>8.1} s  {}/{} = {}  ({})", d.at_ms as f64 / 1000.0, d.cgroup, d.file, d.value, d.why);
     }
-    out
+    // Cgroup names are chosen by tenants: no terminal escapes reach the reader's terminal.
+    memqos_cgroupfs::name::terminal_safe(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memqos_cgroupfs::MemoryEvents;
+    use memqos_policy::Reason;
 
     fn snapshot() -> Snapshot {
         let knobs = Knobs {

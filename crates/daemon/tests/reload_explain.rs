@@ -3,39 +3,15 @@
 //! One test in its own binary: SIGHUP goes to the whole process, so no other daemon may run
 //! in it meanwhile.
 
+mod common;
+
+use common::{poll_for, write_cgroup, MIB};
 use memqos_daemon::control::{self, Reply, Request};
 use memqos_daemon::events::{self, Event};
 use memqos_daemon::{status, Options};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-const MIB: u64 = 1 << 20;
-
-fn write_cgroup(dir: &Path, current: u64, max: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let files = [
-        ("cgroup.controllers", "memory cpu\n".to_string()),
-        ("cgroup.procs", String::new()),
-        ("cgroup.events", "populated 1\nfrozen 0\n".into()),
-        ("cgroup.freeze", "0\n".into()),
-        ("memory.current", format!("{current}\n")),
-        ("memory.peak", format!("{}\n", current + MIB)),
-        ("memory.max", format!("{max}\n")),
-        ("memory.high", "max\n".into()),
-        ("memory.low", "0\n".into()),
-        ("memory.min", "0\n".into()),
-        ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n".into()),
-        (
-            "memory.pressure",
-            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n".into(),
-        ),
-        ("memory.stat", "anon 0\nfile 0\n".into()),
-    ];
-    for (f, v) in files {
-        std::fs::write(dir.join(f), v).unwrap();
-    }
-}
+use std::time::Duration;
 
 fn config(root: &Path, state: &Path, critical_match: &str, batch_protect: &str) -> String {
     format!(
@@ -66,17 +42,6 @@ hold_ms = 60000
     )
 }
 
-fn poll<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 fn explain(state: &Path, cgroup: &str) -> Reply {
     control::ask(state, &Request::Explain(cgroup.into())).expect("control socket answers")
 }
@@ -91,6 +56,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     write_cgroup(&root, 480 * MIB, &(512 * MIB).to_string());
     write_cgroup(&root.join("high"), 150 * MIB, "max");
     write_cgroup(&root.join("low1"), 300 * MIB, "max");
+    std::fs::write(root.join("low1/memory.peak"), format!("{}\n", 301 * MIB)).unwrap();
     write_cgroup(&root.join("other"), 10 * MIB, "max");
     let cfg_path = base.join("memqos.toml");
     std::fs::write(&cfg_path, config(&root, &state, r#"["high*"]"#, "none")).unwrap();
@@ -113,8 +79,8 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
         lock_memory: false,
     };
     let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
-    poll("low1 throttled", Duration::from_secs(10), || (read("low1", "memory.high") != "max").then_some(()));
-    poll("a status with the throttle", Duration::from_secs(5), || {
+    poll_for("low1 throttled", Duration::from_secs(10), || (read("low1", "memory.high") != "max").then_some(()));
+    poll_for("a status with the throttle", Duration::from_secs(5), || {
         status::read(&state).ok().flatten().filter(|s| s.throttled.contains(&"low1".to_string()))
     });
     let throttled = read("low1", "memory.high");
@@ -145,6 +111,10 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     assert!(err.contains("no cgroup nope under"), "{err}");
     let Reply::Error(err) = explain(&state, "/etc") else { panic!("outside the root") };
     assert!(err.contains("not below the managed root"), "{err}");
+    // Below the root by prefix, outside it by `..`: refused by name, nothing looked at.
+    let sneaky = format!("{}/../../../etc", root.display());
+    let Reply::Error(err) = explain(&state, &sneaky) else { panic!("'..' in an absolute path explained") };
+    assert!(err.contains("\"..\" component"), "{err}");
     let Reply::Ok(other) = explain(&state, "other") else { panic!("unmanaged cgroup") };
     assert!(!other.managed && other.unmanaged_because.as_deref().unwrap().contains("no tier"), "{other:?}");
     // A client that sends garbage or nothing gets an error and never stalls the daemon.
@@ -156,12 +126,29 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
         s.read_to_string(&mut r).unwrap();
         assert!(r.contains("longer than 4096"), "{r}");
         let _idle = std::os::unix::net::UnixStream::connect(&sock).unwrap(); // never writes
+                                                                             // One that trickles a byte at a time, each just inside a per-read timeout, is cut
+                                                                             // at the exchange's deadline: the next client is answered.
+        let mut slow = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        let trickle = std::thread::spawn(move || {
+            let _ = slow.set_nonblocking(false);
+            (0..60)
+                .take_while(|_| {
+                    std::thread::sleep(Duration::from_millis(100));
+                    slow.write_all(b" ").is_ok()
+                })
+                .count()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let Reply::Ok(after) = explain(&state, "low1") else { panic!("explain after a slow client") };
+        assert!(after.managed);
+        let sent = trickle.join().unwrap();
+        assert!(sent < 60, "the slow client was cut off after {sent} bytes, not served for as long as it trickled");
     }
 
     // An OOM kill in low1 (its memory.events count): one typed event, counted by tier.
     std::fs::write(root.join("low1/memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n")
         .unwrap();
-    let kill = poll("the oom_kill event", Duration::from_secs(3), || {
+    let kill = poll_for("the oom_kill event", Duration::from_secs(3), || {
         evs().into_iter().find_map(|e| match e {
             Event::OomKill(k) => Some(k),
             _ => None,
@@ -171,7 +158,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     assert_eq!(kill.peak_bytes, Some(301 * MIB));
     assert_eq!(kill.holders[0].cgroup, "low1", "largest holder first: {:?}", kill.holders);
     assert_eq!(kill.limits.root_max, Some(memqos_policy::Limit::Bytes(512 * MIB)));
-    let snap = poll("oom kills in status", Duration::from_secs(3), || {
+    let snap = poll_for("oom kills in status", Duration::from_secs(3), || {
         status::read(&state).ok().flatten().filter(|s| !s.oom_kills_by_tier.is_empty())
     });
     assert_eq!(snap.oom_kills_by_tier.get("batch"), Some(&1));
@@ -180,7 +167,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     // 1. A config with an error is rejected whole; the old one keeps running.
     std::fs::write(&cfg_path, config(&root, &state, r#"["high*", "low1"]"#, "sometimes")).unwrap();
     unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
-    let error = poll("reload_rejected", Duration::from_secs(5), || {
+    let error = poll_for("reload_rejected", Duration::from_secs(5), || {
         evs().into_iter().find_map(|e| match e {
             Event::ReloadRejected { error, .. } => Some(error),
             _ => None,
@@ -192,10 +179,31 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     let Reply::Ok(e) = explain(&state, "low1") else { panic!() };
     assert_eq!(e.tier.unwrap().name, "batch", "old tiers still run");
 
-    // 2. A valid config moves low1 to the protected tier: its throttle is restored at once.
+    // 2. A valid config whose restores cannot all be written is rejected whole: low1's
+    // memory.high is made a symlink (memqos never writes through one; its value still reads).
+    let throttled_now = read("low1", "memory.high");
+    let real = root.join("low1/memory.high.real");
+    std::fs::write(&real, &throttled_now).unwrap();
+    std::fs::remove_file(root.join("low1/memory.high")).unwrap();
+    std::os::unix::fs::symlink(&real, root.join("low1/memory.high")).unwrap();
     std::fs::write(&cfg_path, config(&root, &state, r#"["high*", "low1"]"#, "none")).unwrap();
     unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
-    let (moved, restored) = poll("reloaded", Duration::from_secs(5), || {
+    let error = poll_for("the reload rejected for its failed restore", Duration::from_secs(5), || {
+        evs().into_iter().find_map(|e| match e {
+            Event::ReloadRejected { error, .. } if error.contains("could not all be put back") => Some(error),
+            _ => None,
+        })
+    });
+    assert!(error.contains("low1/memory.high"), "{error}");
+    let Reply::Ok(e) = explain(&state, "low1") else { panic!() };
+    assert_eq!(e.tier.unwrap().name, "batch", "the old config runs on, whole");
+    std::fs::remove_file(root.join("low1/memory.high")).unwrap();
+    std::fs::rename(&real, root.join("low1/memory.high")).unwrap();
+
+    // 3. The same config once the knob can be written: low1 moves to the protected tier and
+    // its throttle is restored at once.
+    unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
+    let (moved, restored) = poll_for("reloaded", Duration::from_secs(5), || {
         evs().into_iter().find_map(|e| match e {
             Event::Reloaded { moved, restored, .. } => Some((moved, restored)),
             _ => None,
@@ -206,7 +214,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     assert_eq!((m.from.as_deref(), m.to.as_deref()), (Some("batch"), Some("critical")));
     assert!(!moved.iter().any(|m| m.cgroup == "high"), "high kept its tier: {moved:?}");
     assert_eq!(read("low1", "memory.high"), "max", "restored through the journal");
-    let e = poll("explain under the new tiers", Duration::from_secs(5), || match explain(&state, "low1") {
+    let e = poll_for("explain under the new tiers", Duration::from_secs(5), || match explain(&state, "low1") {
         Reply::Ok(e) if e.tier.as_ref().is_some_and(|t| t.name == "critical") => Some(e),
         _ => None,
     });

@@ -197,6 +197,10 @@ pub(crate) fn judge(r: &mut DoctorReport) {
         f.push(x);
     }
 
+    if let Some(p) = &r.privileges {
+        privilege_findings(p, &mut f);
+    }
+
     f.sort_by_key(|x| std::cmp::Reverse(x.severity));
     r.verdict = match f.first().map(|x| x.severity) {
         Some(Severity::Blocker) => Verdict::CannotRun,
@@ -338,5 +342,124 @@ pub(crate) fn list_or_none(list: Option<&[String]>) -> String {
         Some([]) => "(empty)".into(),
         Some(l) => l.join(" "),
         None => "(unreadable)".into(),
+    }
+}
+
+/// One finding per privilege probe that found a limit, each naming what the daemon falls
+/// back to.
+fn privilege_findings(p: &crate::privileges::Privileges, f: &mut Vec<Finding>) {
+    use crate::privileges::{Outcome, FDS_PER_CGROUP, FD_RESERVE, FEW_CGROUPS, PSI_WINDOWS_US};
+    const EPERM: i32 = 1;
+    const EINVAL: i32 = 22;
+    let why = |o: &Outcome| match o {
+        Outcome::Allowed => String::new(),
+        Outcome::Refused { error, .. } => error.clone(),
+    };
+
+    if let Outcome::Refused { errno, error } = &p.bpf_load {
+        f.push(Finding {
+            severity: Severity::Degraded,
+            topic: "BPF",
+            message: format!(
+                "BPF refused ({error}{}): the daemon falls back to PSI/text stats (no `signals.bpf`, `memqos stat` uses the text backend)",
+                if *errno == Some(EPERM) { ", no CAP_BPF/CAP_SYS_ADMIN here" } else { "" }
+            ),
+            advice: Some("grant CAP_BPF and CAP_PERFMON (or run outside the container) only if `signals.bpf` is wanted".into()),
+        });
+    }
+
+    if let Some(file) = &p.psi_file {
+        let shortest = p.shortest_psi_window_us();
+        let refused: Vec<String> = p
+            .psi_windows
+            .iter()
+            .filter(|(_, o)| !o.allowed())
+            .map(|(w, o)| {
+                let einval = matches!(o, Outcome::Refused { errno: Some(EINVAL), .. });
+                format!("{} ms ({}{})", w / 1000, why(o), if einval { ", no CAP_SYS_RESOURCE" } else { "" })
+            })
+            .collect();
+        match shortest {
+            Some(w) if w == PSI_WINDOWS_US[0] => {}
+            Some(w) => f.push(Finding {
+                severity: Severity::Degraded,
+                topic: "PSI triggers",
+                message: format!(
+                    "PSI trigger windows shorter than {} ms refused on {}: {}; the daemon falls back to {} ms windows, so a \
+                     stall is noticed later",
+                    w / 1000,
+                    file.display(),
+                    refused.join(", "),
+                    w / 1000
+                ),
+                advice: Some("CAP_SYS_RESOURCE allows the 500 ms window".into()),
+            }),
+            None => f.push(Finding {
+                severity: Severity::Degraded,
+                topic: "PSI triggers",
+                message: format!(
+                    "PSI triggers refused on {}: {}; the daemon falls back to polling memory.pressure every sampling interval",
+                    file.display(),
+                    refused.join(", ")
+                ),
+                advice: None,
+            }),
+        }
+    }
+
+    match (&p.nofile, p.cgroups_in_fd_budget()) {
+        (Ok((soft, hard)), Some(n)) => {
+            let limit = |v: u64| if v == u64::MAX { "unlimited".to_owned() } else { v.to_string() };
+            let message = format!(
+                "open-file limit soft {} / hard {}: the daemon raises its soft limit to the hard one, which keeps \
+                 descriptors for about {n} cgroups ({FDS_PER_CGROUP} per cgroup in half of what is left after {FD_RESERVE} kept back, \
+                 the other half for reactions); beyond that \
+                 it falls back to opening each file per read",
+                limit(*soft),
+                limit(*hard)
+            );
+            f.push(Finding {
+                severity: if n < FEW_CGROUPS { Severity::Degraded } else { Severity::Note },
+                topic: "open-file limit",
+                message,
+                advice: (n < FEW_CGROUPS)
+                    .then(|| "raise the hard limit (LimitNOFILE= in the unit, ulimit -Hn) for many cgroups".into()),
+            });
+        }
+        (Err(e), _) => f.push(Finding {
+            severity: Severity::Note,
+            topic: "open-file limit",
+            message: format!("cannot read the open-file limit: {e}"),
+            advice: None,
+        }),
+        _ => {}
+    }
+
+    if let (Some(root), Some(o @ Outcome::Refused { .. })) = (&p.root, &p.root_write) {
+        f.push(if p.is_root {
+            Finding {
+                severity: Severity::Blocker,
+                topic: "write access",
+                message: format!(
+                    "{} is not writable even as root ({}): the daemon can only run with --dry-run here",
+                    root.display(),
+                    why(o)
+                ),
+                advice: Some(
+                    "mount the cgroup tree read-write for the daemon, or set cgroup_root to a delegated subtree".into(),
+                ),
+            }
+        } else {
+            Finding {
+                severity: Severity::Note,
+                topic: "write access",
+                message: format!(
+                    "{} is not writable by this user ({}); the daemon runs as root (or its delegated user)",
+                    root.display(),
+                    why(o)
+                ),
+                advice: Some("run memqos doctor as the daemon's user to check its write access".into()),
+            }
+        });
     }
 }

@@ -12,7 +12,7 @@
 //! | --- | --- | --- |
 //! | 0 | ready | the memory controller is on cgroup v2 and enabled for children, and every interface memqos uses is present |
 //! | 1 | cannot run here | a blocker: memory controller on cgroup v1, disabled, not delegated or not enabled in `cgroup.subtree_control`; no cgroup2 mount |
-//! | 2 | degraded | memqos runs, with fallbacks the report names (no BTF, no memcg kfuncs or tracepoints, no PSI, ...) |
+//! | 2 | degraded | memqos runs, with fallbacks the report names (no BTF, no memcg kfuncs or tracepoints, no PSI, BPF refused, long PSI windows only, few descriptors, ...) |
 //!
 //! Notes (no swap, the RFC struct_ops being absent) never change the exit code.
 
@@ -23,12 +23,13 @@ pub use memqos_cgroupfs::procfs::{ControllerLine, SwapDevice};
 use serde::Serialize;
 
 mod judge;
+pub mod privileges;
 mod probe;
 mod render;
 #[cfg(test)]
 mod tests;
 
-pub use probe::collect;
+pub use probe::{collect, collect_with};
 pub use render::render_text;
 
 /// The command that runs the doctor inside a guest kernel with the memory controller on
@@ -207,6 +208,9 @@ pub struct DoctorReport {
     pub findings: Vec<Finding>,
     /// Files that could not be read, with the reason.
     pub read_errors: Vec<String>,
+    /// What the daemon would be allowed to do, found by trying ([`collect_with`]); `None`
+    /// when not probed (a fake tree).
+    pub privileges: Option<privileges::Privileges>,
 }
 
 /// 0 ready, 1 cannot run here, 2 degraded (see the module docs).

@@ -10,8 +10,16 @@ use memqos_cgroupfs::procfs::{parse_mountinfo, parse_proc_cgroups, parse_swaps};
 
 use crate::*;
 
-/// Reads the system described by `sys` and judges whether memqos can run on it.
+/// Reads the system described by `sys` and judges whether memqos can run on it, without
+/// trying what the daemon may do (see [`collect_with`]).
 pub fn collect(sys: &SystemPaths) -> DoctorReport {
+    collect_with(sys, None)
+}
+
+/// [`collect`], and with `prober` the privilege probes too: a BPF load, PSI trigger windows
+/// on this process's cgroup's memory.pressure (or the root's), the open-file limit and
+/// write access to the cgroup2 root.
+pub fn collect_with(sys: &SystemPaths, prober: Option<&dyn crate::privileges::Prober>) -> DoctorReport {
     let mut read_errors = Vec::new();
     let mut read = |path: PathBuf| -> Option<String> {
         match std::fs::read_to_string(&path) {
@@ -79,6 +87,16 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
         }
     }
 
+    let privileges = prober.map(|p| {
+        let root = cgroup2_root.as_ref().map(|r| sys.resolve(&r.mount_point));
+        let own = std::fs::read_to_string(sys.proc.join("self/cgroup")).ok();
+        let psi_file = root.as_ref().and_then(|root| {
+            let own = own.as_deref().and_then(crate::privileges::own_cgroup).map(|c| c.trim_start_matches('/'));
+            let mine = own.map(|c| root.join(c).join("memory.pressure"));
+            mine.filter(|f| f.exists()).or_else(|| Some(root.join("memory.pressure")).filter(|f| f.exists()))
+        });
+        crate::privileges::probe(p, psi_file.as_deref(), root.as_deref())
+    });
     let mut report = DoctorReport {
         verdict: Verdict::Ready,
         headline: String::new(),
@@ -93,6 +111,7 @@ pub fn collect(sys: &SystemPaths) -> DoctorReport {
         ext4_mounts,
         findings: Vec::new(),
         read_errors,
+        privileges,
     };
     if mountinfo.is_none() {
         report.findings.push(Finding {

@@ -339,3 +339,150 @@ fn kernel_versions_parse() {
     assert_eq!(kernel_version("7.0-rc1"), Some((7, 0)));
     assert_eq!(kernel_version("garbage"), None);
 }
+
+/// Canned answers to the privilege probes, recording what was tried.
+struct FakeProber {
+    bpf: Option<i32>,
+    /// Windows (µs) refused with EINVAL.
+    psi_refused_below_us: u64,
+    nofile: (u64, u64),
+    write: Option<i32>,
+    root: bool,
+    tried: std::sync::Mutex<Vec<(PathBuf, String)>>,
+}
+
+impl FakeProber {
+    /// A host where everything is allowed.
+    fn allowing() -> FakeProber {
+        FakeProber {
+            bpf: None,
+            psi_refused_below_us: 0,
+            nofile: (1 << 20, 1 << 20),
+            write: None,
+            root: true,
+            tried: Default::default(),
+        }
+    }
+
+    /// The container of issue 28: BPF refused, PSI windows under 2 s refused, hard limit 1,024.
+    fn container() -> FakeProber {
+        FakeProber { bpf: Some(1), psi_refused_below_us: 2_000_000, nofile: (1024, 1024), ..FakeProber::allowing() }
+    }
+}
+
+impl privileges::Prober for FakeProber {
+    fn bpf_load(&self) -> std::io::Result<()> {
+        self.bpf.map_or(Ok(()), |e| Err(std::io::Error::from_raw_os_error(e)))
+    }
+    fn psi_trigger(&self, file: &Path, trigger: &str) -> std::io::Result<()> {
+        self.tried.lock().unwrap().push((file.to_owned(), trigger.to_owned()));
+        let window: u64 = trigger.rsplit(' ').next().unwrap().parse().unwrap();
+        if window < self.psi_refused_below_us {
+            return Err(std::io::Error::from_raw_os_error(22));
+        }
+        Ok(())
+    }
+    fn nofile(&self) -> std::io::Result<(u64, u64)> {
+        Ok(self.nofile)
+    }
+    fn writable(&self, _: &Path) -> std::io::Result<()> {
+        self.write.map_or(Ok(()), |e| Err(std::io::Error::from_raw_os_error(e)))
+    }
+    fn is_root(&self) -> bool {
+        self.root
+    }
+}
+
+#[test]
+fn privileges_all_allowed_add_only_a_note() {
+    let t = v2_ready();
+    let p = FakeProber::allowing();
+    let r = collect_with(&t.paths(), Some(&p));
+    assert_eq!(r.verdict, Verdict::Ready, "{:#?}", r.findings);
+    let privs = r.privileges.as_ref().unwrap();
+    assert_eq!(privs.shortest_psi_window_us(), Some(500_000));
+    // The 500 ms trigger was accepted, so nothing longer was tried.
+    assert_eq!(p.tried.lock().unwrap().len(), 1);
+    let note = r.findings.iter().find(|f| f.topic == "open-file limit").unwrap();
+    assert_eq!(note.severity, Severity::Note);
+    assert!(note.message.contains("about 74889 cgroups"), "{}", note.message);
+    // Without a prober nothing is probed.
+    assert!(collect(&t.paths()).privileges.is_none());
+}
+
+#[test]
+fn a_container_without_capabilities_names_each_fallback() {
+    let t = v2_ready();
+    // The process's own cgroup has a memory.pressure: the triggers are tried there.
+    t.write("proc/self/cgroup", "0::/pod/ctr\n");
+    t.write("sys/fs/cgroup/pod/ctr/memory.pressure", PSI);
+    let p = FakeProber::container();
+    let r = collect_with(&t.paths(), Some(&p));
+    assert_eq!(r.verdict, Verdict::Degraded);
+    let tried = p.tried.lock().unwrap().clone();
+    let windows: Vec<&str> = tried.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(windows, ["some 150000 500000", "some 150000 1000000", "some 150000 2000000"]);
+    assert!(tried.iter().all(|(f, _)| f.ends_with("fs/cgroup/pod/ctr/memory.pressure")), "{tried:?}");
+
+    let find = |topic: &str| r.findings.iter().find(|f| f.topic == topic).unwrap_or_else(|| panic!("no {topic}"));
+    let bpf = find("BPF");
+    assert_eq!(bpf.severity, Severity::Degraded);
+    assert!(
+        bpf.message.starts_with("BPF refused") && bpf.message.contains("falls back to PSI/text stats"),
+        "{}",
+        bpf.message
+    );
+    let psi = find("PSI triggers");
+    assert!(
+        psi.message.contains("shorter than 2000 ms refused")
+            && psi.message.contains("no CAP_SYS_RESOURCE")
+            && psi.message.contains("falls back to 2000 ms windows"),
+        "{}",
+        psi.message
+    );
+    let fds = find("open-file limit");
+    assert_eq!(fds.severity, Severity::Degraded);
+    assert!(fds.message.contains("hard 1024") && fds.message.contains("about 64 cgroups"), "{}", fds.message);
+    assert!(r.headline.contains("BPF") && r.headline.contains("PSI triggers"), "{}", r.headline);
+    let text = render_text(&r);
+    assert!(text.contains("BPF refused"), "{text}");
+}
+
+#[test]
+fn psi_refused_entirely_and_read_only_root() {
+    let t = v2_ready();
+    let p = FakeProber { psi_refused_below_us: u64::MAX, write: Some(30), ..FakeProber::allowing() };
+    let r = collect_with(&t.paths(), Some(&p));
+    // No own cgroup file: the root's memory.pressure is used.
+    assert!(p.tried.lock().unwrap().iter().all(|(f, _)| f.ends_with("sys/fs/cgroup/memory.pressure")));
+    let psi = r.findings.iter().find(|f| f.topic == "PSI triggers").unwrap();
+    assert!(psi.message.contains("falls back to polling memory.pressure"), "{}", psi.message);
+    let w = r.findings.iter().find(|f| f.topic == "write access").unwrap();
+    assert_eq!(w.severity, Severity::Blocker);
+    assert!(w.message.contains("not writable even as root") && w.message.contains("--dry-run"), "{}", w.message);
+    assert_eq!(r.verdict, Verdict::CannotRun);
+
+    // Not root: a refused write is expected and only noted.
+    let p = FakeProber { write: Some(13), root: false, ..FakeProber::allowing() };
+    let r = collect_with(&t.paths(), Some(&p));
+    let w = r.findings.iter().find(|f| f.topic == "write access").unwrap();
+    assert_eq!(w.severity, Severity::Note);
+    assert_eq!(r.verdict, Verdict::Ready);
+}
+
+#[test]
+fn own_cgroup_line() {
+    assert_eq!(privileges::own_cgroup("12:memory:/x\n0::/user.slice/a.scope\n"), Some("/user.slice/a.scope"));
+    assert_eq!(privileges::own_cgroup("1:name=systemd:/\n"), None);
+}
+
+#[test]
+fn this_machines_nofile_and_bpf_probes_answer() {
+    use privileges::Prober;
+    // Harmless on any host: getrlimit, and a two-instruction socket filter loaded and closed.
+    let (soft, hard) = privileges::Host.nofile().unwrap();
+    assert!(soft <= hard && soft > 0, "soft {soft} hard {hard}");
+    if let Err(e) = privileges::Host.bpf_load() {
+        assert!(e.raw_os_error().is_some(), "a refused load is an errno: {e}");
+    }
+}

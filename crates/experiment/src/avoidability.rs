@@ -72,6 +72,24 @@ impl Profile {
     }
 }
 
+/// The most the tasks hold at once when every one starts at t = 0 and none is paused: the
+/// scenario's demand on its parent as the traces give it, without the policy's timing. A
+/// limit just above it is a margin emulation noise can cross either way.
+pub fn concurrent_peak(profiles: &[Profile]) -> u64 {
+    let mut times: Vec<f64> = profiles.iter().flat_map(|p| p.times_s.iter().copied()).collect();
+    times.sort_by(f64::total_cmp);
+    times.dedup();
+    let held = |p: &Profile, t: f64| -> u64 {
+        // A finished task has freed its memory: past its last sample it holds nothing.
+        if t > *p.times_s.last().unwrap_or(&0.0) {
+            return 0;
+        }
+        let i = p.times_s.partition_point(|&x| x <= t);
+        p.sizes[i.saturating_sub(1)]
+    };
+    times.iter().map(|&t| profiles.iter().map(|p| held(p, t)).sum::<u64>()).max().unwrap_or(0)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
     /// The parent's memory.max, bytes.
@@ -419,6 +437,18 @@ mod tests {
     /// A profile with one sample per second.
     fn task(name: &str, sizes: &[u64]) -> Profile {
         Profile { name: name.into(), times_s: (0..sizes.len()).map(|i| i as f64).collect(), sizes: sizes.to_vec() }
+    }
+
+    #[test]
+    fn concurrent_peak_sums_what_is_held_at_the_same_instant() {
+        // Peaks at different times do not add up: 1 + 3 at t=0, 5 + 1 at t=1, 2 + 4 at t=2 (the
+        // sum of the peaks, 9, is never held); a task past its last sample holds nothing.
+        let a = task("a", &[1, 5, 2]);
+        let b = task("b", &[3, 1, 4, 4, 4]);
+        assert_eq!(concurrent_peak(&[a.clone(), b.clone()]), 6);
+        let c = task("c", &[0, 0, 0, 10]);
+        assert_eq!(concurrent_peak(&[a, b, c]), 14, "t=3: a has ended, b 4 + c 10");
+        assert_eq!(concurrent_peak(&[]), 0);
     }
 
     fn bound(limit: u64, high: &[u64], lows: &[&[u64]]) -> Bound {

@@ -3,6 +3,7 @@
 //! those are copied to `OUT/runs/<scenario>/<kernel>/`, and everything under `OUT/runs` is
 //! summarized into summary.json, report.md and the plots.
 
+use crate::provenance::{sha256_hex, Provenance};
 use crate::runner::{self, RunnerOptions};
 use crate::scenario::{Scenario, Workload};
 use crate::summary;
@@ -195,9 +196,14 @@ fn run_in_guest(
     ]
     .map(String::from);
     let timeout = Duration::from_secs_f64(600.0 + est_secs * 4.0);
-    // The guest shares two host cores with whatever else runs; keep the host's load with the
-    // results so a noisy run can be recognized as one.
-    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    // The guest shares two host cores with whatever else runs; the host's load goes with the
+    // results (in the provenance) so a noisy run can be recognized as one.
+    let mut provenance = Provenance::collect(Path::new("."), &kernel.release());
+    provenance.scenario_sha256 =
+        Some(sha256_hex(&std::fs::read(&s.file).with_context(|| s.file.display().to_string())?)?);
+    provenance.daemon_config_sha256 = s.memqos_config.as_deref().map(|c| sha256_hex(c.as_bytes())).transpose()?;
+    provenance.oomd_config_sha256 = s.oomd_config.as_deref().map(|c| sha256_hex(c.as_bytes())).transpose()?;
+    provenance.speed = Some(s.speed);
     let scenario_json = serde_json::to_string(s)?;
     let run = self_run::run_self(kernel, &args_in_guest, |g| {
         let g = match s.swap_mb {
@@ -208,6 +214,7 @@ fn run_in_guest(
             .systemd(s.boots_systemd())
             .timeout(timeout)
             .env("MEMQOS_SCENARIO", &scenario_json)
+            .env(crate::provenance::ENV, &serde_json::to_string(&provenance).expect("serializes"))
             .share_path(traces)
             .stream_console(true)
     })?;
@@ -222,7 +229,7 @@ fn run_in_guest(
     }
     let from = run.results_dir.join("experiment");
     let to = args.out.join("runs").join(&s.name).join(kernel.release());
-    keep_results(&from, &to, args.first_run, args.runs, &load_before, run.wall_secs)?;
+    keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
     eprintln!(
         "=== {} on {}: done in {:.1} min, results in {} ===",
         s.name,
@@ -234,29 +241,31 @@ fn run_in_guest(
 }
 
 /// Copies a guest's results from `from` to `to`: a series starting at run 1 replaces what was
-/// there, a later chunk adds its runs. Beside them, the host's load before and after the guest
-/// (the guest shares two host cores with whatever else runs, so a noisy run can be recognized).
+/// there, a later chunk adds its runs. Beside them, the series' provenance with the host's
+/// load before and after the guest (the guest shares two host cores with whatever else runs,
+/// so a noisy run can be recognized).
 pub(crate) fn keep_results(
     from: &Path,
     to: &Path,
     first_run: usize,
     runs: usize,
-    load_before: &str,
+    provenance: &Provenance,
     wall_secs: f64,
 ) -> Result<()> {
     if to.exists() && first_run == 1 {
         std::fs::remove_dir_all(to).with_context(|| format!("replacing {}", to.display()))?;
     }
     copy_tree(from, to)?;
-    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load_file = match first_run {
-        1 => "host-load.txt".to_string(),
-        n => format!("host-load-runs{n:02}-{:02}.txt", n + runs - 1),
+    let mut p = provenance.clone();
+    p.host_load_after = Some(std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string());
+    p.guest_wall_s = Some(wall_secs);
+    // JSON in a .txt: the results' readers (summary, agent-host summary, plot scripts) take
+    // every *.json under runs/ for an arm result.
+    let file = match first_run {
+        1 => "provenance.txt".to_string(),
+        n => format!("provenance-runs{n:02}-{:02}.txt", n + runs - 1),
     };
-    std::fs::write(
-        to.join(load_file),
-        format!("host /proc/loadavg before the guest: {load_before}host /proc/loadavg after the guest:  {load_after}guest wall time: {wall_secs:.1} s\n"),
-    )?;
+    std::fs::write(to.join(file), serde_json::to_string_pretty(&p)? + "\n")?;
     Ok(())
 }
 
@@ -294,26 +303,49 @@ fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
         first_run: args.first_run,
         out_dir: results.join("experiment"),
         exe: std::env::current_exe()?,
+        // Absent when a guest is started by hand; the results then say nothing rather than guess.
+        provenance: std::env::var(crate::provenance::ENV).ok().and_then(|j| serde_json::from_str(&j).ok()),
     };
     let n = runner::run_all(&opts)?;
     println!("experiment: {n} arm results written");
     Ok(0)
 }
 
-/// Summary, report and plots from everything under `out/runs`.
-fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
+/// The groups and verdicts of everything under `out/runs`.
+fn summarize_runs(out: &Path, traces: &Path) -> Result<(Vec<summary::GroupSummary>, Vec<summary::Verdict>)> {
     let runs = out.join("runs");
     let results = summary::load_results(&runs)?;
     if results.is_empty() {
         bail!("no results under {}", runs.display());
     }
     let bounds = crate::kills::KillBounds::compute(&results, traces)?;
-    let groups = summary::summarize_with(&results, &bounds);
+    let mut groups = summary::summarize_with(&results, &bounds);
+    // Runs from before provenance was recorded: the build out/builds.toml names for them.
+    let builds = crate::docs::builds(out)?;
+    for g in groups.iter_mut().filter(|g| g.build.is_none()) {
+        g.build = builds.get(&format!("{}/{}", g.scenario, g.kernel)).cloned();
+    }
     let verdicts = summary::verdicts(&groups);
-    std::fs::write(
-        out.join("summary.json"),
-        serde_json::to_string_pretty(&serde_json::json!({"groups": groups, "targets": verdicts}))?,
-    )?;
+    Ok((groups, verdicts))
+}
+
+fn summary_json(groups: &[summary::GroupSummary], verdicts: &[summary::Verdict]) -> Result<String> {
+    Ok(serde_json::to_string_pretty(&serde_json::json!({"groups": groups, "targets": verdicts}))?)
+}
+
+/// Whether `out/summary.json` is what the runs under `out/runs` give (the report step's output,
+/// recomputed and compared, so a summary edited by hand or left stale is caught).
+pub fn summary_is_current(out: &Path, traces: &Path) -> Result<bool> {
+    let (groups, verdicts) = summarize_runs(out, traces)?;
+    let committed = std::fs::read_to_string(out.join("summary.json"))?;
+    Ok(committed == summary_json(&groups, &verdicts)?)
+}
+
+/// Summary, report and plots from everything under `out/runs`. Without `plots` the plots
+/// already in `out` are left as they are and linked.
+pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
+    let (groups, verdicts) = summarize_runs(out, traces)?;
+    std::fs::write(out.join("summary.json"), summary_json(&groups, &verdicts)?)?;
     let mut plot_files = Vec::new();
     if plots {
         let script = Path::new("scripts/plots/experiment.py");
@@ -333,9 +365,24 @@ fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
                 plot_files.push(name);
             }
         }
-        plot_files.sort();
     }
+    if !plots {
+        for e in std::fs::read_dir(out)? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".png") {
+                plot_files.push(name);
+            }
+        }
+    }
+    plot_files.sort();
     std::fs::write(out.join("report.md"), summary::render_markdown(&groups, &verdicts, &plot_files))?;
+    // The checkout's own results: the docs' generated tables follow the new summary at once.
+    let docs_dir = std::fs::canonicalize("docs/experiments").ok();
+    if docs_dir.is_some() && std::fs::canonicalize(out).ok() == docs_dir {
+        for region in crate::docs::update(Path::new("."), true)? {
+            println!("regenerated {region}");
+        }
+    }
     for v in &verdicts {
         println!(
             "{:<4} {}/{} {}: {} — {}",
@@ -349,4 +396,33 @@ fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     }
     println!("report: {}", out.join("report.md").display());
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_results_carry_provenance_the_readers_skip() {
+        let guest = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(guest.path().join("seed")).unwrap();
+        let to = out.path().join("runs/oom/7.2");
+        let p = Provenance {
+            commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
+            dirty: Some(false),
+            speed: Some(10.0),
+            kernel: "7.2".into(),
+            ..Default::default()
+        };
+        keep_results(guest.path(), &to, 1, 5, &p, 12.5).unwrap();
+        let text = std::fs::read_to_string(to.join("provenance.txt")).unwrap();
+        let back: Provenance = serde_json::from_str(&text).unwrap();
+        assert_eq!((back.commit, back.speed, back.guest_wall_s), (p.commit.clone(), Some(10.0), Some(12.5)));
+        assert!(back.host_load_after.is_some());
+        // A later chunk gets its own file, and the arm-result reader is not confused by either.
+        keep_results(guest.path(), &to, 6, 2, &p, 1.0).unwrap();
+        assert!(to.join("provenance-runs06-07.txt").is_file());
+        assert!(summary::load_results(&out.path().join("runs")).unwrap().is_empty());
+    }
 }

@@ -2,7 +2,7 @@
 //! only on a run's traces, tiers, baseline and parent limit (not on the arm or the speed), so
 //! it is computed once per distinct set and looked up for every run.
 
-use crate::avoidability::{min_kills, park_deadline, Bound, ParkDeadline, Problem, Profile};
+use crate::avoidability::{concurrent_peak, min_kills, park_deadline, Bound, ParkDeadline, Problem, Profile};
 use crate::runner::{trace_path, ArmResult};
 use crate::scenario::Tier;
 use anyhow::{Context, Result};
@@ -28,6 +28,8 @@ pub fn userspace_kills(r: &ArmResult) -> u64 {
 pub struct KillBounds {
     /// `Err` holds why no bound could be computed (a search too large); the report shows "–".
     bounds: BTreeMap<String, Result<(Bound, ParkDeadline), String>>,
+    /// The tasks' unpaused concurrent peak (bytes) per key, swap runs included.
+    peaks: BTreeMap<String, u64>,
 }
 
 /// Swap is part of the key: a swap run has no bound (the model has no swap), even where a
@@ -42,6 +44,22 @@ impl KillBounds {
     /// naming the run it belongs to.
     pub fn compute(results: &[ArmResult], traces_dir: &Path) -> Result<KillBounds> {
         let mut bounds = BTreeMap::new();
+        let mut peaks = BTreeMap::new();
+        for r in
+            results.iter().filter(|r| r.workload == crate::scenario::Workload::Replay && !r.arm.starts_with("solo:"))
+        {
+            let k = key(r);
+            if peaks.contains_key(&k) {
+                continue;
+            }
+            let mut profiles = Vec::new();
+            for t in &r.tasks {
+                let trace = memqos_replay::trace::load_trace(&trace_path(traces_dir, &t.trace))
+                    .with_context(|| format!("concurrent peak for {}/{} run {}", r.scenario, r.variant, r.run))?;
+                profiles.push(Profile::from_trace(&trace, r.baseline_mb << 20));
+            }
+            peaks.insert(k, concurrent_peak(&profiles));
+        }
         // A stress-ng scenario has no traces to bound.
         // The bound's model has no swap: with swap, a policy can also push pages out, so
         // the bound does not apply (its runs get none, and no avoidable count).
@@ -73,7 +91,7 @@ impl KillBounds {
             };
             bounds.insert(k, bound);
         }
-        Ok(KillBounds { bounds })
+        Ok(KillBounds { bounds, peaks })
     }
 
     /// The bound for this run's traces and limit, if it was computed.
@@ -84,6 +102,11 @@ impl KillBounds {
     /// The latest moment a one-shot "park every low task" could come (see [`ParkDeadline`]).
     pub fn park_deadline(&self, r: &ArmResult) -> Option<ParkDeadline> {
         self.bounds.get(&key(r)).and_then(|b| b.as_ref().ok()).map(|b| b.1)
+    }
+
+    /// What the run's tasks hold at once at most when none is paused (bytes), if computed.
+    pub fn concurrent_peak(&self, r: &ArmResult) -> Option<u64> {
+        self.peaks.get(&key(r)).copied()
     }
 
     /// Why a run has no bound (`None` if it has one or was never computed).

@@ -71,7 +71,7 @@ pub fn request(sizes: &[u64], guaranteed: bool) -> u64 {
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
+    use memqos_policy::size::MIB;
 
     #[test]
     fn guaranteed_pods_get_a_hard_floor_and_their_limit() {

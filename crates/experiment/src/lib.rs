@@ -7,8 +7,11 @@
 //! - [`avoidability`]: the fewest kills any pausing policy could achieve (a clairvoyant bound);
 //! - [`kills`]: that bound for each run's traces, and the kills above it.
 //! - [`kube`]: the knobs a v1.37 kubelet writes with MemoryQoS (the `kube-memoryqos` arm);
+//! - [`static_arms`]: the static-adj and static-reserve baselines' knobs;
 //! - [`oomd`]: Meta's oomd with the scenario's ruleset (the `oomd` arm);
 //! - [`systemd_oomd`]: systemd-oomd watching the low tier's slice (the `systemd-oomd` arm);
+//! - [`docs`]: the docs' tables generated from the committed summary (`scripts/docs.sh`);
+//! - [`provenance`]: the commit, config digests, speed, kernel and host load of a series;
 //! - [`agent_host`]: many agent sessions under one host budget, a cgroup per tool call
 //!   (`memqos experiment agent-host`, its own runner and report);
 //! - [`host`]: the host side of `memqos experiment` (a guest per scenario and kernel, the
@@ -16,12 +19,16 @@
 
 pub mod agent_host;
 pub mod avoidability;
+pub mod docs;
 pub mod host;
 pub mod kills;
 pub mod kube;
 pub mod oomd;
+/// Shared with the lab's benches, which write results too.
+pub use memqos_lab::provenance;
 pub mod runner;
 pub mod scenario;
+pub mod static_arms;
 pub mod stats;
 pub mod summary;
 pub mod systemd_oomd;

@@ -54,6 +54,33 @@ pub fn render(template: &str, parent_rel: &str, parent_max: u64) -> String {
     template.replace("@PARENT@", parent_rel).replace("@NEAR_FULL@", &near_full)
 }
 
+/// The ruleset's waits, for the report: every plugin's `duration` and every action's
+/// `post_action_delay` (oomd's own default where an action leaves it out), e.g.
+/// "pressure_above 1 s, memory_above 1 s, kill_by_memory_size_or_growth post_action_delay 5 s".
+pub fn durations(text: &str) -> Result<String, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let mut out = Vec::new();
+    for r in v["rulesets"].as_array().ok_or("no \"rulesets\" array")? {
+        for g in r["detectors"].as_array().into_iter().flatten() {
+            for p in g.as_array().into_iter().flatten().skip(1) {
+                if let (Some(name), Some(d)) = (p["name"].as_str(), p["args"]["duration"].as_str()) {
+                    out.push(format!("{name} {d} s"));
+                }
+            }
+        }
+        for a in r["actions"].as_array().into_iter().flatten() {
+            let name = a["name"].as_str().unwrap_or("?");
+            if name.starts_with("kill") {
+                match a["args"]["post_action_delay"].as_str() {
+                    Some(d) => out.push(format!("{name} post_action_delay {d} s")),
+                    None => out.push(format!("{name} post_action_delay oomd's default")),
+                }
+            }
+        }
+    }
+    Ok(out.join(", "))
+}
+
 /// Checks a ruleset's shape (oomd 0.5's JSON front end): `rulesets`, each with a name,
 /// detector groups `[name, plugin...]` and actions, every plugin a known one with string
 /// arguments. The error names the ruleset and plugin.
@@ -119,9 +146,10 @@ pub struct OomdProcess {
 }
 
 impl OomdProcess {
-    /// Writes the ruleset to `dir`, starts oomd on it (1 s ticks, oomd's smallest), and
-    /// waits until it says its engine runs, so the tasks do not start before it watches.
-    pub fn start(ruleset: &str, dir: &Path, parent_rel: &str) -> Result<OomdProcess> {
+    /// Writes the ruleset to `dir`, starts oomd on it (`interval_s` ticks: the scenario's
+    /// `oomd_interval_s`), and waits until it says its engine runs, so the tasks do not start
+    /// before it watches.
+    pub fn start(ruleset: &str, dir: &Path, parent_rel: &str, interval_s: u64) -> Result<OomdProcess> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let config = dir.join("oomd.json");
@@ -133,7 +161,9 @@ impl OomdProcess {
         let child = Command::new(&bin)
             .arg("--config")
             .arg(&config)
-            .args(["--interval", "1", "--cgroup-fs", "/sys/fs/cgroup", "--runtime-dir"])
+            .arg("--interval")
+            .arg(interval_s.to_string())
+            .args(["--cgroup-fs", "/sys/fs/cgroup", "--runtime-dir"])
             .arg(dir.join("run"))
             .arg("--kmsg-override")
             .arg(&kills)
@@ -224,32 +254,53 @@ fn kill_mark(line: &str, t_s: f64, parent_rel: &str) -> Option<DecisionMark> {
 mod tests {
     use super::*;
 
-    fn repo_ruleset() -> String {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/oomd-experiment.json");
+    /// The compressed scenarios' ruleset and the real-time scenarios' one.
+    const RULESETS: [&str; 2] = ["oomd-experiment.json", "oomd-experiment-realtime.json"];
+
+    fn repo_ruleset(name: &str) -> String {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments").join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 
     #[test]
-    fn the_repository_ruleset_is_valid_and_fully_rendered() {
-        let r = render(&repo_ruleset(), "memqos-exp", 1100 << 20);
-        validate(&r).unwrap();
-        assert!(!r.contains('@'), "a placeholder was left: {r}");
-        // 95% of 1100 MiB
-        assert!(r.contains("\"1045M\""), "{r}");
-        assert!(r.contains("memqos-exp/high") && r.contains("memqos-exp/low*"), "{r}");
+    fn the_repository_rulesets_are_valid_and_fully_rendered() {
+        for name in RULESETS {
+            let r = render(&repo_ruleset(name), "memqos-exp", 1100 << 20);
+            validate(&r).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!r.contains('@'), "{name}: a placeholder was left: {r}");
+            // 95% of 1100 MiB
+            assert!(r.contains("\"1045M\""), "{name}: {r}");
+            assert!(r.contains("memqos-exp/high") && r.contains("memqos-exp/low*"), "{name}: {r}");
+        }
     }
 
     #[test]
-    fn the_installed_oomd_accepts_the_repository_ruleset() {
+    fn the_rulesets_waits_are_named_for_the_report() {
+        assert_eq!(
+            durations(&repo_ruleset(RULESETS[0])).unwrap(),
+            "pressure_above 1 s, memory_above 1 s, kill_by_memory_size_or_growth post_action_delay 5 s"
+        );
+        // The real-time ruleset: the Debian package's shipped pressure trigger (60 for 30 s
+        // while reclaiming for 10 s) and oomd's own post_action_delay.
+        assert_eq!(
+            durations(&repo_ruleset(RULESETS[1])).unwrap(),
+            "pressure_above 30 s, memory_reclaim 10 s, memory_above 1 s, kill_by_memory_size_or_growth post_action_delay oomd's default"
+        );
+    }
+
+    #[test]
+    fn the_installed_oomd_accepts_the_repository_rulesets() {
         // oomd's own parser is the authority; this machine's scripts/install-deps.sh installs it.
         let bin = binary().expect("oomd is installed by scripts/install-deps.sh");
-        let dir = std::env::temp_dir().join(format!("memqos-oomd-check-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("oomd.json");
-        std::fs::write(&file, render(&repo_ruleset(), "memqos-exp", 1100 << 20)).unwrap();
-        let out = Command::new(&bin).arg("--check-config").arg(&file).output().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        for name in RULESETS {
+            let dir = std::env::temp_dir().join(format!("memqos-oomd-check-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let file = dir.join("oomd.json");
+            std::fs::write(&file, render(&repo_ruleset(name), "memqos-exp", 1100 << 20)).unwrap();
+            let out = Command::new(&bin).arg("--check-config").arg(&file).output().unwrap();
+            let _ = std::fs::remove_dir_all(&dir);
+            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant, Workload};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use memqos_lab::daemon_process::DaemonProcess;
+use memqos_policy::size::MIB;
 use memqos_policy::{EXPECTED_PEAK_XATTR, WORKLOAD_XATTR};
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
@@ -30,7 +31,6 @@ pub const HISTORY_FILE: &str = "/run/memqos-exp/history.json";
 const WORK_DIR: &str = "/run/memqos-exp/work";
 const OOMD_DIR: &str = "/run/memqos-exp/oomd";
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-const MIB: u64 = 1 << 20;
 
 /// One arm of one run: what it set up and what every task did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -71,6 +71,14 @@ pub struct ArmResult {
     pub swap_mb: Option<u64>,
     #[serde(default)]
     pub zswap: bool,
+    /// The commit, config digests, speed, kernel and host load of the series (runs made
+    /// before it was recorded have none; docs/experiments/builds.toml says their build).
+    #[serde(default)]
+    pub provenance: Option<crate::provenance::Provenance>,
+    /// How often the arm looked and how long it waited before acting, as run
+    /// ([`Scenario::timing`]). `None` in results from before it was recorded.
+    #[serde(default)]
+    pub timing: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -161,6 +169,8 @@ pub struct RunnerOptions {
     pub out_dir: PathBuf,
     /// The memqos binary (for `memqos replay` and `memqos daemon`).
     pub exe: PathBuf,
+    /// What the host recorded about the series (`$MEMQOS_PROVENANCE`), stamped into every result.
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 /// One arm to run.
@@ -430,6 +440,37 @@ fn run_arm(
                         reason: why.into(),
                     });
                 }
+                Arm::Policy(Policy::StaticAdj) => {
+                    let template = s.memqos_config.as_deref().expect("validated");
+                    if let Some(adj) = crate::static_arms::adj_for(template, name).map_err(anyhow::Error::msg)? {
+                        oom_score_adj[i] = Some(adj);
+                        static_writes.push(DecisionMark {
+                            t_s: 0.0,
+                            cgroup: name.clone(),
+                            file: "oom_score_adj".into(),
+                            value: adj.to_string(),
+                            reason: "static-adj: the memqos config's value for this tier, no daemon".into(),
+                        });
+                    }
+                }
+                Arm::Policy(Policy::StaticReserve) => {
+                    // The same size the kube arm requests and memqos is told when it declares.
+                    let high_reserve = kube::request(&replayed_sizes(opts, &v.high)?, true);
+                    let r = crate::static_arms::reserve(parent_max, high_reserve, v.low.len())
+                        .map_err(anyhow::Error::msg)?;
+                    let (file, bytes, why) = match tier {
+                        Tier::High => ("memory.min", r.high_min, "static-reserve: the protected task's peak + 10%"),
+                        Tier::Low => ("memory.max", r.low_max, "static-reserve: an equal share of the rest"),
+                    };
+                    cg.set_limit(file, Limit::Bytes(bytes))?;
+                    static_writes.push(DecisionMark {
+                        t_s: 0.0,
+                        cgroup: name.clone(),
+                        file: file.into(),
+                        value: bytes.to_string(),
+                        reason: why.into(),
+                    });
+                }
                 Arm::Policy(Policy::Memqos) if s.memqos_declares_peak && *tier == Tier::High => {
                     let peak = kube::request(&replayed_sizes(opts, trace)?, true);
                     cg.set_xattr(EXPECTED_PEAK_XATTR, &peak.to_string())?;
@@ -455,7 +496,7 @@ fn run_arm(
                 let parent_rel = PARENT.trim_start_matches("/sys/fs/cgroup/");
                 let ruleset = crate::oomd::render(template, parent_rel, parent_max);
                 crate::oomd::validate(&ruleset).map_err(|e| anyhow::anyhow!("oomd_config: {e}"))?;
-                Some(OomdProcess::start(&ruleset, Path::new(OOMD_DIR), parent_rel)?)
+                Some(OomdProcess::start(&ruleset, Path::new(OOMD_DIR), parent_rel, s.oomd_interval_s)?)
             }
             _ => None,
         };
@@ -483,7 +524,7 @@ fn run_arm(
                 // Task cgroups are gone by now (removed as their tasks ended); what must hold is
                 // that the daemon exited cleanly and left no journal of unrestored knobs, and
                 // that any cgroup still there is back to max / 0 / 0.
-                let journal_left = Path::new(STATE_DIR).join("journal.json").exists();
+                let journal_left = Path::new(STATE_DIR).join(memqos_schema::state::JOURNAL_FILE).exists();
                 let restored = !journal_left
                     && cgroups.iter().all(|cg| {
                         !cg.exists()
@@ -525,6 +566,15 @@ fn run_arm(
             daemon_cpu_s,
             swap_mb: s.swap_mb,
             zswap: s.zswap,
+            provenance: opts.provenance.clone().map(|mut p| {
+                p.kernel = kernel.to_string();
+                p
+            }),
+            timing: match arm {
+                // A run is not thrown away for its description: an unreadable one says so.
+                Arm::Policy(p) => Some(s.timing(*p).unwrap_or_else(|e| format!("{p}: intervals unreadable: {e}"))),
+                Arm::Solo(_) => None,
+            },
         })
     })();
     let cleanup = match systemd {
@@ -813,23 +863,14 @@ impl Daemon {
 
 /// The daemon's `write` events from events.jsonl; `t_s` is its Unix-time `ts`.
 pub fn parse_write_events(log: &str) -> Vec<DecisionMark> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["event"] == "write")
-        .map(|v| {
-            let text = |k: &str| match &v[k] {
-                serde_json::Value::String(s) => s.clone(),
-                serde_json::Value::Null => String::new(),
-                other => other.to_string(),
-            };
-            DecisionMark {
-                t_s: v["ts"].as_f64().unwrap_or(0.0),
-                cgroup: text("cgroup"),
-                file: text("file"),
-                value: text("value"),
-                // `why` is the human sentence; older logs only have the structured `reason`.
-                reason: Some(text("why")).filter(|w| !w.is_empty()).unwrap_or_else(|| text("reason")),
-            }
+    let lines = memqos_schema::events::parse(log);
+    memqos_schema::events::writes(&lines)
+        .map(|(ts, w)| DecisionMark {
+            t_s: ts,
+            cgroup: w.cgroup.clone(),
+            file: w.file.clone(),
+            value: w.value.clone(),
+            reason: w.why.clone(),
         })
         .collect()
 }
@@ -840,15 +881,16 @@ mod tests {
 
     #[test]
     fn write_events_are_read_from_the_daemon_log() {
-        let log = r#"{"event":"started","pid":1,"ts":10.0}
-{"event":"write","cgroup":"low1","file":"memory.high","value":"300M","reason":"guard","ts":12.5}
+        // As the daemon writes them (`memqos_schema::events`).
+        let log = r#"{"event":"started","pid":1,"cgroup_root":"/sys/fs/cgroup/memqos-exp","config":"/run/memqos-exp/memqos.toml","dry_run":false,"ts":10.0}
+{"event":"write","cgroup":"low1","cgroup_id":11,"file":"memory.high","value":"314572800","previous":"max","outcome":"ok","reason":{"kind":"headroom_guard","parent_usage_bytes":900,"limit_bytes":1000,"headroom_bytes":100,"guard_bytes":200},"why":"guard","dry_run":false,"mono_ns":1,"mono_done_ns":2,"ts":12.5}
 not json
-{"event":"write","cgroup":"high","file":"memory.low","value":123,"reason":{"k":1},"ts":13.0}"#;
+{"event":"write","cgroup":"high","cgroup_id":12,"file":"memory.low","value":"123","previous":"0","outcome":"ok","reason":{"kind":"working_set","peak_bytes":123,"window_ms":60000},"why":"working set peak 123 over 60 s","dry_run":false,"mono_ns":3,"mono_done_ns":4,"ts":13.0}"#;
         let w = parse_write_events(log);
         assert_eq!(w.len(), 2);
-        assert_eq!((w[0].cgroup.as_str(), w[0].value.as_str(), w[0].t_s), ("low1", "300M", 12.5));
+        assert_eq!((w[0].cgroup.as_str(), w[0].value.as_str(), w[0].t_s), ("low1", "314572800", 12.5));
         assert_eq!(w[1].value, "123");
-        assert_eq!(w[1].reason, r#"{"k":1}"#);
+        assert_eq!(w[1].reason, "working set peak 123 over 60 s");
     }
 
     #[test]

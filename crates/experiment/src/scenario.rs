@@ -47,6 +47,12 @@ pub enum Policy {
     /// the low slice has `ManagedOOMMemoryPressure=kill` (see systemd_oomd.rs). Its scenarios
     /// boot their guests with systemd as PID 1, every arm alike.
     SystemdOomd,
+    /// Each task's `oom_score_adj` as memqos's config gives its tier, no daemon, no memory
+    /// knob (see static_arms.rs).
+    StaticAdj,
+    /// The protected task's memory.min at its declared size (peak + 10%), the lows sharing the
+    /// rest of the parent as memory.max (see static_arms.rs).
+    StaticReserve,
 }
 
 impl Policy {
@@ -63,6 +69,8 @@ impl Policy {
             Policy::KubeMemoryqos => "kube-memoryqos",
             Policy::Oomd => "oomd",
             Policy::SystemdOomd => "systemd-oomd",
+            Policy::StaticAdj => "static-adj",
+            Policy::StaticReserve => "static-reserve",
         }
     }
 }
@@ -136,6 +144,10 @@ pub struct Scenario {
     /// oomd ruleset (JSON) text for the oomd arm; its placeholders are filled by the runner.
     #[serde(default)]
     pub oomd_config: Option<String>,
+    /// oomd's `--interval` (seconds; `oomd_interval_s`, default 1: what the Debian package's
+    /// /etc/default/oomd passes to it, and the least oomd takes; its binary's
+    /// default is 5).
+    pub oomd_interval_s: u64,
     /// The systemd-oomd arm's settings (`[systemd_oomd]`).
     #[serde(default)]
     pub systemd_oomd: Option<crate::systemd_oomd::Settings>,
@@ -190,6 +202,7 @@ struct RawScenario {
     static_high: Option<ByteSize>,
     memqos_config: Option<PathBuf>,
     oomd_config: Option<PathBuf>,
+    oomd_interval_s: Option<u64>,
     systemd_oomd: Option<RawSystemdOomd>,
     #[serde(default)]
     cpu_controller: bool,
@@ -288,11 +301,31 @@ impl Scenario {
             (None, true) => return Err(err("memqos_config: required when policies include memqos".into())),
             (None, false) => None,
         };
+        if raw.policies.contains(&Policy::StaticAdj) {
+            // static-adj copies memqos's per-tier values: without memqos's config there are none.
+            let template = memqos_config.as_deref().ok_or_else(|| {
+                err("memqos_config: required when policies include static-adj (it takes each tier's oom_score_adj from it)"
+                    .into())
+            })?;
+            crate::static_arms::adj_for(template, "high").map_err(|e| err(format!("static-adj: {e}")))?;
+        }
+        if raw.policies.contains(&Policy::StaticReserve) && parent_max == ParentMax::Unlimited {
+            return Err(
+                err("policies: static-reserve shares the parent's limit; parent_max = \"max\" has none".into()),
+            );
+        }
         let oomd_config = match (&raw.oomd_config, raw.policies.contains(&Policy::Oomd)) {
             (Some(p), _) => Some(read_config(p)?),
             (None, true) => return Err(err("oomd_config: required when policies include oomd (the ruleset)".into())),
             (None, false) => None,
         };
+        let oomd_interval_s = raw.oomd_interval_s.unwrap_or(1);
+        if oomd_interval_s == 0 {
+            return Err(err("oomd_interval_s: oomd's --interval is whole seconds, at least 1".into()));
+        }
+        if raw.oomd_interval_s.is_some() && !raw.policies.contains(&Policy::Oomd) {
+            return Err(err("oomd_interval_s: only with the oomd arm".into()));
+        }
         let systemd_oomd = match (raw.systemd_oomd, raw.policies.contains(&Policy::SystemdOomd)) {
             (Some(r), _) => {
                 let settings = crate::systemd_oomd::Settings {
@@ -330,7 +363,11 @@ impl Scenario {
                     "stress_args: required when workload = \"stress-ng\" (e.g. [\"--vm\", \"1\", ...])".into()
                 ));
             }
-            if let Some(p) = raw.policies.iter().find(|p| matches!(p, Policy::StaticMax | Policy::KubeMemoryqos)) {
+            if let Some(p) = raw
+                .policies
+                .iter()
+                .find(|p| matches!(p, Policy::StaticMax | Policy::KubeMemoryqos | Policy::StaticReserve))
+            {
                 return Err(err(format!(
                     "policies: {p} sizes its knobs from the traces; a stress-ng workload has none"
                 )));
@@ -402,6 +439,7 @@ impl Scenario {
             static_high: raw.static_high.map(|b| b.0),
             memqos_config,
             oomd_config,
+            oomd_interval_s,
             systemd_oomd,
             cpu_controller: raw.cpu_controller,
             solo: raw.solo,
@@ -414,6 +452,45 @@ impl Scenario {
             memqos_learns_peak: raw.memqos_learns_peak,
             variants,
         })
+    }
+}
+
+impl Scenario {
+    /// How often `policy` looks and how long it waits before it acts in this scenario, in
+    /// wall time, for the report: a comparison of peers at different speeds is only fair to
+    /// read with these beside it.
+    pub fn timing(&self, policy: Policy) -> Result<String, String> {
+        let per_trace_s = 1.0 / self.speed;
+        Ok(match policy {
+            Policy::Memqos => {
+                let text =
+                    render_memqos_config(self.memqos_config.as_deref().unwrap_or(""), "/sys/fs/cgroup/x", "/run/x");
+                let c = memqos_policy::Config::from_str(&text, "memqos_config").map_err(|e| e.to_string())?;
+                format!(
+                    "memqos: samples every {} ms (shipped default 500), PSI trigger wakeups {}, releases a throttle after {} ms without pressure, writes a cgroup's knob at most every {} ms",
+                    c.signals.sampling_interval_ms,
+                    if c.signals.psi { "on" } else { "off" },
+                    c.policy.hold_ms,
+                    c.policy.min_write_interval_ms
+                )
+            }
+            Policy::Oomd => {
+                let ruleset = self.oomd_config.as_deref().unwrap_or("");
+                format!(
+                    "oomd: --interval {} s (its binary's default 5 s; the Debian package's /etc/default/oomd passes 1 s, the least it takes); the ruleset's {}",
+                    self.oomd_interval_s,
+                    crate::oomd::durations(ruleset).unwrap_or_else(|e| format!("durations unreadable: {e}"))
+                )
+            }
+            Policy::SystemdOomd => {
+                let st = self.systemd_oomd.as_ref().ok_or("no [systemd_oomd] settings")?;
+                format!(
+                    "systemd-oomd: ManagedOOMMemoryPressureLimit={}% for DefaultMemoryPressureDurationSec={} s on the low slice (systemd's defaults: 60%, and 20 s from Debian 252's oomd.conf.d drop-in, 30 s compiled in); it reads PSI once a second (fixed) and compares its avg10, a 10 s average the replay's speed does not shorten",
+                    st.memory_pressure_limit_percent, st.memory_pressure_duration_s
+                )
+            }
+            p => format!("{p}: knobs set before the tasks start; nothing acts during the run"),
+        } + &format!(" (speed {}x: a trace second is {:.3} s here)", self.speed, per_trace_s))
     }
 }
 
@@ -581,6 +658,122 @@ low = ["b"]
         assert!(e.message.starts_with("zswap:"), "{e}");
         let e = parse(&GOOD.replace("baseline_mb = 100", "baseline_mb = 100\nstress_args = [\"x\"]")).unwrap_err();
         assert!(e.message.starts_with("stress_args:"), "{e}");
+    }
+
+    #[test]
+    fn static_arms_need_what_they_copy() {
+        let real = |_: &Path| -> Result<String, ScenarioError> {
+            Ok(std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/memqos-experiment.toml"),
+            )
+            .unwrap())
+        };
+        let with = |policies: &str| GOOD.replace("\"static-high\", \"memqos\"]", policies);
+        let s = Scenario::parse(
+            "t",
+            Path::new("t.toml"),
+            &with("\"static-high\", \"memqos\", \"static-adj\", \"static-reserve\"]"),
+            &real,
+        )
+        .unwrap();
+        assert!(s.policies.contains(&Policy::StaticAdj) && s.policies.contains(&Policy::StaticReserve));
+        // static-adj without memqos's config has no values to copy.
+        let text = with("\"static-high\", \"static-adj\"]").replace("memqos_config = \"m.toml\"\n", "");
+        let e = Scenario::parse("t", Path::new("t.toml"), &text, &real).unwrap_err();
+        assert!(e.message.starts_with("memqos_config:") && e.message.contains("static-adj"), "{e}");
+        // static-reserve without a parent limit has nothing to share.
+        let text =
+            with("\"static-high\", \"static-reserve\"]").replace("parent_max = \"1100M\"", "parent_max = \"max\"");
+        let e = Scenario::parse("t", Path::new("t.toml"), &text, &real).unwrap_err();
+        assert!(e.message.contains("static-reserve"), "{e}");
+        assert_eq!(Policy::StaticAdj.name(), "static-adj");
+        assert_eq!(Policy::StaticReserve.name(), "static-reserve");
+    }
+
+    #[test]
+    fn each_arm_states_its_intervals_from_what_it_is_given() {
+        let text = r#"
+description = "d"
+parent_max = "1100M"
+speed = 50
+policies = ["none", "memqos", "oomd", "systemd-oomd"]
+memqos_config = "m.toml"
+oomd_config = "o.json"
+oomd_interval_s = 5
+[systemd_oomd]
+memory_pressure_limit_percent = 60
+memory_pressure_duration_s = 20
+[[variant]]
+name = "v"
+high = "a"
+"#;
+        let read = |p: &Path| -> Result<String, ScenarioError> {
+            Ok(match p.to_str().unwrap() {
+                "o.json" => r#"{"rulesets": [{"name": "r", "detectors": [["g", {"name": "pressure_above", "args": {"cgroup": "x", "resource": "memory", "threshold": "60", "duration": "30"}}]], "actions": [{"name": "kill_by_memory_size_or_growth", "args": {"cgroup": "x/low*"}}]}]}"#.into(),
+                _ => "cgroup_root = \"@CGROUP_ROOT@\"\nstate_dir = \"@STATE_DIR@\"\n[[tier]]\nname = \"c\"\nmatch = [\"high*\"]\nprotect = \"low\"\n".into(),
+            })
+        };
+        let s = Scenario::parse("t", Path::new("t.toml"), text, &read).unwrap_or_else(|e| panic!("{e}"));
+        let memqos = s.timing(Policy::Memqos).unwrap();
+        assert!(memqos.starts_with("memqos: samples every 500 ms") && memqos.contains("speed 50x"), "{memqos}");
+        let oomd = s.timing(Policy::Oomd).unwrap();
+        assert!(oomd.contains("--interval 5 s") && oomd.contains("pressure_above 30 s"), "{oomd}");
+        let sd = s.timing(Policy::SystemdOomd).unwrap();
+        assert!(sd.contains("Limit=60%") && sd.contains("DurationSec=20 s"), "{sd}");
+        assert!(s.timing(Policy::None).unwrap().starts_with("none: knobs set before"));
+    }
+
+    /// Issue 29.2: the real-time scenarios run at 1x with every arm at its shipped defaults;
+    /// compressed ones give each peer the shortest interval it takes.
+    #[test]
+    fn real_time_scenarios_use_the_defaults_and_compressed_ones_the_shortest_intervals() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+        let mut realtime = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if !name.ends_with(".toml") || name.starts_with("memqos-") {
+                continue;
+            }
+            let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            if s.workload == Workload::StressNg {
+                continue;
+            }
+            let detector_waits = || {
+                let v: serde_json::Value = serde_json::from_str(s.oomd_config.as_deref().unwrap()).unwrap();
+                let mut waits = Vec::new();
+                for r in v["rulesets"].as_array().unwrap() {
+                    for g in r["detectors"].as_array().unwrap() {
+                        for p in g.as_array().unwrap().iter().skip(1) {
+                            waits.extend(p["args"]["duration"].as_str().map(str::to_string));
+                        }
+                    }
+                }
+                waits
+            };
+            if name.ends_with("-realtime.toml") {
+                realtime += 1;
+                assert_eq!(s.speed, 1.0, "{name}");
+                let memqos = s.timing(Policy::Memqos).unwrap();
+                assert!(memqos.contains("every 500 ms") && memqos.contains("after 5000 ms"), "{name}: {memqos}");
+                if s.policies.contains(&Policy::Oomd) {
+                    assert_eq!(s.oomd_interval_s, 1, "{name}: the Debian package's --interval");
+                    assert!(detector_waits().contains(&"30".to_string()), "{name}: the shipped 30 s pressure trigger");
+                }
+                if let Some(st) = s.systemd_oomd {
+                    assert_eq!((st.memory_pressure_limit_percent, st.memory_pressure_duration_s), (60.0, 20), "{name}");
+                }
+            } else if s.speed > 1.0 {
+                if s.policies.contains(&Policy::Oomd) {
+                    assert_eq!(s.oomd_interval_s, 1, "{name}");
+                    assert!(detector_waits().iter().all(|w| w == "1"), "{name}: {:?}", detector_waits());
+                }
+                if let Some(st) = s.systemd_oomd {
+                    assert_eq!(st.memory_pressure_duration_s, 1, "{name}");
+                }
+            }
+        }
+        assert!(realtime >= 2, "oom-realtime and sweep-tight-realtime at least, found {realtime}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::avoidability::{ParkDeadline, Proof};
 use crate::kills::{task_kills, userspace_kills, KillBounds};
 use crate::runner::{ArmResult, SwapFigures, TaskResult};
 use crate::scenario::{Tier, Workload};
-use crate::stats::{estimate, Estimate};
+use crate::stats::{estimate, fisher_exact, Estimate, KILLED};
 use anyhow::{Context, Result};
 use memqos_replay::Outcome;
 use serde::{Deserialize, Serialize};
@@ -101,6 +101,19 @@ pub struct ArmSummary {
     pub high_swapped_out_mb: Option<Estimate>,
     #[serde(default)]
     pub low_swapped_out_mb: Option<Estimate>,
+    /// Runs in which any task was killed for memory (kernel or userspace killer), and runs in
+    /// which the protected task was: the unit the exact tests compare (kills within one run
+    /// are not independent).
+    #[serde(default)]
+    pub runs_with_kill: usize,
+    #[serde(default)]
+    pub runs_high_killed: usize,
+    /// Two-sided Fisher exact test of `runs_with_kill` (and of `runs_high_killed`) of this arm
+    /// against the memqos arm of the same runs; `None` for memqos itself and solo arms.
+    #[serde(default)]
+    pub kill_runs_p_vs_memqos: Option<f64>,
+    #[serde(default)]
+    pub high_killed_p_vs_memqos: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -114,6 +127,23 @@ pub struct GroupSummary {
     pub workload: Workload,
     pub traces: Vec<String>,
     pub arms: Vec<ArmSummary>,
+    /// What the tasks hold at once at most when every one runs unpaused from t = 0 (their
+    /// traces + baseline, MiB), against `parent_max_mb`: the scenario's margin.
+    #[serde(default)]
+    pub concurrent_peak_mb: Option<u64>,
+    /// Some arm killed in some of its runs and not in others: the kill outcome flips with
+    /// run-to-run noise, and one series' count is not the arm's.
+    #[serde(default)]
+    pub outcome_flips: bool,
+    /// The build the runs recorded (`provenance`), where they all recorded the same one;
+    /// "mixed: ..." where they differ; for runs from before it was recorded, the report step
+    /// fills in what `builds.toml` beside the runs says, else `None`.
+    #[serde(default)]
+    pub build: Option<String>,
+    /// Each arm's intervals as its runs recorded them ([`crate::scenario::Scenario::timing`]),
+    /// by arm; "mixed: ..." where runs differ. Empty for runs from before they were recorded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timing: BTreeMap<String, String>,
 }
 
 /// Reads every `*.json` under `dir` that is an arm result.
@@ -148,11 +178,33 @@ fn finished(t: &TaskResult) -> bool {
     matches!(t.outcome, Outcome::Finished)
 }
 
-/// Mean wall time of the low tasks of a run, if they all finished.
+/// Mean wall time of the low tasks of a run; [`KILLED`] if any of them was killed (the run
+/// counts, as the worst); `None` without low tasks.
 fn low_mean_wall(r: &ArmResult) -> Option<f64> {
     let lows: Vec<&TaskResult> = task(r, Tier::Low).collect();
-    (!lows.is_empty() && lows.iter().all(|t| finished(t)))
-        .then(|| lows.iter().map(|t| t.wall_s).sum::<f64>() / lows.len() as f64)
+    if lows.is_empty() {
+        return None;
+    }
+    Some(if lows.iter().all(|t| finished(t)) {
+        lows.iter().map(|t| t.wall_s).sum::<f64>() / lows.len() as f64
+    } else {
+        KILLED
+    })
+}
+
+/// A task's figure, or [`KILLED`] if the task did not finish: every run counts.
+fn or_killed(t: &TaskResult, f: &dyn Fn(&TaskResult) -> Option<f64>) -> Option<f64> {
+    if finished(t) {
+        f(t)
+    } else {
+        Some(KILLED)
+    }
+}
+
+/// `x / base` where the base run finished: a killed task over a finished base stays killed;
+/// a killed base gives no ratio (nothing to compare against), which the estimate's `n` shows.
+fn ratio_of(x: f64, base: f64) -> Option<f64> {
+    (base.is_finite() && base > 0.0).then(|| if x == KILLED { KILLED } else { x / base })
 }
 
 /// [`summarize_with`] without kill bounds.
@@ -178,17 +230,18 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
         let mut arms = Vec::new();
         for (arm, runs) in &by_arm {
             let highs: Vec<(usize, &TaskResult)> = runs.iter().filter_map(|(k, r)| high(r).map(|h| (*k, h))).collect();
-            let fin: Vec<(usize, &TaskResult)> = highs.iter().filter(|(_, h)| finished(h)).cloned().collect();
+            let fin_count = highs.iter().filter(|(_, h)| finished(h)).count();
+            // Every run of the protected task, a killed one as KILLED (not dropped).
             let pick = |f: &dyn Fn(&TaskResult) -> Option<f64>| -> Option<Estimate> {
-                estimate(&fin.iter().filter_map(|(_, h)| f(h)).collect::<Vec<_>>())
+                estimate(&highs.iter().filter_map(|(_, h)| or_killed(h, f)).collect::<Vec<_>>())
             };
             let ratio_to =
                 |base: &BTreeMap<usize, &ArmResult>, f: &dyn Fn(&TaskResult) -> Option<f64>| -> Option<Estimate> {
-                    let v: Vec<f64> = fin
+                    let v: Vec<f64> = highs
                         .iter()
                         .filter_map(|(k, h)| {
-                            let b = base.get(k).and_then(|r| high(r)).filter(|b| finished(b))?;
-                            Some(f(h)? / f(b)?)
+                            let b = base.get(k).and_then(|r| high(r))?;
+                            ratio_of(or_killed(h, f)?, or_killed(b, f)?)
                         })
                         .collect();
                     estimate(&v)
@@ -201,10 +254,12 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             let low_finished: usize = runs.values().map(|r| task(r, Tier::Low).filter(|t| finished(t)).count()).sum();
             let low_walls: Vec<f64> = runs.values().filter_map(|r| low_mean_wall(r)).collect();
             let low_vs_none: Vec<f64> =
-                runs.iter().filter_map(|(k, r)| Some(low_mean_wall(r)? / low_mean_wall(none.get(k)?)?)).collect();
+                runs.iter().filter_map(|(k, r)| ratio_of(low_mean_wall(r)?, low_mean_wall(none.get(k)?)?)).collect();
+            // Lows over the protected task: runs where the protected task finished (its time
+            // is the denominator); killed lows count as KILLED.
             let prio: Vec<f64> = runs
                 .values()
-                .filter_map(|r| Some(low_mean_wall(r)? / high(r).filter(|h| finished(h))?.wall_s))
+                .filter_map(|r| ratio_of(low_mean_wall(r)?, high(r).filter(|h| finished(h))?.wall_s))
                 .collect();
             let writes: Vec<f64> = runs.values().map(|r| r.decisions.len() as f64).collect();
             let daemon_cpu: Vec<f64> = runs
@@ -268,7 +323,7 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                     })
                     .count(),
                 oom_kills: runs.values().map(|r| r.parent_oom_kills).sum(),
-                high_finished: fin.len(),
+                high_finished: fin_count,
                 high_wall_s: pick(&wall),
                 high_p50_ms: pick(&p50),
                 high_p95_ms: pick(&p95),
@@ -297,6 +352,10 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
                 avoidable_kills: run_bounds.as_ref().map(|v| v.iter().map(|b| b.0.saturating_sub(b.1)).sum()),
                 runs_with_avoidable_kill: run_bounds.as_ref().map(|v| v.iter().filter(|b| b.0 > b.1).count()),
                 park_deadline: runs.values().next().and_then(|r| bounds.park_deadline(r)),
+                runs_with_kill: runs.values().filter(|r| task_kills(r) > 0).count(),
+                runs_high_killed: highs.iter().filter(|(_, h)| !finished(h)).count(),
+                kill_runs_p_vs_memqos: None,
+                high_killed_p_vs_memqos: None,
             });
         }
         // Report order: solo arms, then none, static-max, static-high, memqos.
@@ -309,10 +368,47 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             "kube-memoryqos" => 15,
             "oomd" => 16,
             "systemd-oomd" => 17,
+            "static-adj" => 18,
+            "static-reserve" => 19,
             _ => 0,
         };
         arms.sort_by_key(|a| (rank(&a.arm), a.arm.clone()));
+        // Kill counts against memqos's, runs as the unit (two-sided Fisher exact test).
+        if let Some(m) = arms.iter().find(|a| a.arm == "memqos").cloned() {
+            for a in arms.iter_mut().filter(|a| a.arm != "memqos" && !a.arm.starts_with("solo:")) {
+                let n = a.runs;
+                let test = |x: usize, y: usize| fisher_exact(x as u64, (n - x) as u64, y as u64, (m.runs - y) as u64);
+                a.kill_runs_p_vs_memqos = Some(test(a.runs_with_kill, m.runs_with_kill));
+                a.high_killed_p_vs_memqos = Some(test(a.runs_high_killed, m.runs_high_killed));
+            }
+        }
+        let outcome_flips = arms
+            .iter()
+            .filter(|a| !a.arm.starts_with("solo:"))
+            .any(|a| a.runs_with_kill > 0 && a.runs_with_kill < a.runs);
+        let mut builds: Vec<String> = rs.iter().filter_map(|r| r.provenance.as_ref().and_then(|p| p.build())).collect();
+        builds.sort();
+        builds.dedup();
+        let build = match builds.len() {
+            0 => None,
+            1 => Some(builds.remove(0)),
+            _ => Some(format!("mixed: {}", builds.join(", "))),
+        };
+        let mut timing: BTreeMap<String, String> = BTreeMap::new();
+        for r in rs.iter() {
+            if let Some(t) = &r.timing {
+                match timing.get_mut(&r.arm) {
+                    Some(seen) if seen != t && !seen.starts_with("mixed: ") => *seen = format!("mixed: {seen} / {t}"),
+                    Some(_) => {}
+                    None => {
+                        timing.insert(r.arm.clone(), t.clone());
+                    }
+                }
+            }
+        }
         let first = rs[0];
+        let concurrent_peak_mb =
+            rs.iter().find(|r| !r.arm.starts_with("solo:")).and_then(|r| bounds.concurrent_peak(r)).map(|b| b >> 20);
         let mut traces: Vec<String> = rs
             .iter()
             .find(|r| !r.arm.starts_with("solo:"))
@@ -331,25 +427,60 @@ pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSu
             workload: first.workload,
             traces,
             arms,
+            concurrent_peak_mb,
+            outcome_flips,
+            build,
+            timing,
         });
     }
     out
 }
 
-fn est(e: &Option<Estimate>, digits: usize) -> String {
+/// A number, or "killed" for a killed run's +infinity.
+fn num(x: f64, digits: usize, unit: &str) -> String {
+    if x == KILLED {
+        "killed".into()
+    } else {
+        format!("{x:.digits$}{unit}")
+    }
+}
+
+/// How many of the runs were killed, where any were.
+fn killed_note(e: &Estimate) -> String {
+    if e.killed > 0 {
+        format!(" ({} of {} killed)", e.killed, e.n)
+    } else {
+        String::new()
+    }
+}
+
+pub(crate) fn est(e: &Option<Estimate>, digits: usize) -> String {
     match e {
-        Some(e) if e.n > 1 => format!("{:.*} [{:.*}–{:.*}]", digits, e.median, digits, e.ci_low, digits, e.ci_high),
-        Some(e) => format!("{:.*}", digits, e.median),
+        Some(e) if e.n > 1 => format!(
+            "{} [{}–{}]{}",
+            num(e.median, digits, ""),
+            num(e.ci_low, digits, ""),
+            num(e.ci_high, digits, ""),
+            killed_note(e)
+        ),
+        Some(e) => format!("{}{}", num(e.median, digits, ""), killed_note(e)),
         None => "–".into(),
     }
 }
 
-fn ratio(e: &Option<Estimate>) -> String {
+pub(crate) fn ratio(e: &Option<Estimate>) -> String {
     match e {
-        Some(e) if e.n > 1 => format!("{:.2}x [{:.2}–{:.2}]", e.median, e.ci_low, e.ci_high),
-        Some(e) => format!("{:.2}x", e.median),
+        Some(e) if e.n > 1 => {
+            format!("{} [{}–{}]{}", num(e.median, 2, "x"), num(e.ci_low, 2, ""), num(e.ci_high, 2, ""), killed_note(e))
+        }
+        Some(e) => format!("{}{}", num(e.median, 2, "x"), killed_note(e)),
         None => "–".into(),
     }
+}
+
+/// The median alone, as a ratio ("1.05x", "killed").
+pub(crate) fn ratio_median(e: &Option<Estimate>) -> String {
+    e.map(|e| num(e.median, 2, "x")).unwrap_or_else(|| "–".into())
 }
 
 /// A target's verdict for the report and the closing note.
@@ -438,13 +569,29 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                 );
             }
         }
+        // "Same or better": memqos's median within or below the peer's interval.
+        let within = |mine: &Option<Estimate>, theirs: &Option<Estimate>| match (mine, theirs) {
+            (Some(m), Some(t)) => m.median <= t.ci_high,
+            _ => false,
+        };
+        // Issue 16: against Kubernetes MemoryQoS's knobs in the same runs.
+        if let Some(k) = arm("kube-memoryqos") {
+            if k.task_kills > 0 {
+                push(
+                    "vs kube-memoryqos: no OOM kill where it has one",
+                    format!("memqos {} kills in {} runs; kube-memoryqos {} kills", m.task_kills, m.runs, k.task_kills),
+                    m.task_kills == 0,
+                );
+            }
+            push(
+                "vs kube-memoryqos: high P95 vs solo no worse (memqos median ≤ its interval)",
+                format!("memqos {} vs kube-memoryqos {}", ratio(&m.high_p95_vs_solo), ratio(&k.high_p95_vs_solo)),
+                within(&m.high_p95_vs_solo, &k.high_p95_vs_solo),
+            );
+        }
         // Issue 16: against the userspace OOM killers a user would run instead, in the same runs.
         for peer in ["oomd", "systemd-oomd"] {
             let Some(o) = arm(peer) else { continue };
-            let within = |mine: &Option<Estimate>, theirs: &Option<Estimate>| match (mine, theirs) {
-                (Some(m), Some(t)) => m.median <= t.ci_high,
-                _ => false,
-            };
             push(
                 &format!("vs {peer}: high completion vs solo same or better (memqos median ≤ {peer}'s interval)"),
                 format!("memqos {} vs {peer} {}", ratio(&m.high_wall_vs_solo), ratio(&o.high_wall_vs_solo)),
@@ -464,6 +611,19 @@ pub fn verdicts(groups: &[GroupSummary]) -> Vec<Verdict> {
                     ),
                     m.low_finished == m.low_started,
                 );
+            }
+        }
+        // Issue 18, work conservation: where none killed nothing, memqos should not have cost
+        // the lows more than 5% (there was nothing to prevent).
+        if let Some(n) = arm("none") {
+            if n.task_kills == 0 && g.workload == Workload::Replay && base != "overhead" {
+                if let Some(l) = m.low_wall_vs_none {
+                    push(
+                        "work conservation: lows within 1.05x of none where none has no kill",
+                        ratio(&m.low_wall_vs_none),
+                        l.median <= 1.05,
+                    );
+                }
             }
         }
         if base == "oom" {
@@ -522,7 +682,11 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
         "Generated by `bash scripts/experiments.sh` (see docs/experiments.md for the method). Every figure is the \
          median over runs with its 95% bootstrap interval in brackets; ratios are computed per run against the \
          solo or none arm of the same run, then summarized. Times are wall times of `memqos replay` (spawn to exit, \
-         baseline allocation included); latencies are per growth step of the protected (high) task.\n"
+         baseline allocation included); latencies are per growth step of the protected (high) task. Every run \
+         counts: a run whose task was killed enters that task's medians as \"killed\" (worse than any time), \
+         so a median is \"killed\" when most runs were, and \"(k of n killed)\" says how many were; a ratio \
+         against a none run whose own task was killed has nothing to compare with and is left out (n says how \
+         many runs a figure has).\n"
     );
     let _ = writeln!(s, "## Targets\n");
     let _ = writeln!(s, "| scenario | kernel | target | measured | met |\n|---|---|---|---|---|");
@@ -539,15 +703,28 @@ pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[S
         );
     }
     render_kills(&mut s, groups);
+    render_margins(&mut s, groups);
     for g in groups {
         let _ = writeln!(s, "\n## {} / {} on {}\n", g.scenario, g.variant, g.kernel);
         let _ = writeln!(
             s,
-            "Parent memory.max {} MiB, speed {}x, tasks: {}.\n",
+            "Parent memory.max {} MiB ({}), speed {}x, tasks: {}. Build: {}.\n",
             g.parent_max_mb,
+            match g.concurrent_peak_mb {
+                Some(p) => format!("the tasks' unpaused concurrent peak {p} MiB"),
+                None => "no concurrent peak computed".into(),
+            },
             g.speed,
-            g.traces.join(", ")
+            g.traces.join(", "),
+            g.build.as_deref().unwrap_or("not recorded"),
         );
+        if !g.timing.is_empty() {
+            let _ = writeln!(s, "Each arm's intervals, as its runs recorded them:\n");
+            for t in g.timing.values() {
+                let _ = writeln!(s, "- {t}");
+            }
+            let _ = writeln!(s);
+        }
         let _ = writeln!(
             s,
             "| arm | runs | runs w/ OOM kill | high time s | high/solo | high P50 ms | high P95 ms | P95/solo | P95/none | lows finished | low time s | low/none | low/high | parent peak MiB | daemon writes | daemon CPU % |"
@@ -637,7 +814,8 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
          exists, else a lower bound. Avoidable: kills above the bound (per run, summed). Park by: the latest moment, as a \
          share of the protected task's run, at which letting every task run unpaused and then parking every low task \
          where it stands still avoids every kill (\"never\": no parking needed). Priority ratio: the seed's \
-         mean low-task completion / protected completion (runs where every low finished).\n"
+         mean low-task completion / protected completion (runs where the protected task finished; a run with a killed \
+         low counts as killed).\n"
     );
     let _ = writeln!(
         s,
@@ -678,6 +856,55 @@ fn render_kills(s: &mut String, groups: &[GroupSummary]) {
                 ratio(&a.high_wall_vs_solo),
                 ratio(&a.priority_ratio),
                 if a.low_started > 0 { format!("{}/{}", a.low_finished, a.low_started) } else { "–".into() },
+            );
+        }
+    }
+}
+
+/// Each group's margin (what its traces hold at once unpaused, against the parent's limit),
+/// whether its kill outcome flips from run to run, and each arm's runs with a kill against
+/// memqos's with the exact test's p-value.
+fn render_margins(s: &mut String, groups: &[GroupSummary]) {
+    let _ = writeln!(s, "\n## Margins and kill tests\n");
+    let _ = writeln!(
+        s,
+        "Concurrent peak: the most the tasks' traces (+ baseline) hold at once when every task starts at t = 0 and \
+         none is paused, against the parent's memory.max; margin = limit − peak (negative: the traces do not fit \
+         unpaused). Runs with a kill: runs in which any task was killed for memory; protected killed: runs in which \
+         the protected task was. p: two-sided Fisher exact test of those run counts against the memqos arm of \
+         the same runs (runs are the independent unit; kills within a run are not). **flips**: some arm killed in \
+         some of its runs and not in others, so one series' kill count is a draw, not the arm's rate.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| scenario | kernel | limit MiB | concurrent peak MiB | margin MiB | outcome | arm | runs with a kill | p vs memqos | protected killed | p vs memqos |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for g in groups.iter().filter(|g| g.workload == Workload::Replay) {
+        let limit = if g.parent_max_mb >= (u64::MAX >> 20) { "max".to_string() } else { g.parent_max_mb.to_string() };
+        let (peak, margin) = match g.concurrent_peak_mb {
+            Some(p) if limit != "max" => (p.to_string(), (g.parent_max_mb as i64 - p as i64).to_string()),
+            Some(p) => (p.to_string(), "–".into()),
+            None => ("–".into(), "–".into()),
+        };
+        for a in g.arms.iter().filter(|a| !a.arm.starts_with("solo:")) {
+            let p = |x: Option<f64>| x.map(|p| format!("{p:.3}")).unwrap_or_else(|| "–".into());
+            let _ = writeln!(
+                s,
+                "| {}/{} | {} | {} | {} | {} | {} | {} | {} of {} | {} | {} of {} | {} |",
+                g.scenario,
+                g.variant,
+                g.kernel,
+                limit,
+                peak,
+                margin,
+                if g.outcome_flips { "**flips**" } else { "stable" },
+                a.arm,
+                a.runs_with_kill,
+                a.runs,
+                p(a.kill_runs_p_vs_memqos),
+                a.runs_high_killed,
+                a.runs,
+                p(a.high_killed_p_vs_memqos),
             );
         }
     }
@@ -730,6 +957,8 @@ mod tests {
             daemon_cpu_s: None,
             swap_mb: None,
             zswap: false,
+            provenance: None,
+            timing: None,
         }
     }
 
@@ -817,7 +1046,12 @@ mod tests {
         assert_eq!(m.knobs_restored_runs, Some(5));
         let n = g[0].arms.iter().find(|a| a.arm == "none").unwrap();
         assert_eq!(n.runs_with_oom_kill, 5);
-        assert_eq!(n.low_wall_s, None, "lows that were killed have no completion time");
+        // A killed low is not dropped: every none run's lows count, as killed.
+        let lows = n.low_wall_s.unwrap();
+        assert_eq!((lows.n, lows.killed, lows.median), (5, 5, KILLED));
+        assert_eq!(n.low_wall_vs_none, None, "none is not compared with itself");
+        assert_eq!((n.runs_with_kill, m.runs_with_kill), (5, 0));
+        assert!((n.kill_runs_p_vs_memqos.unwrap() - 2.0 / 252.0).abs() < 1e-12, "{n:?}");
         let v = verdicts(&g);
         let met = |t: &str| v.iter().find(|x| x.target.starts_with(t)).unwrap().met;
         assert!(met("memqos: no OOM kill"));
@@ -830,6 +1064,31 @@ mod tests {
         rs.push(arm("memqos", 6, vec![task("high", Tier::High, 2.0, 11.0, Outcome::Finished)], 1));
         let v = verdicts(&summarize(&rs));
         assert!(!v.iter().find(|x| x.target.starts_with("memqos: no OOM kill")).unwrap().met);
+    }
+
+    #[test]
+    fn a_killed_protected_task_counts_as_killed_not_dropped() {
+        // none loses the protected task in runs 1-3 of 5; its survivors ran at 1.05x solo.
+        let mut rs = Vec::new();
+        for run in 1..=5 {
+            rs.push(arm("solo:high", run, vec![task("high", Tier::High, 10.0, 10.0, Outcome::Finished)], 0));
+            let outcome = if run <= 3 { Outcome::OomKilled { signal: 9 } } else { Outcome::Finished };
+            rs.push(arm("none", run, vec![task("high", Tier::High, 10.5, 12.0, outcome)], (run <= 3) as u64));
+            rs.push(arm("memqos", run, vec![task("high", Tier::High, 10.4, 12.0, Outcome::Finished)], 0));
+        }
+        let g = summarize(&rs);
+        let n = g[0].arms.iter().find(|a| a.arm == "none").unwrap();
+        let w = n.high_wall_vs_solo.unwrap();
+        assert_eq!((w.n, w.killed, w.median), (5, 3, KILLED), "dropping the killed runs would say 1.05x");
+        assert_eq!(ratio(&n.high_wall_vs_solo), "killed [1.05–killed] (3 of 5 killed)");
+        assert_eq!((n.high_finished, n.runs_high_killed), (2, 3));
+        // Against none, only the runs where none's protected task finished have a ratio.
+        let m = g[0].arms.iter().find(|a| a.arm == "memqos").unwrap();
+        assert!((m.high_wall_vs_none.unwrap().median - 10.4 / 10.5).abs() < 1e-9);
+        assert_eq!(m.high_wall_vs_none.unwrap().n, 2, "no ratio against a killed none run");
+        assert!((n.high_killed_p_vs_memqos.unwrap() - 1.0 / 6.0).abs() < 1e-12);
+        assert!(g[0].outcome_flips, "none killed in 3 of 5 runs");
+        assert!(verdicts(&g).iter().find(|v| v.target.starts_with("memqos: high completion")).unwrap().met);
     }
 
     #[test]
@@ -864,7 +1123,18 @@ mod tests {
         assert!(met("vs oomd: high completion"));
         assert!(met("vs oomd: high P95"));
         assert!(met("vs oomd: every low task finishes"));
-        assert!(render_markdown(&g, &v, &[]).contains("| oomd | 3 | 3 (3 by oomd) |"));
+        let md = render_markdown(&g, &v, &[]);
+        assert!(md.contains("| oomd | 3 | 3 (3 by oomd) |"));
+        assert!(!md.contains("intervals"), "runs that recorded no intervals get no line");
+        // An arm's recorded intervals get a line each in its group; runs that differ say so.
+        for r in rs.iter_mut() {
+            r.timing = Some(format!("{}: every {} s", r.arm, if r.arm == "oomd" && r.run == 3 { 5 } else { 1 }));
+        }
+        let g = summarize(&rs);
+        assert_eq!(g[0].timing["memqos"], "memqos: every 1 s");
+        assert_eq!(g[0].timing["oomd"], "mixed: oomd: every 1 s / oomd: every 5 s");
+        let md = render_markdown(&g, &v, &[]);
+        assert!(md.contains("intervals, as its runs recorded them:\n\n- memqos: every 1 s\n- mixed: oomd"), "{md}");
         // memqos slower than oomd's whole interval misses the completion target.
         for r in rs.iter_mut().filter(|r| r.arm == "memqos") {
             r.tasks[0].wall_s = 3.0;

@@ -10,12 +10,12 @@ use crate::daemon_process::{count_writes, DaemonProcess};
 use crate::workload::PhasesReport;
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents, Pressure};
+use memqos_policy::size::MIB;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MIB: u64 = 1 << 20;
 pub const HIGH_PROFILE: &str = "64:1500,256:2500,64:2500,256:2500,64:2500,256:2500,0:0";
 pub const LOW_PROFILE: &str = "200:10000,200:4000,0:0";
 /// What a low task needs when nothing holds it back: its profile's length.

@@ -2,11 +2,10 @@
 
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_policy::size::MIB;
 use memqos_vmtest::self_run;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const MIB: u64 = 1 << 20;
 
 /// Host side: one guest per kernel series, each running `memqos demo --in-guest`.
 pub fn run(kernel_list: &str, in_guest: bool, json: bool) -> Result<u8> {

@@ -11,7 +11,9 @@
 //! - [`dirty`]: the dirty-page noisy-neighbour reproducer;
 //! - [`workload`]: small deterministic memory workloads (`memqos workload`);
 //! - [`configs`]: the daemon configs all of these run with (`crates/lab/configs/`);
-//! - [`daemon_process`]: `memqos daemon` as a child process: start, wait until it runs, stop.
+//! - [`daemon_process`]: `memqos daemon` as a child process: start, wait until it runs, stop;
+//! - [`provenance`]: the commit, config digests, speed, kernel and host load every result
+//!   file records (the experiments' and the benches').
 //!
 //! Guests are booted through `memqos_vmtest::self_run`.
 
@@ -21,4 +23,5 @@ pub mod controller;
 pub mod daemon_process;
 pub mod demo;
 pub mod dirty;
+pub mod provenance;
 pub mod workload;

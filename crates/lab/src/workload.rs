@@ -4,13 +4,12 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use memqos_cgroupfs::Cgroup;
+use memqos_policy::size::MIB;
 use memqos_replay::memory::Memory;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-const MIB: u64 = 1 << 20;
 
 #[derive(Subcommand)]
 pub enum WorkloadCmd {

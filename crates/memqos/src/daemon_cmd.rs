@@ -45,8 +45,17 @@ pub struct RestoreArgs {
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// Guardian mode: wait for EOF on stdin (the daemon exiting), then restore.
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, conflicts_with = "watch")]
     await_eof: bool,
+    /// Guardian of a daemon that is not this process's parent (a second container of the
+    /// Kubernetes pod, which survives the daemon's container): every --interval-ms, take the
+    /// state lock if no daemon holds it and restore a journal left behind; runs until
+    /// stopped.
+    #[arg(long)]
+    watch: bool,
+    /// How often --watch looks, ms.
+    #[arg(long, default_value_t = 1000, requires = "watch", value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    interval_ms: u64,
 }
 
 #[derive(Args)]
@@ -102,8 +111,45 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// `memqos restore --watch`: see [`RestoreArgs::watch`]. A daemon that dies abruptly leaves
+/// its journal and releases its lock (the kernel drops a dead holder's flock); the next look
+/// finds the lock free and the journal there, and restores it. A daemon starting meanwhile
+/// waits for the lock (it is held only while a restore runs) and restores anything left
+/// itself, so the two never undo each other's work.
+fn watch(dir: &std::path::Path, interval: Duration) -> Result<u8> {
+    if let Err(e) = memqos_daemon::memlock::lock_all() {
+        eprintln!("memqos restore --watch: {}", memqos_daemon::memlock::unlocked_message(&e));
+    }
+    eprintln!("memqos restore --watch: guarding {} every {} ms", dir.display(), interval.as_millis());
+    loop {
+        std::thread::sleep(interval);
+        if !dir.join(journal::JOURNAL_FILE).exists() {
+            continue;
+        }
+        let Ok(_lock) = lock::StateLock::try_acquire(dir, "memqos restore --watch") else {
+            continue; // a daemon runs: it restores its own knobs
+        };
+        match journal::restore_state_dir(dir) {
+            Ok(Some(r)) => {
+                eprintln!(
+                    "memqos restore --watch: the daemon left a journal: {} restored, {} gone, {} failed{}",
+                    r.restored.len(),
+                    r.vanished.len(),
+                    r.failed.len(),
+                    if r.failed.is_empty() { String::new() } else { format!(": {}", r.failures().join("; ")) }
+                );
+            }
+            Ok(None) => {}
+            Err(e) => eprintln!("memqos restore --watch: {e:#}"),
+        }
+    }
+}
+
 pub fn restore(a: RestoreArgs) -> Result<u8> {
     let dir = state_dir(a.state_dir, a.config)?;
+    if a.watch {
+        return watch(&dir, Duration::from_millis(a.interval_ms));
+    }
     let _lock = if a.await_eof {
         // The daemon handles SIGINT/SIGTERM itself; the guardian must outlive a terminal's ^C.
         unsafe {
@@ -134,6 +180,16 @@ pub fn restore(a: RestoreArgs) -> Result<u8> {
             Ok(0)
         }
         Some(r) => {
+            for m in &r.skipped {
+                eprintln!("{m}");
+            }
+            if !r.other_boot.is_empty() {
+                eprintln!(
+                    "{} entries of another boot not restored (cgroup ids and pids are reused across boots); the journal is kept aside as {}/journal.json.boot-*",
+                    r.other_boot.len(),
+                    dir.display()
+                );
+            }
             for e in &r.restored {
                 println!("restored {} = {}", e.describe(), e.original);
             }

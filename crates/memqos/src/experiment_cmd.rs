@@ -94,6 +94,15 @@ pub struct AgentHostArgs {
     /// Where runs/, summary.json, report.md and the plots go.
     #[arg(long, default_value = "docs/agent-host")]
     out: PathBuf,
+    /// Levels instead of the scenario's: "9,10,11" for every arm, "none=9,10,11" for one
+    /// (repeat for more arms).
+    #[arg(long, value_name = "[ARM=]N,N,...")]
+    levels: Vec<String>,
+    /// Run each arm at the levels inside its density bracket in OUT/summary.json not run yet
+    /// (two above the largest level run where none lost a runtime): steps of one session
+    /// around each arm's density after a coarse pass.
+    #[arg(long)]
+    refine: bool,
 }
 
 pub fn run(args: ExperimentArgs) -> Result<u8> {
@@ -111,6 +120,8 @@ pub fn run(args: ExperimentArgs) -> Result<u8> {
                 report_only: s.report_only,
                 no_plots: s.no_plots,
                 in_guest: s.in_guest,
+                levels: a.levels,
+                refine: a.refine,
             });
         }
         None => {}

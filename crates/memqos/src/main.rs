@@ -201,7 +201,7 @@ fn main() -> ExitCode {
 }
 
 fn run_doctor(json: bool) -> anyhow::Result<u8> {
-    let report = doctor::collect(&doctor::SystemPaths::default());
+    let report = doctor::collect_with(&doctor::SystemPaths::default(), Some(&doctor::privileges::Host));
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

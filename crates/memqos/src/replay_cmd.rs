@@ -39,6 +39,11 @@ pub struct ReplayArgs {
     /// Size of each anonymous mapping the workload grows by.
     #[arg(long, value_name = "KIB", default_value_t = 4096)]
     chunk_kib: usize,
+    /// While FILE exists the replay's clock stands still: no step runs, and the rest of the
+    /// schedule moves later by as long as it existed (the agent-host experiment pauses a
+    /// runtime while its tool call runs late).
+    #[arg(long, value_name = "FILE")]
+    pause_file: Option<PathBuf>,
     /// No plan, progress or summary on stderr.
     #[arg(long, short)]
     quiet: bool,
@@ -62,7 +67,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         trace,
         tool_calls: args.tool_calls.map_or(ToolCallsSource::Auto, ToolCallsSource::File),
         schedule: ScheduleOptions { speed: args.speed, baseline_bytes },
-        engine: EngineOptions { chunk_bytes, read_rss: true },
+        engine: EngineOptions { chunk_bytes, read_rss: true, pause_file: args.pause_file },
         cgroup: args.cgroup,
         json: args.json.map(JsonOut::from_arg),
         quiet: args.quiet,

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use memqos_policy::size::human;
 use memqos_stats::{BackendChoice, CgroupStats, Limit, Snapshot};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -52,6 +53,13 @@ pub fn run(args: StatArgs) -> Result<u8> {
     let mut warned = false;
     loop {
         source.refresh(&mut snap).with_context(|| format!("reading {}", args.path.display()))?;
+        for c in snap.cgroups.iter().filter(|c| c.error.is_some()) {
+            eprintln!(
+                "memqos stat: {}: shown without values: {}",
+                memqos_cgroupfs::name::display(&c.path),
+                c.error.as_deref().unwrap_or_default()
+            );
+        }
         if !warned && snap.cgroups.iter().all(|c| c.stat.iter().all(|v| v.is_none())) {
             eprintln!(
                 "memqos stat: no memory.stat under {}: the memory controller is not enabled there (see `memqos doctor`)",
@@ -80,21 +88,6 @@ pub fn run(args: StatArgs) -> Result<u8> {
             println!();
         }
     }
-}
-
-/// Human-readable bytes: 1023B, 1.5K, 24.0M, 3.2G.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["K", "M", "G", "T", "P"];
-    if bytes < 1024 {
-        return format!("{bytes}B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1}{}", UNITS[unit])
 }
 
 fn limit(l: Option<Limit>) -> String {
@@ -201,109 +194,100 @@ fn limit_json(l: Option<Limit>) -> serde_json::Value {
     }
 }
 
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
+/// Prometheus text, under the daemon's names wherever it exports the same value
+/// (`memqos_daemon::metrics::families`, docs/metrics.md); labelled by cgroup only.
 pub fn prometheus(snap: &Snapshot) -> String {
-    let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, body: &mut dyn FnMut(&mut String)| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        body(&mut out);
-    };
-    let cg = |c: &CgroupStats| label(if c.path.is_empty() { "/" } else { &c.path });
-    family("memqos_memory_stat", "gauge", "memory.stat value (bytes, or a count for event keys)", &mut |o| {
-        for c in &snap.cgroups {
-            for (k, v) in snap.keys.iter().zip(&c.stat) {
-                if let Some(v) = v {
-                    let _ = writeln!(o, "memqos_memory_stat{{cgroup=\"{}\",key=\"{}\"}} {v}", cg(c), label(k));
-                }
+    use memqos_daemon::metrics::families::{self, Family};
+    use memqos_daemon::metrics::{limit_value, Exposition};
+    let mut out = Exposition::default();
+    let cg = |c: &CgroupStats| if c.path.is_empty() { "/".to_string() } else { c.path.clone() };
+    const STAT: Family =
+        ("memqos_cgroup_memory_stat", "gauge", "memory.stat value (bytes, or a count for event keys).");
+    out.family(STAT);
+    for c in &snap.cgroups {
+        for (k, v) in snap.keys.iter().zip(&c.stat) {
+            if let Some(v) = v {
+                out.sample(STAT.0, &[("cgroup", &cg(c)), ("key", k)], v);
             }
         }
-    });
-    family("memqos_memory_current_bytes", "gauge", "memory.current", &mut |o| {
+    }
+    type Value = fn(&CgroupStats) -> Option<String>;
+    let gauges: [(Family, Value); 6] = [
+        (families::MEMORY_USAGE, |c| c.current.map(|v| v.to_string())),
+        (("memqos_cgroup_memory_peak_bytes", "gauge", "memory.peak of the cgroup."), |c| c.peak.map(|v| v.to_string())),
+        (families::MEMORY_MIN, |c| c.min.map(limit_value)),
+        (families::MEMORY_LOW, |c| c.low.map(limit_value)),
+        (families::MEMORY_HIGH, |c| c.high.map(limit_value)),
+        (("memqos_cgroup_memory_max_bytes", "gauge", "memory.max now (+Inf = max)."), |c| c.max.map(limit_value)),
+    ];
+    for (family, value) in gauges {
+        out.family(family);
         for c in &snap.cgroups {
-            if let Some(v) = c.current {
-                let _ = writeln!(o, "memqos_memory_current_bytes{{cgroup=\"{}\"}} {v}", cg(c));
+            if let Some(v) = value(c) {
+                out.sample(family.0, &[("cgroup", &cg(c))], v);
             }
         }
-    });
-    family("memqos_memory_peak_bytes", "gauge", "memory.peak", &mut |o| {
+    }
+    type Count = fn(&memqos_stats::MemoryEvents) -> u64;
+    let events: [(Family, Count); 6] = [
+        (("memqos_cgroup_memory_low_events_total", "counter", "memory.events low: reclaims under memory.low."), |e| {
+            e.low
+        }),
+        (families::HIGH_EVENTS, |e| e.high),
+        (("memqos_cgroup_memory_max_events_total", "counter", "memory.events max: times usage hit memory.max."), |e| {
+            e.max
+        }),
+        (
+            (
+                "memqos_cgroup_memory_oom_events_total",
+                "counter",
+                "memory.events oom: times the cgroup ran out of memory.",
+            ),
+            |e| e.oom,
+        ),
+        (families::OOM_KILLS, |e| e.oom_kill),
+        (("memqos_cgroup_oom_group_kills_total", "counter", "memory.events oom_group_kill: group OOM kills."), |e| {
+            e.oom_group_kill
+        }),
+    ];
+    for (family, count) in events {
+        out.family(family);
         for c in &snap.cgroups {
-            if let Some(v) = c.peak {
-                let _ = writeln!(o, "memqos_memory_peak_bytes{{cgroup=\"{}\"}} {v}", cg(c));
+            if let Some(e) = &c.events {
+                out.sample(family.0, &[("cgroup", &cg(c))], count(e));
             }
         }
-    });
-    family("memqos_memory_limit_bytes", "gauge", "memory.{min,low,high,max}; +Inf for max", &mut |o| {
+    }
+    type Line = fn(&memqos_stats::Pressure) -> Option<memqos_stats::PressureLine>;
+    let pressure: [(&str, Line); 2] = [("some", |p| Some(p.some)), ("full", |p| p.full)];
+    for (kind, line) in pressure {
+        let stall = format!("memqos_cgroup_memory_pressure_{kind}_stall_seconds_total");
+        let help = format!("memory.pressure {kind} total: stall time.");
+        out.family((&stall, "counter", &help));
         for c in &snap.cgroups {
-            for (name, l) in [("min", c.min), ("low", c.low), ("high", c.high), ("max", c.max)] {
-                let v = match l {
-                    None => continue,
-                    Some(Limit::Max) => "+Inf".to_string(),
-                    Some(Limit::Bytes(b)) => b.to_string(),
-                };
-                let _ = writeln!(o, "memqos_memory_limit_bytes{{cgroup=\"{}\",limit=\"{name}\"}} {v}", cg(c));
+            if let Some(l) = c.pressure.as_ref().and_then(line) {
+                out.sample(&stall, &[("cgroup", &cg(c))], l.total_us as f64 / 1e6);
             }
         }
-    });
-    family("memqos_memory_events_total", "counter", "memory.events", &mut |o| {
+    }
+    for (kind, line) in pressure {
+        let family = if kind == "some" {
+            families::PRESSURE_SOME_AVG10
+        } else {
+            (
+                "memqos_cgroup_memory_pressure_full_avg10_ratio",
+                "gauge",
+                "memory.pressure full avg10, as a ratio (0..1).",
+            )
+        };
+        out.family(family);
         for c in &snap.cgroups {
-            if let Some(e) = c.events {
-                for (name, v) in [
-                    ("low", e.low),
-                    ("high", e.high),
-                    ("max", e.max),
-                    ("oom", e.oom),
-                    ("oom_kill", e.oom_kill),
-                    ("oom_group_kill", e.oom_group_kill),
-                ] {
-                    let _ = writeln!(o, "memqos_memory_events_total{{cgroup=\"{}\",event=\"{name}\"}} {v}", cg(c));
-                }
+            if let Some(l) = c.pressure.as_ref().and_then(line) {
+                out.sample(family.0, &[("cgroup", &cg(c))], l.avg10 / 100.0);
             }
         }
-    });
-    family("memqos_memory_pressure_stall_seconds_total", "counter", "memory.pressure total stall time", &mut |o| {
-        for c in &snap.cgroups {
-            if let Some(p) = c.pressure {
-                let _ = writeln!(
-                    o,
-                    "memqos_memory_pressure_stall_seconds_total{{cgroup=\"{}\",kind=\"some\"}} {}",
-                    cg(c),
-                    p.some.total_us as f64 / 1e6
-                );
-                if let Some(f) = p.full {
-                    let _ = writeln!(
-                        o,
-                        "memqos_memory_pressure_stall_seconds_total{{cgroup=\"{}\",kind=\"full\"}} {}",
-                        cg(c),
-                        f.total_us as f64 / 1e6
-                    );
-                }
-            }
-        }
-    });
-    family("memqos_memory_pressure_avg10_percent", "gauge", "memory.pressure avg10", &mut |o| {
-        for c in &snap.cgroups {
-            if let Some(p) = c.pressure {
-                let _ = writeln!(
-                    o,
-                    "memqos_memory_pressure_avg10_percent{{cgroup=\"{}\",kind=\"some\"}} {}",
-                    cg(c),
-                    p.some.avg10
-                );
-                if let Some(f) = p.full {
-                    let _ = writeln!(
-                        o,
-                        "memqos_memory_pressure_avg10_percent{{cgroup=\"{}\",kind=\"full\"}} {}",
-                        cg(c),
-                        f.avg10
-                    );
-                }
-            }
-        }
-    });
-    out
+    }
+    out.into_text()
 }
 
 #[cfg(test)]
@@ -330,6 +314,7 @@ mod tests {
                 some: PressureLine { avg10: 1.5, total_us: 2_000_000, ..Default::default() },
                 full: None,
             }),
+            error: None,
         };
         Snapshot {
             root: "/sys/fs/cgroup/t".into(),
@@ -344,20 +329,12 @@ mod tests {
     }
 
     #[test]
-    fn human_units() {
-        assert_eq!(human(0), "0B");
-        assert_eq!(human(1536), "1.5K");
-        assert_eq!(human(24 << 20), "24.0M");
-        assert_eq!(human(3 << 30), "3.0G");
-    }
-
-    #[test]
     fn table_sorts_by_memory_and_cuts_at_top() {
         let t = table(&snap(), Some(2));
         let lines: Vec<_> = t.lines().collect();
         assert!(lines[0].starts_with("CGROUP"), "{t}");
         assert!(lines[1].starts_with("/sys/fs/cgroup/t") && lines[2].starts_with("big"), "{t}");
-        assert!(lines[2].contains("60.0M") && lines[2].contains("64.0M") && lines[2].contains("max"), "{t}");
+        assert!(lines[2].contains("60M") && lines[2].contains("64M") && lines[2].contains("max"), "{t}");
         assert!(t.contains("2 of 3 cgroups"), "{t}");
     }
 
@@ -370,9 +347,12 @@ mod tests {
         assert_eq!(j["cgroups"][1]["high"], 64 << 20);
         assert_eq!(j["cgroups"][1]["max"], "max");
         let p = prometheus(&s);
-        assert!(p.contains("memqos_memory_stat{cgroup=\"big\",key=\"anon\"} 52428800\n"), "{p}");
-        assert!(p.contains("memqos_memory_limit_bytes{cgroup=\"/\",limit=\"max\"} +Inf\n"), "{p}");
-        assert!(p.contains("memqos_memory_pressure_stall_seconds_total{cgroup=\"small\",kind=\"some\"} 2\n"), "{p}");
-        assert!(p.contains("# TYPE memqos_memory_events_total counter"), "{p}");
+        assert!(p.contains("memqos_cgroup_memory_stat{cgroup=\"big\",key=\"anon\"} 52428800\n"), "{p}");
+        assert!(p.contains("memqos_cgroup_memory_max_bytes{cgroup=\"/\"} +Inf\n"), "{p}");
+        assert!(p.contains("memqos_cgroup_memory_pressure_some_stall_seconds_total{cgroup=\"small\"} 2\n"), "{p}");
+        assert!(p.contains("# TYPE memqos_cgroup_memory_high_events_total counter"), "{p}");
+        // The daemon's names for the values both export.
+        assert!(p.contains("memqos_cgroup_memory_usage_bytes{cgroup=\"big\"} 62914560\n"), "{p}");
+        assert!(p.contains("memqos_cgroup_memory_pressure_some_avg10_ratio{cgroup=\"small\"} 0.015\n"), "{p}");
     }
 }

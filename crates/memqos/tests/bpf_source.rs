@@ -14,7 +14,11 @@ mod common;
 use common::*;
 use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_lab::configs::DaemonConfig;
+use memqos_schema::events::{Event, WriteEvent};
+use memqos_schema::protection::Finding;
+use memqos_schema::KnobFile;
 use memqos_vmtest::guest_test;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -83,7 +87,7 @@ fn start_daemon(cfg: &DaemonConfig, wrapper: &[&str]) -> Child {
         .collect();
     let child = Command::new(argv[0]).args(&argv[1..]).stdout(log).stderr(Stdio::inherit()).spawn().unwrap();
     let t0 = Instant::now();
-    while !std::path::Path::new(STATE).join("status.json").exists() {
+    while !Path::new(STATE).join(memqos_schema::state::STATUS_FILE).exists() {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
             "daemon did not start; log:\n{}",
@@ -99,22 +103,24 @@ fn stop_daemon(mut d: Child) {
     assert!(wait_timeout(&mut d, Duration::from_secs(30)).is_some(), "daemon did not stop on SIGTERM");
 }
 
-fn log_events() -> Vec<serde_json::Value> {
-    std::fs::read_to_string(format!("{STATE}/events.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+fn log_events() -> Vec<Event> {
+    let text = std::fs::read_to_string(Path::new(STATE).join(memqos_schema::state::EVENTS_FILE)).unwrap_or_default();
+    memqos_schema::events::parse_events(&text)
+}
+
+/// What `pick` takes from the first event of the log it takes anything from.
+fn first_event<T>(pick: impl FnMut(Event) -> Option<T>) -> Option<T> {
+    log_events().into_iter().find_map(pick)
 }
 
 /// Waits for the daemon's first memory.high write on `low`.
-fn wait_low_write(limit: Duration) -> Option<serde_json::Value> {
+fn wait_low_write(limit: Duration) -> Option<WriteEvent> {
     let end = Instant::now() + limit;
     while Instant::now() < end {
-        if let Some(w) = log_events()
-            .into_iter()
-            .find(|e| e["event"] == "write" && e["cgroup"] == "low" && e["file"] == "memory.high")
-        {
+        if let Some(w) = first_event(|e| match e {
+            Event::Write(w) if w.cgroup == "low" && w.knob() == Some(KnobFile::MemoryHigh) => Some(w),
+            _ => None,
+        }) {
             return Some(w);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -140,10 +146,13 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
     let s = setup();
     assert!(our_bpf_objects().is_empty(), "programs attached before the daemon: {:?}", our_bpf_objects());
     let daemon = start_daemon(&config(false, true), &[]);
-    let started =
-        log_events().into_iter().find(|e| e["event"] == "bpf_source").expect("no bpf_source line: BPF did not start");
-    println!("RESULT bpf hooks: {}", started["hooks"]["attached"]);
-    assert!(started["hooks"]["attach_failed"].as_array().unwrap().is_empty(), "{started}");
+    let started = first_event(|e| match e {
+        Event::BpfSource { hooks } => Some(hooks),
+        _ => None,
+    })
+    .expect("no bpf_source line: BPF did not start");
+    println!("RESULT bpf hooks: {:?}", started.attached);
+    assert!(started.attach_failed.is_empty(), "{started:?}");
     let attached = our_bpf_objects();
     assert!(!attached.is_empty(), "bpftool shows none of our programs while the daemon runs");
     std::thread::sleep(Duration::from_millis(1500)); // a tick to register the threshold
@@ -155,24 +164,25 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
     let _ = prot.kill();
     let _ = prot.wait();
     let write = write.unwrap_or_else(|| panic!("no memory.high write on low within 30 s; log:\n{:#?}", log_events()));
-    println!("RESULT first write {:.0} ms after prot started: {}", waited.as_secs_f64() * 1e3, write["why"]);
-    assert!(write["why"].as_str().unwrap().contains("bpf threshold"), "write was not for the BPF source: {write}");
+    println!("RESULT first write {:.0} ms after prot started: {}", waited.as_secs_f64() * 1e3, write.why);
+    assert!(write.why.contains("bpf threshold"), "write was not for the BPF source: {write:?}");
     let crossing = log_events()
         .into_iter()
-        .find(|e| e["event"] == "bpf" && e["cgroup"] == "prot")
+        .find(|e| matches!(e, Event::Bpf { cgroup, .. } if cgroup == "prot"))
         .expect("no bpf crossing logged for prot");
-    println!("RESULT first crossing: {crossing}");
+    println!("RESULT first crossing: {crossing:?}");
 
     stop_daemon(daemon);
-    let summary = log_events().into_iter().find(|e| e["event"] == "bpf_summary").expect("no bpf_summary at stop");
-    let c = &summary["bpf"]["counters"]["prot"];
-    println!("RESULT prot counters {c}, stats {}", summary["bpf"]["stats"]);
-    let total = c["total"].as_array().expect("prot counters");
-    assert!(
-        total[0].as_u64().unwrap() + total[1].as_u64().unwrap() > 0,
-        "no reclaim or over-high counted for prot: {c}"
-    );
-    assert!(total[3].as_u64().unwrap() > 0, "no page faults counted for prot: {c}");
+    let summary = first_event(|e| match e {
+        Event::BpfSummary { bpf } => Some(bpf),
+        _ => None,
+    })
+    .expect("no bpf_summary at stop");
+    let c = summary.counters.get("prot").expect("prot counters");
+    println!("RESULT prot counters {c:?}, stats {:?}", summary.stats);
+    // By memqos_bpf::pressure::Kind: reclaim, over high, scanned, faults, major faults.
+    assert!(c.total[0] + c.total[1] > 0, "no reclaim or over-high counted for prot: {c:?}");
+    assert!(c.total[3] > 0, "no page faults counted for prot: {c:?}");
     // The kernel frees a program after its last link and fd are gone, deferred (RCU, a
     // workqueue): under TCG it can still be listed a moment after the daemon exited. What
     // is still there after 5 s is held by something else (a pin, a leaked link).
@@ -194,9 +204,11 @@ guest_test!(bpf_fallback_when_disabled_or_refused, |g| g, {
     std::thread::sleep(Duration::from_millis(500));
     assert!(our_bpf_objects().is_empty(), "bpf = false but programs are attached");
     stop_daemon(daemon);
-    assert!(!log_events()
-        .iter()
-        .any(|e| e["event"] == "bpf_source" || e["message"].as_str().is_some_and(|m| m.contains("BPF"))));
+    assert!(!log_events().iter().any(|e| match e {
+        Event::BpfSource { .. } => true,
+        Event::Degraded { message } | Event::ProtectionVoid(Finding { message, .. }) => message.contains("BPF"),
+        _ => false,
+    }));
 
     // 2. Refused by the kernel: the daemon runs without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN.
     // It must log one line saying why and still react, on PSI.
@@ -205,9 +217,11 @@ guest_test!(bpf_fallback_when_disabled_or_refused, |g| g, {
         &["setpriv", "--bounding-set", "-bpf,-perfmon,-sys_admin", "--inh-caps", "-bpf,-perfmon,-sys_admin", "--"],
     );
     let degraded: Vec<String> = log_events()
-        .iter()
-        .filter(|e| e["event"] == "degraded")
-        .filter_map(|e| e["message"].as_str().map(String::from))
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Degraded { message } => Some(message),
+            _ => None,
+        })
         .collect();
     let bpf_lines: Vec<&String> = degraded.iter().filter(|m| m.contains("BPF")).collect();
     println!("RESULT fallback line: {bpf_lines:?}");
@@ -225,8 +239,8 @@ guest_test!(bpf_fallback_when_disabled_or_refused, |g| g, {
     let _ = prot.wait();
     let write =
         write.unwrap_or_else(|| panic!("PSI fallback did not throttle low within 30 s; log:\n{:#?}", log_events()));
-    println!("RESULT fallback write: {}", write["why"]);
-    assert!(!write["why"].as_str().unwrap().contains("bpf"), "{write}");
+    println!("RESULT fallback write: {}", write.why);
+    assert!(!write.why.contains("bpf"), "{write:?}");
     stop_daemon(daemon);
     assert_eq!(s.low.limit("memory.high").unwrap(), Limit::Max, "low's memory.high not restored");
     s.teardown();

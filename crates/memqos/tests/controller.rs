@@ -163,7 +163,7 @@ guest_test!(sigkill_mid_throttle_then_restart_restores_every_knob, |g| g.memory_
         println!("RESULT guardian={guardian}: throttled {throttled:?} -> after SIGKILL {after_kill:?} -> restored {restored:?}");
         assert_eq!(restored, originals, "every knob back to its original");
         wait_until(Duration::from_secs(5), "journal not removed after restore", || {
-            !state.join("journal.json").exists()
+            !state.join(memqos_schema::state::JOURNAL_FILE).exists()
         });
         for t in &mut tasks {
             let _ = t.kill();
@@ -276,7 +276,10 @@ guest_test!(oom_score_adj_steers_an_unavoidable_kill_to_the_low_tier, |g| g.memo
             assert!(status.success(), "daemon exit: {status:?}");
             assert_eq!(oom_score_adj(probe.id()), original, "SIGTERM restores oom_score_adj");
             assert!(log.contains("\"file\":\"oom_score_adj\""), "writes are logged");
-            assert!(!config.state_dir().join("journal.json").exists(), "journal removed after restore");
+            assert!(
+                !config.state_dir().join(memqos_schema::state::JOURNAL_FILE).exists(),
+                "journal removed after restore"
+            );
             let _ = probe.kill();
             let _ = probe.wait();
         } else {

@@ -38,8 +38,18 @@ fn oom_scenario_one_run_per_kernel() {
         let results = memqos_experiment::summary::load_results(&dir).unwrap();
         let mut arms: Vec<&str> = results.iter().map(|r| r.arm.as_str()).collect();
         arms.sort();
-        let mut expected =
-            vec!["kube-memoryqos", "memqos", "none", "oomd", "solo:high", "solo:low1", "static-high", "static-max"];
+        let mut expected = vec![
+            "kube-memoryqos",
+            "memqos",
+            "none",
+            "oomd",
+            "solo:high",
+            "solo:low1",
+            "static-adj",
+            "static-high",
+            "static-max",
+            "static-reserve",
+        ];
         if scenario == "oom-systemd" {
             expected.push("systemd-oomd");
         }
@@ -73,6 +83,30 @@ fn oom_scenario_one_run_per_kernel() {
             assert_eq!(unit("ManagedOOMMemoryPressure"), Some(("memqosexp-low.slice", "kill")), "{}", dir.display());
         }
         assert_eq!(memqos.knobs_restored, Some(true), "{}: the daemon left knobs changed", dir.display());
+        // Every result says where it came from (issue 29): the commit and the scenario's digest.
+        let p = memqos.provenance.as_ref().unwrap_or_else(|| panic!("{}: no provenance", dir.display()));
+        assert!(p.commit.is_some() && p.scenario_sha256.as_deref().is_some_and(|h| h.len() == 64), "{p:?}");
+        assert!(dir.join("provenance.txt").is_file(), "{}", dir.display());
+        // The static baselines wrote what static_arms computes: memqos's -900 on the protected
+        // task only; memory.min on the protected task and memory.max on each low.
+        let knobs = |arm: &str| -> Vec<(String, String, String)> {
+            let r = results.iter().find(|r| r.arm == arm).unwrap();
+            r.decisions.iter().map(|d| (d.cgroup.clone(), d.file.clone(), d.value.clone())).collect()
+        };
+        assert_eq!(
+            knobs("static-adj"),
+            vec![("high".into(), "oom_score_adj".into(), "-900".into())],
+            "{}",
+            dir.display()
+        );
+        let reserve = knobs("static-reserve");
+        let files: Vec<(&str, &str)> = reserve.iter().map(|k| (k.0.as_str(), k.1.as_str())).collect();
+        assert_eq!(
+            files,
+            vec![("high", "memory.min"), ("low1", "memory.max"), ("low2", "memory.max")],
+            "{}",
+            dir.display()
+        );
         // The replay's OOM path on a real kernel: under static-max each child gets 1100/3 =
         // 366 MiB, below the protected trace's peak (321 MB + 100 MiB baseline), so the kernel
         // must kill it, and the replay must say so from SIGKILL plus memory.events.

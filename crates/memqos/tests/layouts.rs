@@ -69,14 +69,9 @@ fn start_daemon(config: &str) -> DaemonProcess {
 
 /// Tier of each managed cgroup, from the daemon's status.json.
 fn tiers() -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(Path::new(STATE).join("status.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["cgroups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| (c["cgroup"].as_str().unwrap().to_owned(), c["tier"].as_str().unwrap().to_owned()))
-        .collect()
+    let text = std::fs::read_to_string(Path::new(STATE).join(memqos_schema::state::STATUS_FILE)).unwrap();
+    let status: memqos_schema::Snapshot = serde_json::from_str(&text).unwrap();
+    status.cgroups.into_iter().map(|c| (c.cgroup, c.tier)).collect()
 }
 
 /// Polls `cond`; on a timeout the panic carries the daemon's log, which says what it saw.
@@ -167,11 +162,11 @@ guest_test!(systemd_layout_tiers_xattr_hints_and_unit_limits, |g| g.memory_mb(76
     assert!(status.success(), "daemon exit {status}");
     // At the hierarchy's root there is no parent limit: only a protected cgroup's pressure
     // can have cut the agent.
-    let cut_by_pressure = events.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|e| {
-        e["event"] == "write"
-            && e["cgroup"] == "agents.slice/agent-plain.scope"
-            && e["file"] == "memory.high"
-            && e["reason"]["kind"] == "protected_pressure"
+    let log = memqos_schema::events::parse(&events);
+    let cut_by_pressure = memqos_schema::events::writes(&log).any(|(_, w)| {
+        w.cgroup == "agents.slice/agent-plain.scope"
+            && w.knob() == Some(memqos_schema::KnobFile::MemoryHigh)
+            && matches!(w.reason, Some(memqos_policy::Reason::ProtectedPressure { .. }))
     });
     if let Some(first) = events.lines().find(|l| l.contains("agent-plain") && l.contains("memory.high")) {
         println!("RESULT systemd: first cut of agent-plain: {first}");

@@ -43,7 +43,9 @@ guest_test!(oom_kill_is_reported_with_victim_tier_limits_and_counted, |g| g.memo
         .spawn()
         .unwrap();
     let state = std::path::Path::new("/run/memqos-oom");
-    poll("daemon started", Duration::from_secs(30), || state.join("status.json").exists().then_some(()));
+    poll("daemon started", Duration::from_secs(30), || {
+        state.join(memqos_schema::state::STATUS_FILE).exists().then_some(())
+    });
     let evs = || -> Vec<Event> { events::read(state).into_iter().map(|l| l.event).collect() };
 
     // The protection check: app/db is protected, app above it is not.

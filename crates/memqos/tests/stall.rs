@@ -23,10 +23,22 @@ use common::*;
 use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_lab::configs::DaemonConfig;
 use memqos_lab::daemon_process::DaemonProcess;
+use memqos_policy::Reason;
+use memqos_schema::events::{self, WriteEvent};
 use memqos_vmtest::guest_test;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The writes for `Reason::StallBound` in a daemon's log (whatever their outcome), on `cgroup`
+/// or on any.
+fn stall_bound_writes(log: &str, cgroup: Option<&str>) -> Vec<WriteEvent> {
+    events::writes(&events::parse(log))
+        .filter(|(_, w)| matches!(w.reason, Some(Reason::StallBound { .. })))
+        .filter(|(_, w)| cgroup.is_none_or(|c| w.cgroup == c))
+        .map(|(_, w)| w.clone())
+        .collect()
+}
 
 /// low's workload: to 270 MiB over 20 s, 13.5 MiB/s when unthrottled; with prot's 150 MiB it
 /// stays under the parent's 450 MiB memory.max.
@@ -146,7 +158,10 @@ guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g.memory_mb(1
     assert_eq!(ev1.oom_kill + ev1.max, 0, "memory.max was reached: {ev1:?}");
     // Stopping the daemon restores memory.high: then low finishes.
     let (events_log, mut low) = stop(s);
-    assert!(!events_log.contains("stall_bound"), "a stall_bound action with the bound out of reach:\n{events_log}");
+    assert!(
+        stall_bound_writes(&events_log, None).is_empty(),
+        "a stall_bound action with the bound out of reach:\n{events_log}"
+    );
     let t_stop = Instant::now();
     let st = wait_timeout(&mut low, Duration::from_secs(120))
         .expect("low did not finish after the daemon restored memory.high");
@@ -162,7 +177,7 @@ guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g.memory_mb(1
     let took = t0.elapsed();
     let ev = events(&s.low_cg);
     let log = s.daemon.events();
-    let bound: Vec<&str> = log.lines().filter(|l| l.contains("stall_bound") && l.contains("\"low\"")).collect();
+    let bound = stall_bound_writes(&log, Some("low"));
     println!(
         "RESULT bounded (10 s): pinned at {:.1} MiB, finished {:.1} s later, {} stall_bound action(s), oom_kill {}",
         mib(high),
@@ -170,8 +185,8 @@ guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g.memory_mb(1
         bound.len(),
         ev.oom_kill
     );
-    for line in &bound {
-        println!("RESULT stall_bound: {line}");
+    for w in &bound {
+        println!("RESULT stall_bound: {}", serde_json::to_string(w).unwrap());
     }
     assert!(st.success(), "low: {st:?}");
     assert!(!bound.is_empty(), "no stall_bound write in the event log:\n{log}");

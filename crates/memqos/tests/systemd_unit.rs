@@ -8,6 +8,8 @@
 //! which restores), the automatic restart, and the final stop.
 
 use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_schema::events::{self, Event, TierMove};
+use memqos_schema::KnobFile;
 use memqos_vmtest::guest_test;
 use std::path::Path;
 use std::process::Command;
@@ -60,11 +62,9 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
 
     // Dry run first, as docs/operators.md says: every write it would make is logged, none made.
     let dry = sh(&["memqos", "daemon", "--dry-run", "--duration", "4", "--config", "/etc/memqos/memqos.toml"]);
-    let would_protect = dry.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|e| {
-        e["event"] == "write"
-            && e["dry_run"] == true
-            && e["cgroup"] == "system.slice/memqos-db.service"
-            && e["file"] == "memory.low"
+    let dry_log = events::parse(&dry);
+    let would_protect = events::writes(&dry_log).any(|(_, w)| {
+        w.dry_run && w.cgroup == "system.slice/memqos-db.service" && w.knob() == Some(KnobFile::MemoryLow)
     });
     assert!(would_protect, "the dry run did not log the memory.low it would write");
     assert_eq!(low(&db), Limit::Bytes(0), "a dry run must write nothing");
@@ -130,7 +130,11 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
             Command::new("journalctl").args(["-u", "memqos.service", "-o", "cat", "--no-pager"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    wait_for("reload_rejected", Duration::from_secs(10), || journal().contains("\"event\":\"reload_rejected\""));
+    // The unit's stdout is the event log; other journal lines are skipped.
+    let journal_events = || events::parse_events(&journal());
+    wait_for("reload_rejected", Duration::from_secs(10), || {
+        journal_events().iter().any(|e| matches!(e, Event::ReloadRejected { .. }))
+    });
     assert_eq!((show("ActiveState"), show("MainPID")), ("active".to_string(), main_pid.clone()));
     assert_ne!(low(&db), Limit::Bytes(0), "the old config still protects");
     // A valid config that takes memqos-db out of the protected tier: its memory.low goes back.
@@ -143,13 +147,20 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     std::fs::write(conf, moved).unwrap();
     sh(&["systemctl", "reload", "memqos.service"]);
     let took = wait_for("memory.low restored by the reload", Duration::from_secs(10), || low(&db) == Limit::Bytes(0));
-    let log = journal();
-    let reloaded = log.lines().find(|l| l.contains("\"event\":\"reloaded\"")).expect("a reloaded event");
-    assert!(
-        reloaded.contains("\"cgroup\":\"system.slice/memqos-db.service\",\"from\":\"system\",\"to\":\"db-plain\""),
-        "{reloaded}"
-    );
-    println!("RESULT systemctl reload: memory.low restored within {:.2} s; {reloaded}", took.as_secs_f64());
+    let moved = journal_events()
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Reloaded { moved, .. } => Some(moved),
+            _ => None,
+        })
+        .expect("a reloaded event");
+    let db_moved = TierMove {
+        cgroup: "system.slice/memqos-db.service".into(),
+        from: Some("system".into()),
+        to: Some("db-plain".into()),
+    };
+    assert!(moved.contains(&db_moved), "{moved:?}");
+    println!("RESULT systemctl reload: memory.low restored within {:.2} s; moved {moved:?}", took.as_secs_f64());
     assert_eq!(show("MainPID"), main_pid, "a reload keeps the process");
     std::fs::write(conf, &original).unwrap();
     sh(&["systemctl", "reload", "memqos.service"]);
@@ -161,25 +172,27 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
         .into_iter()
         .chain(["/usr/bin/memqos", "workload", "alloc", "--mb", "200"])
         .collect::<Vec<_>>());
-    let kill = wait_for("oom_kill event", Duration::from_secs(120), || journal().contains("\"event\":\"oom_kill\""));
-    let log = journal();
-    let line = log.lines().find(|l| l.contains("\"event\":\"oom_kill\"")).unwrap();
-    println!("RESULT oom_kill under systemd ({:.1} s after the hog started): {line}", kill.as_secs_f64());
+    let first_kill = || {
+        journal_events().into_iter().find_map(|e| match e {
+            Event::OomKill(k) => Some(k),
+            _ => None,
+        })
+    };
+    let took = wait_for("oom_kill event", Duration::from_secs(120), || first_kill().is_some());
+    let kill = first_kill().unwrap();
+    println!("RESULT oom_kill under systemd ({:.1} s after the hog started): {kill:?}", took.as_secs_f64());
+    assert!(kill.cgroup == "agents.slice/memqos-hog.service" && kill.tier.as_deref() == Some("agents"), "{kill:?}");
     assert!(
-        line.contains("\"cgroup\":\"agents.slice/memqos-hog.service\"") && line.contains("\"tier\":\"agents\""),
-        "{line}"
-    );
-    assert!(
-        line.contains("\"command\":\"memqos\"") && line.contains("CONSTRAINT_MEMCG"),
-        "kmsg readable in the sandbox: {line}"
+        kill.command.as_deref() == Some("memqos") && kill.constraint.as_deref() == Some("CONSTRAINT_MEMCG"),
+        "kmsg readable in the sandbox: {kill:?}"
     );
     // cgroup_root is the hierarchy's root here, which has no memory.events: the kernel log
     // is the only prompt sign of a kill (before it was polled, this one was reported 4.7 s
     // late, at the calm path's next full sample).
-    let event: serde_json::Value = serde_json::from_str(line).unwrap();
-    let delay_ms = (event["reported_mono_ns"].as_f64().unwrap() - event["kill_mono_ns"].as_f64().unwrap()) / 1e6;
+    let kill_mono_ns = kill.kill_mono_ns.unwrap_or_else(|| panic!("no kernel log time: {kill:?}"));
+    let delay_ms = (kill.reported_mono_ns as f64 - kill_mono_ns as f64) / 1e6;
     println!("RESULT oom kill reported {delay_ms:.0} ms after the kernel logged it");
-    assert!(delay_ms < 1000.0, "reported within 1 s of the kill: {delay_ms:.0} ms; {line}");
+    assert!(delay_ms < 1000.0, "reported within 1 s of the kill: {delay_ms:.0} ms; {kill:?}");
     let _ = Command::new("systemctl").args(["reset-failed", "memqos-hog.service"]).status();
 
     // Stop: the daemon restores, the unit is inactive, the journal is gone.
@@ -213,9 +226,9 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
 
     sh(&["systemctl", "stop", "memqos.service"]);
     assert_eq!(low(&db), Limit::Bytes(0));
-    let log = sh(&["journalctl", "-u", "memqos.service", "-o", "cat", "--no-pager"]);
+    let log = events::parse_events(&sh(&["journalctl", "-u", "memqos.service", "-o", "cat", "--no-pager"]));
     assert!(
-        log.contains("\"event\":\"write\"") && log.contains("\"event\":\"stopped\""),
+        log.iter().any(|e| matches!(e, Event::Write(_))) && log.iter().any(|e| matches!(e, Event::Stopped { .. })),
         "journal lacks the daemon's events"
     );
     sh(&["systemctl", "stop", "memqos-db.service"]);

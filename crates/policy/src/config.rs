@@ -67,7 +67,7 @@ impl Config {
     /// Where the history of `learn_peak` tiers lives: `history_file`, else `history.json`
     /// in `state_dir` (the daemon's, which the command line may override).
     pub fn history_path(&self, state_dir: &std::path::Path) -> PathBuf {
-        self.history_file.clone().unwrap_or_else(|| state_dir.join("history.json"))
+        self.history_file.clone().unwrap_or_else(|| state_dir.join(memqos_schema::state::HISTORY_FILE))
     }
 
     /// True when some tier learns expected peaks.

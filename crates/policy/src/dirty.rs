@@ -164,7 +164,7 @@ fn round_up(b: u64) -> u64 {
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
+    use crate::size::MIB;
 
     fn cfg() -> Config {
         Config::from_str(

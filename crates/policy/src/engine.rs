@@ -31,8 +31,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::config::{Config, ForeignKnobs, Protect, Tier};
-use crate::decision::{Action, Decision, Knob, Reason};
+use crate::config::{Config, ForeignKnobs, Tier};
+use crate::decision::{Action, Decision, Reason};
 use crate::obs::{CgroupObs, Observation, ParentObs};
 use crate::size::{Limit, PAGE};
 use escalate::Ladder;
@@ -97,6 +97,17 @@ impl Engine {
     /// and it still classifies into it; the state of every other cgroup is dropped, and the
     /// daemon restores the knobs memqos wrote for them, so they start as found. Returns the
     /// ids of the cgroups whose state was dropped.
+    /// The cgroups [`Engine::reconfigure`] with `cfg` would drop (their tier ends or they
+    /// move), without changing anything: the daemon puts their knobs back first and
+    /// reconfigures only if that worked, so a reload is all or nothing.
+    pub fn would_drop(&self, cfg: &Config, classify: impl Fn(&str) -> Option<crate::config::TierIndex>) -> Vec<String> {
+        self.cgroups
+            .iter()
+            .filter(|(id, s)| cfg.tiers.carry_over(&self.cfg.tiers, s.tier).is_none_or(|to| classify(id) != Some(to)))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     pub fn reconfigure(
         &mut self,
         cfg: Config,
@@ -136,7 +147,7 @@ impl Engine {
         let now = self.last_tick_ms.map_or(obs.now_ms, |t| obs.now_ms.max(t));
         let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
         let cgs = sync_known(&mut self.cgroups, &self.cfg, obs);
-        let waiting = not_yet_run(&self.cgroups, &self.cfg);
+        let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
         let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
         let p = pressure::detect(&ctx, elapsed);
         if !p.any() {
@@ -167,7 +178,7 @@ impl Engine {
         self.last_tick_ms = Some(now);
 
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
-        let waiting = not_yet_run(&self.cgroups, &self.cfg);
+        let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
         let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
         let p = pressure::detect(&ctx, elapsed);
         // Periodic only: the shares need every member, which the fast path does not read.
@@ -223,41 +234,6 @@ impl Engine {
         decisions
     }
 
-    /// The writes that put every knob memqos manages back to its original value, thaws
-    /// first, ignoring rate limits: for shutdown. A knob is managed if the cgroup's tier lets
-    /// memqos write it (`throttle`, `protect`, `freeze`) or this engine wrote it; others are
-    /// left alone even if they differ from the journal (an administrator may have changed
-    /// them). Based on the last observation plus the writes decided since. Kills cannot be
-    /// undone.
-    pub fn restore_all(&self) -> Vec<Decision> {
-        let mut thaws = Vec::new();
-        let mut rest = Vec::new();
-        for (id, s) in &self.cgroups {
-            let Some(tier) = self.cfg.tiers.get(s.tier) else {
-                continue;
-            };
-            let managed = |knob: Knob, by_tier: bool| by_tier || s.ever_wrote(knob);
-            let (o, c) = (&s.original, &s.current);
-            let restore = |list: &mut Vec<Decision>, action| {
-                list.push(Decision { cgroup: id.clone(), action, reason: Reason::Restore });
-            };
-            if c.frozen != o.frozen && managed(Knob::Freeze, tier.freeze) {
-                restore(&mut thaws, Action::Freeze(o.frozen));
-            }
-            if c.high != o.high && managed(Knob::High, tier.throttle) {
-                restore(&mut rest, Action::High(o.high));
-            }
-            if c.low != o.low && managed(Knob::Low, tier.protect == Protect::Low) {
-                restore(&mut rest, Action::Low(o.low));
-            }
-            if c.min != o.min && managed(Knob::Min, tier.protect == Protect::Min) {
-                restore(&mut rest, Action::Min(o.min));
-            }
-        }
-        thaws.extend(rest);
-        thaws
-    }
-
     /// True when nothing needs the whole tree watched closely at `now_ms`: nothing memqos
     /// throttled or froze, no protected stall going on, and no pressure within `hold_ms`.
     /// The daemon then samples the whole tree less often (`signals.calm_interval_ms`).
@@ -306,7 +282,7 @@ fn sync<'a>(
     for c in seen.values() {
         let s = states
             .entry(c.id.clone())
-            .or_insert_with(|| CgState::new(c.tier, c.cgroup_id, cfg.policy.ws_window_ms, c.original, c.current));
+            .or_insert_with(|| CgState::new(c.tier, c.cgroup_id, cfg.policy.ws_window_ms, c.original, c.current, now));
         s.original = c.original;
         s.current = c.current;
         s.has_run |= c.is_populated();
@@ -321,11 +297,18 @@ fn protecting(ctx: &Ctx) -> bool {
     !ctx.not_yet_run.is_empty() || ctx.cgs.iter().any(|c| ctx.tier(c).is_protected() && c.is_populated())
 }
 
-/// Ids of the tracked protected cgroups that have never had a process in them (only their
-/// declarations count before they run; built every tick, so kept to the protected few).
-fn not_yet_run(states: &BTreeMap<String, CgState>, cfg: &Config) -> std::collections::BTreeSet<String> {
+/// How long a protected cgroup made but never run keeps its reservation: a tool call's
+/// cgroup is populated within milliseconds of its mkdir; one that stays empty (a tenant's
+/// stray mkdir, a runtime that failed to start) must not hold the lower tiers back forever.
+pub const UNSTARTED_RESERVATION_MS: u64 = 60_000;
+
+/// Ids of the tracked protected cgroups that have never had a process in them, seen less than
+/// [`UNSTARTED_RESERVATION_MS`] ago (only their declarations count before they run; built
+/// every tick, so kept to the protected few).
+fn not_yet_run(states: &BTreeMap<String, CgState>, cfg: &Config, now: u64) -> std::collections::BTreeSet<String> {
     let protected = |s: &CgState| cfg.tiers.get(s.tier).is_some_and(Tier::is_protected);
-    states.iter().filter(|(_, s)| !s.has_run && protected(s)).map(|(id, _)| id.clone()).collect()
+    let fresh = |s: &CgState| now.saturating_sub(s.first_seen_ms) < UNSTARTED_RESERVATION_MS;
+    states.iter().filter(|(_, s)| !s.has_run && protected(s) && fresh(s)).map(|(id, _)| id.clone()).collect()
 }
 
 /// The fast path's sync: updates the knobs of cgroups already tracked (same tier, same
@@ -375,7 +358,7 @@ impl<'a> Ctx<'a> {
 
     /// `min_high`, rounded up to a page.
     pub fn floor(&self) -> u64 {
-        self.cfg.policy.min_high.div_ceil(PAGE) * PAGE
+        self.cfg.policy.min_high.div_ceil(PAGE).saturating_mul(PAGE)
     }
 
     /// The parent's effective limit: the tighter of memory.max and memory.high.

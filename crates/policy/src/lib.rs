@@ -42,7 +42,8 @@
 //! assert_eq!(decisions[0].action.file(), "memory.high");
 //! assert_eq!(decisions[1].action, Action::Low(Limit::Bytes(560 << 20)));
 //! // The daemon writes decisions[i].action.value() into decisions[i].action.file() and
-//! // logs serde_json::to_string(&decisions[i]); on shutdown it applies engine.restore_all().
+//! // logs serde_json::to_string(&decisions[i]); on shutdown it restores what it wrote from
+//! // its journal.
 //! ```
 
 pub mod config;
@@ -57,7 +58,7 @@ pub use config::{
     StallBound, Tier, TierIndex, Tiers,
 };
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
-pub use engine::{Engine, Status};
+pub use engine::{Engine, Status, UNSTARTED_RESERVATION_MS};
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
 pub use obs::{
     check_workload_key, CgroupObs, Knobs, LearnedPeak, Observation, ParentObs, SignalEvent, EXPECTED_PEAK_XATTR,

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::TierIndex;
 use crate::size::Limit;
 use memqos_cgroupfs::{MemoryEvents, Pressure};
+pub use memqos_schema::knob::Knobs;
+pub use memqos_schema::reason::LearnedPeak;
 
 /// The extended attribute a protected cgroup declares its expected peak in (a size, as in
 /// the config: "512M", "2G", bytes); it overrides the tier's `expected_peak`.
@@ -38,17 +40,6 @@ pub fn check_workload_key(key: &str) -> Result<(), String> {
         return Err("a workload key must not start or end with white space".into());
     }
     Ok(())
-}
-
-/// Where a learned expected peak came from (the daemon's history of a workload key).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LearnedPeak {
-    /// The workload key ([`WORKLOAD_XATTR`]).
-    pub workload: String,
-    /// How many recorded lifetimes the expectation is the maximum of.
-    pub lifetimes: usize,
-    /// The largest recorded peak (the expectation is this plus a margin).
-    pub peak_bytes: u64,
 }
 
 /// One sample of the managed subtree at `now_ms` (any monotonic clock, in milliseconds).
@@ -159,43 +150,6 @@ impl CgroupObs {
             expected_peak_bytes: None,
             learned_peak: None,
         }
-    }
-}
-
-/// The knobs memqos reads or writes in one cgroup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Knobs {
-    /// memory.high (written by memqos on throttle tiers).
-    pub high: Limit,
-    /// memory.max (read only: bounds protection; pressure at one's own max is not ours to fix).
-    pub max: Limit,
-    /// memory.low (written by memqos on `protect = "low"` tiers).
-    pub low: Limit,
-    /// memory.min (written by memqos on `protect = "min"` tiers).
-    pub min: Limit,
-    /// cgroup.freeze (written by memqos only on `freeze = true` tiers).
-    pub frozen: bool,
-}
-
-impl Knobs {
-    /// True when these (original) values show that someone other than memqos set `knob`:
-    /// memory.high below max, or a nonzero memory.low/min (one protection: either being set
-    /// makes both foreign, since memqos writing the other would change the effective floor).
-    pub fn is_foreign(&self, knob: crate::decision::Knob) -> bool {
-        use crate::decision::Knob;
-        let protection = self.low != Limit::Bytes(0) || self.min != Limit::Bytes(0);
-        match knob {
-            Knob::High => self.high != Limit::Max,
-            Knob::Low | Knob::Min => protection,
-            Knob::Freeze | Knob::Kill => false,
-        }
-    }
-}
-
-impl Default for Knobs {
-    /// The kernel's defaults for a new cgroup.
-    fn default() -> Self {
-        Knobs { high: Limit::Max, max: Limit::Max, low: Limit::Bytes(0), min: Limit::Bytes(0), frozen: false }
     }
 }
 

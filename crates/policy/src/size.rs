@@ -8,6 +8,8 @@ use serde::{de, Deserialize, Deserializer};
 /// pages anyway; rounding here keeps what we log equal to what the kernel will hold.
 pub const PAGE: u64 = 4096;
 
+/// Sizes for people, defined with the value types (the event schema's reasons use them).
+pub use memqos_cgroupfs::units::{human, MIB};
 /// The limit type is cgroupfs's: one type, one JSON encoding (a number or `"max"`) for the
 /// reader, the engine and the daemon.
 pub use memqos_cgroupfs::Limit;
@@ -63,23 +65,6 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("byte size {s:?} is too large"))
 }
 
-/// Human form for log lines: `300M`, `1.5G`, `4096` (binary units, one decimal at most).
-pub fn human(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
-    for (unit, name) in UNITS {
-        if bytes >= unit {
-            // (`is_multiple_of` would need Rust 1.87; the workspace supports 1.82.)
-            let (whole, rest) = (bytes / unit, bytes % unit);
-            return if rest == 0 {
-                format!("{whole}{name}")
-            } else {
-                format!("{:.1}{name}", bytes as f64 / unit as f64)
-            };
-        }
-    }
-    bytes.to_string()
-}
-
 /// Rounds down to a page boundary.
 pub fn page_down(bytes: u64) -> u64 {
     bytes - bytes % PAGE
@@ -101,12 +86,5 @@ mod tests {
         assert!(parse_size("1.5G").is_err());
         assert!(parse_size("64X").is_err());
         assert!(parse_size("99999999999T").is_err());
-    }
-
-    #[test]
-    fn human_sizes() {
-        assert_eq!(human(300 << 20), "300M");
-        assert_eq!(human(3 << 29), "1.5G");
-        assert_eq!(human(100), "100");
     }
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use memqos_policy::{Action, Config, Knob, Limit};
+use memqos_policy::{Config, Knob, Limit};
 
 fn contention(policy: &str) -> Sim {
     let mut sim = Sim::new(config(THREE_TIERS, policy));
@@ -29,7 +29,7 @@ fn a_units_own_memory_high_is_never_cut_by_default() {
     assert_eq!(sim.high("batch/a"), Limit::Bytes(450 * MB));
     // The pressure is still answered, by the cgroup memqos may throttle.
     assert!(sim.writes("batch/b", Knob::High).len() >= 3);
-    assert!(sim.engine.restore_all().iter().all(|d| d.cgroup != "batch/a"));
+    assert!(sim.written().iter().all(|(cgroup, _)| cgroup != "batch/a"), "{:?}", sim.written());
 }
 
 #[test]
@@ -38,9 +38,10 @@ fn override_cuts_a_foreign_high_and_restores_it() {
     set_high(&mut sim, "batch/a", 450 * MB);
     sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
     assert!(sim.high("batch/a") < Limit::Bytes(400 * MB));
-    let restore: Vec<_> =
-        sim.engine.restore_all().into_iter().filter(|d| d.cgroup == "batch/a").map(|d| d.action).collect();
-    assert_eq!(restore, vec![Action::High(Limit::Bytes(450 * MB))]);
+    // The journal puts back what was written: only memory.high, to the unit's 450M.
+    let written: Vec<_> = sim.written().into_iter().filter(|(cgroup, _)| cgroup == "batch/a").collect();
+    assert_eq!(written, vec![("batch/a".to_string(), Knob::High)]);
+    assert_eq!(sim.cg("batch/a").original.high, Limit::Bytes(450 * MB));
 }
 
 #[test]

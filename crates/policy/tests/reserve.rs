@@ -191,3 +191,38 @@ fn a_declared_cgroup_reserves_before_its_task_starts_but_not_after_it_ended() {
     sim.run(4_000, |_| {});
     assert_eq!(sim.high("batch/a"), Limit::Max);
 }
+
+#[test]
+fn a_declaration_past_the_parents_limit_counts_as_the_limit_and_overflows_nothing() {
+    let mut sim = declared(TWO_TIERS, &["batch/a", "batch/b"]);
+    // Two declarations near u64::MAX: their sum must saturate, not wrap to a small number
+    // that would let the lower tiers grow into the protected task's room.
+    sim.add("critical/other", 12 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(u64::MAX);
+    sim.cg("critical/other").expected_peak_bytes = Some(u64::MAX - 1);
+    sim.cg("batch/a").usage_bytes = u64::MAX / 2;
+    let decisions = sim.tick();
+    let declared = decisions
+        .iter()
+        .find_map(|d| match &d.reason {
+            Reason::Reservation { declared_bytes, .. } => Some(*declared_bytes),
+            _ => None,
+        })
+        .expect("a reservation");
+    assert_eq!(declared, 2 * 711 * MB, "each declaration is at most the parent's 711 MiB");
+    for low in ["batch/a", "batch/b"] {
+        assert!(sim.high(low) < Limit::Bytes(711 * MB), "{low} capped: {:?}", sim.high(low));
+    }
+}
+
+#[test]
+fn a_protected_cgroup_that_never_runs_stops_reserving_after_a_minute() {
+    let mut sim = declared(TWO_TIERS, &["batch/a"]);
+    sim.cg("critical/agent").populated = Some(false); // made and declared, never run
+    sim.cg("batch/a").usage_bytes = 300 * MB;
+    sim.tick();
+    let capped = sim.high("batch/a");
+    assert!(capped < Limit::Bytes(400 * MB), "reserved before it runs: {capped:?}");
+    sim.run(memqos_policy::UNSTARTED_RESERVATION_MS + 5_000, |_| {});
+    assert_eq!(sim.high("batch/a"), Limit::Max, "released once the reservation lapsed");
+}

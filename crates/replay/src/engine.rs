@@ -7,14 +7,20 @@
 //! the replay falls behind and then catches up by not sleeping, replaying every sample: the
 //! stall shows up as latency, lag and a longer completion time, never as a skipped sample.
 //! This is what the seed's Python replayer did too.
+//!
+//! A pause file (`EngineOptions::pause_file`) stops the clock: while it exists no step runs
+//! and the rest of the schedule moves later by as long as it existed. The agent-host
+//! experiment pauses an agent runtime's replay while its tool call runs late, as an agent
+//! waits for its tool call, instead of letting the runtime grow on top of the late call.
 
 use crate::memory::{MapError, Memory};
 use crate::report::StepRecord;
 use crate::schedule::Schedule;
 use std::io;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineOptions {
     /// Size of each anonymous mapping (rounded to pages). Shrinking is page-exact whatever
     /// the chunk; smaller chunks mean more mmap calls per growth step.
@@ -22,13 +28,20 @@ pub struct EngineOptions {
     /// Read VmRSS from /proc/self/status after every step (tens of µs, outside the
     /// measured latency).
     pub read_rss: bool,
+    /// While this file exists the replay's clock stands still (see the module's text).
+    pub pause_file: Option<PathBuf>,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { chunk_bytes: 4 << 20, read_rss: true }
+        EngineOptions { chunk_bytes: 4 << 20, read_rss: true, pause_file: None }
     }
 }
+
+/// How often a paused (or pausable) replay looks at its pause file: as often as the
+/// agent-host runner looks at its sessions. A step still runs when due (the last sleep before
+/// it is cut to fit); only a pause is seen up to this late.
+const PAUSE_POLL: Duration = Duration::from_millis(20);
 
 /// What the engine tells its caller while it runs.
 #[derive(Debug)]
@@ -77,12 +90,31 @@ pub fn run(
     let baseline_alloc = t.elapsed();
     observe(EngineEvent::Baseline { bytes: mem.held(), took: baseline_alloc }).map_err(EngineError::Sink)?;
 
-    let start = Instant::now();
+    let mut start = Instant::now();
     for (i, step) in schedule.steps.iter().enumerate() {
-        let due = start.checked_add(step.t_sched).ok_or(EngineError::Unschedulable { step: i, due: step.t_sched })?;
-        let now = Instant::now();
-        if now < due {
-            std::thread::sleep(due - now);
+        let mut due =
+            start.checked_add(step.t_sched).ok_or(EngineError::Unschedulable { step: i, due: step.t_sched })?;
+        match &opts.pause_file {
+            None => {
+                let now = Instant::now();
+                if now < due {
+                    std::thread::sleep(due - now);
+                }
+            }
+            Some(pause) => loop {
+                let now = Instant::now();
+                if pause.exists() {
+                    // Paused time is not schedule time: the rest of the schedule moves later.
+                    std::thread::sleep(PAUSE_POLL);
+                    let stood = now.elapsed();
+                    start += stood;
+                    due += stood;
+                } else if now < due {
+                    std::thread::sleep((due - now).min(PAUSE_POLL));
+                } else {
+                    break;
+                }
+            },
         }
         let began = Instant::now();
         let change = mem.set_target(step.target_bytes).map_err(|error| EngineError::Step {
@@ -149,5 +181,41 @@ mod tests {
         assert_eq!(parse_status_field(text, "VmSwap"), None);
         assert_eq!(parse_status_field(text, "Threads"), None);
         assert!(read_status_field("VmRSS").is_some());
+    }
+
+    #[test]
+    fn no_step_runs_while_the_pause_file_exists() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let pause = dir.path().join("pause");
+        std::fs::write(&pause, "").unwrap();
+        let step = |t_ms: u64| crate::schedule::Step {
+            sample: 0,
+            t_sched: Duration::from_millis(t_ms),
+            used_bytes: 1 << 20,
+            target_bytes: 1 << 20,
+            tool: None,
+        };
+        let schedule = Schedule { speed: 1.0, baseline_bytes: 0, steps: vec![step(0), step(1)] };
+        let opts = EngineOptions { chunk_bytes: 1 << 20, read_rss: false, pause_file: Some(pause.clone()) };
+        let resumed = Arc::new(AtomicBool::new(false));
+        let r = resumed.clone();
+        let unpause = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            r.store(true, Ordering::SeqCst);
+            std::fs::remove_file(&pause).unwrap();
+        });
+        let mut steps = 0;
+        run(&schedule, &opts, |ev| {
+            if let EngineEvent::Step(_) = ev {
+                assert!(resumed.load(Ordering::SeqCst), "a step ran while the pause file existed");
+                steps += 1;
+            }
+            Ok(())
+        })
+        .unwrap();
+        unpause.join().unwrap();
+        assert_eq!(steps, 2);
     }
 }

@@ -127,6 +127,7 @@ impl Prepared {
             chunk_bytes: engine.chunk_bytes,
             read_rss: engine.read_rss,
             cgroup: cgroup.map(Path::to_owned),
+            pause_file: engine.pause_file.clone(),
         }
     }
 }

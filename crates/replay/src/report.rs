@@ -55,12 +55,6 @@ pub enum Outcome {
     Failed { exit_code: Option<i32>, message: String },
 }
 
-impl Outcome {
-    pub fn is_finished(&self) -> bool {
-        matches!(self, Outcome::Finished)
-    }
-}
-
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -350,6 +344,11 @@ mod tests {
         assert_eq!(percentile(&v, 0.0), Some(1.0));
         assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
         assert_eq!(percentile(&[], 50.0), None);
+        // The reaction bench's cases (it had its own copy of this function).
+        let twenty: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&twenty, 50.0), Some(10.0));
+        assert_eq!(percentile(&twenty, 99.0), Some(20.0));
+        assert_eq!(percentile(&[3.0], 99.0), Some(3.0));
         let ten: Vec<f64> = (1..=10).map(f64::from).collect();
         assert_eq!(percentile(&ten, 50.0), Some(5.0));
         assert_eq!(percentile(&ten, 95.0), Some(10.0));

@@ -47,10 +47,6 @@ impl Trace {
     pub fn max_used_bytes(&self) -> u64 {
         self.samples.iter().map(|s| s.used_bytes).max().unwrap_or(0)
     }
-
-    pub fn mean_used_bytes(&self) -> f64 {
-        self.samples.iter().map(|s| s.used_bytes as f64).sum::<f64>() / self.samples.len() as f64
-    }
 }
 
 /// Errors name the file and, for bad values, the path in it (`samples[17].mem_usage`).

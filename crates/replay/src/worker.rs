@@ -43,6 +43,9 @@ pub struct WorkerConfig {
     pub read_rss: bool,
     /// The worker writes its pid to `<cgroup>/cgroup.procs` before touching any memory.
     pub cgroup: Option<PathBuf>,
+    /// See `EngineOptions::pause_file`.
+    #[serde(default)]
+    pub pause_file: Option<PathBuf>,
 }
 
 /// One line on the record fd.
@@ -91,7 +94,8 @@ pub fn worker_main() -> u8 {
             return fail(&mut send, format!("joining the cgroup: {e}"));
         }
     }
-    let opts = EngineOptions { chunk_bytes: cfg.chunk_bytes, read_rss: cfg.read_rss };
+    let opts =
+        EngineOptions { chunk_bytes: cfg.chunk_bytes, read_rss: cfg.read_rss, pause_file: cfg.pause_file.clone() };
     let result = engine::run(&cfg.schedule, &opts, |ev| match ev {
         EngineEvent::Baseline { bytes, took } => send(&Message::Baseline { bytes, alloc_us: took.as_micros() as u64 }),
         EngineEvent::Step(rec) => send(&Message::Step(rec.clone())),

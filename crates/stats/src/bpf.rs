@@ -238,13 +238,13 @@ impl BpfBackend {
         self.paths.clear();
         let mut stack = vec![String::new()];
         while let Some(rel) = stack.pop() {
-            let dir = if rel.is_empty() { self.root.clone() } else { self.root.join(&rel) };
+            let dir = memqos_cgroupfs::name::fs_path(&self.root, &rel);
             let Ok(meta) = std::fs::metadata(&dir) else { continue };
             self.paths.insert(meta.ino(), rel.clone());
             let Ok(rd) = std::fs::read_dir(&dir) else { continue };
             for e in rd.flatten() {
                 if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    let name = e.file_name().to_string_lossy().into_owned();
+                    let name = memqos_cgroupfs::name::encode(&e.file_name());
                     stack.push(if rel.is_empty() { name } else { format!("{rel}/{name}") });
                 }
             }
@@ -284,13 +284,15 @@ impl Decoder {
         for (i, src) in self.sources.iter().enumerate() {
             out.stat[i] = Some(match src {
                 KeySource::Fetched(slot) => rec.values[*slot],
+                // memory.stat adds these in unsigned long, so a sum wraps as the kernel's does
+                // (and never panics on a record of garbage).
                 KeySource::Sum(parts) => parts
                     .iter()
                     .map(|&p| match &self.sources[p] {
                         KeySource::Fetched(slot) => rec.values[*slot],
                         KeySource::Sum(_) => 0,
                     })
-                    .sum(),
+                    .fold(0u64, u64::wrapping_add),
             });
         }
         // The hierarchy root has no memory.events/current/peak/limits files.
@@ -301,9 +303,16 @@ impl Decoder {
         out.events =
             Some(MemoryEvents { low: e[0], high: e[1], max: e[2], oom: e[3], oom_kill: e[4], oom_group_kill: e[5] });
         out.current = Some(rec.usage_bytes);
-        out.peak = Some(rec.watermark * self.page_size);
-        let limit =
-            |pages: u64| if pages >= self.counter_max { Limit::Max } else { Limit::Bytes(pages * self.page_size) };
+        // Page counters stay below PAGE_COUNTER_MAX, so these products fit; saturating keeps a
+        // corrupt record from panicking (debug) or wrapping to a small number (release).
+        out.peak = Some(rec.watermark.saturating_mul(self.page_size));
+        let limit = |pages: u64| {
+            if pages >= self.counter_max {
+                Limit::Max
+            } else {
+                Limit::Bytes(pages.saturating_mul(self.page_size))
+            }
+        };
         out.max = Some(limit(rec.max));
         out.high = Some(limit(rec.high));
         out.low = Some(limit(rec.low));
@@ -490,5 +499,135 @@ mod tests {
         let plan =
             stat_key_plan(&["anon", "brand_new_counter", "pgscan", "pgsteal", "pgfault", "pgnew"], &fake_kernel());
         assert_eq!(plan.unresolved, ["brand_new_counter", "pgnew"]);
+    }
+
+    /// The kernel's memory.pressure text of one fixed-point average (`LOAD_INT.LOAD_FRAC`).
+    fn psi_text(fixed: u64) -> String {
+        format!("{}.{:02}", fixed >> 11, ((fixed & 2047) * 100) >> 11)
+    }
+
+    /// Keys with the shapes a plan has: fetched counters, `slab` as a sum of two, `pgscan`
+    /// as a sum of its parts.
+    const DIFF_KEYS: [&str; 8] =
+        ["anon", "file", "slab_reclaimable", "slab_unreclaimable", "slab", "pgscan", "pgscan_kswapd", "pgscan_direct"];
+
+    fn diff_sources() -> Vec<KeySource> {
+        use KeySource::*;
+        vec![Fetched(0), Fetched(1), Fetched(2), Fetched(3), Sum(vec![2, 3]), Sum(vec![6, 7]), Fetched(4), Fetched(5)]
+    }
+
+    proptest::proptest! {
+        // Each differential case writes and reads a fake tree: few cases unless a long run
+        // (scripts/fuzz-long.sh) asks for more with PROPTEST_CASES.
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: if std::env::var_os("PROPTEST_CASES").is_some() { proptest::prelude::ProptestConfig::default().cases } else { 48 },
+            ..Default::default()
+        })]
+
+        /// Differential: a BPF record decodes to exactly what the text backend reads from the
+        /// files a kernel with those counters prints (units, "max", PSI rounding, sums).
+        #[test]
+        fn proptest_bpf_decoder_agrees_with_the_text_backend(
+            values in proptest::array::uniform6(proptest::prelude::any::<u64>()),
+            events in proptest::array::uniform6(proptest::prelude::any::<u64>()),
+            usage in proptest::prelude::any::<u64>(),
+            // Pages up to PAGE_COUNTER_MAX for a 4 KiB page, and PAGE_COUNTER_MAX itself ("max").
+            pages in proptest::array::uniform5(proptest::prop_oneof![0u64..1 << 20, 0..=(i64::MAX as u64) / 4096]),
+            psi_avg in proptest::array::uniform6(0u64..(100 << 11) + 1),
+            psi_total in proptest::array::uniform2(proptest::prelude::any::<u64>()),
+            level in 1u32..8,
+        ) {
+            let page_size = 4096;
+            let counter_max = (i64::MAX as u64) / page_size;
+            let mut keys = StatKeys::default();
+            for k in DIFF_KEYS {
+                keys.intern(k);
+            }
+            let decoder = Decoder { keys, sources: diff_sources(), page_size, counter_max, root_level: level - 1 };
+            let mut rec = MemcgRecord { cgroup_id: 7, level, flags: REC_MEMCG | REC_PSI, usage_bytes: usage, ..Default::default() };
+            rec.values[..6].copy_from_slice(&values);
+            rec.events = events;
+            [rec.watermark, rec.max, rec.high, rec.low, rec.min] = pages;
+            rec.psi_total_ns = psi_total;
+            rec.psi_avg = [[psi_avg[0], psi_avg[1], psi_avg[2]], [psi_avg[3], psi_avg[4], psi_avg[5]]];
+            let mut from_bpf = CgroupStats::default();
+            decoder.fill(&rec, &mut from_bpf);
+
+            // The same cgroup as cgroupfs files.
+            let dir = std::env::temp_dir().join(format!("memqos-stats-diff-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("a")).unwrap();
+            let a = dir.join("a");
+            let v = |k: &str| values[[0, 1, 2, 3, usize::MAX, usize::MAX, 4, 5][DIFF_KEYS.iter().position(|x| *x == k).unwrap()]];
+            let stat = format!(
+                "anon {}\nfile {}\nslab_reclaimable {}\nslab_unreclaimable {}\nslab {}\npgscan {}\npgscan_kswapd {}\npgscan_direct {}\n",
+                v("anon"), v("file"), v("slab_reclaimable"), v("slab_unreclaimable"),
+                v("slab_reclaimable").wrapping_add(v("slab_unreclaimable")),
+                v("pgscan_kswapd").wrapping_add(v("pgscan_direct")),
+                v("pgscan_kswapd"), v("pgscan_direct"),
+            );
+            let limit = |p: u64| if p >= counter_max { "max".to_owned() } else { (p * page_size).to_string() };
+            let psi = |name: &str, i: usize| format!(
+                "{name} avg10={} avg60={} avg300={} total={}\n",
+                psi_text(rec.psi_avg[i][0]), psi_text(rec.psi_avg[i][1]), psi_text(rec.psi_avg[i][2]), rec.psi_total_ns[i] / 1000
+            );
+            let files = [
+                ("memory.stat", stat),
+                ("memory.events", format!(
+                    "low {}\nhigh {}\nmax {}\noom {}\noom_kill {}\noom_group_kill {}\n",
+                    events[0], events[1], events[2], events[3], events[4], events[5]
+                )),
+                ("memory.current", format!("{usage}\n")),
+                ("memory.peak", format!("{}\n", pages[0] * page_size)),
+                ("memory.max", limit(pages[1]) + "\n"),
+                ("memory.high", limit(pages[2]) + "\n"),
+                ("memory.low", limit(pages[3]) + "\n"),
+                ("memory.min", limit(pages[4]) + "\n"),
+                ("memory.pressure", psi("some", 0) + &psi("full", 1)),
+            ];
+            for (f, text) in &files {
+                std::fs::write(a.join(f), text).unwrap();
+            }
+            let snap = crate::TextBackend::open_unchecked(&dir).snapshot().unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            let from_text = snap.get("a").unwrap();
+            for (i, k) in DIFF_KEYS.iter().enumerate() {
+                proptest::prop_assert_eq!(from_bpf.stat[i], snap.stat(from_text, k), "key {}", k);
+            }
+            proptest::prop_assert_eq!(from_bpf.events, from_text.events);
+            proptest::prop_assert_eq!(
+                (from_bpf.current, from_bpf.peak, from_bpf.max, from_bpf.high, from_bpf.low, from_bpf.min),
+                (from_text.current, from_text.peak, from_text.max, from_text.high, from_text.low, from_text.min)
+            );
+            proptest::prop_assert_eq!(from_bpf.pressure, from_text.pressure);
+            proptest::prop_assert_eq!(from_bpf.depth, 1);
+        }
+
+        /// Any record, however corrupt (a kernel bug, a torn map read): decoding never panics
+        /// and a limit is "max" exactly at or above PAGE_COUNTER_MAX.
+        #[test]
+        fn proptest_bpf_decoder_never_panics(
+            words in proptest::collection::vec(proptest::prelude::any::<u64>(), 16),
+            level in proptest::prelude::any::<u32>(),
+            root_level in proptest::prelude::any::<u32>(),
+            flags in proptest::prelude::any::<u32>(),
+        ) {
+            let mut keys = StatKeys::default();
+            for k in DIFF_KEYS {
+                keys.intern(k);
+            }
+            let counter_max = (i64::MAX as u64) / 4096;
+            let decoder = Decoder { keys, sources: diff_sources(), page_size: 4096, counter_max, root_level };
+            let mut rec = MemcgRecord { level, flags, usage_bytes: words[0], watermark: words[1], max: words[2], ..Default::default() };
+            rec.values[..6].copy_from_slice(&words[3..9]);
+            rec.psi_avg[0] = [words[9], words[10], words[11]];
+            rec.psi_total_ns = [words[12], words[13]];
+            let mut out = CgroupStats::default();
+            decoder.fill(&rec, &mut out);
+            proptest::prop_assert_eq!(out.depth, level.saturating_sub(root_level));
+            if let Some(max) = out.max {
+                proptest::prop_assert_eq!(max == Limit::Max, words[2] >= counter_max);
+            }
+        }
     }
 }

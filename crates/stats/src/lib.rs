@@ -65,6 +65,11 @@ pub struct CgroupStats {
     pub low: Option<Limit>,
     pub min: Option<Limit>,
     pub pressure: Option<Pressure>,
+    /// Why this cgroup's files could not be read in this snapshot (a malformed file, a path
+    /// too long to open, out of descriptors): its values are `None`. It stays in the snapshot
+    /// so the tree's shape (who is a leaf) is still right; one cgroup never fails the whole
+    /// snapshot, only the root does.
+    pub error: Option<String>,
 }
 
 impl CgroupStats {
@@ -80,6 +85,7 @@ impl CgroupStats {
         self.low = None;
         self.min = None;
         self.pressure = None;
+        self.error = None;
     }
 }
 

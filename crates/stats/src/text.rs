@@ -8,13 +8,13 @@
 
 use crate::keys::{KeyOrder, StatKeys};
 use crate::{CgroupStats, Error, Result, Snapshot, StatsSource};
+use memqos_cgroupfs::fds::{self, Use};
 use memqos_cgroupfs::parse::{self, flat_keyed, ParseError};
 use memqos_cgroupfs::{Limit, MemoryEvents, Pressure};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The files read for every cgroup, in the order of [`Node::files`].
@@ -43,6 +43,11 @@ pub enum FileSet {
 }
 
 impl FileSet {
+    /// How many files of each cgroup a snapshot reads.
+    pub fn files_per_cgroup(self) -> usize {
+        self.indices().len()
+    }
+
     fn indices(self) -> &'static [usize] {
         match self {
             FileSet::All => &[0, 1, 2, 3, 4, 5, 6, 7, 8],
@@ -62,16 +67,10 @@ const LOW: usize = 6;
 const MIN: usize = 7;
 const PRESSURE: usize = 8;
 
-/// fds kept for the process's other needs when budgeting ours against RLIMIT_NOFILE.
-const FD_RESERVE: u64 = 256;
-
-/// fds held open by every TextBackend of the process: the budget is per process.
-static FDS_HELD: AtomicU64 = AtomicU64::new(0);
-static FD_BUDGET: OnceLock<u64> = OnceLock::new();
-
-fn fd_budget() -> u64 {
-    *FD_BUDGET.get_or_init(|| raise_nofile_limit().saturating_sub(FD_RESERVE))
-}
+/// The open-file limit is raised (as far as this process may) once, before the process's
+/// descriptor budget (`memqos_cgroupfs::fds`, shared with the daemon's other caches) is
+/// taken from it.
+static RAISED: OnceLock<u64> = OnceLock::new();
 
 enum Slot {
     /// Not opened yet.
@@ -94,7 +93,7 @@ struct Node {
 
 impl Node {
     fn new(root: &Path, rel: String, id: u64, depth: u32) -> Node {
-        let path = if rel.is_empty() { root.to_owned() } else { root.join(&rel) };
+        let path = memqos_cgroupfs::name::fs_path(root, &rel);
         Node { rel, path, id, depth, files: std::array::from_fn(|_| Slot::Unopened), order: KeyOrder::default() }
     }
 }
@@ -120,7 +119,7 @@ pub struct TextBackend {
 
 impl Drop for TextBackend {
     fn drop(&mut self) {
-        FDS_HELD.fetch_sub(self.fds_open, Ordering::Relaxed);
+        fds::release(Use::Bulk, self.fds_open);
     }
 }
 
@@ -152,11 +151,6 @@ impl TextBackend {
     /// like-for-like comparison with a control that reads only memory.stat.
     pub fn set_stat_only(&mut self, on: bool) {
         self.file_set = if on { FileSet::StatOnly } else { FileSet::All };
-    }
-
-    /// Which files the snapshots read from now on.
-    pub fn set_file_set(&mut self, set: FileSet) {
-        self.file_set = set;
     }
 
     pub fn root(&self) -> &Path {
@@ -247,7 +241,13 @@ impl TextBackend {
                     out.pop();
                     continue;
                 }
-                Err(e) => return Err(cgroup_err(&dir, "readdir", "", e)),
+                Err(e) if rel.is_empty() => return Err(cgroup_err(&dir, "readdir", "", e)),
+                // Unlistable (out of descriptors, a path too long): the cgroup is read as a
+                // leaf now, its children at the next walk, which this forces.
+                Err(_) => {
+                    self.need_walk = true;
+                    continue;
+                }
             };
             let mut kids = Vec::new();
             for entry in entries.flatten() {
@@ -255,7 +255,9 @@ impl TextBackend {
                 if !meta.is_dir() {
                     continue;
                 }
-                let name = entry.file_name().to_string_lossy().into_owned();
+                // Names that are not UTF-8 (or hold a backslash) are escaped reversibly, so
+                // a tenant cannot hide a subtree from memqos with an odd name.
+                let name = memqos_cgroupfs::name::encode(&entry.file_name());
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
                 kids.push((child, meta.ino(), depth + 1));
             }
@@ -265,7 +267,7 @@ impl TextBackend {
         for gone in old.into_values() {
             let n = gone.files.iter().filter(|s| matches!(s, Slot::Open(_))).count() as u64;
             self.fds_open -= n;
-            FDS_HELD.fetch_sub(n, Ordering::Relaxed);
+            fds::release(Use::Bulk, n);
         }
         self.nodes = out;
         Ok(())
@@ -282,11 +284,20 @@ impl StatsSource for TextBackend {
         let files = self.file_set.indices();
         for i in 0..self.nodes.len() {
             let out = &mut snap.cgroups[filled];
-            if read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out)? {
-                filled += 1;
-            } else {
+            match read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out) {
+                Ok(true) => filled += 1,
                 // Vanished mid-snapshot: leave it out and re-walk next time.
-                self.need_walk = true;
+                Ok(false) => self.need_walk = true,
+                Err(e) if i == 0 => return Err(e),
+                // One cgroup's trouble is that cgroup's: kept with its error and no values,
+                // and read afresh (reopened) next time.
+                Err(e) => {
+                    let keys = self.keys.len();
+                    out.reset(keys);
+                    out.error = Some(e.to_string());
+                    close_files(&mut self.nodes[i], &mut self.fds_open);
+                    filled += 1;
+                }
             }
         }
         snap.cgroups.truncate(filled);
@@ -375,15 +386,25 @@ fn parse_stat(node: &mut Node, bytes: &[u8], keys: &mut StatKeys, stat: &mut Vec
     Ok(())
 }
 
+/// Closes the kept files of a node whose read failed, so the next snapshot reopens them.
+fn close_files(node: &mut Node, fds_open: &mut u64) {
+    for slot in node.files.iter_mut() {
+        if matches!(slot, Slot::Open(_)) {
+            *fds_open -= 1;
+            fds::release(Use::Bulk, 1);
+        }
+        *slot = Slot::Unopened;
+    }
+}
+
 /// One pread of `FILES[file]` from offset 0 into `buf` (grown if the file fills it).
 fn read_file(node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64) -> Result<ReadOutcome> {
     let path = || node.path.join(FILES[file]);
     if matches!(node.files[file], Slot::Unopened) {
-        let keep = FDS_HELD.load(Ordering::Relaxed) < fd_budget();
+        RAISED.get_or_init(raise_nofile_limit);
         node.files[file] = match File::open(path()) {
-            Ok(f) if keep => {
+            Ok(f) if fds::try_keep(Use::Bulk, 1) => {
                 *fds_open += 1;
-                FDS_HELD.fetch_add(1, Ordering::Relaxed);
                 Slot::Open(f)
             }
             Ok(_) => Slot::Transient,
@@ -465,9 +486,9 @@ fn parse_limit(bytes: &[u8]) -> std::result::Result<Limit, ParseError> {
     }
 }
 
-/// ENODEV: the cgroup is being removed; ENOENT on the directory: it is gone.
+/// The cgroup is gone or going (`memqos_cgroupfs::vanished`, the one rule).
 fn is_gone(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENODEV) | Some(libc::ENOENT))
+    memqos_cgroupfs::vanished(e)
 }
 
 fn cgroup_err(cgroup: &Path, op: &'static str, file: &str, source: io::Error) -> Error {
@@ -577,8 +598,13 @@ mod tests {
         // A new cgroup appears (fake trees have no cgroup.stat, so every snapshot walks).
         std::fs::create_dir(root.join("b")).unwrap();
         std::fs::write(root.join("b/memory.current"), "junk\n").unwrap();
-        let err = b.snapshot().unwrap_err().to_string();
+        // One cgroup's garbage is that cgroup's error, not the snapshot's.
+        let snap = b.snapshot().unwrap();
+        let bad = snap.get("b").unwrap();
+        let err = bad.error.clone().expect("b's error");
         assert!(err.contains("/b") && err.contains("memory.current") && err.contains("junk"), "{err}");
+        assert_eq!(bad.current, None);
+        assert_eq!(snap.get("a").unwrap().current, Some(12288), "the others are read");
         std::fs::remove_dir_all(root.join("b")).unwrap();
 
         // A removed cgroup disappears from the snapshot.
@@ -609,8 +635,10 @@ mod tests {
     fn garbage_in_memory_stat_names_cgroup_file_and_line() {
         let root = fake_tree("garbage");
         std::fs::write(root.join("a/memory.stat"), "anon 1\nfile x\n").unwrap();
-        let err = TextBackend::open_unchecked(&root).snapshot().unwrap_err().to_string();
+        let snap = TextBackend::open_unchecked(&root).snapshot().unwrap();
+        let err = snap.get("a").unwrap().error.clone().expect("a's error");
         assert!(err.contains("/a") && err.contains("memory.stat") && err.contains("line 2"), "{err}");
+        assert_eq!(snap.get("a/x").unwrap().error, None, "its child is read");
         std::fs::remove_dir_all(root).unwrap();
     }
 
@@ -630,5 +658,38 @@ mod tests {
         assert_eq!(parse_limit(b"max\n").unwrap(), Limit::Max);
         assert_eq!(parse_limit(b"4096\n").unwrap(), Limit::Bytes(4096));
         assert!(parse_limit(b"-1\n").is_err());
+    }
+
+    proptest::proptest! {
+        /// Differential: the byte-level number and limit parsers of the hot path agree with
+        /// cgroupfs's text parsers on any input (the values and whether it is an error).
+        #[test]
+        fn proptest_byte_parsers_agree_with_cgroupfs(
+            text in proptest::prop_oneof![
+                "[ \t\n]{0,2}([0-9]{1,21}|max|-1|[0-9]+x)[ \t\n]{0,2}",
+                proptest::prelude::any::<String>(),
+            ],
+        ) {
+            let b = text.as_bytes();
+            proptest::prop_assert_eq!(parse_u64(b), parse::parse_u64(&text).ok());
+            proptest::prop_assert_eq!(parse_limit(b), parse::parse_limit(&text));
+        }
+
+        /// Any bytes in any file of a cgroup: a snapshot or an error naming the cgroup and the
+        /// file, never a panic.
+        #[test]
+        fn proptest_any_file_content_gives_a_snapshot_or_a_named_error(
+            file in 0..FILES.len(),
+            content in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            let root = fake_tree(&format!("fuzz{file}"));
+            std::fs::write(root.join("a").join(FILES[file]), &content).unwrap();
+            let result = TextBackend::open_unchecked(&root).snapshot();
+            std::fs::remove_dir_all(&root).unwrap();
+            if let Err(e) = result {
+                let e = e.to_string();
+                proptest::prop_assert!(e.contains("/a") && e.contains(FILES[file]), "{}", e);
+            }
+        }
     }
 }

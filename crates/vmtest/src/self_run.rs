@@ -22,21 +22,6 @@ pub fn run_self(kernel: &Kernel, args: &[String], configure: impl FnOnce(Guest) 
     configure(Guest::new(kernel.clone())).run(&argv)
 }
 
-/// [`run_self`] on each kernel of `list` in turn, handing each run to `each`; the first error
-/// stops.
-pub fn run_self_on_each(
-    list: &str,
-    args: &[String],
-    configure: impl Fn(&Kernel, Guest) -> Guest,
-    mut each: impl FnMut(&Kernel, GuestRun) -> Result<()>,
-) -> Result<()> {
-    for kernel in kernels(list)? {
-        let run = run_self(&kernel, args, |g| configure(&kernel, g))?;
-        each(&kernel, run)?;
-    }
-    Ok(())
-}
-
 /// The path a guest runs this program from. Normally the executable's own path; if that
 /// file was replaced or removed since this process started (a `cargo build` during a long
 /// experiment), the path would run another build, or nothing ("exec: ... (deleted): not

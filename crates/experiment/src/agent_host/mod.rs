@@ -7,11 +7,13 @@
 //!
 //! - [`split`]: a trace cut into its runtime's memory and its calls' (pure);
 //! - [`scenario`]: the scenario file (`experiments/agent-host/scenario.toml`);
+//! - [`session`]: one session as a closed loop, as an agent drives its calls (pure);
 //! - [`runner`]: the in-guest loop (runs × levels × arms, one JSON per arm);
 //! - [`summary`]: per level and arm, densities, the target, the markdown report.
 
 pub mod runner;
 pub mod scenario;
+pub mod session;
 pub mod split;
 pub mod summary;
 
@@ -34,6 +36,11 @@ pub struct Options {
     pub report_only: bool,
     pub no_plots: bool,
     pub in_guest: bool,
+    /// `--levels` specs (see [`HostScenario::set_levels`]).
+    pub levels: Vec<String>,
+    /// Run each arm at the levels inside its density bracket in OUT/summary.json that have not
+    /// run yet ([`summary::next_levels`]).
+    pub refine: bool,
 }
 
 pub fn run(args: &Options) -> Result<u8> {
@@ -47,17 +54,35 @@ pub fn run(args: &Options) -> Result<u8> {
     if args.in_guest {
         return in_guest(args, &traces);
     }
-    let scenario = HostScenario::load(&args.scenario)?;
+    let mut scenario = HostScenario::load(&args.scenario)?;
+    scenario.set_levels(&args.levels).map_err(|e| anyhow::anyhow!(e))?;
+    if args.refine {
+        let path = args.out.join("summary.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("--refine reads {}", path.display()))?;
+        let sum: summary::HostSummary = serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+        let kernels = self_run::kernels(&args.kernel)?;
+        for p in scenario.policies.clone() {
+            let mut next: Vec<usize> = Vec::new();
+            for k in &kernels {
+                if let Some(d) = sum.density.iter().find(|d| d.kernel == k.release() && d.arm == p.name()) {
+                    next.extend(summary::next_levels(d, 2));
+                }
+            }
+            next.sort_unstable();
+            next.dedup();
+            eprintln!("memqos experiment agent-host --refine: {p} at {next:?}");
+            scenario.arm_levels.insert(p, next);
+        }
+    }
     if !args.report_only {
         let plans = runner::plans(&scenario, &traces)?;
         let est = estimate_secs(&scenario, &plans, args.runs);
         let kernels = self_run::kernels(&args.kernel)?;
         eprintln!(
-            "memqos experiment agent-host: {} kernel(s) x {} run(s) x {} levels x {} arms; estimated {:.0} min of guest time",
+            "memqos experiment agent-host: {} kernel(s) x {} run(s) x {} arm levels; estimated {:.0} min of guest time",
             kernels.len(),
             args.runs,
-            scenario.levels.len(),
-            scenario.policies.len(),
+            scenario.policies.iter().map(|&p| scenario.levels_of(p).len()).sum::<usize>(),
             est * kernels.len() as f64 / 60.0
         );
         let mut failed = Vec::new();
@@ -77,12 +102,17 @@ pub fn run(args: &Options) -> Result<u8> {
 }
 
 /// Guest seconds: each solo session, then each level and arm as long as its longest session
-/// plus the stagger, doubled for contention and TCG.
+/// plus the stagger, doubled for contention and TCG (closed loop: late calls stretch a
+/// session by as long as they are late).
 fn estimate_secs(s: &HostScenario, plans: &[split::SessionPlan], runs: usize) -> f64 {
     let solo: f64 = plans.iter().map(|p| p.duration_s / s.speed + 2.0).sum();
     let longest = plans.iter().map(|p| p.duration_s / s.speed).fold(0.0, f64::max);
-    let hosts: f64 =
-        s.levels.iter().map(|&l| (longest + l as f64 * s.stagger_s) * 2.0 + 3.0).sum::<f64>() * s.policies.len() as f64;
+    let hosts: f64 = s
+        .policies
+        .iter()
+        .flat_map(|&p| s.levels_of(p))
+        .map(|&l| (longest + l as f64 * s.stagger_s) * 2.0 + 3.0)
+        .sum::<f64>();
     20.0 + (solo + hosts) * runs as f64
 }
 
@@ -106,7 +136,10 @@ fn run_in_guest(
         &traces.to_string_lossy(),
     ]
     .map(String::from);
-    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut provenance = crate::provenance::Provenance::collect(Path::new("."), &kernel.release());
+    provenance.scenario_sha256 = Some(crate::provenance::sha256_hex(&std::fs::read(&args.scenario)?)?);
+    provenance.daemon_config_sha256 = Some(crate::provenance::sha256_hex(s.memqos_config.as_bytes())?);
+    provenance.speed = Some(s.speed);
     let run = self_run::run_self(kernel, &argv, |g| {
         g.memory_mb(s.guest_memory_mb)
             .timeout(Duration::from_secs_f64(600.0 + est * 3.0))
@@ -123,7 +156,7 @@ fn run_in_guest(
     }
     let to = args.out.join("runs").join(kernel.release());
     let from = run.results_dir.join("agent-host");
-    crate::host::keep_results(&from, &to, args.first_run, args.runs, &load_before, run.wall_secs)?;
+    crate::host::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
     eprintln!("=== agent-host on {}: done in {:.1} min ===", kernel.release(), run.wall_secs / 60.0);
     Ok(())
 }

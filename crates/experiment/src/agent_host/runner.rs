@@ -4,13 +4,20 @@
 //!
 //! A host is the parent cgroup (memory.max = the budget) with one session cgroup per agent.
 //! Each session's runtime runs as `memqos run --runtime --session sK -- memqos replay <its
-//! part of the trace>`, and each tool call, when the trace says it starts, as `memqos run
-//! --session sK -- memqos replay <the call's part>`: the layout of docs/agent-hosts.md, made
-//! by the same command an agent host uses, in every arm. Arms differ only in the knobs: none,
-//! a memory.max per session at its peak, or the daemon with the documented session config.
-//! A session whose runtime is killed is lost: its later tool calls never start.
+//! part of the trace>`, and each tool call as `memqos run --session sK -- memqos replay <the
+//! call's part>`: the layout of docs/agent-hosts.md, made by the same command an agent host
+//! uses, in every arm. Arms differ only in the memory knobs: none, a memory.max per session
+//! at its peak, or the daemon with the documented session config. cpu.weight is the same in
+//! every arm: what the session config gives each tier (the daemon writes it in the memqos arm,
+//! the runner in the others).
+//!
+//! A session is a closed loop ([`super::session`]): a call starts when the previous one has
+//! ended and the runtime's clock has reached its start in the trace; the runtime's replay is
+//! paused while a call runs past its end in the trace; a failed call is retried once, then
+//! fails its session; a killed runtime loses its session's remaining calls.
 
 use super::scenario::{HostPolicy, HostScenario};
+use super::session::{Action, CallFate, CallSpan, SessionFate, SessionLoop};
 use super::split::{resources_json, split, SessionPlan};
 use crate::runner::{epoch_now, remove_tree};
 use anyhow::{bail, Context, Result};
@@ -18,6 +25,8 @@ use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_lab::daemon_process::DaemonProcess;
 use memqos_replay::report::{LatencyStats, Report};
 use memqos_replay::Outcome;
+use memqos_schema::events::{self, WriteEvent};
+use memqos_schema::state::JOURNAL_FILE;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,6 +38,8 @@ const WORK_DIR: &str = "/run/memqos-agent-host/work";
 const TICK: Duration = Duration::from_millis(20);
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 const DEADLINE: Duration = Duration::from_secs(600);
+/// The longest the runner waits for a runtime's replay worker before starting its clock.
+const RUNTIME_START_LIMIT: Duration = Duration::from_secs(2);
 
 /// One arm at one level of one run (or one session alone: arm "solo").
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -57,10 +68,21 @@ pub struct HostArmResult {
     pub daemon_cpu_s: Option<f64>,
     /// memqos arm: knob writes and stall actions the daemon logged.
     pub daemon_writes: Option<usize>,
+    /// Stall-bound relieves and kills carried out. The runs in docs/agent-host/runs were
+    /// counted by a matcher that never matched (0 whatever happened); they keep no event log
+    /// to count again, so their 0 means "not counted".
     pub daemon_stall_actions: Option<usize>,
     /// Whether cgroup2 was mounted with memory_recursiveprot (the runtime's memory.low
     /// protects it below its session only then).
     pub recursiveprot: bool,
+    /// The cpu controller was on for the sessions and their cgroups (cpu.weight counts only
+    /// then). `None`: results from before it was recorded (it was off).
+    #[serde(default)]
+    pub cpu_controller: Option<bool>,
+    /// The sessions were closed loops ([`super::session`]). `false` in results from before
+    /// (every call started when the trace said, whatever became of the previous one).
+    #[serde(default)]
+    pub closed_loop: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -79,6 +101,12 @@ pub struct SessionResult {
     pub own_limit_ooms: Option<u64>,
     pub runtime: ProcResult,
     pub calls: Vec<CallResult>,
+    /// Closed loop: how the session ended. `None` in open-loop results.
+    #[serde(default)]
+    pub fate: Option<SessionFate>,
+    /// Closed loop: seconds its runtime's replay stood paused waiting for late calls.
+    #[serde(default)]
+    pub runtime_paused_s: Option<f64>,
 }
 
 /// A `memqos run` of a replay: what the replay and `memqos run --json` reported.
@@ -118,7 +146,14 @@ pub struct CallResult {
     pub due_s: f64,
     /// `None`: never started (its session's runtime had been killed).
     pub started_s: Option<f64>,
+    /// The last attempt's result.
     pub result: Option<ProcResult>,
+    /// Closed loop: the attempt that failed before the retry in `result`, if any.
+    #[serde(default)]
+    pub failed_attempt: Option<ProcResult>,
+    /// Closed loop: what became of the call. `None` in open-loop results.
+    #[serde(default)]
+    pub fate: Option<CallFate>,
 }
 
 pub struct HostRunnerOptions {
@@ -165,7 +200,7 @@ pub fn run_all(opts: &HostRunnerOptions) -> Result<usize> {
     let plans = plans(s, &opts.traces_dir)?;
     let recursiveprot = ensure_recursiveprot();
     std::fs::create_dir_all(&opts.out_dir)?;
-    let per_run = s.traces.len() + s.levels.len() * s.policies.len();
+    let per_run = s.traces.len() + s.policies.iter().map(|&p| s.levels_of(p).len()).sum::<usize>();
     let total = per_run * opts.runs;
     let started = Instant::now();
     // The first exec of the binary and the first replay read them through the guest's shared
@@ -177,11 +212,12 @@ pub fn run_all(opts: &HostRunnerOptions) -> Result<usize> {
     for run in opts.first_run..opts.first_run + opts.runs {
         // Solo first (each trace's session alone, no budget), then the host arms rotated.
         let mut arms: Vec<(usize, Option<HostPolicy>)> = Vec::new();
-        for &level in &s.levels {
-            for &p in &s.policies {
+        for &p in &s.policies {
+            for &level in s.levels_of(p) {
                 arms.push((level, Some(p)));
             }
         }
+        arms.sort_by_key(|&(level, _)| level);
         let shift = run % arms.len().max(1);
         arms.rotate_left(shift);
         let solos: Vec<(usize, Option<HostPolicy>)> = (0..s.traces.len()).map(|i| (i, None)).collect();
@@ -257,6 +293,20 @@ fn ensure_recursiveprot() -> bool {
     has()
 }
 
+/// Turns the cpu controller on for `parent`'s children (and at the root if it is off there);
+/// says whether it is on.
+fn enable_cpu(parent: &Cgroup) -> bool {
+    let root = Cgroup::new("/sys/fs/cgroup");
+    let on = |cg: &Cgroup| cg.subtree_control().is_ok_and(|c| c.iter().any(|c| c == "cpu"));
+    if !on(&root) {
+        let _ = root.enable_controllers(&["cpu"]);
+    }
+    if !on(parent) {
+        let _ = parent.enable_controllers(&["cpu"]);
+    }
+    on(parent)
+}
+
 /// A session of one host: its trace, its plan, its peak alone in this run.
 struct Session<'a> {
     trace: String,
@@ -286,6 +336,8 @@ fn run_host(
     parent.create()?;
     let result = (|| -> Result<HostArmResult> {
         parent.enable_controllers(&["memory"])?;
+        // cpu.weight counts only with the cpu controller on down to the session's children.
+        let cpu = enable_cpu(&parent);
         let budget = policy.map(|_| s.host_budget_bytes);
         if let Some(b) = budget {
             parent.set_limit("memory.max", Limit::Bytes(b))?;
@@ -295,7 +347,7 @@ fn run_host(
             let plan = session.plan;
             let cg = parent.child(&format!("s{k}"));
             cg.create()?;
-            cg.enable_controllers(&["memory"])?;
+            cg.enable_controllers(if cpu { &["memory", "cpu"] } else { &["memory"] })?;
             let limit =
                 (policy == Some(HostPolicy::StaticPeak)).then(|| static_limit(plan, s.baseline_mb, session.solo_peak));
             if let Some(l) = limit {
@@ -314,22 +366,28 @@ fn run_host(
             Some(HostPolicy::Memqos) => Some(start_daemon(s, &opts.exe)?),
             _ => None,
         };
-        let run = drive(opts, sessions, &limits);
+        // The memqos arm's daemon writes its tiers' cpu.weight; in the other arms the runner
+        // writes the same values, so every arm runs with the same CPU shares.
+        let weights = s.cpu_weights().map_err(|e| anyhow::anyhow!(e))?;
+        let weight_of = |child: &str| match policy {
+            Some(HostPolicy::Memqos) => None,
+            _ if !cpu => None,
+            _ => weights.of(&format!("s0/{child}")),
+        };
+        let run = drive(opts, sessions, &limits, &weight_of);
         let (knobs_restored, daemon_cpu_s, daemon_writes, daemon_stall_actions) = match daemon {
             Some(d) => {
                 let cpu = d.cpu_seconds();
                 let (status, log) = d.stop()?;
-                let journal_left = Path::new(STATE_DIR).join("journal.json").exists();
+                let journal_left = Path::new(STATE_DIR).join(JOURNAL_FILE).exists();
                 let cgs = parent.descendants().unwrap_or_default();
                 let clean = cgs.iter().all(|cg| {
                     cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(true)
                         && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(true)
                         && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(true)
                 });
-                let events: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-                let writes = events.iter().filter(|e| e["event"] == "write").count();
-                let stalls = events.iter().filter(|e| e["reason"] == "stall_bound" || e["event"] == "stall").count();
-                (Some(status.success() && !journal_left && clean), cpu, Some(writes), Some(stalls))
+                let DaemonActions { writes, stall_actions } = DaemonActions::count(&log);
+                (Some(status.success() && !journal_left && clean), cpu, Some(writes), Some(stall_actions))
             }
             None => (None, None, None, None),
         };
@@ -355,12 +413,31 @@ fn run_host(
             daemon_writes,
             daemon_stall_actions,
             recursiveprot,
+            cpu_controller: Some(cpu),
+            closed_loop: true,
         })
     })();
     let cleanup = remove_tree(&parent);
     let r = result?;
     cleanup?;
     Ok(r)
+}
+
+/// What the daemon logged doing in one arm.
+#[derive(Debug, PartialEq)]
+struct DaemonActions {
+    /// Every `write` event.
+    writes: usize,
+    /// Stall-bound relieves and kills that were carried out ([`WriteEvent::is_stall_action`]).
+    stall_actions: usize,
+}
+
+impl DaemonActions {
+    fn count(log: &str) -> DaemonActions {
+        let lines = events::parse(log);
+        let writes: Vec<&WriteEvent> = events::writes(&lines).map(|(_, w)| w).collect();
+        DaemonActions { writes: writes.len(), stall_actions: writes.iter().filter(|w| w.is_stall_action()).count() }
+    }
 }
 
 /// `oom` of a cgroup's memory.events.local (0 if unreadable).
@@ -380,14 +457,55 @@ fn start_daemon(s: &HostScenario, exe: &Path) -> Result<DaemonProcess> {
 
 type Drive = (f64, Vec<SessionResult>, Vec<(f64, u64)>);
 
-/// Starts every runtime and call when due, waits for all of them, and collects the results.
-fn drive(opts: &HostRunnerOptions, sessions: &[Session], limits: &[Option<u64>]) -> Result<Drive> {
+/// A session runtime's clock (trace seconds, pauses excluded) as the runner keeps it. It
+/// starts when the replay's worker appears in the runtime's cgroup (its second process after
+/// `memqos replay` itself), not at the spawn: `memqos run` and two execs of memqos take a few
+/// hundred ms under TCG, several seconds of trace at 25x, and calls would start that early in
+/// the runtime's trace. What is left is the worker's own start (reading its schedule).
+struct RuntimeClock {
+    started: Instant,
+    paused_since: Option<Instant>,
+    paused: Duration,
+}
+
+impl RuntimeClock {
+    fn trace_s(&self, speed: f64) -> f64 {
+        let stood = self.paused + self.paused_since.map_or(Duration::ZERO, |p| p.elapsed());
+        self.started.elapsed().saturating_sub(stood).as_secs_f64() * speed
+    }
+}
+
+/// One session's state in [`drive`].
+struct Live {
+    dir: PathBuf,
+    cgroup: Cgroup,
+    plan_loop: SessionLoop,
+    runtime: Option<Running>,
+    clock: Option<RuntimeClock>,
+    runtime_done: Option<ProcResult>,
+    runtime_spawned: Option<Instant>,
+    /// The running call: (index in the plan, attempt, process).
+    call: Option<(usize, u32, Running)>,
+    /// The running call's and the runtime's cpu.weight are written (or there is none to
+    /// write): `memqos run` makes their cgroups, so the runner writes once they exist.
+    call_weighted: bool,
+    runtime_weighted: bool,
+}
+
+/// Runs every session as a closed loop ([`SessionLoop`]) until all have ended, and collects
+/// the results. `weight_of` gives a session's child cgroup (`runtime`, `tool.<pid>`) the
+/// cpu.weight the runner writes for it (`None` in the memqos arm: the daemon writes it).
+fn drive(
+    opts: &HostRunnerOptions,
+    sessions: &[Session],
+    limits: &[Option<u64>],
+    weight_of: &dyn Fn(&str) -> Option<u32>,
+) -> Result<Drive> {
     let s = &opts.scenario;
     let started_epoch = epoch_now();
     let t0 = Instant::now();
     let starts: Vec<f64> = (0..sessions.len()).map(|k| k as f64 * s.stagger_s).collect();
-    let mut runtimes: Vec<Option<Running>> = (0..sessions.len()).map(|_| None).collect();
-    let mut runtime_done: Vec<Option<ProcResult>> = vec![None; sessions.len()];
+    let parent = Cgroup::new(PARENT);
     let mut calls: Vec<Vec<CallResult>> = sessions
         .iter()
         .enumerate()
@@ -403,131 +521,245 @@ fn drive(opts: &HostRunnerOptions, sessions: &[Session], limits: &[Option<u64>])
                     due_s: starts[k] + c.start_s / s.speed,
                     started_s: None,
                     result: None,
+                    failed_attempt: None,
+                    fate: None,
                 })
                 .collect()
         })
         .collect();
-    let mut running_calls: Vec<(usize, usize, Running)> = Vec::new();
-    // A session's calls start while its runtime lives (a killed runtime loses them).
-    let alive = |runtimes: &[Option<Running>], done: &[Option<ProcResult>], k: usize| {
-        runtimes[k].is_some() || done[k].as_ref().is_some_and(|r| !r.oom_killed())
-    };
+    let mut live: Vec<Live> = sessions
+        .iter()
+        .enumerate()
+        .map(|(k, session)| Live {
+            dir: Path::new(WORK_DIR).join(format!("s{k}")),
+            cgroup: parent.child(&format!("s{k}")),
+            plan_loop: SessionLoop::new(
+                session.plan.calls.iter().map(|c| CallSpan { start_s: c.start_s, end_s: c.end_s }).collect(),
+            ),
+            runtime: None,
+            clock: None,
+            runtime_done: None,
+            runtime_spawned: None,
+            call: None,
+            call_weighted: false,
+            runtime_weighted: false,
+        })
+        .collect();
     let mut parent_current = Vec::new();
-    let parent = Cgroup::new(PARENT);
     let mut next_sample = Duration::ZERO;
-    let kill_all = |runtimes: &mut Vec<Option<Running>>, running_calls: &mut Vec<(usize, usize, Running)>| {
-        for r in runtimes.iter_mut().flatten() {
-            let _ = r.child.kill();
-            let _ = r.child.wait();
-        }
-        for (_, _, r) in running_calls.iter_mut() {
-            let _ = r.child.kill();
-            let _ = r.child.wait();
+    let kill_all = |live: &mut [Live]| {
+        for l in live.iter_mut() {
+            for r in l.runtime.iter_mut().chain(l.call.as_mut().map(|(_, _, r)| r)) {
+                let _ = r.child.kill();
+                let _ = r.child.wait();
+            }
         }
     };
-    loop {
-        let now = t0.elapsed().as_secs_f64();
-        if t0.elapsed() >= next_sample {
-            parent_current.push((now, parent.memory_current().unwrap_or(0)));
-            next_sample += SAMPLE_EVERY;
-        }
-        for k in 0..sessions.len() {
-            if runtimes[k].is_none() && runtime_done[k].is_none() && now >= starts[k] {
-                let dir = Path::new(WORK_DIR).join(format!("s{k}"));
-                let spawned = spawn(opts, k, &dir, "runtime", true);
-                match spawned {
-                    Ok(r) => runtimes[k] = Some(r),
-                    Err(e) => {
-                        kill_all(&mut runtimes, &mut running_calls);
-                        return Err(e);
+    let result = (|| -> Result<()> {
+        loop {
+            let now = t0.elapsed().as_secs_f64();
+            if t0.elapsed() >= next_sample {
+                parent_current.push((now, parent.memory_current().unwrap_or(0)));
+                next_sample += SAMPLE_EVERY;
+            }
+            let mut busy = false;
+            for (k, l) in live.iter_mut().enumerate() {
+                if l.runtime.is_none() && l.runtime_done.is_none() {
+                    if now >= starts[k] {
+                        let _ = std::fs::remove_file(pause_file(&l.dir));
+                        l.runtime = Some(spawn(opts, k, &l.dir, "runtime", "runtime", true)?);
+                        l.runtime_spawned = Some(Instant::now());
+                    } else {
+                        busy = true;
+                        continue;
                     }
                 }
-            }
-            let alive = alive(&runtimes, &runtime_done, k);
-            for (j, c) in calls[k].iter_mut().enumerate() {
-                if c.started_s.is_none() && alive && now >= c.due_s {
-                    let dir = Path::new(WORK_DIR).join(format!("s{k}"));
-                    match spawn(opts, k, &dir, &format!("call{}", c.index), false) {
-                        Ok(r) => {
-                            c.started_s = Some(now);
-                            running_calls.push((k, j, r));
-                        }
-                        Err(e) => {
-                            kill_all(&mut runtimes, &mut running_calls);
-                            return Err(e);
-                        }
+                if let (Some(_), None, Some(spawned)) = (&l.runtime, &l.clock, l.runtime_spawned) {
+                    let worker = l.cgroup.child("runtime").procs().is_ok_and(|p| p.len() >= 2);
+                    // Never wait forever on a proxy: after 2 s the clock starts regardless.
+                    if worker || spawned.elapsed() > RUNTIME_START_LIMIT {
+                        l.clock =
+                            Some(RuntimeClock { started: Instant::now(), paused_since: None, paused: Duration::ZERO });
                     }
                 }
+                if l.runtime.is_some() && !l.runtime_weighted {
+                    l.runtime_weighted = write_weight(&l.cgroup.child("runtime"), weight_of("runtime"));
+                }
+                // Reap first, so the loop hears of an end before it is asked what is next.
+                if let Some(r) = l.runtime.as_mut() {
+                    if let Some(status) = r.child.try_wait()? {
+                        let r = l.runtime.take().expect("checked");
+                        let done = collect(r, status.code(), &opts.exe, true);
+                        let killed = !matches!(done.outcome, Outcome::Finished);
+                        l.runtime_done = Some(done);
+                        if let Some(c) = l.clock.as_mut() {
+                            if let Some(p) = c.paused_since.take() {
+                                c.paused += p.elapsed();
+                            }
+                        }
+                        let actions = l.plan_loop.runtime_ended(killed);
+                        apply(opts, k, l, &mut calls[k], actions, t0)?;
+                    }
+                }
+                if let Some((j, _, r)) = l.call.as_mut() {
+                    let j = *j;
+                    if let Some(status) = r.child.try_wait()? {
+                        let (_, _, r) = l.call.take().expect("checked");
+                        let done = collect(r, status.code(), &opts.exe, false);
+                        let ok = matches!(done.outcome, Outcome::Finished);
+                        let c = &mut calls[k][j];
+                        if let Some(previous) = c.result.replace(done) {
+                            c.failed_attempt = Some(previous);
+                        }
+                        let actions = l.plan_loop.call_ended(j, ok);
+                        apply(opts, k, l, &mut calls[k], actions, t0)?;
+                    } else if !l.call_weighted {
+                        let cg = l.cgroup.child(&format!("tool.{}", r.child.id()));
+                        l.call_weighted = write_weight(&cg, weight_of("tool.0"));
+                    }
+                }
+                // Nothing is due before the runtime's clock starts; once the runtime has
+                // ended, the loop no longer reads the clock.
+                let t = match (&l.clock, &l.runtime) {
+                    (Some(c), _) => Some(c.trace_s(s.speed)),
+                    (None, Some(_)) => None,
+                    (None, None) => Some(0.0),
+                };
+                if let Some(t) = t {
+                    let actions = l.plan_loop.tick(t);
+                    apply(opts, k, l, &mut calls[k], actions, t0)?;
+                }
+                busy |= l.runtime.is_some() || l.call.is_some() || l.plan_loop.fate().is_none();
             }
-        }
-        for k in 0..sessions.len() {
-            let Some(r) = runtimes[k].as_mut() else { continue };
-            if let Some(status) = r.child.try_wait()? {
-                let r = runtimes[k].take().expect("checked");
-                runtime_done[k] = Some(collect(r, status.code(), &opts.exe, true));
+            if !busy {
+                return Ok(());
             }
-        }
-        let mut i = 0;
-        while i < running_calls.len() {
-            if let Some(status) = running_calls[i].2.child.try_wait()? {
-                let (k, j, r) = running_calls.swap_remove(i);
-                calls[k][j].result = Some(collect(r, status.code(), &opts.exe, false));
-            } else {
-                i += 1;
+            if t0.elapsed() > DEADLINE {
+                bail!("sessions still running after {} s", DEADLINE.as_secs());
             }
+            std::thread::sleep(TICK);
         }
-        let pending_starts = (0..sessions.len()).any(|k| {
-            runtime_done[k].is_none() && runtimes[k].is_none()
-                || (alive(&runtimes, &runtime_done, k) && calls[k].iter().any(|c| c.started_s.is_none()))
-        });
-        if !pending_starts && runtimes.iter().all(Option::is_none) && running_calls.is_empty() {
-            break;
-        }
-        if t0.elapsed() > DEADLINE {
-            kill_all(&mut runtimes, &mut running_calls);
-            bail!("sessions still running after {} s", DEADLINE.as_secs());
-        }
-        std::thread::sleep(TICK);
+    })();
+    if let Err(e) = result {
+        kill_all(&mut live);
+        return Err(e);
     }
     let results = sessions
         .iter()
         .enumerate()
-        .zip(runtime_done)
+        .zip(live)
         .zip(calls)
-        .map(|(((k, session), runtime), calls)| SessionResult {
-            name: format!("s{k}"),
-            trace: session.trace.clone(),
-            start_s: starts[k],
-            memory_max: limits[k],
-            own_limit_ooms: None,
-            runtime: runtime.expect("every runtime ended"),
-            calls,
+        .map(|(((k, session), l), mut calls)| {
+            for (j, c) in calls.iter_mut().enumerate() {
+                c.fate = l.plan_loop.call_fate(j);
+            }
+            SessionResult {
+                name: format!("s{k}"),
+                trace: session.trace.clone(),
+                start_s: starts[k],
+                memory_max: limits[k],
+                own_limit_ooms: None,
+                runtime: l.runtime_done.expect("every runtime ended"),
+                calls,
+                fate: l.plan_loop.fate(),
+                runtime_paused_s: l.clock.map(|c| c.paused.as_secs_f64()),
+            }
         })
         .collect();
     Ok((started_epoch, results, parent_current))
 }
 
-/// `memqos run [--runtime] --session sK -- memqos replay <dir>/<what>.json`.
-fn spawn(opts: &HostRunnerOptions, k: usize, dir: &Path, what: &str, runtime: bool) -> Result<Running> {
+/// The file whose presence pauses a session's runtime replay (`memqos replay --pause-file`).
+fn pause_file(dir: &Path) -> PathBuf {
+    dir.join("runtime.pause")
+}
+
+/// Carries out what a session's loop asked for.
+fn apply(
+    opts: &HostRunnerOptions,
+    k: usize,
+    l: &mut Live,
+    calls: &mut [CallResult],
+    actions: Vec<Action>,
+    t0: Instant,
+) -> Result<()> {
+    for a in actions {
+        match a {
+            Action::StartCall { call, attempt } => {
+                let c = &mut calls[call];
+                let label = if attempt == 1 { format!("call{}", c.index) } else { format!("call{}-retry", c.index) };
+                let r = spawn(opts, k, &l.dir, &format!("call{}", c.index), &label, false)?;
+                c.started_s.get_or_insert(t0.elapsed().as_secs_f64());
+                l.call = Some((call, attempt, r));
+                l.call_weighted = false;
+            }
+            Action::Pause => {
+                std::fs::write(pause_file(&l.dir), "")?;
+                if let Some(c) = l.clock.as_mut() {
+                    c.paused_since.get_or_insert_with(Instant::now);
+                }
+            }
+            Action::Resume => {
+                let _ = std::fs::remove_file(pause_file(&l.dir));
+                if let Some(c) = l.clock.as_mut() {
+                    if let Some(p) = c.paused_since.take() {
+                        c.paused += p.elapsed();
+                    }
+                }
+            }
+            // cgroup.kill, as the OOM killer or a stall bound would end it: `memqos run`
+            // reports the kill and cleans up.
+            Action::StopRuntime => {
+                let _ = l.cgroup.child("runtime").write_string("cgroup.kill", "1");
+            }
+            Action::StopCall { .. } => {
+                if let Some((_, _, r)) = &l.call {
+                    let _ = l.cgroup.child(&format!("tool.{}", r.child.id())).write_string("cgroup.kill", "1");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes `weight` to `cg`'s cpu.weight; says whether it is done (nothing to write counts).
+fn write_weight(cg: &Cgroup, weight: Option<u32>) -> bool {
+    match weight {
+        None => true,
+        Some(w) => cg.write_string("cpu.weight", &w.to_string()).is_ok(),
+    }
+}
+
+/// `memqos run [--runtime] --session sK -- memqos replay <dir>/<schedule>.json`, its report
+/// and stderr named after `label`.
+fn spawn(
+    opts: &HostRunnerOptions,
+    k: usize,
+    dir: &Path,
+    schedule: &str,
+    label: &str,
+    runtime: bool,
+) -> Result<Running> {
     let s = &opts.scenario;
-    let json = dir.join(format!("{what}.report.json"));
-    let stderr = dir.join(format!("{what}.stderr"));
+    let json = dir.join(format!("{label}.report.json"));
+    let stderr = dir.join(format!("{label}.stderr"));
     let mut c = Command::new(&opts.exe);
     c.args(["run", "--root", PARENT, "--session", &format!("s{k}"), "--json"]);
     if runtime {
         c.arg("--runtime");
     }
-    c.arg("--").arg(&opts.exe).arg("replay").arg(dir.join(format!("{what}.json")));
+    c.arg("--").arg(&opts.exe).arg("replay").arg(dir.join(format!("{schedule}.json")));
     c.args(["--speed", &s.speed.to_string(), "-q", "--json"]).arg(&json);
     if runtime {
         c.args(["--baseline-mb", &s.baseline_mb.to_string()]);
+        c.arg("--pause-file").arg(pause_file(dir));
     }
     let child = c
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr)?)
         .spawn()
-        .with_context(|| format!("starting memqos run for s{k} {what}"))?;
+        .with_context(|| format!("starting memqos run for s{k} {label}"))?;
     Ok(Running { child, json, stderr, started: epoch_now() })
 }
 
@@ -577,5 +809,36 @@ fn collect(r: Running, status: Option<i32>, exe: &Path, keep_latencies: bool) ->
         oom_kills,
         high_events: call["events"]["high"].as_u64().unwrap_or(0),
         explanation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An arm's log as the daemon writes it: a start, a cut for pressure, a stall-bound relieve
+    /// (memory.high raised), a stall-bound kill, a kill of a call that had already ended, and
+    /// a torn last line. Stall-bound writes carry `"reason":{"kind":"stall_bound",...}`.
+    const LOG: &str = r#"{"event":"started","pid":812,"cgroup_root":"/sys/fs/cgroup/memqos-agent-host","config":"/run/memqos-agent-host/state/memqos.toml","dry_run":false,"ts":1795599100.25}
+{"event":"write","cgroup":"s1/tool-low.901","cgroup_id":4101,"file":"memory.high","value":"209715200","previous":"max","outcome":"ok","reason":{"kind":"protected_pressure","by":"s0","trigger":{"kind":"psi_trigger"}},"why":"pressure in s0: PSI trigger fired","dry_run":false,"mono_ns":1000,"mono_done_ns":1100,"ts":1795599101.5}
+{"event":"write","cgroup":"s1/tool-low.901","cgroup_id":4101,"file":"memory.high","value":"362807296","previous":"209715200","outcome":"ok","reason":{"kind":"stall_bound","stalled_for_ms":10006,"bound_ms":10000,"usage_bytes":209715200,"high_bytes":209715200,"psi_full_avg10":92.0},"why":"no progress for 10006 ms (bound 10000 ms)","dry_run":false,"mono_ns":2000,"mono_done_ns":2100,"ts":1795599111.5}
+{"event":"write","cgroup":"s2/tool-low.902","cgroup_id":4102,"file":"cgroup.kill","value":"1","previous":null,"outcome":"ok","reason":{"kind":"stall_bound","stalled_for_ms":10012,"bound_ms":10000,"usage_bytes":402653184,"high_bytes":402653184,"psi_full_avg10":61.5},"why":"no progress for 10012 ms (bound 10000 ms)","dry_run":false,"mono_ns":5000,"mono_done_ns":5100,"ts":1795599120.5}
+{"event":"write","cgroup":"s3/tool-low.903","cgroup_id":4103,"file":"cgroup.kill","value":"1","previous":null,"outcome":"vanished","reason":{"kind":"stall_bound","stalled_for_ms":10001,"bound_ms":10000,"usage_bytes":104857600,"high_bytes":104857600,"psi_full_avg10":55.0},"why":"no progress for 10001 ms (bound 10000 ms)","dry_run":false,"mono_ns":6000,"mono_done_ns":6100,"ts":1795599121.5}
+{"event":"write","cgroup":"s3/tool-low.9"#;
+
+    #[test]
+    fn the_fixture_is_the_daemons_own_encoding() {
+        let complete: Vec<&str> = LOG.lines().filter(|l| l.ends_with('}')).collect();
+        let parsed = events::parse(LOG);
+        assert_eq!(parsed.len(), complete.len(), "every complete line is an event of the schema");
+        for (line, event) in complete.iter().zip(&parsed) {
+            assert_eq!(&serde_json::to_string(event).unwrap(), line);
+        }
+    }
+
+    #[test]
+    fn stall_bound_relieves_and_kills_that_happened_are_counted() {
+        assert_eq!(DaemonActions::count(LOG), DaemonActions { writes: 4, stall_actions: 2 });
+        assert_eq!(DaemonActions::count(""), DaemonActions { writes: 0, stall_actions: 0 });
     }
 }

@@ -3,6 +3,7 @@
 
 use memqos_policy::size::ByteSize;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -52,6 +53,10 @@ pub struct HostScenario {
     pub stagger_s: f64,
     /// Concurrent sessions per host, ascending.
     pub levels: Vec<usize>,
+    /// Levels for one arm instead of `levels` (`--levels ARM=...`, `--refine`): steps of one
+    /// session around each arm's own density.
+    #[serde(default)]
+    pub arm_levels: BTreeMap<HostPolicy, Vec<usize>>,
     pub policies: Vec<HostPolicy>,
     /// Session k of run r replays `traces[(k + r) % len]`.
     pub traces: Vec<String>,
@@ -127,6 +132,7 @@ impl HostScenario {
             min_call_bytes: raw.min_call.0,
             stagger_s: raw.stagger_s,
             levels: raw.levels,
+            arm_levels: BTreeMap::new(),
             policies: raw.policies,
             traces: raw.traces,
             memqos_config,
@@ -164,9 +170,73 @@ impl HostScenario {
         Ok(toml::to_string(&table).expect("a TOML table serializes"))
     }
 
+    /// The levels `policy` runs at.
+    pub fn levels_of(&self, policy: HostPolicy) -> &[usize] {
+        self.arm_levels.get(&policy).unwrap_or(&self.levels)
+    }
+
+    /// Applies `--levels` specs: `3,6,9` for every arm, `none=9,10,11` for one arm (a later
+    /// spec for the same arm wins).
+    pub fn set_levels(&mut self, specs: &[String]) -> Result<(), String> {
+        for spec in specs {
+            let (arm, list) = match spec.split_once('=') {
+                Some((a, l)) => {
+                    let p = self
+                        .policies
+                        .iter()
+                        .copied()
+                        .find(|p| p.name() == a.trim())
+                        .ok_or_else(|| format!("--levels {spec}: {a} is not an arm of this scenario"))?;
+                    (Some(p), l)
+                }
+                None => (None, spec.as_str()),
+            };
+            let mut levels = list
+                .split(',')
+                .map(|n| n.trim().parse::<usize>().ok().filter(|&n| n >= 1))
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| format!("--levels {spec}: session counts ≥ 1, separated by commas"))?;
+            levels.sort_unstable();
+            levels.dedup();
+            match arm {
+                Some(p) => {
+                    self.arm_levels.insert(p, levels);
+                }
+                None => {
+                    self.levels = levels;
+                    self.arm_levels.clear();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The cpu.weight the memqos arm's daemon config gives each cgroup of a session (the
+    /// runner writes the same in the other arms).
+    pub fn cpu_weights(&self) -> Result<CpuWeights, String> {
+        let text = self.daemon_config("/sys/fs/cgroup/check", "/run/check")?;
+        let config = memqos_policy::Config::from_str(&text, &self.memqos_config_file.display().to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(CpuWeights { config })
+    }
+
     /// The trace session `k` replays in run `run` (1-based).
     pub fn trace_of(&self, run: usize, k: usize) -> &str {
         &self.traces[(k + run - 1) % self.traces.len()]
+    }
+}
+
+/// The tiers' `cpu_weight` of the memqos arm's config.
+pub struct CpuWeights {
+    config: memqos_policy::Config,
+}
+
+impl CpuWeights {
+    /// The weight of the cgroup at `rel` below the host (`s0/runtime`, `s0/tool.42`), `None`
+    /// where its tier sets none.
+    pub fn of(&self, rel: &str) -> Option<u32> {
+        let tiers = &self.config.tiers;
+        tiers.classify(rel).and_then(|i| tiers.get(i)).and_then(|t| t.cpu_weight)
     }
 }
 
@@ -232,6 +302,36 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
             let e = HostScenario::load(&write(dir.path(), &GOOD.replace(from, to))).unwrap_err().to_string();
             assert!(e.contains("scenario.toml") && e.contains(says), "{to}: {e}");
         }
+    }
+
+    #[test]
+    fn levels_are_set_for_every_arm_or_for_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = HostScenario::load(&write(dir.path(), GOOD)).unwrap();
+        s.set_levels(&["10,9,11".into(), "memqos=12,13".into()]).unwrap();
+        assert_eq!(s.levels_of(HostPolicy::None), [9, 10, 11]);
+        assert_eq!(s.levels_of(HostPolicy::Memqos), [12, 13]);
+        // The host hands the scenario to the guest as JSON: the per-arm levels go with it.
+        let back: HostScenario = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back.levels_of(HostPolicy::Memqos), [12, 13]);
+        assert_eq!(back.levels_of(HostPolicy::StaticPeak), [9, 10, 11]);
+        for bad in ["oomd=3", "3,x", "0"] {
+            let e = s.set_levels(&[bad.into()]).unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_shipped_session_config_sets_no_cpu_weight_and_a_tier_weight_reaches_its_cgroups() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let s = HostScenario::load(&repo.join("experiments/agent-host/scenario.toml")).unwrap();
+        let w = s.cpu_weights().unwrap();
+        assert_eq!([w.of("s0/runtime"), w.of("s3/tool.42")], [None, None]);
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = HostScenario::load(&write(dir.path(), GOOD)).unwrap();
+        s.memqos_config = s.memqos_config.replace("throttle = true", "throttle = true\ncpu_weight = 50");
+        let w = s.cpu_weights().unwrap();
+        assert_eq!([w.of("s0/runtime"), w.of("s0/tool.42")], [None, Some(50)]);
     }
 
     #[test]

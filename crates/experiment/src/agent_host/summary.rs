@@ -3,6 +3,7 @@
 //! agent runtime killed in any run); and the target verdict.
 
 use super::runner::{HostArmResult, ProcResult};
+use super::session::{CallFate, SessionFate};
 use crate::stats::{estimate, Estimate};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,17 @@ pub struct LevelSummary {
     pub calls_started: usize,
     pub calls_killed: usize,
     pub calls_not_started: usize,
+    /// Closed loop (every run of the level): sessions failed by a call killed twice, calls
+    /// that finished on their retry, and calls lost with their session (its runtime killed,
+    /// or it failed earlier), the call running when it happened included.
+    #[serde(default)]
+    pub closed_loop: bool,
+    #[serde(default)]
+    pub sessions_failed: usize,
+    #[serde(default)]
+    pub calls_retried: usize,
+    #[serde(default)]
+    pub calls_lost: usize,
     pub parent_oom_kills: u64,
     /// OOMs triggered at a session's own limit (static-peak), summed; `None` where a run did
     /// not record them.
@@ -49,6 +61,16 @@ pub struct Density {
     /// The largest level at and below which no run lost an agent runtime (0: even the
     /// smallest level lost one).
     pub sessions: usize,
+    /// The bracket: the highest level run with no runtime killed in any run, and the lowest
+    /// level run with one (`None`: none). The density is at least `sessions` and below
+    /// `lowest_lost`; with levels in steps of one around it, `sessions` is exact.
+    #[serde(default)]
+    pub highest_clean: Option<usize>,
+    #[serde(default)]
+    pub lowest_lost: Option<usize>,
+    /// The levels this arm ran.
+    #[serde(default)]
+    pub levels_run: Vec<usize>,
     /// static-peak: the largest level whose sessions' memory.max fit in the budget in every
     /// run (what admitting sessions by their peak limits allows).
     pub admitted_by_limits: Option<usize>,
@@ -122,6 +144,10 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             calls_started: 0,
             calls_killed: 0,
             calls_not_started: 0,
+            closed_loop: rs.iter().all(|r| r.closed_loop),
+            sessions_failed: 0,
+            calls_retried: 0,
+            calls_lost: 0,
             parent_oom_kills: 0,
             session_limit_ooms: Some(0),
             runtime_p95_vs_solo: None,
@@ -138,11 +164,19 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             for s in &r.sessions {
                 g.sessions += 1;
                 g.session_limit_ooms = g.session_limit_ooms.zip(s.own_limit_ooms).map(|(a, b)| a + b);
-                if matches!(s.runtime.outcome, memqos_replay::Outcome::Finished) {
+                // Closed loop: a session whose runtime finished may still have failed a call.
+                let finished = match s.fate {
+                    Some(f) => f == SessionFate::Finished,
+                    None => matches!(s.runtime.outcome, memqos_replay::Outcome::Finished),
+                };
+                if finished {
                     g.sessions_finished += 1;
                 }
                 if s.runtime.oom_killed() {
                     killed_here += 1;
+                }
+                if s.fate == Some(SessionFate::Failed) {
+                    g.sessions_failed += 1;
                 }
                 let alone = solo.get(&(kernel.as_str(), r.run, s.trace.as_str())).and_then(|a| a.sessions.first());
                 if let (Some(a), Some(mine)) = (alone.and_then(|a| p95(&a.runtime)), p95(&s.runtime)) {
@@ -150,6 +184,18 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
                 }
                 for c in &s.calls {
                     g.calls_planned += 1;
+                    match c.fate {
+                        Some(CallFate::FinishedOnRetry) => g.calls_retried += 1,
+                        Some(CallFate::Lost) => g.calls_lost += 1,
+                        _ => {}
+                    }
+                    // A retried call was started (and killed) once before its last attempt.
+                    if let Some(p) = &c.failed_attempt {
+                        g.calls_started += 1;
+                        if p.oom_killed() {
+                            g.calls_killed += 1;
+                        }
+                    }
                     match &c.result {
                         None => g.calls_not_started += 1,
                         Some(p) => {
@@ -205,11 +251,42 @@ fn density(levels: &[LevelSummary]) -> Vec<Density> {
             let mut mine: Vec<&LevelSummary> = levels.iter().filter(|l| l.kernel == kernel && l.arm == arm).collect();
             mine.sort_by_key(|l| l.level);
             let sessions = mine.iter().take_while(|l| l.runtimes_killed == 0).last().map_or(0, |l| l.level);
+            let highest_clean = mine.iter().filter(|l| l.runtimes_killed == 0).map(|l| l.level).max();
+            let lowest_lost = mine.iter().find(|l| l.runtimes_killed > 0).map(|l| l.level);
             let admitted_by_limits = (arm == "static-peak")
                 .then(|| mine.iter().take_while(|l| l.static_limits_fit == Some(true)).last().map_or(0, |l| l.level));
-            Density { kernel, arm, sessions, admitted_by_limits }
+            let levels_run = mine.iter().map(|l| l.level).collect();
+            Density { kernel, arm, sessions, highest_clean, lowest_lost, levels_run, admitted_by_limits }
         })
         .collect()
+}
+
+/// The density bracket as text: `9` when exact, `9–11` when levels between were not run,
+/// `≥ 12` when no level run lost a runtime; a level above the density that held again
+/// (`highest_clean` over `lowest_lost`) is named, since the density counts from below.
+pub fn bracket(d: &Density) -> String {
+    let mut out = match d.lowest_lost {
+        Some(lost) if lost == d.sessions + 1 => d.sessions.to_string(),
+        Some(lost) => format!("{}–{}", d.sessions, lost - 1),
+        None => format!("≥ {} (the largest level run)", d.sessions),
+    };
+    if let (Some(clean), Some(lost)) = (d.highest_clean, d.lowest_lost) {
+        if clean > lost {
+            out.push_str(&format!(" (a runtime lost at {lost}, none at {clean})"));
+        }
+    }
+    out
+}
+
+/// The levels an arm should run next to narrow its bracket to one session: those between its
+/// density and the lowest level that lost a runtime not run yet, or, where no level lost one,
+/// the `above` levels over the largest run.
+pub fn next_levels(d: &Density, above: usize) -> Vec<usize> {
+    let hi = match d.lowest_lost {
+        Some(lost) => lost,
+        None => d.levels_run.iter().copied().max().unwrap_or(d.sessions) + above + 1,
+    };
+    (d.sessions + 1..hi).filter(|l| !d.levels_run.contains(l)).collect()
 }
 
 /// The issue's target: memqos runs at least 1.5x the sessions static peak limits run, with
@@ -282,11 +359,24 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
             writeln!(out, "- **{}** {} ({}): {}", if v.met { "MET" } else { "MISSED" }, v.target, v.kernel, v.measured);
     }
     let _ = writeln!(out, "\n## Density\n");
-    let _ = writeln!(out, "| kernel | arm | sessions with 0 runtimes killed | admitted by its limits |");
-    let _ = writeln!(out, "|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| kernel | arm | sessions with 0 runtimes killed | density bracket | highest level with none killed | lowest level with one | admitted by its limits |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    let opt = |v: Option<usize>| v.map_or("–".into(), |a| a.to_string());
     for d in &s.density {
-        let adm = d.admitted_by_limits.map_or("–".into(), |a| a.to_string());
-        let _ = writeln!(out, "| {} | {} | {} | {} |", d.kernel, d.arm, d.sessions, adm);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            d.kernel,
+            d.arm,
+            d.sessions,
+            bracket(d),
+            opt(d.highest_clean),
+            opt(d.lowest_lost),
+            opt(d.admitted_by_limits)
+        );
     }
     let kernels: BTreeSet<&str> = s.levels.iter().map(|l| l.kernel.as_str()).collect();
     for k in kernels {
@@ -314,12 +404,33 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
                 l.runs_with_runtime_killed,
                 l.calls_killed,
                 l.calls_started,
-                l.calls_not_started,
+                if l.closed_loop { l.calls_lost } else { l.calls_not_started },
                 l.parent_oom_kills,
                 l.session_limit_ooms.map_or("–".into(), |n| n.to_string()),
                 est(&l.runtime_p95_vs_solo),
                 est(&l.call_time_vs_solo),
                 restored
+            );
+        }
+    }
+    let closed: Vec<&LevelSummary> = s.levels.iter().filter(|l| l.closed_loop).collect();
+    if !closed.is_empty() {
+        let _ = writeln!(out, "\n## Closed loop\n");
+        let _ = writeln!(
+            out,
+            "Each session waited for its tool calls: a call killed (or failed) was run again once, a second failure \
+             failed its session, and a killed runtime lost its session's remaining calls.\n"
+        );
+        let _ = writeln!(
+            out,
+            "| kernel | sessions | arm | sessions failed (a call failed twice) | calls finished on their retry | calls lost with their session |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        for l in closed {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {}/{} | {} | {}/{} |",
+                l.kernel, l.level, l.arm, l.sessions_failed, l.sessions, l.calls_retried, l.calls_lost, l.calls_planned
             );
         }
     }
@@ -382,7 +493,11 @@ mod tests {
                 due_s: 1.0,
                 started_s: (!runtime_killed).then_some(1.0),
                 result: (!runtime_killed).then(|| proc(call_killed, 2.0, 1.0)),
+                failed_attempt: None,
+                fate: None,
             }],
+            fate: None,
+            runtime_paused_s: None,
         }
     }
 
@@ -405,6 +520,8 @@ mod tests {
             daemon_writes: None,
             daemon_stall_actions: None,
             recursiveprot: true,
+            cpu_controller: None,
+            closed_loop: false,
         }
     }
 
@@ -439,6 +556,78 @@ mod tests {
         assert!(s.example_explanations.contains_key("7.2 static-peak"));
         let md = render_markdown(&s, "d", &[]);
         assert!(md.contains("| 4 | static-peak | 1 | 3/4 | 1 (1) | 3/3 | 1 | 0 (0) |"), "{md}");
+    }
+
+    /// A closed-loop session: a call finished on its retry, then the runtime was killed with
+    /// two calls left (`lost_with_runtime`), or a call failed twice (`failed`).
+    fn closed(trace: &str, how: SessionFate) -> SessionResult {
+        let mut s = session(trace, how == SessionFate::RuntimeKilled, false, Some(40));
+        let call = |fate: CallFate, first: Option<ProcResult>, last: Option<ProcResult>| CallResult {
+            index: 0,
+            tools: "Bash".into(),
+            planned_peak_bytes: 1,
+            due_s: 1.0,
+            started_s: last.as_ref().map(|_| 1.0),
+            result: last,
+            failed_attempt: first,
+            fate: Some(fate),
+        };
+        s.calls = match how {
+            SessionFate::RuntimeKilled => vec![
+                call(CallFate::FinishedOnRetry, Some(proc(true, 1.0, 1.0)), Some(proc(false, 2.0, 1.0))),
+                call(CallFate::Lost, None, Some(proc(true, 0.5, 1.0))),
+                call(CallFate::Lost, None, None),
+            ],
+            _ => vec![
+                call(CallFate::Failed, Some(proc(true, 1.0, 1.0)), Some(proc(true, 1.0, 1.0))),
+                call(CallFate::Lost, None, None),
+            ],
+        };
+        s.fate = Some(how);
+        s
+    }
+
+    #[test]
+    fn closed_loop_sessions_count_retries_failures_and_the_calls_lost_with_them() {
+        let mut a = arm("none", 2, vec![closed("a", SessionFate::RuntimeKilled), closed("a", SessionFate::Failed)]);
+        a.closed_loop = true;
+        let s = summarize(&[a]);
+        let l = &s.levels[0];
+        assert!(l.closed_loop);
+        assert_eq!((l.sessions_failed, l.runtimes_killed, l.calls_retried, l.calls_lost), (1, 1, 1, 3));
+        // Every attempt counts as started and, if killed, as killed: 2 + 1 + 2 started, of
+        // which the first call's first attempt, the lost running call and both failed attempts.
+        assert_eq!((l.calls_started, l.calls_killed), (5, 4));
+        let md = render_markdown(&s, "d", &[]);
+        assert!(md.contains("| 7.2 | 2 | none | 1/2 | 1 | 3/5 |"), "{md}");
+        assert!(md.contains("| 2 | none | 1 | 0/2 | 1 (1) | 4/5 | 3 |"), "the lost column counts lost calls: {md}");
+    }
+
+    #[test]
+    fn the_density_bracket_is_the_highest_level_without_a_lost_runtime_and_the_lowest_with_one() {
+        let ok = |a: &str, n: usize| arm(a, n, (0..n).map(|_| session("a", false, false, None)).collect());
+        let lost = |a: &str, n: usize| arm(a, n, vec![session("a", true, false, None)]);
+        // Coarse: none held at 9, lost at 12; memqos held at 12 (the largest run).
+        let coarse = [ok("none", 6), ok("none", 9), lost("none", 12), ok("memqos", 9), ok("memqos", 12)];
+        let s = summarize(&coarse);
+        let d = |s: &HostSummary, a: &str| s.density.iter().find(|d| d.arm == a).unwrap().clone();
+        let none = d(&s, "none");
+        assert_eq!((none.sessions, none.highest_clean, none.lowest_lost), (9, Some(9), Some(12)));
+        assert_eq!(bracket(&none), "9–11");
+        assert_eq!(next_levels(&none, 2), [10, 11]);
+        let memqos = d(&s, "memqos");
+        assert_eq!(bracket(&memqos), "≥ 12 (the largest level run)");
+        assert_eq!(next_levels(&memqos, 2), [13, 14]);
+        // The refined pass: none held at 10 and lost at 11, so its density is 10 exactly.
+        let mut refined = coarse.to_vec();
+        refined.extend([ok("none", 10), lost("none", 11)]);
+        let none = d(&summarize(&refined), "none");
+        assert_eq!((none.sessions, none.lowest_lost, bracket(&none)), (10, Some(11), "10".to_string()));
+        assert!(next_levels(&none, 2).is_empty(), "nothing left to narrow");
+        // Not monotone: a level above the first loss that held again is named.
+        let mut odd = refined.clone();
+        odd.push(ok("none", 13));
+        assert_eq!(bracket(&d(&summarize(&odd), "none")), "10 (a runtime lost at 11, none at 13)");
     }
 
     #[test]

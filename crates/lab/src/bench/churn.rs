@@ -173,6 +173,8 @@ pub fn run(a: ChurnArgs) -> Result<u8> {
         "delay": "CLOCK_MONOTONIC from just before the tool call's mkdir to the end of the daemon's write (cpu.weight of the cgroup; oom_score_adj of its process)",
         "host_note": "TCG guests (no KVM) on a shared 2-core host: absolute times include emulation overhead and host noise",
         "kernels": all,
+        // This invocation's (kernels kept from an earlier file keep no provenance of theirs).
+        "provenance": crate::provenance::Provenance::collect(std::path::Path::new("."), &a.kernel),
     });
     std::fs::write(&a.out, serde_json::to_string_pretty(&doc)? + "\n")?;
     eprintln!("wrote {}", a.out.display());
@@ -367,7 +369,7 @@ fn remove_when_empty(cg: &Cgroup) -> Result<()> {
 
 fn percentiles(mut v: Vec<f64>, misses: usize) -> Delay {
     v.sort_by(f64::total_cmp);
-    let p = |q: f64| crate::bench::reaction::percentile(&v, q);
+    let p = |q: f64| memqos_replay::report::percentile(&v, q);
     Delay { n: v.len(), misses, p50_ms: p(50.0), p99_ms: p(99.0), max_ms: v.last().copied() }
 }
 

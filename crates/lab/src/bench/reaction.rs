@@ -30,8 +30,10 @@ use crate::daemon_process::DaemonProcess;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use memqos_cgroupfs::Cgroup;
-use memqos_daemon::events::{Event, LogLine, WriteEvent};
+use memqos_daemon::events::{BpfHooks, Event, LogLine, WriteEvent};
+use memqos_policy::size::MIB;
 use memqos_replay::memory::map_anonymous;
+use memqos_replay::report::percentile;
 use memqos_vmtest::self_run;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Write};
@@ -39,7 +41,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MIB: u64 = 1 << 20;
 const PARENT_MAX: u64 = 256 * MIB;
 const CACHE_MB: u64 = 200;
 /// Anonymous memory the probe allocates in total (crosses the limit after ~56 MiB).
@@ -137,7 +138,7 @@ pub struct KernelResult {
     pub kernel: String,
     pub sources: Vec<SourceResult>,
     /// BPF hooks the daemon attached (from its log).
-    pub bpf_hooks: Option<serde_json::Value>,
+    pub bpf_hooks: Option<BpfHooks>,
     /// Daemon CPU cost with 100 managed cgroups.
     #[serde(default)]
     pub cpu_cost: Vec<CpuCost>,
@@ -253,6 +254,8 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         "delay": "CLOCK_MONOTONIC from just before the chunk whose charge first hit the parent's memory.max to just before the daemon's first write of low/memory.high",
         "host_note": "TCG guests (no KVM) on a shared 2-core host: absolute times include emulation overhead and host noise",
         "kernels": all,
+        // This invocation's (kernels kept from an earlier file keep no provenance of theirs).
+        "provenance": crate::provenance::Provenance::collect(std::path::Path::new("."), &a.kernel),
     });
     std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")?;
     eprintln!("wrote {}", path.display());
@@ -292,15 +295,6 @@ fn print_table(r: &KernelResult) {
             s.syscalls_p50.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
         );
     }
-}
-
-/// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }
 
 /// The reaction config with exactly `source` (bpf, psi or events) on.
@@ -365,7 +359,7 @@ fn one_series(
     prot: &Cgroup,
     low: &Cgroup,
     file: &Path,
-    bpf_hooks: &mut Option<serde_json::Value>,
+    bpf_hooks: &mut Option<BpfHooks>,
 ) -> Result<SourceResult> {
     {
         config(source).write(Path::new("/run/memqos-bench.toml"))?;
@@ -554,12 +548,12 @@ fn cpu_cost_arms(
             if loader.is_some() {
                 std::thread::sleep(Duration::from_secs(1));
             }
-            let events_before = read_events(&Path::new(STATE).join("events.jsonl")).len();
+            let events_before = read_events(&Path::new(STATE).join(memqos_daemon::events::EVENTS_FILE)).len();
             let (c0, f0, w0) = (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, Instant::now());
             std::thread::sleep(window);
             let (c1, f1, secs) =
                 (daemon.cpu_seconds().context("daemon CPU time")?, vm_pgfault()?, w0.elapsed().as_secs_f64());
-            let logged = read_events(&Path::new(STATE).join("events.jsonl")).len() - events_before;
+            let logged = read_events(&Path::new(STATE).join(memqos_daemon::events::EVENTS_FILE)).len() - events_before;
             if let Some(l) = loader.as_mut() {
                 let _ = l.kill();
                 let _ = l.wait();
@@ -661,7 +655,7 @@ fn rw_syscalls(pid: u32) -> Result<u64> {
 
 /// One daemon start, one probe; the measurement (None: no reaction or no crossing) and the
 /// BPF hooks the daemon reported.
-fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>, Option<serde_json::Value>)> {
+fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>, Option<BpfHooks>)> {
     let _ = std::fs::remove_dir_all(STATE);
     std::fs::create_dir_all(STATE)?;
     let log = std::fs::File::create("/run/memqos-bench.log")?;
@@ -673,7 +667,7 @@ fn one_run(exe: &Path, prot: &Cgroup, low: &Cgroup) -> Result<(Option<Measured>,
         Stdio::from(log),
     )
     .context("see /run/memqos-bench.log")?;
-    let events = Path::new(STATE).join("events.jsonl");
+    let events = Path::new(STATE).join(memqos_daemon::events::EVENTS_FILE);
     // Let the first tick sync the watches (PSI trigger, inotify, BPF thresholds).
     std::thread::sleep(Duration::from_millis(400));
 
@@ -837,12 +831,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<f64> = (1..=20).map(|x| x as f64).collect();
-        assert_eq!(percentile(&v, 50.0), Some(10.0));
-        assert_eq!(percentile(&v, 99.0), Some(20.0));
-        assert_eq!(percentile(&[], 50.0), None);
-        assert_eq!(percentile(&[3.0], 99.0), Some(3.0));
+    fn the_committed_results_still_load() {
+        // `keep_earlier_kernels` merges a new run into this file: its kernels must parse, BPF
+        // hooks included (typed since they were free-form JSON).
+        let text = include_str!("../../../../docs/bpf/reaction.json");
+        let doc: serde_json::Value = serde_json::from_str(text).unwrap();
+        let kernels: Vec<KernelResult> = serde_json::from_value(doc["kernels"].clone()).unwrap();
+        assert!(!kernels.is_empty());
+        let hooks = kernels.iter().find_map(|k| k.bpf_hooks.as_ref()).expect("a kernel with BPF hooks");
+        assert!(hooks.attached.iter().any(|h| h.starts_with("memcg_reclaim_begin")), "{hooks:?}");
     }
 
     #[test]

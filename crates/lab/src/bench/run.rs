@@ -112,6 +112,8 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
         "target": "added p50 <= 5 ms per call on 7.x",
         "host_note": "TCG guests (no KVM) on a shared 2-core host: absolute times include emulation overhead and host noise",
         "kernels": all,
+        // This invocation's (kernels kept from an earlier file keep no provenance of theirs).
+        "provenance": crate::provenance::Provenance::collect(std::path::Path::new("."), &a.kernel),
     });
     std::fs::write(&a.out, serde_json::to_string_pretty(&doc)? + "\n")?;
     eprintln!("wrote {}", a.out.display());

@@ -623,7 +623,9 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     report.notes = notes;
 
     let path = a.out.join(format!("stats-bench-{kernel}.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+    let mut doc = serde_json::to_value(&report)?;
+    doc["provenance"] = serde_json::to_value(crate::provenance::Provenance::collect(Path::new("."), &kernel))?;
+    std::fs::write(&path, serde_json::to_string_pretty(&doc)?)
         .with_context(|| format!("writing {}", path.display()))?;
     print!("{}", render(&report));
     println!("wrote {}", path.display());

@@ -9,6 +9,7 @@ use crate::configs::DaemonConfig;
 use crate::daemon_process::{count_writes, DaemonProcess};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::Cgroup;
+use memqos_policy::size::MIB;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,6 @@ use std::time::{Duration, Instant};
 
 const SCRATCH: &str = "/run/scratch";
 const ROOT: &str = "/sys/fs/cgroup/dirtyexp";
-const MIB: u64 = 1 << 20;
 /// The dirty limits: freerun ceiling = (32 + 16) / 2 = 24 MB.
 const DIRTY_BYTES: u64 = 32 * MIB;
 const DIRTY_BACKGROUND_BYTES: u64 = 16 * MIB;

@@ -208,7 +208,11 @@ pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
         if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(out, serde_json::to_string_pretty(&report)?)
+        // Where the file came from (issue 29); `--from` rebuilds keep the rebuilding checkout's.
+        let mut doc = serde_json::to_value(&report)?;
+        doc["provenance"] =
+            serde_json::to_value(crate::provenance::Provenance::collect(std::path::Path::new("."), &args.kernel))?;
+        std::fs::write(out, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("writing {}", out.display()))?;
     }
     if args.json {

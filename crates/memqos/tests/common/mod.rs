@@ -5,7 +5,7 @@ use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-pub const MIB: u64 = 1 << 20;
+pub use memqos_policy::size::MIB;
 
 pub fn memqos_bin() -> &'static str {
     env!("CARGO_BIN_EXE_memqos")

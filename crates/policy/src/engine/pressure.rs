@@ -99,7 +99,7 @@ pub(crate) fn protected_regrowth(ctx: &Ctx) -> u64 {
             let reserved = protection.max(super::reserve::reserved(ctx, c));
             reserved.saturating_sub(c.usage_bytes)
         })
-        .sum()
+        .fold(0, u64::saturating_add)
 }
 
 /// Why `c` (a protected cgroup) counts as under pressure, if it does.

@@ -52,13 +52,16 @@ pub(crate) struct Reservation<'a> {
     members: Vec<&'a CgroupObs>,
 }
 
-/// The declared expected peak of `c`, if it is a protected cgroup that declares one.
+/// The declared expected peak of `c`, if it is a protected cgroup that declares one; never
+/// more than the parent's limit (a larger one cannot be met anyway, and sums of them must
+/// not overflow).
 pub(crate) fn declared(ctx: &Ctx, c: &CgroupObs) -> Option<u64> {
     let tier = ctx.tier(c);
     if !tier.is_protected() {
         return None;
     }
-    c.expected_peak_bytes.or(tier.expected_peak).filter(|&b| b > 0)
+    let ceiling = ctx.parent_limit().bytes().unwrap_or(u64::MAX);
+    c.expected_peak_bytes.or(tier.expected_peak).filter(|&b| b > 0).map(|b| b.min(ceiling))
 }
 
 /// The room `c` reserves for its declaration: rounded up to `ws_granularity` as its
@@ -84,11 +87,11 @@ pub(crate) fn find<'a>(ctx: &Ctx<'a>) -> Option<Reservation<'a>> {
     if members.is_empty() {
         return None;
     }
-    let held: u64 = members.iter().map(|c| c.usage_bytes).sum();
+    let held: u64 = members.iter().map(|c| c.usage_bytes).fold(0, u64::saturating_add);
     let others = ctx.parent.usage_bytes.saturating_sub(held);
     let line = limit.saturating_sub(ctx.cfg.policy.headroom_guard);
     let budget = line.saturating_sub(others.saturating_add(protected_regrowth(ctx)));
-    let declared = declaring.iter().map(|(_, d)| d).sum();
+    let declared = declaring.iter().map(|(_, d)| *d).fold(0, u64::saturating_add);
     Some(Reservation { by, declared, budget, members })
 }
 
@@ -123,16 +126,16 @@ pub(crate) fn plan(ctx: &Ctx, r: &Reservation, pressed: bool, plan: &mut Plan) {
 /// Each member's share of `budget`, page aligned, never below `floor`: its usage plus an
 /// equal part of what is free, or its usage less a part of the excess in proportion to usage.
 pub(crate) fn shares(budget: u64, usage: &[u64], floor: u64) -> Vec<u64> {
-    let held: u64 = usage.iter().sum();
+    let held: u64 = usage.iter().copied().fold(0, u64::saturating_add);
     if usage.is_empty() {
         return Vec::new();
     }
     if budget >= held {
         let each = (budget - held) / usage.len() as u64;
-        return usage.iter().map(|u| page_down(u + each).max(floor)).collect();
+        return usage.iter().map(|u| page_down(u.saturating_add(each)).max(floor)).collect();
     }
     let room: Vec<u64> = usage.iter().map(|u| u.saturating_sub(floor)).collect();
-    let take = (held - budget).min(room.iter().sum());
+    let take = (held - budget).min(room.iter().copied().fold(0, u64::saturating_add));
     let cuts = super::throttle::water_fill(take, usage, &room);
     usage.iter().zip(cuts).map(|(u, cut)| page_down(u - cut).max(floor)).collect()
 }

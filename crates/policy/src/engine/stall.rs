@@ -134,7 +134,7 @@ impl Stalls {
             if let Some(t) = self.by_id.get_mut(&d.cgroup) {
                 t.since_ms = Some(ctx.now);
                 if matches!(d.action, Action::High(_)) {
-                    t.no_cuts_until_ms = Some(ctx.now + bound_ms);
+                    t.no_cuts_until_ms = Some(ctx.now.saturating_add(bound_ms));
                 }
             }
         }

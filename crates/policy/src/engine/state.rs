@@ -18,17 +18,26 @@ pub(crate) struct CgState {
     last_write: [Option<u64>; 5],
     /// Set while a freeze we wrote is in force: the stalling cgroup that caused it.
     pub frozen_by: Option<String>,
-    /// Originals and the values we believe are in force (observed, then our own writes), so
-    /// `restore_all` knows what to put back without another observation.
+    /// Originals and the values we believe are in force (observed, then our own writes).
     pub original: Knobs,
     pub current: Knobs,
     /// Seen with a process in it at least once (`CgroupObs::populated` not `Some(false)`):
     /// a declared cgroup that has not run yet is about to, and reserves its room already.
     pub has_run: bool,
+    /// When the engine first saw it (engine ms): a reservation by a cgroup that never runs
+    /// expires (`engine::UNSTARTED_RESERVATION_MS`).
+    pub first_seen_ms: u64,
 }
 
 impl CgState {
-    pub fn new(tier: TierIndex, cgroup_id: u64, window_ms: u64, original: Knobs, current: Knobs) -> CgState {
+    pub fn new(
+        tier: TierIndex,
+        cgroup_id: u64,
+        window_ms: u64,
+        original: Knobs,
+        current: Knobs,
+        first_seen_ms: u64,
+    ) -> CgState {
         CgState {
             tier,
             cgroup_id,
@@ -38,6 +47,7 @@ impl CgState {
             original,
             current,
             has_run: false,
+            first_seen_ms,
         }
     }
 
@@ -120,7 +130,7 @@ mod tests {
 
     #[test]
     fn rate_limit_per_knob() {
-        let mut s = CgState::new(TierIndex(0), 0, 1000, Knobs::default(), Knobs::default());
+        let mut s = CgState::new(TierIndex(0), 0, 1000, Knobs::default(), Knobs::default(), 0);
         assert!(s.may_write(Knob::High, 0, 1000));
         s.wrote(Action::High(crate::Limit::Bytes(1)), 100);
         assert!(!s.may_write(Knob::High, 1099, 1000));

@@ -94,7 +94,7 @@ fn guard_cut(ctx: &Ctx, g: &Guard, tiers: &[Vec<&CgroupObs>], plan: &mut Plan) {
         }
         let usage: Vec<u64> = tier.iter().map(|c| c.usage_bytes).collect();
         let room: Vec<u64> = usage.iter().map(|u| u.saturating_sub(floor)).collect();
-        let take = excess.min(room.iter().sum());
+        let take = excess.min(room.iter().fold(0, |a, &r| a.saturating_add(r)));
         for (c, cut) in tier.iter().zip(water_fill(take, &usage, &room)) {
             if cut > 0 {
                 let high = page_down(c.usage_bytes - cut).max(floor);

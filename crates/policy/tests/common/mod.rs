@@ -8,7 +8,7 @@ use memqos_policy::{
     Action, CgroupObs, Config, Decision, Engine, Knob, Limit, Observation, ParentObs, Reason, TierIndex,
 };
 
-pub const MB: u64 = 1 << 20;
+pub use memqos_policy::size::MIB as MB;
 
 /// Config text with `tiers` (TOML for the `[[tier]]` tables) and extra `[policy]` lines.
 pub fn config(tiers: &str, policy: &str) -> Config {
@@ -229,6 +229,11 @@ impl Sim {
     /// Decisions of one kind of knob for one cgroup: (time, action).
     pub fn writes(&self, id: &str, knob: Knob) -> Vec<(u64, Action)> {
         self.log.iter().filter(|(_, d)| d.cgroup == id && d.knob() == knob).map(|(t, d)| (*t, d.action)).collect()
+    }
+
+    /// Every (cgroup, knob) the engine wrote: what the daemon journals and puts back on stop.
+    pub fn written(&self) -> std::collections::BTreeSet<(String, Knob)> {
+        self.log.iter().map(|(_, d)| (d.cgroup.clone(), d.knob())).collect()
     }
 
     /// When memory.high of `id` was written.

@@ -1,0 +1,53 @@
+//! Fake cgroup trees and waiting, shared by the daemon's in-process tests. Fake trees prove
+//! the daemon's mechanisms, not what a kernel does with its writes (the guest tests' job).
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub use memqos_policy::size::MIB;
+
+/// A cgroup directory shaped like the kernel's (memory controller enabled), using `current`
+/// bytes of a `max` limit ("max" or bytes); its peak is its usage.
+pub fn write_cgroup(dir: &Path, current: u64, max: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let files = [
+        ("cgroup.controllers", "memory cpu\n".to_string()),
+        ("cgroup.procs", String::new()),
+        ("cgroup.events", "populated 1\nfrozen 0\n".into()),
+        ("cgroup.freeze", "0\n".into()),
+        ("cpu.weight", "100\n".into()),
+        ("memory.current", format!("{current}\n")),
+        ("memory.peak", format!("{current}\n")),
+        ("memory.max", format!("{max}\n")),
+        ("memory.high", "max\n".into()),
+        ("memory.low", "0\n".into()),
+        ("memory.min", "0\n".into()),
+        ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n".into()),
+        (
+            "memory.pressure",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n".into(),
+        ),
+        ("memory.stat", "anon 0\nfile 0\n".into()),
+    ];
+    for (f, v) in files {
+        std::fs::write(dir.join(f), v).unwrap();
+    }
+}
+
+/// Waits (at most `limit`) until `f` holds.
+pub fn poll(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    poll_for(what, limit, || f().then_some(()))
+}
+
+/// Waits (at most `limit`) until `f` gives a value, and returns it.
+pub fn poll_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

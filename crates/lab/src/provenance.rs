@@ -1,0 +1,110 @@
+//! Where a result came from: the commit and whether the tree was dirty, digests of the
+//! scenario and of the configs the arms ran with, the replay speed, the kernel and the host's
+//! load. Collected on the host before a guest boots, handed to the guest in
+//! `$MEMQOS_PROVENANCE`, stamped into every arm result and written beside the results, so a
+//! table can say which build made a series instead of a reader guessing it from git history.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// The environment variable the host hands the guest its provenance in.
+pub const ENV: &str = "MEMQOS_PROVENANCE";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// `git rev-parse HEAD` of the checkout the experiment ran from; `None` outside git.
+    pub commit: Option<String>,
+    /// Tracked files differed from the commit (`git status --porcelain --untracked-files=no`).
+    pub dirty: Option<bool>,
+    /// sha256 of the scenario file, of the memqos daemon config and of the oomd ruleset.
+    pub scenario_sha256: Option<String>,
+    pub daemon_config_sha256: Option<String>,
+    #[serde(default)]
+    pub oomd_config_sha256: Option<String>,
+    pub speed: Option<f64>,
+    /// The guest kernel's release (a bench over several guests: the series it was asked for).
+    pub kernel: String,
+    /// Host /proc/loadavg before the guest booted, and after it ended (written on the host).
+    pub host_load_before: String,
+    #[serde(default)]
+    pub host_load_after: Option<String>,
+    #[serde(default)]
+    pub guest_wall_s: Option<f64>,
+}
+
+impl Provenance {
+    /// The provenance of a series about to run from the checkout at `repo` on `kernel`.
+    pub fn collect(repo: &Path, kernel: &str) -> Provenance {
+        let git = |args: &[&str]| -> Option<String> {
+            let out = Command::new("git").arg("-C").arg(repo).args(args).output().ok()?;
+            out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        };
+        Provenance {
+            commit: git(&["rev-parse", "HEAD"]),
+            dirty: git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty()),
+            kernel: kernel.to_string(),
+            host_load_before: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
+            ..Provenance::default()
+        }
+    }
+
+    /// The build as a table shows it: the short commit, "+dirty" if the tree was.
+    pub fn build(&self) -> Option<String> {
+        let c = self.commit.as_deref()?;
+        Some(format!("{}{}", &c[..c.len().min(7)], if self.dirty == Some(true) { "+dirty" } else { "" }))
+    }
+}
+
+/// Lowercase hex sha256 of `bytes` (coreutils `sha256sum`, on every host that runs guests).
+pub fn sha256_hex(bytes: &[u8]) -> Result<String> {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running sha256sum (coreutils)")?;
+    child.stdin.take().expect("piped").write_all(bytes)?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("sha256sum failed with {}", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hex = text.split_whitespace().next().unwrap_or("");
+    if hex.len() != 64 {
+        bail!("sha256sum printed {text:?}");
+    }
+    Ok(hex.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_of_known_inputs() {
+        // FIPS 180-2 test vectors.
+        assert_eq!(sha256_hex(b"abc").unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(sha256_hex(b"").unwrap(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    }
+
+    #[test]
+    fn collect_reads_the_checkout_and_builds_a_label() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let p = Provenance::collect(&root, "7.2.13");
+        // This test runs in a git checkout (CI and the build machines); outside one the
+        // commit is None, and the label too.
+        if let Some(c) = &p.commit {
+            assert_eq!(c.len(), 40, "{c}");
+            let b = p.build().unwrap();
+            assert!(b.starts_with(&c[..7]), "{b}");
+            assert_eq!(b.ends_with("+dirty"), p.dirty == Some(true));
+        } else {
+            assert_eq!(p.build(), None);
+        }
+        assert_eq!(p.kernel, "7.2.13");
+        let dirty = Provenance { commit: Some("0123456789abcdef".into()), dirty: Some(true), ..Default::default() };
+        assert_eq!(dirty.build().as_deref(), Some("0123456+dirty"));
+    }
+}

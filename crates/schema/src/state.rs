@@ -1,0 +1,20 @@
+//! The files of a daemon's state directory (`--state-dir`, `state_dir` in the config).
+
+/// The journal of original knob values, restored on stop, by the guardian or at the next
+/// start (`memqos restore`).
+pub const JOURNAL_FILE: &str = "journal.json";
+/// The status snapshot, replaced atomically about once a second ([`crate::status`]).
+pub const STATUS_FILE: &str = "status.json";
+/// The status snapshot being written, renamed over [`STATUS_FILE`] when complete.
+pub const STATUS_TMP_FILE: &str = "status.json.tmp";
+/// The event log ([`crate::events`]), JSON lines.
+pub const EVENTS_FILE: &str = "events.jsonl";
+/// The event log's previous part, once [`EVENTS_FILE`] reached its size bound.
+pub const ROTATED_FILE: &str = "events.jsonl.1";
+/// The state lock: one daemon (or `memqos restore`) per state directory.
+pub const LOCK_FILE: &str = "lock";
+/// The control socket `memqos explain` asks.
+pub const SOCKET_FILE: &str = "control.sock";
+/// Learned peaks per workload key, unless `history_file` names another place
+/// (`Config::history_path`).
+pub const HISTORY_FILE: &str = "history.json";

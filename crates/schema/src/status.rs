@@ -1,0 +1,75 @@
+//! `<state_dir>/status.json`: what the daemon manages, replaced atomically about once a second
+//! and read by `memqos status` and the lab. Per cgroup: its tier, its knobs beside the
+//! originals memqos will put back, and its last decisions with their reasons.
+
+use crate::knob::{KnobFile, Knobs};
+use crate::reason::Reason;
+use memqos_cgroupfs::{Limit, MemoryEvents};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub pid: u32,
+    pub config: String,
+    pub cgroup_root: String,
+    /// `memqos daemon --dry-run`: decides, logs, writes nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    pub parent_usage_bytes: u64,
+    pub parent_max: Limit,
+    pub cgroups: Vec<CgroupStatus>,
+    pub throttled: Vec<String>,
+    pub frozen: Vec<String>,
+    pub last_pressure_ms: Option<u64>,
+    pub now_ms: u64,
+    pub recent_decisions: Vec<DecisionRecord>,
+    /// Processes whose oom_score_adj memqos changed (tiers with `oom_score_adj`).
+    #[serde(default)]
+    pub oom_score_adj_processes: usize,
+    /// OOM kills under the root since the daemon started, by tier ("unmanaged": no tier).
+    #[serde(default)]
+    pub oom_kills_by_tier: std::collections::BTreeMap<String, u64>,
+    /// The last few, newest last.
+    #[serde(default)]
+    pub recent_oom_kills: Vec<crate::oom::OomKill>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CgroupStatus {
+    /// Path relative to cgroup_root.
+    pub cgroup: String,
+    /// The kernel's cgroup id (directory inode).
+    pub cgroup_id: u64,
+    pub tier: String,
+    pub usage_bytes: u64,
+    /// As read in the last sample.
+    pub knobs: Knobs,
+    /// What memqos puts back when it stops.
+    pub original: Knobs,
+    pub psi_some_avg10: f64,
+    /// memory.events totals.
+    pub events: MemoryEvents,
+    /// This cgroup's latest decisions, newest last.
+    #[serde(default)]
+    pub last_decisions: Vec<DecisionRecord>,
+}
+
+/// One write the daemon made (or, dry, would have made).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    pub cgroup: String,
+    pub file: String,
+    pub value: String,
+    /// The engine's structured reason (None for tier settings such as cpu_weight).
+    pub reason: Option<Reason>,
+    pub why: String,
+    /// Daemon time (ms since start) of the decision.
+    pub at_ms: u64,
+}
+
+impl DecisionRecord {
+    /// The knob decided; None for a file memqos does not know as a knob.
+    pub fn knob(&self) -> Option<KnobFile> {
+        KnobFile::from_name(&self.file)
+    }
+}
