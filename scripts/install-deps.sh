@@ -8,6 +8,7 @@ PACKAGES=(
     busybox-static    # the guest initramfs's shell and tools
     xz-utils zstd     # decompressing kernel modules for the initramfs
     e2fsprogs         # mkfs.ext4 for guest scratch disks
+    xfsprogs          # mkfs.xfs for the dirty-page experiment's xfs arm (--fs xfs)
     clang llvm        # compiling BPF programs (CO-RE)
     libelf-dev zlib1g-dev pkg-config make   # building libbpf (libbpf-sys)
     bpftool           # inspecting BPF programs and BTF
