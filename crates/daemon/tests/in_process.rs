@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{poll, write_cgroup, MIB};
+use common::{poll, read_knob, write_cgroup, MIB};
 use memqos_daemon::actuator::{Actuator, Request, Target};
 use memqos_daemon::events::{self, Event, Outcome};
 use memqos_daemon::journal::{Journal, JOURNAL_FILE};
@@ -105,7 +105,7 @@ impl Fake {
     }
 
     fn knob(&self, cg: &str, file: &str) -> String {
-        std::fs::read_to_string(self.root.join(cg).join(file)).unwrap().trim().to_string()
+        read_knob(&self.root.join(cg).join(file))
     }
 
     fn id(&self, cg: &str) -> u64 {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{poll_for, write_cgroup, MIB};
+use common::{poll_for, read_knob, write_cgroup, MIB};
 use memqos_daemon::control::{self, Reply, Request};
 use memqos_daemon::events::{self, Event};
 use memqos_daemon::{status, Options};
@@ -60,7 +60,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     write_cgroup(&root.join("other"), 10 * MIB, "max");
     let cfg_path = base.join("memqos.toml");
     std::fs::write(&cfg_path, config(&root, &state, r#"["high*"]"#, "none")).unwrap();
-    let read = |cg: &str, file: &str| std::fs::read_to_string(root.join(cg).join(file)).unwrap().trim().to_string();
+    let read = |cg: &str, file: &str| read_knob(&root.join(cg).join(file));
     let evs = || -> Vec<Event> { events::read(&state).into_iter().map(|l| l.event).collect() };
 
     // Before any daemon: a clear error, naming the state directory.

@@ -51,3 +51,17 @@ pub fn poll_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A knob file's value. A fake tree's file is written with O_TRUNC then write(2) (cgroupfs
+/// ignores O_TRUNC): a read between the two sees it empty, so an empty read is retried.
+pub fn read_knob(path: &Path) -> String {
+    let read = || std::fs::read_to_string(path).unwrap().trim().to_string();
+    for _ in 0..100 {
+        let v = read();
+        if !v.is_empty() {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    read()
+}
