@@ -77,7 +77,7 @@ pub struct Spread {
 impl Spread {
     pub fn of(mut v: Vec<f64>) -> Spread {
         v.sort_by(f64::total_cmp);
-        Spread { n: v.len(), p50_ms: crate::bench::reaction::percentile(&v, 50.0), max_ms: v.last().copied() }
+        Spread { n: v.len(), p50_ms: memqos_replay::report::percentile(&v, 50.0), max_ms: v.last().copied() }
     }
 }
 
@@ -768,7 +768,10 @@ mod tests {
         k.errors.push("descriptors: a | b".into());
         let doc = Doc { kernels: vec![k], ..Default::default() };
         let md = render(&doc, None);
-        let table: Vec<&str> = md.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| fault")).collect();
+        let table: Vec<&str> = md
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| fault") && !l.starts_with("| ---"))
+            .collect();
         assert_eq!(table.len(), 3, "{md}");
         assert!(table[0].starts_with("| SIGKILL under churn | 7.2.13 | 3 | 1 | 0 | 0 | 2500 |"), "{}", table[0]);
         assert!(md.contains("memqos bench faults --render-only"));
