@@ -549,7 +549,6 @@ fn sigkill(kills: usize, seed: u64) -> Result<SigkillResult> {
                 Ok(_) => restores.push(killed_at.map_or(0.0, |k| ms_between(k, mono_ns()))),
                 Err(why) => {
                     r.restore_timeouts += 1;
-                    r.unexpected_exits.retain(|_| true);
                     eprintln!("faults: life {life}: no restore within {} s: {why}", RESTORE_PATIENCE.as_secs());
                 }
             }
@@ -725,30 +724,34 @@ fn hostile() -> Result<HostileResult> {
     }
 
     // A control client that trickles a byte every 100 ms; an explain meanwhile.
-    let sock = std::os::unix::net::UnixStream::connect(state.join(memqos_daemon::control::SOCKET_FILE))
-        .context("connecting to the control socket")?;
-    let trickler = std::thread::spawn(move || {
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(15) {
-            if !send(fd, b" ") {
-                return Some(t0.elapsed().as_secs_f64() * 1e3);
-            }
-            std::thread::sleep(Duration::from_millis(100));
+    match std::os::unix::net::UnixStream::connect(state.join(memqos_daemon::control::SOCKET_FILE)) {
+        Ok(sock) => {
+            let trickler = std::thread::spawn(move || {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+                let t0 = Instant::now();
+                while t0.elapsed() < Duration::from_secs(15) {
+                    if !send(fd, b" ") {
+                        return Some(t0.elapsed().as_secs_f64() * 1e3);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                None
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            let asked = Instant::now();
+            let explain = Command::new(&exe)
+                .args(["explain", "prot", "--json", "--state-dir"])
+                .arg(state)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            r.explain_ok = explain.is_ok_and(|s| s.success());
+            r.explain_ms = r.explain_ok.then(|| asked.elapsed().as_secs_f64() * 1e3);
+            r.trickle_cut_after_ms = trickler.join().unwrap_or(None);
+            r.made.push("a control client trickling a byte every 100 ms".into());
         }
-        None
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    let asked = Instant::now();
-    let explain = Command::new(&exe)
-        .args(["explain", "prot", "--json", "--state-dir"])
-        .arg(state)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    r.explain_ok = explain.is_ok_and(|s| s.success());
-    r.explain_ms = r.explain_ok.then(|| asked.elapsed().as_secs_f64() * 1e3);
-    r.trickle_cut_after_ms = trickler.join().unwrap_or(None);
+        Err(e) => r.made.push(format!("control client: could not connect: {e}")),
+    }
 
     // A normal low cgroup: the daemon must still cap it.
     let normal = tree.low.child("normal");
