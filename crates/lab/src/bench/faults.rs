@@ -159,6 +159,10 @@ pub struct HostileResult {
     pub explain_ms: Option<f64>,
     /// From a normal low cgroup's mkdir (after all of the above) to its cap, ms.
     pub normal_capped_ms: Option<f64>,
+    /// From the root-owned declaring cgroup's mkdir (xattr set, process started at once) to
+    /// the daemon's first write on it, ms: how soon a new declaration is acted on.
+    #[serde(default)]
+    pub declared_seen_ms: Option<f64>,
     /// Degraded lines the daemon wrote (escaped as it wrote them).
     pub degraded: Vec<String>,
     /// After SIGTERM: the knobs checked against their originals.
@@ -397,10 +401,11 @@ pub fn rows(k: &KernelResult) -> Vec<Row> {
             exits: exits(&h.unexpected_exits),
             unprotected_ms: None,
             note: format!(
-                "{} oddities made, deepest path {} levels / {} bytes; a normal low cgroup capped {} ms after its mkdir; trickling client cut after {} ms; explain meanwhile {}; stop: {}",
+                "{} oddities made, deepest path {} levels / {} bytes; the root-owned declaration first acted on {} ms after its mkdir; a normal low cgroup capped {} ms after its mkdir; trickling client cut after {} ms; explain meanwhile {}; stop: {}",
                 h.made.len(),
                 h.deep_levels,
                 h.deep_path_bytes,
+                ms(h.declared_seen_ms),
                 ms(h.normal_capped_ms),
                 ms(h.trickle_cut_after_ms),
                 if h.explain_ok { format!("answered in {} ms", ms(h.explain_ms)) } else { "not answered".into() },
@@ -437,7 +442,7 @@ pub fn rows(k: &KernelResult) -> Vec<Row> {
             exits: exits(&d.unexpected_exits),
             unprotected_ms: d.first_cap_s.map(|s| s * 1e3),
             note: format!(
-                "limit {}/{} (soft/hard); ran {:.0} of {:.0} s, exit {}; status.json {}; {} capped; peak {} fds; {} EMFILE lines; time column: launch to first cap",
+                "limit {}/{} (soft/hard); ran {:.0} of {:.0} s, {}; status.json {}; {} capped; peak {} fds; {} EMFILE lines; time column: launch to first cap",
                 opt(d.nofile_soft),
                 opt(d.nofile_hard),
                 d.ran_s,

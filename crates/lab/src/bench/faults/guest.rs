@@ -709,6 +709,7 @@ fn hostile() -> Result<HostileResult> {
     // A huge declaration from a tenant (untrusted: ignored) and from root (honoured, capped
     // at the parent's limit), both with a process.
     let huge = u64::MAX.to_string();
+    let declared_at = mono_ns();
     for (name, uid) in [("prot-tenant", Some(1000)), ("prot-huge", None)] {
         let cg = tree.root.child(name);
         make(&cg)?;
@@ -759,6 +760,10 @@ fn hostile() -> Result<HostileResult> {
     make(&normal)?;
     normal.write_string("memory.high", &V_BASE.to_string())?;
     r.normal_capped_ms = await_cap(state, "low/normal", since, Duration::from_secs(20));
+    r.declared_seen_ms = events::writes(&events::read(state))
+        .map(|(_, w)| w)
+        .find(|w| w.cgroup == "prot-huge" && w.outcome == Outcome::Ok)
+        .map(|w| ms_between(declared_at, w.mono_done_ns));
     if let Some(st) = daemon.exited() {
         r.unexpected_exits.push(format!("{st} ({})", daemon_stderr_tail()));
     }
