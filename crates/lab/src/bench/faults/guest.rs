@@ -336,11 +336,12 @@ fn note_first_reads(lines: &[LogLine], first: &mut HashMap<u64, String>) {
 }
 
 /// Every live low cgroup must hold its own tenant value, the protected cgroup no protection.
-fn check(s: &mut ChurnState, first: &HashMap<u64, String>, prot: &Cgroup) -> Check {
+/// `root`: the tree the slots' paths are relative to.
+fn check(root: &Path, s: &mut ChurnState, first: &HashMap<u64, String>, prot: &Cgroup) -> Check {
     let mut c = Check::default();
     let ChurnState { slots, owner, counted, .. } = s;
     for slot in slots.iter().flatten() {
-        let dir = root_path().as_path().join(&slot.rel);
+        let dir = root.join(&slot.rel);
         match std::fs::metadata(&dir) {
             Ok(m) if m.ino() == slot.id => {}
             _ => continue,
@@ -563,7 +564,7 @@ fn sigkill(kills: usize, seed: u64) -> Result<SigkillResult> {
         if gap_from.is_none() {
             gap_from = killed_at;
         }
-        let found = check(&mut churn.pause(), &first_reads, &tree.prot);
+        let found = check(&root_path(), &mut churn.pause(), &first_reads, &tree.prot);
         if found.lost + found.wrong > 0 {
             eprintln!("faults: life {life}: {} lost, {} wrong: {:?}", found.lost, found.wrong, found.examples);
         }
@@ -976,7 +977,7 @@ fn state_dir_on(small: &Path, at: &str, size: &str) -> Result<StateDirResult> {
     }
     let mut first = HashMap::new();
     note_first_reads(&events::parse(&std::fs::read_to_string(stdout_path).unwrap_or_default()), &mut first);
-    r.check.add(&check(&mut churn.pause(), &first, &tree.prot));
+    r.check.add(&check(&root_path(), &mut churn.pause(), &first, &tree.prot));
     churn.stop();
     drop(tree);
     Ok(r)
@@ -1068,4 +1069,44 @@ fn descriptors(n: usize) -> Result<DescriptorsResult> {
     }
     drop(tree);
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tree of plain files: the counting only, no kernel.
+    #[test]
+    fn a_check_tells_kept_lost_raced_and_wrong_apart_and_counts_each_knob_once() {
+        let base = std::env::temp_dir().join(format!("memqos-faults-check-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let mut s = ChurnState::default();
+        // k: 0 kept its value, 1 holds a memqos cap, 2 a cap it was read before its tenant
+        // wrote, 3 holds call 7's value (an earlier incarnation of another cgroup).
+        let held = [V_BASE, 32 * MIB, 32 * MIB, V_BASE + 7 * 4096];
+        let mut first = HashMap::new();
+        for (k, found) in held.into_iter().enumerate() {
+            let rel = format!("low/tool.{k}");
+            std::fs::create_dir_all(base.join(&rel)).unwrap();
+            std::fs::write(base.join(&rel).join("memory.high"), format!("{found}\n")).unwrap();
+            let id = std::fs::metadata(base.join(&rel)).unwrap().ino();
+            let (k, value) = (k as u64, V_BASE + k as u64 * 4096);
+            s.owner.insert(value, k);
+            s.slots.push(Some(Slot { rel, id, k, value }));
+            if k == 2 {
+                first.insert(id, "max".to_string());
+            }
+        }
+        s.owner.insert(V_BASE + 7 * 4096, 7);
+        let prot = base.join("prot");
+        std::fs::create_dir_all(&prot).unwrap();
+        std::fs::write(prot.join("memory.low"), "0\n").unwrap();
+        std::fs::write(prot.join("memory.min"), "16777216\n").unwrap();
+        let c = check(&base, &mut s, &first, &Cgroup::new(&prot));
+        assert_eq!((c.checked, c.lost, c.raced, c.wrong), (6, 3, 1, 1), "{c:?}");
+        // Again: the same knobs are not counted twice (the protected one is: a second restore).
+        let again = check(&base, &mut s, &first, &Cgroup::new(&prot));
+        assert_eq!((again.lost, again.wrong), (1, 0), "{again:?}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
