@@ -159,6 +159,10 @@ pub struct HostileResult {
     pub explain_ms: Option<f64>,
     /// From a normal low cgroup's mkdir (after all of the above) to its cap, ms.
     pub normal_capped_ms: Option<f64>,
+    /// From the first low cgroup's mkdir, made while the daemon was calm (before the
+    /// tenant's tree), to its cap, ms.
+    #[serde(default)]
+    pub calm_low_capped_ms: Option<f64>,
     /// From the root-owned declaring cgroup's mkdir (xattr set, process started at once) to
     /// the daemon's first write on it, ms: how soon a new declaration is acted on.
     #[serde(default)]
@@ -401,10 +405,11 @@ pub fn rows(k: &KernelResult) -> Vec<Row> {
             exits: exits(&h.unexpected_exits),
             unprotected_ms: None,
             note: format!(
-                "{} oddities made, deepest path {} levels / {} bytes; the root-owned declaration first acted on {} ms after its mkdir; a normal low cgroup capped {} ms after its mkdir; trickling client cut after {} ms; explain meanwhile {}; stop: {}",
+                "{} oddities made, deepest path {} levels / {} bytes; a first low cgroup made while the daemon was calm capped {} ms after its mkdir; the root-owned declaration first acted on {} ms after its mkdir; a normal low cgroup capped {} ms after its mkdir; trickling client cut after {} ms; explain meanwhile {}; stop: {}",
                 h.made.len(),
                 h.deep_levels,
                 h.deep_path_bytes,
+                ms(h.calm_low_capped_ms),
                 ms(h.declared_seen_ms),
                 ms(h.normal_capped_ms),
                 ms(h.trickle_cut_after_ms),

@@ -650,9 +650,6 @@ fn send(fd: libc::c_int, bytes: &[u8]) -> bool {
 
 fn hostile() -> Result<HostileResult> {
     let mut tree = Tree::setup("256M")?;
-    let hostile = tree.root.child("hostile");
-    make(&hostile)?;
-    hostile.write_string("cgroup.subtree_control", "+memory")?;
     config()?;
     let state_buf = state_path();
     let state = state_buf.as_path();
@@ -660,6 +657,20 @@ fn hostile() -> Result<HostileResult> {
     let exe = std::env::current_exe()?;
     let mut daemon = DaemonProcess::start(&exe, config_path().as_path(), state, &[], Stdio::null())?;
     let mut r = HostileResult::default();
+
+    // Before the tenant: no low cgroup yet, so the declaration has no one to hold back and the
+    // daemon is calm (whole-tree samples every calm_interval_ms). How soon is a first low
+    // cgroup capped?
+    std::thread::sleep(Duration::from_secs(2));
+    let first = tree.low.child("first");
+    let since = mono_ns();
+    make(&first)?;
+    first.write_string("memory.high", &V_BASE.to_string())?;
+    r.calm_low_capped_ms = await_cap(state, "low/first", since, Duration::from_secs(20));
+
+    let hostile = tree.root.child("hostile");
+    make(&hostile)?;
+    hostile.write_string("cgroup.subtree_control", "+memory")?;
 
     // A leaf without the memory controller: a's subtree_control is empty.
     let a = hostile.child("a");
@@ -776,7 +787,8 @@ fn hostile() -> Result<HostileResult> {
     let (status, _) = daemon.stop()?;
     r.stop_status = status.to_string();
     // What memqos wrote must be back: the normal cgroup's value, no protection left.
-    let expect: [(&Cgroup, &str, String); 4] = [
+    let expect: [(&Cgroup, &str, String); 5] = [
+        (&first, "memory.high", V_BASE.to_string()),
         (&normal, "memory.high", V_BASE.to_string()),
         (&tree.prot, "memory.low", "0".into()),
         (&tree.root.child("prot-huge"), "memory.low", "0".into()),
