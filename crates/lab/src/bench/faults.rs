@@ -236,6 +236,10 @@ pub struct KernelResult {
     /// Scenarios that stopped before their end, with why.
     #[serde(default)]
     pub errors: Vec<String>,
+    /// The build, host load and guest time of the invocation that measured this kernel
+    /// (filled in on the host).
+    #[serde(default)]
+    pub provenance: Option<crate::provenance::Provenance>,
 }
 
 impl super::PerKernel for KernelResult {
@@ -258,6 +262,8 @@ pub struct Doc {
 pub struct Row {
     pub fault: String,
     pub kernel: String,
+    /// The build that measured it ("-" when unknown).
+    pub build: String,
     pub runs: usize,
     pub lost: Option<usize>,
     pub wrong: Option<usize>,
@@ -320,7 +326,13 @@ pub fn run(a: FaultsArgs) -> Result<u8> {
                 lines[lines.len().saturating_sub(40)..].join("\n")
             )
         })?;
-        let r: KernelResult = serde_json::from_str(&text)?;
+        let mut r: KernelResult = serde_json::from_str(&text)?;
+        r.provenance = Some(crate::provenance::Provenance {
+            kernel: r.kernel.clone(),
+            host_load_after: std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string()),
+            guest_wall_s: Some(run.wall_secs),
+            ..provenance.clone()
+        });
         for row in rows(&r) {
             println!("{}", plain(&row));
         }
@@ -334,7 +346,7 @@ pub fn run(a: FaultsArgs) -> Result<u8> {
         host_note: "TCG guests (no KVM) on a shared 2-core host: times include emulation overhead and host noise"
             .into(),
         kernels: super::keep_earlier_kernels(&a.out, fresh),
-        // This invocation's (kernels kept from an earlier file keep no provenance of theirs).
+        // The last invocation's; each kernel result carries the one that measured it.
         provenance: Some(provenance),
     };
     std::fs::write(&a.out, serde_json::to_string_pretty(&doc)? + "\n")?;
@@ -370,10 +382,12 @@ fn exits(v: &[String]) -> usize {
 pub fn rows(k: &KernelResult) -> Vec<Row> {
     let mut out = Vec::new();
     let kernel = k.kernel.clone();
+    let build = k.provenance.as_ref().and_then(|p| p.build()).unwrap_or_else(|| "-".into());
     if let Some(s) = &k.sigkill {
         out.push(Row {
             fault: "SIGKILL under churn".into(),
             kernel: kernel.clone(),
+            build: build.clone(),
             runs: s.kills,
             lost: Some(s.check.lost),
             wrong: Some(s.check.wrong),
@@ -399,6 +413,7 @@ pub fn rows(k: &KernelResult) -> Vec<Row> {
         out.push(Row {
             fault: "hostile tenant".into(),
             kernel: kernel.clone(),
+            build: build.clone(),
             runs: 1,
             lost: Some(h.check.lost),
             wrong: Some(h.check.wrong),
@@ -425,6 +440,7 @@ pub fn rows(k: &KernelResult) -> Vec<Row> {
             out.push(Row {
                 fault: format!("state_dir {}", p.fault),
                 kernel: kernel.clone(),
+                build: build.clone(),
                 runs: 1,
                 lost: last.then_some(d.check.lost),
                 wrong: last.then_some(d.check.wrong),
@@ -441,6 +457,7 @@ pub fn rows(k: &KernelResult) -> Vec<Row> {
         out.push(Row {
             fault: format!("{} cgroups at 1,024 open files", d.cgroups),
             kernel,
+            build,
             runs: 1,
             lost: Some(d.check.lost),
             wrong: Some(d.check.wrong),
@@ -477,9 +494,10 @@ fn cell(v: Option<usize>) -> String {
 
 fn plain(r: &Row) -> String {
     format!(
-        "{} on {}: runs {}, lost {}, wrong {}, exits {}, longest without protection {} ms; {}",
+        "{} on {} ({}): runs {}, lost {}, wrong {}, exits {}, longest without protection {} ms; {}",
         r.fault,
         r.kernel,
+        r.build,
         r.runs,
         cell(r.lost),
         cell(r.wrong),
@@ -499,6 +517,8 @@ pub fn soak_row(k: &super::churn::KernelResult) -> Row {
     Row {
         fault: format!("soak: churn at {}/s for {:.0} s", k.rate_target, k.duration_s),
         kernel: k.kernel.clone(),
+        // docs/agent/churn.json keeps one provenance for the file, not per kernel.
+        build: "see docs/agent/churn.json".into(),
         runs: 1,
         lost: Some(k.not_restored.len()),
         wrong: None,
@@ -523,17 +543,9 @@ pub fn render(doc: &Doc, soak: Option<&Soak>) -> String {
         s,
         "Generated: `memqos bench faults --kernel all` runs the campaign in guests and rewrites `docs/reliability.json` and this file; `memqos bench faults --render-only` rebuilds this file from `docs/reliability.json` and `docs/agent/churn.json` (the soak). Do not edit it by hand.\n"
     );
-    if let Some(p) = &doc.provenance {
-        let _ = writeln!(
-            s,
-            "Build {} (last invocation; kernels kept from an earlier invocation are not covered by it), host load before: {}. {}\n",
-            p.build().unwrap_or_else(|| "unknown".into()),
-            p.host_load_before,
-            doc.host_note
-        );
-    }
-    let _ = writeln!(s, "| fault | kernel | runs | knobs lost | knobs restored into the wrong cgroup | daemon exits | longest time without protection (ms) | notes |");
-    let _ = writeln!(s, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |");
+    let _ = writeln!(s, "{}; each kernel's build, host load and guest time are in its `provenance`.\n", doc.host_note);
+    let _ = writeln!(s, "| fault | kernel | build | runs | knobs lost | knobs restored into the wrong cgroup | daemon exits | longest time without protection (ms) | notes |");
+    let _ = writeln!(s, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut all = Vec::new();
     for k in &doc.kernels {
         all.extend(rows(k));
@@ -544,9 +556,10 @@ pub fn render(doc: &Doc, soak: Option<&Soak>) -> String {
     for r in &all {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.fault,
             r.kernel,
+            r.build,
             r.runs,
             cell(r.lost),
             cell(r.wrong),
@@ -783,7 +796,7 @@ mod tests {
             .filter(|l| l.starts_with("| ") && !l.starts_with("| fault") && !l.starts_with("| ---"))
             .collect();
         assert_eq!(table.len(), 3, "{md}");
-        assert!(table[0].starts_with("| SIGKILL under churn | 7.2.13 | 3 | 1 | 0 | 0 | 2500 |"), "{}", table[0]);
+        assert!(table[0].starts_with("| SIGKILL under churn | 7.2.13 | - | 3 | 1 | 0 | 0 | 2500 |"), "{}", table[0]);
         assert!(md.contains("memqos bench faults --render-only"));
         assert!(md.contains("descriptors: a | b"), "errors listed");
     }
