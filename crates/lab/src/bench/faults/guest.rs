@@ -642,6 +642,30 @@ fn write_at(dir: libc::c_int, file: &str, value: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A chain of directories too deep to name by path, removed beneath its own fds, deepest
+/// first, when dropped (also when the scenario stops early: the next scenarios' teardown
+/// could not remove it by path).
+struct Chain {
+    /// The top directory's fd, then each level's.
+    fds: Vec<libc::c_int>,
+    name: String,
+    _top: std::fs::File,
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        let Ok(c) = CString::new(self.name.as_str()) else { return };
+        for w in self.fds.windows(2).rev() {
+            // SAFETY: fds this chain opened (the top one is `_top`'s, closed by it); each
+            // child's is closed before it is removed beneath its parent's.
+            unsafe {
+                libc::close(w[1]);
+                libc::unlinkat(w[0], c.as_ptr(), libc::AT_REMOVEDIR);
+            }
+        }
+    }
+}
+
 /// Sends without SIGPIPE (the bench runs with SIGPIPE's default action).
 fn send(fd: libc::c_int, bytes: &[u8]) -> bool {
     // SAFETY: our own socket and buffer.
@@ -681,26 +705,26 @@ fn hostile() -> Result<HostileResult> {
     // A chain of long names, each level with the memory controller, past PATH_MAX.
     let name = "d".repeat(200);
     let top = std::fs::File::open(hostile.path())?;
-    let mut chain: Vec<libc::c_int> = vec![std::os::fd::AsRawFd::as_raw_fd(&top)];
+    let mut chain = Chain { fds: vec![std::os::fd::AsRawFd::as_raw_fd(&top)], name: name.clone(), _top: top };
     let mut bytes = hostile.path().as_os_str().len();
     while bytes <= 4096 + 2 * name.len() {
-        let parent = *chain.last().expect("non-empty");
+        let parent = *chain.fds.last().expect("non-empty");
         if let Err(e) = write_at(parent, "cgroup.subtree_control", "+memory") {
-            r.made.push(format!("deep chain: +memory refused at level {}: {e}", chain.len() - 1));
+            r.made.push(format!("deep chain: +memory refused at level {}: {e}", chain.fds.len() - 1));
             break;
         }
         match mkdir_at(parent, &name) {
             Ok(fd) => {
-                chain.push(fd);
+                chain.fds.push(fd);
                 bytes += 1 + name.len();
             }
             Err(e) => {
-                r.made.push(format!("deep chain: mkdir refused at level {}: {e}", chain.len()));
+                r.made.push(format!("deep chain: mkdir refused at level {}: {e}", chain.fds.len()));
                 break;
             }
         }
     }
-    r.deep_levels = chain.len() - 1;
+    r.deep_levels = chain.fds.len() - 1;
     r.deep_path_bytes = bytes;
     r.made.push(format!("hostile/{{200 x d}}/...: {} levels, {bytes} bytes", r.deep_levels));
 
@@ -802,16 +826,7 @@ fn hostile() -> Result<HostileResult> {
             r.check.examples.push(format!("{}/{file}: {found}, was {want}", cg.path().display()));
         }
     }
-    // The chain is removed beneath its own fds, deepest first.
-    for w in chain.windows(2).rev() {
-        let c = CString::new(name.as_str())?;
-        // SAFETY: the parent fd is ours and open; closing the child's fd first.
-        unsafe {
-            libc::close(w[1]);
-            libc::unlinkat(w[0], c.as_ptr(), libc::AT_REMOVEDIR);
-        }
-    }
-    drop(top);
+    drop(chain);
     Ok(r)
 }
 
