@@ -547,7 +547,7 @@ fn sigkill(kills: usize, seed: u64) -> Result<SigkillResult> {
                 r.kill_after_s.push(after.as_secs_f64());
             }
             match await_restore(state) {
-                Ok(_) => restores.push(killed_at.map_or(0.0, |k| ms_between(k, mono_ns()))),
+                Ok(_) => restores.extend(killed_at.map(|k| ms_between(k, mono_ns()))),
                 Err(why) => {
                     r.restore_timeouts += 1;
                     eprintln!("faults: life {life}: no restore within {} s: {why}", RESTORE_PATIENCE.as_secs());
