@@ -410,6 +410,14 @@ pub fn rows(k: &KernelResult) -> Vec<Row> {
         });
     }
     if let Some(h) = &k.hostile {
+        // What the daemon left alone, by the last clause of each line (the paths are long).
+        let unmanaged: Vec<String> = h
+            .degraded
+            .iter()
+            .filter(|m| m.contains("not managed"))
+            .map(|m| m.rsplit(": ").next().unwrap_or(m).chars().take(100).collect())
+            .collect();
+        let refused = h.made.iter().filter(|m| m.contains("refused")).count();
         out.push(Row {
             fault: "hostile tenant".into(),
             kernel: kernel.clone(),
@@ -420,10 +428,13 @@ pub fn rows(k: &KernelResult) -> Vec<Row> {
             exits: exits(&h.unexpected_exits),
             unprotected_ms: None,
             note: format!(
-                "{} oddities made, deepest path {} levels / {} bytes; a first low cgroup made while the daemon was calm capped {} ms after its mkdir; the root-owned declaration first acted on {} ms after its mkdir; a normal low cgroup capped {} ms after its mkdir; trickling client cut after {} ms; explain meanwhile {}; stop: {}",
+                "{} oddities tried ({} refused by the kernel), deepest path {} levels / {} bytes; {} not-managed lines from the daemon ({}); a first low cgroup made while the daemon was calm capped {} ms after its mkdir; the root-owned declaration first acted on {} ms after its mkdir; a normal low cgroup capped {} ms after its mkdir; trickling client cut after {} ms; explain meanwhile {}; stop: {}",
                 h.made.len(),
+                refused,
                 h.deep_levels,
                 h.deep_path_bytes,
+                unmanaged.len(),
+                unmanaged.join("; "),
                 ms(h.calm_low_capped_ms),
                 ms(h.declared_seen_ms),
                 ms(h.normal_capped_ms),
@@ -799,6 +810,21 @@ mod tests {
         assert!(table[0].starts_with("| SIGKILL under churn | 7.2.13 | - | 3 | 1 | 0 | 0 | 2500 |"), "{}", table[0]);
         assert!(md.contains("memqos bench faults --render-only"));
         assert!(md.contains("descriptors: a | b"), "errors listed");
+    }
+
+    #[test]
+    fn the_committed_doc_is_what_the_committed_data_renders() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let text = std::fs::read_to_string(root.join("docs/reliability.json")).expect("docs/reliability.json");
+        let doc: Doc = serde_json::from_str(&text).expect("docs/reliability.json parses as Doc");
+        let soak: Option<Soak> = std::fs::read_to_string(root.join("docs/agent/churn.json"))
+            .ok()
+            .map(|t| serde_json::from_str(&t).expect("docs/agent/churn.json parses"));
+        let md = std::fs::read_to_string(root.join("docs/reliability.md")).expect("docs/reliability.md");
+        assert!(
+            md == render(&doc, soak.as_ref()),
+            "docs/reliability.md is not what its data renders: run `memqos bench faults --render-only`"
+        );
     }
 
     #[test]
