@@ -703,7 +703,7 @@ pub fn targets(doc: &Doc, soak: Option<&Soak>) -> Vec<(String, String)> {
                 .iter()
                 .map(|d| {
                     format!(
-                        "{} cgroups, hard limit {}, exit {}, {} capped",
+                        "{} cgroups, hard limit {}, {}, {} capped",
                         d.cgroups,
                         opt(d.nofile_hard),
                         d.exit_status,
