@@ -15,6 +15,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("churn.toml", include_str!("../configs/churn.toml")),
     ("stall.toml", include_str!("../configs/stall.toml")),
     ("oom-report.toml", include_str!("../configs/oom-report.toml")),
+    ("faults.toml", include_str!("../configs/faults.toml")),
 ];
 
 /// A daemon config as TOML data.

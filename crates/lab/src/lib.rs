@@ -7,7 +7,8 @@
 //! - [`demo`]: `memqos demo`, the guest-side tour and the controller scenario per kernel;
 //! - [`bench`]: `memqos bench stats` (memcg statistics backends), `memqos bench reaction`
 //!   (delay from reclaim to the first memory.high write, daemon CPU cost) and `memqos bench
-//!   run` (what `memqos run` adds to a call);
+//!   run` (what `memqos run` adds to a call), `memqos bench churn` and `memqos bench faults`
+//!   (the fault campaign, docs/reliability.md);
 //! - [`dirty`]: the dirty-page noisy-neighbour reproducer;
 //! - [`workload`]: small deterministic memory workloads (`memqos workload`);
 //! - [`configs`]: the daemon configs all of these run with (`crates/lab/configs/`);

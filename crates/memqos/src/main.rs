@@ -155,6 +155,9 @@ enum BenchCmd {
     /// The daemon under tool-call cgroup churn: knobs on new cgroups, RSS, CPU, journal size
     /// (docs/agent/churn.json).
     Churn(bench::churn::ChurnArgs),
+    /// The fault campaign in guests: SIGKILLs under churn, a hostile tenant, a full and a
+    /// read-only state_dir, 10,000 cgroups at 1,024 open files (docs/reliability.md).
+    Faults(bench::faults::FaultsArgs),
 }
 
 fn main() -> ExitCode {
@@ -189,6 +192,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Reaction(a)) => bench::reaction::run(a),
         Cmd::Bench(BenchCmd::Run(a)) => bench::run::run(a),
         Cmd::Bench(BenchCmd::Churn(a)) => bench::churn::run(a),
+        Cmd::Bench(BenchCmd::Faults(a)) => bench::faults::run(a),
         Cmd::Generate(a) => generate::run(a, Cli::command()),
     };
     match result {

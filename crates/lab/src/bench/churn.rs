@@ -330,7 +330,7 @@ impl Pool {
 }
 
 /// A process in `cg` from its first instruction: it joins before exec.
-fn spawn_in(cg: &Cgroup, program: &str, args: &[&str]) -> Result<Child> {
+pub(crate) fn spawn_in(cg: &Cgroup, program: &str, args: &[&str]) -> Result<Child> {
     use std::os::unix::ffi::OsStrExt;
     let procs = std::ffi::CString::new(cg.path().join("cgroup.procs").as_os_str().as_bytes())?;
     let mut cmd = Command::new(program);
@@ -356,7 +356,7 @@ fn spawn_in(cg: &Cgroup, program: &str, args: &[&str]) -> Result<Child> {
     cmd.spawn().with_context(|| format!("starting {program} in {}", cg.path().display()))
 }
 
-fn remove_when_empty(cg: &Cgroup) -> Result<()> {
+pub(crate) fn remove_when_empty(cg: &Cgroup) -> Result<()> {
     let t0 = Instant::now();
     loop {
         match cg.remove() {

@@ -1,6 +1,7 @@
 //! `memqos bench`: figures with medians and spread, never pass/fail.
 
 pub mod churn;
+pub mod faults;
 pub mod reaction;
 pub mod run;
 pub mod stats;
