@@ -307,8 +307,13 @@ impl Journal {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let result = if self.file.is_none() || self.lines + self.pending.len() > 2 * self.entries.len() + 64 {
+        let compact = self.lines + self.pending.len() > 2 * self.entries.len() + 64;
+        let result = if self.file.is_none() {
             self.rewrite()
+        } else if compact {
+            // Compaction needs a new file; a state_dir that refuses new files (read-only
+            // bind, no inodes left) may still take an append to the open one.
+            self.rewrite().or_else(|_| self.append())
         } else {
             self.append()
         };
@@ -714,6 +719,24 @@ mod tests {
         assert_eq!(reopened.entries().count(), 2, "both records load");
         assert_eq!(reopened.skipped.len(), 1, "the torn line is reported: {:?}", reopened.skipped);
         assert!(std::fs::read(state.join(JOURNAL_FILE)).unwrap().starts_with(&before));
+    }
+
+    #[test]
+    fn a_compaction_that_cannot_make_its_new_file_appends_instead() {
+        let (root, state, _scratch) = tree("compact-fallback");
+        let mut j = Journal::open(&state, &root).unwrap();
+        j.stage(entry(&root, "low/a", "memory.high", "max"));
+        j.commit().unwrap();
+        // Many forgotten lines make the next commit a compaction; its temporary file cannot
+        // be made (a directory is in its way, as a read-only state_dir would refuse it).
+        j.lines += 1000;
+        std::fs::create_dir(state.join("journal.json.tmp")).unwrap();
+        let b = entry(&root, "low/b", "memory.high", "max");
+        j.stage(b.clone());
+        j.commit().expect("appended instead");
+        let reopened = Journal::open(&state, &root).unwrap();
+        assert!(reopened.get(&b.key()).is_some(), "the new original is durable");
+        assert_eq!(reopened.entries().count(), 2);
     }
 
     #[test]
