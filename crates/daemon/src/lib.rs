@@ -399,6 +399,7 @@ fn run_loop(
         // near trouble.
         let calm_every = Duration::from_millis(cfg.signals.calm_interval_ms);
         let light = periodic
+            && !std::mem::take(&mut sampler.full_sample_due)
             && !kill_logged
             && calm_every > interval
             && dirty.is_none()
@@ -732,6 +733,12 @@ fn adopt_created(
             continue;
         };
         let t = cfg.tiers.get(tier).expect("classified into it");
+        // Memory knobs are the periodic sample's: a new protected cgroup (its declaration
+        // reserves at once) or a new throttle-tier cgroup beside a declared one (it must be
+        // capped before it grows) wants that sample now, not at the calm path's next one.
+        if t.is_protected() || (t.throttle && sampler.reservation_possible(cfg)) {
+            sampler.full_sample_due = true;
+        }
         if t.cpu_weight.is_none() && t.oom_score_adj.is_none() {
             continue;
         }

@@ -56,6 +56,9 @@ pub struct Sampler {
     /// Cgroups left out of this sample that the last one managed: memqos puts back what it
     /// wrote to them rather than leave them throttled while it cannot see them.
     pub dropped: Vec<u64>,
+    /// A cgroup was made whose memory knobs should not wait for the calm path's next full
+    /// sample (see `adopt_created`): the next periodic tick samples the whole tree.
+    pub full_sample_due: bool,
 }
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
@@ -293,6 +296,7 @@ impl Sampler {
             skipped: HashMap::new(),
             budget_noted: false,
             dropped: Vec::new(),
+            full_sample_due: false,
         }
     }
 
@@ -434,6 +438,16 @@ impl Sampler {
                 "{e:#}: the fast path keeps ~6 descriptors per protected cgroup; cgroups it cannot open wait for the periodic sample. Raise LimitNOFILE"
             ));
         }
+    }
+
+    /// Whether a reservation may be in force: a protected cgroup of the last full sample
+    /// declares an expected peak (its own, learned, or its tier's).
+    pub fn reservation_possible(&self, cfg: &Config) -> bool {
+        self.last.iter().any(|c| {
+            cfg.tiers
+                .get(c.tier)
+                .is_some_and(|t| t.is_protected() && (c.expected_peak_bytes.is_some() || t.expected_peak.is_some()))
+        })
     }
 
     /// Snapshots from `backend` from the next sample on (a reload changed `signals.bpf`).

@@ -530,6 +530,27 @@ fn a_throttled_cgroup_that_becomes_unreadable_gets_its_original_back_while_unsee
 }
 
 #[test]
+fn a_low_cgroup_made_while_calm_beside_a_declared_one_is_capped_without_waiting_for_the_calm_sample() {
+    // high declares 200M and runs; no low cgroup yet, so nothing is reserved against anyone,
+    // the parent is far from its limit even counting high's room to grow, and the daemon is
+    // calm (a full sample once a minute, the parent in between).
+    let f = fake("calmnew", 100 * MIB);
+    std::fs::remove_dir_all(f.root.join("low1")).unwrap();
+    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "200M");
+    f.set("signals.calm_interval_ms", 60000);
+    let opts = f.options(3.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    std::thread::sleep(Duration::from_millis(300));
+    // A low task starts (an agent's framework about to load): capped within a sampling
+    // interval or two, not at the next calm sample a minute away.
+    write_cgroup(&f.root.join("low2"), 20 * MIB, "max");
+    poll("low2 capped", Duration::from_secs(2), || f.knob("low2", "memory.high") != "max");
+    daemon.join().unwrap().expect("daemon run");
+    assert_eq!(f.knob("low2", "memory.high"), "max", "restored at stop");
+}
+
+#[test]
 fn a_second_daemon_on_the_same_tree_is_refused_whatever_its_state_dir() {
     let f = fake("tworoots", 100 * MIB);
     let opts = f.options(1.5, false);
