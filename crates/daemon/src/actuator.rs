@@ -18,6 +18,7 @@ use crate::beneath::{self, CgroupId, FileError, OpenError, Root};
 use crate::events::{Event, EventLog, Outcome, WriteEvent};
 use crate::journal::{Entry, Journal, Key, Process, RestoreReport};
 use anyhow::Result;
+use memqos_cgroupfs::fds::{Kept, Use};
 use memqos_policy::Reason;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -78,7 +79,8 @@ impl Request {
 
 pub struct Actuator {
     root: Root,
-    dirs: HashMap<CgroupId, OwnedFd>,
+    /// Kept within the descriptor budget (`memqos_cgroupfs::fds`), given back when dropped.
+    dirs: HashMap<CgroupId, Kept<OwnedFd>>,
     journal: Journal,
     pub log: EventLog,
     dry_run: bool,
@@ -106,7 +108,7 @@ enum Dir {
 const TAKEOVER_KNOBS: [&str; 3] = ["memory.high", "memory.low", "memory.min"];
 
 /// Cached cgroup directory fds count against the process's descriptor budget.
-const FDS: memqos_cgroupfs::fds::Use = memqos_cgroupfs::fds::Use::Reaction;
+const FDS: Use = Use::Reaction;
 
 impl Actuator {
     pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
@@ -142,18 +144,13 @@ impl Actuator {
             return Ok(Dir::Cgroup(id));
         }
         let (fd, _) = self.root.open_dir(path, Some(id))?;
-        if !memqos_cgroupfs::fds::try_keep(FDS, 1) {
-            return Ok(Dir::Owned(fd));
+        match Kept::new(FDS, 1, fd) {
+            Ok(kept) => {
+                self.dirs.insert(id, kept);
+                Ok(Dir::Cgroup(id))
+            }
+            Err(fd) => Ok(Dir::Owned(fd)),
         }
-        self.dirs.insert(id, fd);
-        Ok(Dir::Cgroup(id))
-    }
-
-    /// Forgets cached directory fds (`keep` false), giving their descriptors back.
-    fn drop_dirs(&mut self, mut keep: impl FnMut(&CgroupId) -> bool) {
-        let before = self.dirs.len();
-        self.dirs.retain(|id, _| keep(id));
-        memqos_cgroupfs::fds::release(FDS, (before - self.dirs.len()) as u64);
     }
 
     fn open(&mut self, target: &Target) -> Result<Dir, Outcome> {
@@ -173,7 +170,7 @@ impl Actuator {
 
     fn fd<'a>(&'a self, dir: &'a Dir) -> &'a OwnedFd {
         match dir {
-            Dir::Cgroup(id) => &self.dirs[id],
+            Dir::Cgroup(id) => &self.dirs[id].value,
             Dir::Owned(fd) => fd,
             Dir::Reopen => unreachable!("reopened before use"),
         }
@@ -275,8 +272,7 @@ impl Actuator {
             };
             if outcome == Outcome::Vanished {
                 if let Target::Cgroup { id, .. } = &req.target {
-                    let gone = *id;
-                    self.drop_dirs(|d| *d != gone);
+                    self.dirs.remove(id);
                 }
             }
             if req.restores && outcome == Outcome::Ok {
@@ -313,7 +309,7 @@ impl Actuator {
     /// entries once the directory with that id is really gone (a cgroup that merely left the
     /// managed set, e.g. by getting children, keeps its entries so restore still reaches it).
     pub fn retain_cgroups(&mut self, observed: &std::collections::HashSet<CgroupId>) -> Result<()> {
-        self.drop_dirs(|id| observed.contains(id));
+        self.dirs.retain(|id, _| observed.contains(id));
         let stale: Vec<Entry> = self
             .journal
             .entries()
@@ -369,7 +365,7 @@ impl Actuator {
     /// Writes every journaled original back (see `Journal::restore`).
     pub fn restore(&mut self) -> Result<RestoreReport> {
         self.restored = true;
-        self.drop_dirs(|_| false);
+        self.dirs.clear();
         self.written.clear();
         let empty = Journal::open_empty_like(&self.journal);
         let journal = std::mem::replace(&mut self.journal, empty);
@@ -383,7 +379,6 @@ impl Actuator {
 impl Drop for Actuator {
     /// The restore guard: an exit that skipped the orderly restore (a panic) restores here.
     fn drop(&mut self) {
-        self.drop_dirs(|_| false);
         if self.restored || self.dry_run || self.journal.is_empty() {
             return;
         }
