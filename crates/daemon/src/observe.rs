@@ -240,11 +240,11 @@ fn owner(dir: &Path) -> Option<u32> {
 /// by root or by the owner of `cgroup_root` (the user the tree was delegated to), as
 /// systemd-oomd does. A tenant given a subtree of its own owns its cgroups and may set
 /// `user.*` xattrs on them; it must not thereby pick its tier or reserve room that holds
-/// everyone else back. `Err(uid)`: the untrusted owner.
-pub(crate) fn trusted(root: &Path, dir: &Path) -> Result<(), u32> {
+/// everyone else back. `Ok(uid)`: the trusted owner; `Err(uid)`: the untrusted one.
+pub(crate) fn trusted(root: &Path, dir: &Path) -> Result<u32, u32> {
     match (owner(dir), owner(root)) {
-        (Some(0), _) => Ok(()),
-        (Some(uid), Some(root_uid)) if uid == root_uid => Ok(()),
+        (Some(0), _) => Ok(0),
+        (Some(uid), Some(root_uid)) if uid == root_uid => Ok(uid),
         (Some(uid), _) => Err(uid),
         (None, _) => Err(u32::MAX),
     }
@@ -565,12 +565,12 @@ impl Sampler {
                 let cg = Cgroup::new(&dir);
                 obs.populated = cg.is_populated().ok();
                 match trusted(root.path(), &dir) {
-                    Ok(()) => {
+                    Ok(uid) => {
                         obs.expected_peak_bytes =
                             declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
                         if cfg.tiers.get(tier).is_some_and(|t| t.learn_peak) {
                             if let Some(key) = workload(&mut self.bad_workloads, &mut self.notes, &cg, c.id, &c.path) {
-                                workloads.insert(c.id, owned_key(owner(&dir).unwrap_or(0), key));
+                                workloads.insert(c.id, owned_key(uid, key));
                             }
                         }
                     }
