@@ -28,6 +28,18 @@ pub enum VmError {
 /// sched_clock_cpu, seen on 7.2.13); the job never ran, so running it again is safe.
 const BOOT_ATTEMPTS: u32 = 3;
 
+/// How many times a job whose guest kernel panicked is run, in a fresh guest each time. The
+/// same TCG text-patching race strikes after boot too (CI, 6.12.117: a general protection
+/// fault at a static-branch NOP in kmem_cache_free during a test's mkdir). Each run has its
+/// own results directory and a fresh guest, so running the job again is safe; a panic that
+/// our code causes repeats and still fails.
+const PANIC_ATTEMPTS: u32 = 2;
+
+/// True when a console tail shows the guest kernel died (rather than the job's init failing).
+fn kernel_panicked(tail: &str) -> bool {
+    tail.contains("Kernel panic - not syncing")
+}
+
 /// How QEMU executes guest code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accel {
@@ -170,9 +182,19 @@ impl Guest {
     /// memory controller enabled for children), and returns when the guest powers off.
     pub fn run(&self, argv: &[String]) -> Result<GuestRun> {
         let mut attempt = 1;
+        let mut panics = 0;
         loop {
             match self.run_once(argv) {
                 Err(e) => match e.downcast_ref::<VmError>() {
+                    Some(VmError::NoExitStatus { tail, job_started: true, .. })
+                        if kernel_panicked(tail) && panics + 1 < PANIC_ATTEMPTS =>
+                    {
+                        panics += 1;
+                        eprintln!(
+                            "memqos vm: kernel {} panicked while the job ran (run {panics} of {PANIC_ATTEMPTS}), running the job again in a fresh guest; the console's last lines:\n{tail}",
+                            self.kernel.release()
+                        );
+                    }
                     Some(VmError::NoExitStatus { tail, job_started: false, .. }) => {
                         if attempt == BOOT_ATTEMPTS {
                             return Err(VmError::BootFailed {
@@ -469,4 +491,16 @@ fn wait_with_timeout(mut child: std::process::Child, t: Duration) -> bool {
     let _ = child.kill();
     let _ = child.wait();
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_panicked;
+
+    #[test]
+    fn a_panicked_kernel_is_told_from_a_failed_init() {
+        let ci_tail = "[    3.180203] RIP: 0010:kmem_cache_free+0x105/0x450\n[    3.180327] Kernel panic - not syncing: Fatal exception in interrupt\n";
+        assert!(kernel_panicked(ci_tail));
+        assert!(!kernel_panicked("memqos-init: job starting\nsh: 1: exec: not found\n"));
+    }
 }
