@@ -14,6 +14,7 @@
 //! fails when a region differs from what the data gives.
 
 use crate::scenario::Workload;
+use crate::stats::KILLED;
 use crate::summary::{est, ratio, ratio_median, ArmSummary, GroupSummary, Verdict};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -321,6 +322,34 @@ fn spec(name: &str) -> Option<Spec> {
             arms: &["solo:high", "solo:low1", "none", "memqos", "oomd"],
             cols: &[Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
         },
+        "realtime" => Spec {
+            scenarios: &["oom-realtime", "oom-systemd-realtime", "sweep-tight-realtime"],
+            kernel: None,
+            arms: &[
+                "none",
+                "static-max",
+                "static-high",
+                "static-adj",
+                "static-reserve",
+                "kube-memoryqos",
+                "oomd",
+                "systemd-oomd",
+                "memqos",
+            ],
+            cols: &[
+                Scenario,
+                Kernel,
+                Build,
+                Arm,
+                ProtectedFinished,
+                HighSoloCi,
+                P95SoloCi,
+                LowsFinished,
+                Kills,
+                KillRunsP,
+                HighKilledP,
+            ],
+        },
         "sweep" => Spec { scenarios: &["sweep"], kernel: None, arms: &["none", "memqos"], cols: kill_cols },
         "sweep-tight" => Spec { scenarios: &["sweep-tight"], kernel: None, arms: &["none", "memqos"], cols: kill_cols },
         "sweep-tight-declared" => {
@@ -365,6 +394,91 @@ fn render_spec(src: &Sources, s: &Spec) -> String {
             let cells: Vec<String> = s.cols.iter().map(|c| c.cell(src, g, a)).collect();
             let _ = writeln!(out, "| {} |", cells.join(" | "));
         }
+    }
+    out
+}
+
+/// An arm's place in a ranking: fewer runs with the protected task killed first, then fewer
+/// runs with any kill, then the protected task's median time against solo (killed last).
+fn rank_key(a: &ArmSummary) -> (f64, f64, f64) {
+    let runs = a.runs.max(1) as f64;
+    let high = a.high_wall_vs_solo.map_or(KILLED, |e| e.median);
+    (a.runs_high_killed as f64 / runs, a.runs_with_kill as f64 / runs, high)
+}
+
+/// The arms both scenarios ran, in rank order ([`rank_key`]).
+fn ranking<'a>(g: &'a GroupSummary, arms: &[&str]) -> Vec<&'a ArmSummary> {
+    let mut v: Vec<&ArmSummary> = g.arms.iter().filter(|a| arms.contains(&a.arm.as_str())).collect();
+    v.sort_by(|a, b| rank_key(a).partial_cmp(&rank_key(b)).unwrap_or(std::cmp::Ordering::Equal));
+    v
+}
+
+/// Whether the arms rank the same at the traces' own speed as in the compressed scenario, per
+/// kernel where both ran: issue 29's "does the ranking hold at 1x".
+fn render_ranking(src: &Sources, compressed: &str, realtime: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| kernel | speed | build | runs | ranking (best first) |");
+    let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
+    let mut verdicts = Vec::new();
+    for slow in groups_of(src, &[realtime], None) {
+        let Some(fast) = groups_of(src, &[compressed], None)
+            .into_iter()
+            .find(|g| g.kernel == slow.kernel && g.variant == slow.variant)
+        else {
+            continue;
+        };
+        // Only arms that are not solo runs and that both ran can be compared.
+        let common: Vec<&str> = slow
+            .arms
+            .iter()
+            .map(|a| a.arm.as_str())
+            .filter(|a| !a.starts_with("solo") && fast.arms.iter().any(|f| f.arm == *a))
+            .collect();
+        let mut orders = Vec::new();
+        for g in [fast, slow] {
+            let order = ranking(g, &common);
+            let names: Vec<String> = order
+                .iter()
+                .map(|a| {
+                    let killed = if a.runs_high_killed > 0 {
+                        format!(", protected killed in {} of {}", a.runs_high_killed, a.runs)
+                    } else {
+                        String::new()
+                    };
+                    format!("{} ({}{killed})", a.arm, ratio_median(&a.high_wall_vs_solo))
+                })
+                .collect();
+            let runs = order.first().map_or(0, |a| a.runs);
+            let _ = writeln!(
+                out,
+                "| {} | {}x | {} | {runs} | {} |",
+                short_kernel(&g.kernel),
+                g.speed,
+                src.build(g),
+                names.join(" > ")
+            );
+            orders.push(order.iter().map(|a| a.arm.clone()).collect::<Vec<_>>());
+        }
+        let moved: Vec<&String> = orders[1].iter().zip(&orders[0]).filter(|(s, f)| s != f).map(|(s, _)| s).collect();
+        verdicts.push(if moved.is_empty() {
+            format!("{}: the ranking holds at 1x.", short_kernel(&slow.kernel))
+        } else {
+            format!(
+                "{}: the ranking does not hold at 1x; arms in other places: {}. memqos is {} of {} at 1x and {} of {} compressed.",
+                short_kernel(&slow.kernel),
+                moved.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                orders[1].iter().position(|a| a == "memqos").map_or(0, |i| i + 1),
+                orders[1].len(),
+                orders[0].iter().position(|a| a == "memqos").map_or(0, |i| i + 1),
+                orders[0].len()
+            )
+        });
+    }
+    if verdicts.is_empty() {
+        let _ = writeln!(out, "\nNo run of {realtime} yet.");
+    }
+    for v in verdicts {
+        let _ = writeln!(out, "\n{v}");
     }
     out
 }
@@ -1042,6 +1156,7 @@ pub fn render(name: &str, src: &Sources) -> Result<String> {
         "agent-host-6.12" => render_agent_levels(&src.root, "6.12")?,
         "agent-density" => render_agent_density(&src.root)?,
         "kill-tests" => render_kill_tests(src),
+        "realtime-ranking" => render_ranking(src, "oom", "oom-realtime"),
         "run-overhead" => render_run_overhead(&src.root)?,
         "margins" => render_margins(src),
         "targets" => render_targets(src, false),
@@ -1108,6 +1223,63 @@ pub fn update(root: &Path, write: bool) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn arm(name: &str, runs: usize, high_killed: usize, high_vs_solo: f64) -> ArmSummary {
+        let mut a: ArmSummary = serde_json::from_value(serde_json::json!({
+            "arm": name, "runs": runs, "runs_with_oom_kill": high_killed, "oom_kills": high_killed,
+            "high_finished": runs - high_killed, "low_finished": 0, "low_started": 0,
+            "runs_with_kill": high_killed, "runs_high_killed": high_killed,
+        }))
+        .unwrap();
+        a.high_wall_vs_solo = Some(crate::stats::Estimate {
+            n: runs,
+            median: high_vs_solo,
+            ci_low: high_vs_solo,
+            ci_high: high_vs_solo,
+            min: high_vs_solo,
+            max: high_vs_solo,
+            killed: high_killed,
+        });
+        a
+    }
+
+    fn group(scenario: &str, speed: f64, arms: Vec<ArmSummary>) -> GroupSummary {
+        let mut g: GroupSummary = serde_json::from_value(serde_json::json!({
+            "scenario": scenario, "variant": "seed", "kernel": "7.2.13+deb14-amd64",
+            "parent_max_mb": 1100, "speed": speed, "traces": [], "arms": [],
+        }))
+        .unwrap();
+        g.arms = arms;
+        g
+    }
+
+    #[test]
+    fn the_ranking_at_1x_is_compared_with_the_compressed_one() {
+        let sources = |slow: Vec<ArmSummary>| Sources {
+            groups: vec![
+                group("oom", 10.0, vec![arm("none", 3, 2, KILLED), arm("memqos", 3, 0, 1.1), arm("oomd", 3, 0, 1.3)]),
+                group("oom-realtime", 1.0, slow),
+            ],
+            verdicts: vec![],
+            builds: BTreeMap::new(),
+            root: std::path::PathBuf::new(),
+        };
+        let same = render_ranking(
+            &sources(vec![arm("memqos", 3, 0, 1.0), arm("oomd", 3, 0, 1.2), arm("none", 3, 1, 1.1)]),
+            "oom",
+            "oom-realtime",
+        );
+        assert!(same.contains("the ranking holds at 1x"), "{same}");
+        assert!(same.contains("memqos (1.10x) > oomd (1.30x) > none (killed, protected killed in 2 of 3)"), "{same}");
+        // oomd's protected task outlives memqos's at 1x: it moves up, memqos down.
+        let moved = render_ranking(
+            &sources(vec![arm("memqos", 3, 1, 1.0), arm("oomd", 3, 0, 1.2), arm("none", 3, 1, 1.1)]),
+            "oom",
+            "oom-realtime",
+        );
+        assert!(moved.contains("does not hold at 1x; arms in other places: oomd, memqos"), "{moved}");
+        assert!(moved.contains("memqos is 2 of 3 at 1x and 1 of 3 compressed"), "{moved}");
+    }
 
     #[test]
     fn g3_prints_like_printf_g() {
