@@ -873,6 +873,49 @@ fn without_a_key_the_tiers_recent_peaks_are_reserved_and_a_bad_tier_file_is_set_
 }
 
 #[test]
+fn a_low_that_does_not_fit_is_parked_and_status_and_explain_say_so() {
+    // high holds 150M and declares 300M (reserved as 304M, a multiple of ws_granularity): the
+    // lows may hold (512 - 64) - 150 - (304 - 150) = 144M together; they hold 40M, so 104M is
+    // free, less than park_room (128M): only the oldest (low1, first by name at the same
+    // first sight) runs, low2 waits at what it holds (20M, so min_high's 32M); low1 gets
+    // what that leaves, 112M.
+    let f = fake("park", 190 * MIB);
+    std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
+    write_cgroup(&f.root.join("low2"), 20 * MIB, "max");
+    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "300M");
+    let opts = f.options(3.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    let snap = poll_status(&f, |s| s.parked == ["low2"]);
+    assert_eq!(f.knob("low2", "memory.high"), (32 * MIB).to_string());
+    assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
+    let cfg = memqos_policy::Config::from_str(&std::fs::read_to_string(&f.config).unwrap(), "memqos.toml").unwrap();
+    let mut view = memqos_daemon::explain::View::new(cfg, f.config.clone());
+    for d in &snap.recent_decisions {
+        view.history.entry(d.cgroup.clone()).or_default().push_back(d.clone());
+    }
+    view.snapshot = Some(snap);
+    let e = memqos_daemon::explain::explain(&view, "low2").unwrap();
+    assert!(
+        e.release.iter().any(|r| r.starts_with("parked:") && r.contains("1 in line") && r.contains("300M")),
+        "{:?}",
+        e.release
+    );
+    let e = memqos_daemon::explain::explain(&view, "high").unwrap();
+    assert!(e.state.iter().any(|s| s.contains("room reserved for its") && s.contains("declared")), "{:?}", e.state);
+    daemon.join().unwrap().expect("daemon run");
+    let parked = f.events().into_iter().any(|e| {
+        matches!(e, Event::Write(w) if w.cgroup == "low2"
+        && matches!(&w.reason, Some(memqos_policy::Reason::Parked { by, place: 1, admitted: 1, .. }) if by == "high"))
+    });
+    assert!(parked, "the cap's write names the parking");
+}
+
+/// Waits for a status.json that satisfies `f`.
+fn poll_status(f: &Fake, ok: impl Fn(&memqos_daemon::status::Snapshot) -> bool) -> memqos_daemon::status::Snapshot {
+    common::poll_for("status", Duration::from_secs(10), || status::read(&f.state).ok().flatten().filter(|s| ok(s)))
+}
+
+#[test]
 fn a_malformed_history_file_is_moved_aside_and_the_daemon_learns_afresh() {
     let f = fake("learn-bad", 170 * MIB);
     let file = learning(&f);
