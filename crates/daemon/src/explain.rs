@@ -281,10 +281,21 @@ fn reasons(
             Some(Reason::Stalled { by, .. }) => Some(by.clone()),
             _ => None,
         });
-        release.push(format!(
+        let parked_by = last(KnobFile::CgroupFreeze).and_then(|d| match &d.reason {
+            Some(Reason::Parked { by, .. }) => Some(by.clone()),
+            _ => None,
+        });
+        if let Some(by) = parked_by {
+            release.push(format!(
+                "parked by freezing (its tier sets freeze): thawed when admitted, when {by} is empty or gone, or after its tier's stall.after_ms = {} ms frozen",
+                tier.map_or(0, |t| t.stall_after_ms)
+            ));
+        } else {
+            release.push(format!(
             "thawed as soon as {} no longer stalls or goes away, before any memory.high is released; stopping the daemon thaws it too",
             cause.as_deref().unwrap_or("the protected cgroup that stalled")
         ));
+        }
     }
     if k.high < o.high {
         let why = last(KnobFile::MemoryHigh).map(|d| format!(" {}: {}", since(d), d.why)).unwrap_or_default();

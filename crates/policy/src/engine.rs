@@ -225,13 +225,14 @@ impl Engine {
         }
         match &reservation {
             Some(r) => self.parking.plan(&ctx, r, &self.cgroups, p.any(), &mut plan),
-            None => self.parking.clear(),
+            None => self.parking.clear(&ctx, &mut plan),
         }
         protect::plan(&ctx, &self.cgroups, &mut plan);
         self.stalls.plan(&ctx, &mut plan);
 
         let decisions = commit(plan, &ctx, &mut self.cgroups);
         self.stalls.committed(&decisions, &ctx);
+        self.parking.committed(&decisions, now);
         for d in &decisions {
             match d.action {
                 Action::Freeze(true) => self.ladder.last_freeze_ms = Some(now),
@@ -412,6 +413,11 @@ impl Plan {
     /// True when a memory.high write of `c` is already proposed.
     pub fn has_high(&self, c: &CgroupObs) -> bool {
         self.items.iter().any(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)))
+    }
+
+    /// True when a cgroup.freeze write of `c` is already proposed (escalation's or a thaw).
+    pub fn has_freeze(&self, c: &CgroupObs) -> bool {
+        self.items.iter().any(|(id, a, _)| *id == c.id && matches!(a, Action::Freeze(_)))
     }
 
     /// Withdraws every proposed memory.high write of `c`.

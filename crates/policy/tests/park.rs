@@ -158,6 +158,57 @@ fn the_stall_bound_relieves_a_parked_cgroup() {
 }
 
 #[test]
+fn a_freeze_tier_has_its_parked_frozen_thawed_at_the_stall_bound_and_when_admitted() {
+    let tiers = edit_tier(TWO_TIERS, "batch", |t| {
+        t.insert("freeze".into(), true.into());
+        let mut stall = toml::Table::new();
+        stall.insert("after_ms".into(), 1000.into());
+        t.insert("stall".into(), stall.into());
+    });
+    let mut sim = sim(&tiers, "");
+    sim.add("critical/agent", 12 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
+    sim.add("batch/a", 60 * MB);
+    sim.tick();
+    sim.add("batch/b", 50 * MB);
+    sim.tick();
+    let freezes = |sim: &Sim| sim.writes("batch/b", Knob::Freeze);
+    assert!(sim.cgs["batch/b"].current.frozen, "parked and frozen: {:?}", freezes(&sim));
+    assert!(!sim.cgs["batch/a"].current.frozen, "the oldest runs");
+    assert!(sim.log.iter().any(|(_, d)| d.cgroup == "batch/b"
+        && d.action == memqos_policy::Action::Freeze(true)
+        && matches!(d.reason, Reason::Parked { .. })));
+    // Frozen for the tier's stall bound: thawed, and not frozen again for another bound.
+    sim.run(1_200, |_| {});
+    assert!(!sim.cgs["batch/b"].current.frozen, "thawed at the bound: {:?}", freezes(&sim));
+    assert!(sim.log.iter().any(|(_, d)| d.cgroup == "batch/b"
+        && d.action == memqos_policy::Action::Freeze(false)
+        && matches!(d.reason, Reason::StallBound { .. })));
+    sim.run(500, |_| {});
+    assert!(
+        !sim.cgs["batch/b"].current.frozen,
+        "no refreeze within the grace: {:?}",
+        sim.log.iter().filter(|(_, d)| d.cgroup == "batch/b").collect::<Vec<_>>()
+    );
+    sim.run(1_000, |_| {});
+    assert!(sim.cgs["batch/b"].current.frozen, "parked again after the grace: {:?}", freezes(&sim));
+    // a ends: b is admitted and thawed.
+    sim.cg("batch/a").usage_bytes = 0;
+    sim.cg("batch/a").populated = Some(false);
+    sim.run(300, |_| {});
+    assert!(!sim.cgs["batch/b"].current.frozen, "admitted: thawed");
+    assert!(sim.engine.status().parked.is_empty());
+    // Parked again behind a newcomer? No: the newcomer is younger and waits.
+    sim.add("batch/c", 40 * MB);
+    sim.run(300, |_| {});
+    assert!(sim.cgs["batch/c"].current.frozen && !sim.cgs["batch/b"].current.frozen);
+    // The reservation ends: everything parking froze is thawed.
+    sim.cg("critical/agent").populated = Some(false);
+    sim.run(500, |_| {});
+    assert!(!sim.cgs["batch/c"].current.frozen, "thawed when nothing is reserved any more");
+}
+
+#[test]
 fn expectation_sources_go_declaration_learned_tier_default() {
     let with_default = edit_tier(TWO_TIERS, "critical", |t| {
         t.insert("default_peak".into(), "300M".into());
