@@ -265,6 +265,7 @@ fn reasons(
     snap: &Snapshot,
 ) -> (Vec<String>, Vec<String>) {
     let p = &cfg.policy;
+    let e_cgroup = c.cgroup.as_str();
     let (k, o) = (&c.knobs, &c.original);
     let mut state = Vec::new();
     let mut release = Vec::new();
@@ -280,10 +281,21 @@ fn reasons(
             Some(Reason::Stalled { by, .. }) => Some(by.clone()),
             _ => None,
         });
-        release.push(format!(
+        let parked_by = last(KnobFile::CgroupFreeze).and_then(|d| match &d.reason {
+            Some(Reason::Parked { by, .. }) => Some(by.clone()),
+            _ => None,
+        });
+        if let Some(by) = parked_by {
+            release.push(format!(
+                "parked by freezing (its tier sets freeze): thawed when admitted, when {by} is empty or gone, or after its tier's stall.after_ms = {} ms frozen",
+                tier.map_or(0, |t| t.stall_after_ms)
+            ));
+        } else {
+            release.push(format!(
             "thawed as soon as {} no longer stalls or goes away, before any memory.high is released; stopping the daemon thaws it too",
             cause.as_deref().unwrap_or("the protected cgroup that stalled")
         ));
+        }
     }
     if k.high < o.high {
         let why = last(KnobFile::MemoryHigh).map(|d| format!(" {}: {}", since(d), d.why)).unwrap_or_default();
@@ -301,21 +313,23 @@ fn reasons(
             ),
             Some(_) | None => "; that time has passed, so it goes up at the next allowed write".into(),
         };
-        if let Some(Reason::Reservation { by, learned, .. }) =
-            last(KnobFile::MemoryHigh).and_then(|d| d.reason.as_ref())
-        {
-            let source = match learned {
-                Some(l) => format!(
-                    "expected peak, learned from {} recorded lifetime(s) of its workload {:?} (largest peak {} + 10%; learn_peak, user.memqos.workload)",
-                    l.lifetimes,
-                    l.workload,
-                    memqos_policy::size::human(l.peak_bytes)
-                ),
-                None => "declared expected peak (expected_peak, or its user.memqos.expected_peak xattr)".into(),
-            };
-            release.push(format!(
-                "room is reserved for {by}'s {source}: this cap rises as that room frees (a sibling leaves) and is released once {by} is empty or gone"
-            ));
+        match last(KnobFile::MemoryHigh).and_then(|d| d.reason.as_ref()) {
+            Some(Reason::Reservation { by, learned, source, .. }) => {
+                let source = expectation_words(learned.as_ref(), *source);
+                release.push(format!(
+                    "room is reserved for {by}'s {source}: this cap rises as that room frees (a sibling leaves) and is released once {by} is empty or gone"
+                ));
+            }
+            Some(Reason::Parked { by, expected_bytes, source, place, admitted, .. }) => {
+                let line = snap.parked.iter().position(|c| *c == e_cgroup).map_or(*place, |i| i + 1);
+                release.push(format!(
+                    "parked: room is kept for {by}'s expected peak {} ({}) and {admitted} older lower cgroup(s) run meanwhile; this one is {line} in line and is admitted (its cap raised to a share of the room) when the room left fits it (policy.park_room = {}), one per tick, oldest first; released once {by} is empty or gone",
+                    human(*expected_bytes),
+                    source.label(),
+                    human(p.park_room)
+                ));
+            }
+            _ => {}
         }
         release.push(format!(
             "memory.high goes back up one step (+{:.0} %) at most every {} ms once no protected cgroup has been under pressure and the parent has had headroom for hold_ms = {} ms{wait}",
@@ -340,6 +354,21 @@ fn reasons(
         }
         let why = last(file).map(|d| format!(" ({})", d.why)).unwrap_or_default();
         state.push(format!("protected: {file} {} (originally {}){why}", lim(now), lim(orig)));
+        // The lower cgroups' caps name the expectation they keep room for.
+        let expected = snap.recent_decisions.iter().rev().find_map(|d| match &d.reason {
+            Some(Reason::Reservation { by, declared_bytes, learned, source, .. }) if *by == e_cgroup => Some(format!(
+                "{} (sum of the protected cgroups' expectations {})",
+                expectation_words(learned.as_ref(), *source),
+                human(*declared_bytes)
+            )),
+            Some(Reason::Parked { by, expected_bytes, source, .. }) if *by == e_cgroup => {
+                Some(format!("expected peak {}, {}", human(*expected_bytes), source.label()))
+            }
+            _ => None,
+        });
+        if let Some(expected) = expected {
+            state.push(format!("room reserved for its {expected}"));
+        }
         release.push(format!(
             "{file} follows its working set: the peak usage over ws_window_ms = {} ms times ws_margin {}, rounded to {}; it shrinks once a whole window passes lower, returns to {} when the cgroup is empty, leaves its tier or the daemon stops",
             p.ws_window_ms,
@@ -384,6 +413,27 @@ fn reasons(
         }
     }
     (state, release)
+}
+
+/// Which expectation a reservation keeps room for, in words.
+fn expectation_words(learned: Option<&memqos_policy::LearnedPeak>, source: memqos_policy::PeakSource) -> String {
+    match learned {
+        Some(l) if l.tier => format!(
+            "expected peak, learned from {} recent lifetime(s) of its tier {:?} (largest peak {} + 10%; learn_peak, {})",
+            l.lifetimes,
+            l.workload,
+            human(l.peak_bytes),
+            memqos_schema::state::TIER_PEAKS_FILE
+        ),
+        Some(l) => format!(
+            "expected peak, learned from {} recorded lifetime(s) of its workload {:?} (largest peak {} + 10%; learn_peak, user.memqos.workload)",
+            l.lifetimes,
+            l.workload,
+            human(l.peak_bytes)
+        ),
+        None if source == memqos_policy::PeakSource::TierDefault => "expected peak, the tier's default_peak".into(),
+        None => "declared expected peak (expected_peak, or its user.memqos.expected_peak xattr)".into(),
+    }
 }
 
 /// The explanation as text.

@@ -3,6 +3,13 @@
 //! declaration of its own, the learned expectation as its expected peak. The engine then
 //! reserves it exactly like a declared one (`engine::reserve`); only the reason names the
 //! source. See `history` for why only an explicit key counts.
+//!
+//! The tier remembers too: every lifetime of a `learn_peak` tier's cgroup, keyed or not, is
+//! recorded under the tier's name in `<state_dir>/tier-peaks.json` (the same bounded, all or
+//! nothing, versioned format). A cgroup with neither a declaration nor a known key gets the
+//! largest of its tier's last five peaks plus 10%: weaker than a key (the tier's members may
+//! be different workloads, so a small one reserves for the largest), better than nothing at
+//! first sight of a workload. A bad file is set aside with one warning, like the history.
 
 use crate::events::Event;
 use crate::history::History;
@@ -12,10 +19,13 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// One lifetime being watched: a protected cgroup of a `learn_peak` tier with a valid key.
+/// One lifetime being watched: a protected cgroup of a `learn_peak` tier.
 struct Lifetime {
     rel: String,
-    key: String,
+    /// Its valid workload key, if it names one.
+    key: Option<String>,
+    /// Its tier's name (the tier history's key).
+    tier: String,
     /// The largest of memory.peak (Linux 5.19+) or, without it, memory.current as read.
     peak: u64,
     /// Seen populated once: a cgroup made before its task starts is empty, not ended.
@@ -29,6 +39,9 @@ struct Lifetime {
 pub struct Learner {
     file: PathBuf,
     history: History,
+    /// Recent peaks per tier name, and their file.
+    tier_file: PathBuf,
+    tiers: History,
     lifetimes: HashMap<u64, Lifetime>,
     /// A dry run learns in memory but writes no file.
     persist: bool,
@@ -46,19 +59,25 @@ impl Learner {
     /// warning (`Degraded`) naming the file and the error, the file moved aside to
     /// `<file>.bad` (kept for a person to look at, and not overwritten by the next save),
     /// and an empty history.
-    pub fn open(file: PathBuf, persist: bool, emit: &mut dyn FnMut(Event)) -> Learner {
-        let history = match std::fs::read_to_string(&file) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => History::default(),
-            Err(e) => Self::discard(&file, &e.to_string(), persist, emit),
-            Ok(text) => match History::from_json(&text) {
-                Ok(h) => h,
-                Err(e) => Self::discard(&file, &e, persist, emit),
-            },
-        };
-        Learner { file, history, lifetimes: HashMap::new(), persist }
+    /// `tier_file` likewise, for the tiers' recent peaks.
+    pub fn open(file: PathBuf, tier_file: PathBuf, persist: bool, emit: &mut dyn FnMut(Event)) -> Learner {
+        let history = Self::load(&file, "history_file", persist, emit);
+        let tiers = Self::load(&tier_file, "tier peaks", persist, emit);
+        Learner { file, history, tier_file, tiers, lifetimes: HashMap::new(), persist }
     }
 
-    fn discard(file: &Path, error: &str, persist: bool, emit: &mut dyn FnMut(Event)) -> History {
+    fn load(file: &Path, what: &str, persist: bool, emit: &mut dyn FnMut(Event)) -> History {
+        match std::fs::read_to_string(file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => History::default(),
+            Err(e) => Self::discard(file, what, &e.to_string(), persist, emit),
+            Ok(text) => match History::from_json(&text) {
+                Ok(h) => h,
+                Err(e) => Self::discard(file, what, &e, persist, emit),
+            },
+        }
+    }
+
+    fn discard(file: &Path, what: &str, error: &str, persist: bool, emit: &mut dyn FnMut(Event)) -> History {
         let bad = bad_path(file);
         let moved = if !persist {
             "left in place (dry run)".to_owned()
@@ -69,7 +88,7 @@ impl Learner {
             }
         };
         emit(Event::Degraded {
-            message: format!("history_file {}: {error}; {moved}; learned peaks start empty", file.display()),
+            message: format!("{what} {}: {error}; {moved}; learned peaks start empty", file.display()),
         });
         History::default()
     }
@@ -78,9 +97,8 @@ impl Learner {
     /// lifetimes being watched carry on and are recorded there).
     pub fn set_file(&mut self, file: PathBuf, emit: &mut dyn FnMut(Event)) {
         if file != self.file {
-            let lifetimes = std::mem::take(&mut self.lifetimes);
-            *self = Learner::open(file, self.persist, emit);
-            self.lifetimes = lifetimes;
+            self.history = Self::load(&file, "history_file", self.persist, emit);
+            self.file = file;
         }
     }
 
@@ -103,18 +121,19 @@ impl Learner {
             let Some(tier) = cfg.tiers.get(c.tier).filter(|t| t.learn_peak && t.is_protected()) else {
                 continue;
             };
-            let Some(key) = workloads.get(&c.cgroup_id) else { continue };
+            let key = workloads.get(&c.cgroup_id);
             present.push(c.cgroup_id);
             let l = self.lifetimes.entry(c.cgroup_id).or_insert_with(|| Lifetime {
                 rel: c.id.clone(),
-                key: key.clone(),
+                key: key.cloned(),
+                tier: tier.name.clone(),
                 peak: 0,
                 ran: false,
                 recorded: false,
                 announced: false,
             });
             let ended = !l.recorded && {
-                l.key.clone_from(key);
+                l.key = key.cloned();
                 l.peak =
                     l.peak.max(c.usage_bytes).max(read_peak(&memqos_cgroupfs::name::fs_path(root, &c.id)).unwrap_or(0));
                 l.ran |= c.is_populated();
@@ -127,9 +146,16 @@ impl Learner {
             if c.expected_peak_bytes.is_some() || tier.expected_peak.is_some() {
                 continue;
             }
-            let Some(entry) = self.history.get(key) else { continue };
+            // Its workload key's history, else its tier's recent peaks.
+            let known = key.and_then(|k| Some((k, self.history.get(k)?, false)));
+            let Some((name, entry, from_tier)) =
+                known.or_else(|| Some((&tier.name, self.tiers.get(&tier.name)?, true)))
+            else {
+                continue;
+            };
             let peak = entry.expectation().unwrap_or(0);
-            let learned = LearnedPeak { workload: key.clone(), lifetimes: entry.peaks.len(), peak_bytes: peak };
+            let learned =
+                LearnedPeak { workload: name.clone(), lifetimes: entry.peaks.len(), peak_bytes: peak, tier: from_tier };
             let expected = with_margin(peak);
             c.expected_peak_bytes = Some(expected);
             c.learned_peak = Some(learned.clone());
@@ -180,31 +206,40 @@ impl Learner {
         }
     }
 
-    /// Records lifetime `id` into the history; false when it has no peak to record.
+    /// Records lifetime `id` into its tier's recent peaks and, if it has a key, the history;
+    /// false when it has no peak to record.
     fn record_lifetime(&mut self, id: u64, now_s: u64, emit: &mut dyn FnMut(Event)) -> bool {
         let Some(l) = self.lifetimes.get_mut(&id) else { return false };
         l.recorded = true;
         if l.peak == 0 {
             return false;
         }
-        self.history.record(&l.key, l.peak, now_s);
-        let lifetimes = self.history.get(&l.key).map_or(0, |e| e.peaks.len());
-        emit(Event::PeakRecorded { cgroup: l.rel.clone(), workload: l.key.clone(), peak_bytes: l.peak, lifetimes });
+        self.tiers.record(&l.tier, l.peak, now_s);
+        if let Some(key) = &l.key {
+            self.history.record(key, l.peak, now_s);
+            let lifetimes = self.history.get(key).map_or(0, |e| e.peaks.len());
+            emit(Event::PeakRecorded { cgroup: l.rel.clone(), workload: key.clone(), peak_bytes: l.peak, lifetimes });
+        }
         true
     }
 
-    /// Writes the file atomically: a temporary file in the same directory, fsync, rename.
+    /// Writes both files, each atomically: a temporary file in the same directory, fsync,
+    /// rename.
     fn save(&self, emit: &mut dyn FnMut(Event)) {
         if !self.persist {
             return;
         }
-        if let Err(e) = write_atomically(&self.file, self.history.to_json().as_bytes()) {
-            emit(Event::Degraded {
-                message: format!(
-                    "history_file {}: not saved ({e}); learned peaks live on in memory",
-                    self.file.display()
-                ),
-            });
+        for (what, file, h) in
+            [("history_file", &self.file, &self.history), ("tier peaks", &self.tier_file, &self.tiers)]
+        {
+            if h.is_empty() && !file.exists() {
+                continue;
+            }
+            if let Err(e) = write_atomically(file, h.to_json().as_bytes()) {
+                emit(Event::Degraded {
+                    message: format!("{what} {}: not saved ({e}); learned peaks live on in memory", file.display()),
+                });
+            }
         }
     }
 }

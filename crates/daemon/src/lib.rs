@@ -348,7 +348,12 @@ fn run_loop(
     let hierarchy_root = root.is_hierarchy_root();
     // learn_peak: loaded whether or not a tier learns now, so a reload that turns it on
     // finds what earlier runs learned. The file is not written in a dry run.
-    let mut learner = learn::Learner::open(cfg.history_path(state_dir), !opts.dry_run, &mut |e| act.emit(e));
+    let mut learner = learn::Learner::open(
+        cfg.history_path(state_dir),
+        state_dir.join(memqos_schema::state::TIER_PEAKS_FILE),
+        !opts.dry_run,
+        &mut |e| act.emit(e),
+    );
     while !SHUTDOWN.load(Ordering::SeqCst) {
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
@@ -591,7 +596,11 @@ fn run_loop(
                 m.counters.oom_kills = oom.by_tier.clone();
                 let cpu =
                     proc_stat::cpu_ticks(std::process::id()).map_or(0.0, |t| t as f64 / proc_stat::ticks_per_second());
-                let daemon = metrics::Daemon { cpu_seconds: cpu, parent_usage_bytes: obs.parent.usage_bytes };
+                let daemon = metrics::Daemon {
+                    cpu_seconds: cpu,
+                    parent_usage_bytes: obs.parent.usage_bytes,
+                    parked: engine.status().parked.len(),
+                };
                 if let Err(e) = m.publish(&seen, &daemon) {
                     act.emit(Event::Degraded { message: format!("{e:#}") });
                 }

@@ -63,6 +63,8 @@ impl Counters {
 pub struct Daemon {
     pub cpu_seconds: f64,
     pub parent_usage_bytes: u64,
+    /// Lower cgroups parked while a reservation lets older ones run (`engine::park`).
+    pub parked: usize,
 }
 
 /// The families both renderers have (the daemon's [`render`] and `memqos stat --prom`): one
@@ -227,6 +229,13 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     );
     out.family(PARENT_USAGE);
     out.sample(PARENT_USAGE.0, &[], daemon.parent_usage_bytes);
+    const PARKED: Family = (
+        "memqos_parked_cgroups",
+        "gauge",
+        "Lower cgroups parked at what they hold while room is kept for a protected cgroup's expected peak.",
+    );
+    out.family(PARKED);
+    out.sample(PARKED.0, &[], daemon.parked);
     const CPU: Family = ("memqos_daemon_cpu_seconds_total", "counter", "CPU time (user + system) the daemon has used.");
     out.family(CPU);
     out.sample(CPU.0, &[], daemon.cpu_seconds);
@@ -376,7 +385,7 @@ mod tests {
         let text = render(
             &[seen("a\"x", "critical", Limit::Max), seen("b", "batch", Limit::Bytes(64 << 20))],
             &c,
-            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42 },
+            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42, parked: 2 },
         );
         for line in [
             "memqos_cgroup_memory_high_bytes{cgroup=\"a\\\"x\",tier=\"critical\"} +Inf",
@@ -390,6 +399,7 @@ mod tests {
             "memqos_tier_memory_usage_bytes{tier=\"critical\"} 104857600",
             "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"release\"} 2",
             "memqos_parent_memory_usage_bytes 42",
+            "memqos_parked_cgroups 2",
             "memqos_oom_kills_total{tier=\"batch\"} 3",
             "memqos_stall_bound_actions_total{tier=\"batch\",action=\"relieve\"} 1",
             "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"stall_bound\"} 1",
@@ -429,7 +439,8 @@ mod tests {
         drop(probe);
         let cfg = memqos_policy::Metrics { listen: Some(addr), ..cfg };
         let mut ex = Exporter::start(&cfg).unwrap().unwrap();
-        ex.publish(&[seen("b", "batch", Limit::Max)], &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1 }).unwrap();
+        ex.publish(&[seen("b", "batch", Limit::Max)], &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1, parked: 0 })
+            .unwrap();
         let get = |path: &str| {
             let mut s = std::net::TcpStream::connect(addr).unwrap();
             // In two pieces, as a slow client would send it.

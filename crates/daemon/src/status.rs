@@ -58,6 +58,7 @@ pub(crate) fn snapshot(
         cgroups,
         throttled: st.throttled,
         frozen: st.frozen,
+        parked: st.parked,
         last_pressure_ms: st.last_pressure_ms,
         now_ms: obs.now_ms,
         recent_decisions: recent.iter().cloned().collect(),
@@ -143,7 +144,11 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
             prot(&c.knobs),
             format!("({})", prot(&c.original)),
             c.psi_some_avg10,
-            if c.knobs.frozen { "  FROZEN" } else { "" },
+            match (c.knobs.frozen, s.parked.iter().position(|p| *p == c.cgroup)) {
+                (true, _) => "  FROZEN".to_string(),
+                (false, Some(i)) => format!("  PARKED #{}", i + 1),
+                (false, None) => String::new(),
+            },
         );
     }
     if s.oom_score_adj_processes > 0 {
@@ -221,6 +226,7 @@ mod tests {
             ],
             throttled: vec!["low1".into()],
             frozen: vec![],
+            parked: vec![],
             last_pressure_ms: Some(2000),
             now_ms: 3000,
             recent_decisions: vec![d],

@@ -767,7 +767,8 @@ fn a_learned_peak_is_recorded_when_its_cgroup_ends_and_reserved_for_the_next_wit
     assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
     daemon.join().unwrap().expect("daemon run");
     let why = reservations(&f, "low1");
-    let learned = memqos_policy::LearnedPeak { workload: "job-k".into(), lifetimes: 1, peak_bytes: 300 * MIB };
+    let learned =
+        memqos_policy::LearnedPeak { workload: "job-k".into(), lifetimes: 1, peak_bytes: 300 * MIB, tier: false };
     assert!(
         matches!(&why[0], memqos_policy::Reason::Reservation { by, declared_bytes, learned: Some(l), .. }
             if by == "high2" && *declared_bytes == 330 * MIB && *l == learned),
@@ -823,6 +824,95 @@ fn a_declared_peak_wins_over_history_and_a_bad_key_is_named_once() {
         .collect();
     assert_eq!(bad.len(), 1, "said once: {bad:?}");
     assert!(bad[0].starts_with("high3: user.memqos.workload = \"bad\\tkey\" ignored: control character"), "{}", bad[0]);
+}
+
+#[test]
+fn without_a_key_the_tiers_recent_peaks_are_reserved_and_a_bad_tier_file_is_set_aside() {
+    // `high` names no workload, peaks at 300M and is removed: the tier `critical` remembers
+    // 300M (state_dir/tier-peaks.json, whose old content was unreadable). `high2`, no key, no
+    // declaration, then expects 330M from its tier: low1 capped at 112M as with a key.
+    let f = fake("learn-tier", 170 * MIB);
+    learning(&f);
+    let tier_file = f.state.join("tier-peaks.json");
+    std::fs::create_dir_all(&f.state).unwrap();
+    std::fs::write(&tier_file, "{\"version\": 1, \"workloads\": [").unwrap();
+    std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
+    std::fs::write(f.root.join("high/memory.peak"), format!("{}\n", 300 * MIB)).unwrap();
+    let opts = f.options(6.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    poll("high protected", Duration::from_secs(10), || f.knob("high", "memory.low") != "0");
+    std::fs::remove_dir_all(f.root.join("high")).unwrap();
+    poll("tier peaks written", Duration::from_secs(10), || {
+        std::fs::read_to_string(&tier_file).is_ok_and(|t| t.contains("critical"))
+    });
+    std::fs::write(f.root.join("memory.current"), format!("{}\n", 70 * MIB)).unwrap();
+    arrive(&f, "high2", 50 * MIB, &[]);
+    poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
+    daemon.join().unwrap().expect("daemon run");
+    let why = reservations(&f, "low1");
+    assert!(
+        matches!(&why[0], memqos_policy::Reason::Reservation { by, declared_bytes, learned: Some(l), source: memqos_policy::PeakSource::TierRecent, .. }
+            if by == "high2" && *declared_bytes == 330 * MIB && l.tier && l.workload == "critical"),
+        "{why:?}"
+    );
+    assert!(why[0].to_string().contains("recent lifetime(s) of tier \"critical\""), "{}", why[0]);
+    let warned: Vec<String> = f
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Degraded { message } if message.starts_with("tier peaks ") => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert!(warned.len() == 1 && warned[0].contains("moved aside"), "{warned:?}");
+    assert!(f.state.join("tier-peaks.json.bad").exists(), "kept for a person");
+    let h = memqos_daemon::history::History::from_json(&std::fs::read_to_string(&tier_file).unwrap()).unwrap();
+    assert_eq!(h.get("critical").unwrap().peaks, [300 * MIB]);
+    assert!(!f.events().iter().any(|e| matches!(e, Event::PeakRecorded { .. })), "no key: no workload history");
+}
+
+#[test]
+fn a_low_that_does_not_fit_is_parked_and_status_and_explain_say_so() {
+    // high holds 150M and declares 300M (reserved as 304M, a multiple of ws_granularity): the
+    // lows may hold (512 - 64) - 150 - (304 - 150) = 144M together; they hold 40M, so 104M is
+    // free, less than park_room (128M): only the oldest (low1, first by name at the same
+    // first sight) runs, low2 waits at what it holds (20M, so min_high's 32M); low1 gets
+    // what that leaves, 112M.
+    let f = fake("park", 190 * MIB);
+    std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
+    write_cgroup(&f.root.join("low2"), 20 * MIB, "max");
+    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "300M");
+    let opts = f.options(3.0, false);
+    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    let snap = poll_status(&f, |s| s.parked == ["low2"]);
+    assert_eq!(f.knob("low2", "memory.high"), (32 * MIB).to_string());
+    assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
+    let cfg = memqos_policy::Config::from_str(&std::fs::read_to_string(&f.config).unwrap(), "memqos.toml").unwrap();
+    let mut view = memqos_daemon::explain::View::new(cfg, f.config.clone());
+    for d in &snap.recent_decisions {
+        view.history.entry(d.cgroup.clone()).or_default().push_back(d.clone());
+    }
+    view.snapshot = Some(snap);
+    let e = memqos_daemon::explain::explain(&view, "low2").unwrap();
+    assert!(
+        e.release.iter().any(|r| r.starts_with("parked:") && r.contains("1 in line") && r.contains("300M")),
+        "{:?}",
+        e.release
+    );
+    let e = memqos_daemon::explain::explain(&view, "high").unwrap();
+    assert!(e.state.iter().any(|s| s.contains("room reserved for its") && s.contains("declared")), "{:?}", e.state);
+    daemon.join().unwrap().expect("daemon run");
+    let parked = f.events().into_iter().any(|e| {
+        matches!(e, Event::Write(w) if w.cgroup == "low2"
+        && matches!(&w.reason, Some(memqos_policy::Reason::Parked { by, place: 1, admitted: 1, .. }) if by == "high"))
+    });
+    assert!(parked, "the cap's write names the parking");
+}
+
+/// Waits for a status.json that satisfies `f`.
+fn poll_status(f: &Fake, ok: impl Fn(&memqos_daemon::status::Snapshot) -> bool) -> memqos_daemon::status::Snapshot {
+    common::poll_for("status", Duration::from_secs(10), || status::read(&f.state).ok().flatten().filter(|s| ok(s)))
 }
 
 #[test]

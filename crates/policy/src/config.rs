@@ -191,6 +191,12 @@ pub struct Tier {
     /// wins over history. Learned only from an explicit key, never from a path: a name
     /// reused by an unrelated cgroup inherits nothing.
     pub learn_peak: bool,
+    /// `default_peak` (optional size, protected tiers only): the expected peak of a tier's
+    /// cgroup that has nothing better: no declaration (xattr or tier `expected_peak`), no
+    /// history of its workload key and no recent peaks of its tier (`learn_peak`). The
+    /// weakest source: an operator's guess for the tier, reserved like a declaration.
+    /// Unset: such a cgroup reserves what its protection covers, nothing more.
+    pub default_peak: Option<u64>,
 }
 
 /// A throttle tier's bound on a throttling stall (`engine::stall`).
@@ -403,6 +409,12 @@ pub struct Policy {
     /// `ws_granularity` (default "16M", >= 4K): protection is rounded up to a multiple of this,
     /// so it moves in steps instead of on every page.
     pub ws_granularity: u64,
+    /// `park_room` (default "128M"; "0" turns parking off): while a protected cgroup's
+    /// expected peak is reserved (`engine::park`), the throttle-tier cgroups below it are
+    /// admitted oldest first, as many as get at least this much free room above what they
+    /// hold; the others are parked (memory.high capped at what they hold) and admitted one
+    /// per tick as room frees. 0: every one is admitted and they share the room equally.
+    pub park_room: u64,
     /// `foreign_knobs` (default `"respect"`): a memory.high, or a memory.low/min, that was not
     /// the kernel default before memqos first wrote it was set by someone else (a unit's
     /// MemoryHigh=/MemoryLow=, kubelet's MemoryQoS). `respect` never writes that knob of that
@@ -436,6 +448,7 @@ impl Default for Policy {
             ws_window_ms: 60_000,
             ws_margin: 1.1,
             ws_granularity: 16 << 20,
+            park_room: 128 << 20,
             foreign_knobs: ForeignKnobs::Respect,
         }
     }

@@ -10,8 +10,9 @@
 //!    emptied or gone: nothing is left to hold room for) and nothing is frozen, release one
 //!    step (`throttle::release`);
 //! 5. escalate (opt-in freeze/kill) if a protected cgroup keeps stalling;
-//! 6. cap lower tiers within what a protected cgroup's declared `expected_peak` leaves
-//!    (`reserve`; counts as pressure while in force);
+//! 6. cap lower tiers within what a protected cgroup's expected peak leaves (`reserve`;
+//!    counts as pressure while in force): the oldest that fit run, the others are parked at
+//!    what they hold and admitted one at a time as room frees (`park`);
 //! 7. move protection (memory.low/min) with the working set (and the declared peak);
 //! 8. bound stalls that throttling causes (`stall`): relieve or kill, per tier;
 //! 9. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
@@ -20,6 +21,7 @@
 //!    kills.
 
 mod escalate;
+mod park;
 mod pressure;
 mod protect;
 mod reserve;
@@ -53,6 +55,7 @@ pub struct Engine {
     stall_since_ms: Option<u64>,
     ladder: Ladder,
     stalls: stall::Stalls,
+    parking: park::Parking,
 }
 
 /// A summary for the daemon's stats output.
@@ -68,6 +71,9 @@ pub struct Status {
     pub throttled: Vec<String>,
     /// Cgroups frozen by us.
     pub frozen: Vec<String>,
+    /// Lower cgroups parked at what they hold while a reservation lets others run first
+    /// (`engine::park`), next to be admitted first.
+    pub parked: Vec<String>,
 }
 
 impl Engine {
@@ -84,6 +90,7 @@ impl Engine {
             stall_since_ms: None,
             ladder: Ladder::default(),
             stalls: stall::Stalls::default(),
+            parking: park::Parking::default(),
         }
     }
 
@@ -216,14 +223,16 @@ impl Engine {
         if let (Some(top), Some(since)) = (p.top(), self.stall_since_ms) {
             escalate::escalate(&ctx, top, since, &self.ladder, &self.cgroups, &mut plan);
         }
-        if let Some(r) = &reservation {
-            reserve::plan(&ctx, r, p.any(), &mut plan);
+        match &reservation {
+            Some(r) => self.parking.plan(&ctx, r, &self.cgroups, p.any(), &mut plan),
+            None => self.parking.clear(&ctx, &mut plan),
         }
         protect::plan(&ctx, &self.cgroups, &mut plan);
         self.stalls.plan(&ctx, &mut plan);
 
         let decisions = commit(plan, &ctx, &mut self.cgroups);
         self.stalls.committed(&decisions, &ctx);
+        self.parking.committed(&decisions, now);
         for d in &decisions {
             match d.action {
                 Action::Freeze(true) => self.ladder.last_freeze_ms = Some(now),
@@ -258,6 +267,7 @@ impl Engine {
             stalled_since_ms: self.stall_since_ms,
             throttled: ids(&|s| s.current.high < s.original.high),
             frozen: ids(&|s| s.frozen_by.is_some()),
+            parked: self.parking.parked().to_vec(),
         }
     }
 }
@@ -403,6 +413,11 @@ impl Plan {
     /// True when a memory.high write of `c` is already proposed.
     pub fn has_high(&self, c: &CgroupObs) -> bool {
         self.items.iter().any(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)))
+    }
+
+    /// True when a cgroup.freeze write of `c` is already proposed (escalation's or a thaw).
+    pub fn has_freeze(&self, c: &CgroupObs) -> bool {
+        self.items.iter().any(|(id, a, _)| *id == c.id && matches!(a, Action::Freeze(_)))
     }
 
     /// Withdraws every proposed memory.high write of `c`.

@@ -9,7 +9,7 @@ use crate::config::TierIndex;
 use crate::size::Limit;
 use memqos_cgroupfs::{MemoryEvents, Pressure};
 pub use memqos_schema::knob::Knobs;
-pub use memqos_schema::reason::LearnedPeak;
+pub use memqos_schema::reason::{LearnedPeak, PeakSource};
 
 /// The extended attribute a protected cgroup declares its expected peak in (a size, as in
 /// the config: "512M", "2G", bytes); it overrides the tier's `expected_peak`.

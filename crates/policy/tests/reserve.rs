@@ -7,14 +7,28 @@ use common::*;
 use memqos_policy::{Action, Knob, Limit, Reason};
 
 fn sim(tiers: &str) -> Sim {
-    let mut sim = Sim::new(config(tiers, "min_write_interval_ms = 200\nhold_ms = 2000"));
+    sim_with(tiers, "")
+}
+
+fn sim_with(tiers: &str, policy: &str) -> Sim {
+    let mut sim = Sim::new(config(tiers, &format!("min_write_interval_ms = 200\nhold_ms = 2000\n{policy}")));
     sim.tick_ms = 100;
     sim
 }
 
 /// A 711 MiB parent, critical/agent at 12 MiB declaring 450 MiB, and empty `lows`.
 fn declared(tiers: &str, lows: &[&str]) -> Sim {
-    let mut sim = sim(tiers);
+    declared_with(tiers, lows, "")
+}
+
+/// `declared` with equal shares (no parking: tests/park.rs tests that), so every member's
+/// cap is the reservation's.
+fn declared_shares(tiers: &str, lows: &[&str]) -> Sim {
+    declared_with(tiers, lows, "park_room = \"0\"")
+}
+
+fn declared_with(tiers: &str, lows: &[&str], policy: &str) -> Sim {
+    let mut sim = sim_with(tiers, policy);
     sim.parent.max = Limit::Bytes(711 * MB);
     sim.add("critical/agent", 12 * MB);
     sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
@@ -83,7 +97,7 @@ fn a_declared_peak_holds_the_low_tasks_back_before_they_jump_and_nobody_is_kille
 
 #[test]
 fn caps_are_the_reservation_and_name_it() {
-    let mut sim = declared(TWO_TIERS, &["batch/a", "batch/b"]);
+    let mut sim = declared_shares(TWO_TIERS, &["batch/a", "batch/b"]);
     let d = sim.tick();
     // The reservation is the declaration rounded up as protection is (450 -> 464 MiB):
     // budget = (711 - 64) - 12 - (464 - 12) = 183 MiB, split equally over two empty cgroups.
@@ -93,7 +107,7 @@ fn caps_are_the_reservation_and_name_it() {
     assert_eq!(caps, vec![("batch/a".to_string(), share), ("batch/b".to_string(), share)]);
     assert!(d.iter().filter(|d| d.knob() == Knob::High).all(|d| matches!(
         &d.reason,
-        Reason::Reservation { by, declared_bytes, budget_bytes, members: 2, learned: None }
+        Reason::Reservation { by, declared_bytes, budget_bytes, members: 2, learned: None, .. }
             if by == "critical/agent" && *declared_bytes == 450 * MB && *budget_bytes == 183 * MB
     )));
     // Protection covers the declared peak (rounded up to ws_granularity).
@@ -136,7 +150,7 @@ fn the_tier_declares_for_its_cgroups_and_a_cgroups_own_declaration_wins() {
 
 #[test]
 fn a_cap_rises_when_a_member_leaves_and_everything_is_released_when_the_declarer_ends() {
-    let mut sim = declared(TWO_TIERS, &["batch/a", "batch/b"]);
+    let mut sim = declared_shares(TWO_TIERS, &["batch/a", "batch/b"]);
     sim.run(500, |_| {});
     let half = sim.high("batch/a");
     sim.cg("batch/a").usage_bytes = 90 * MB;
@@ -194,7 +208,7 @@ fn a_declared_cgroup_reserves_before_its_task_starts_but_not_after_it_ended() {
 
 #[test]
 fn a_declaration_past_the_parents_limit_counts_as_the_limit_and_overflows_nothing() {
-    let mut sim = declared(TWO_TIERS, &["batch/a", "batch/b"]);
+    let mut sim = declared_shares(TWO_TIERS, &["batch/a", "batch/b"]);
     // Two declarations near u64::MAX: their sum must saturate, not wrap to a small number
     // that would let the lower tiers grow into the protected task's room.
     sim.add("critical/other", 12 * MB);
@@ -208,7 +222,7 @@ fn a_declaration_past_the_parents_limit_counts_as_the_limit_and_overflows_nothin
             Reason::Reservation { declared_bytes, .. } => Some(*declared_bytes),
             _ => None,
         })
-        .expect("a reservation");
+        .unwrap_or_else(|| panic!("a reservation: {decisions:#?}"));
     assert_eq!(declared, 2 * 711 * MB, "each declaration is at most the parent's 711 MiB");
     for low in ["batch/a", "batch/b"] {
         assert!(sim.high(low) < Limit::Bytes(711 * MB), "{low} capped: {:?}", sim.high(low));

@@ -22,5 +22,5 @@ pub mod status;
 pub use events::{Event, LogLine, Outcome, TierMove, WriteEvent};
 pub use knob::{Knob, KnobFile, Knobs};
 pub use oom::OomKill;
-pub use reason::{LearnedPeak, Reason, Trigger};
+pub use reason::{LearnedPeak, PeakSource, Reason, Trigger};
 pub use status::{CgroupStatus, DecisionRecord, Snapshot};

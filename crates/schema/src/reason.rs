@@ -142,6 +142,28 @@ pub enum Reason {
         /// than declared.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         learned: Option<LearnedPeak>,
+        /// Which source gave `by` its expected peak (older logs: `declared` or, with
+        /// `learned`, `workload`).
+        #[serde(default)]
+        source: PeakSource,
+    },
+    /// memory.high capped at what the cgroup holds: the room left beside the protected
+    /// tier's expected regrowth is given to the lower cgroups that came first, one at a time
+    /// as room frees; this one waits its turn (`engine::park`).
+    Parked {
+        /// The protected cgroup the room is kept for (the largest expectation if several).
+        by: String,
+        /// Its expected peak and where that came from.
+        expected_bytes: u64,
+        #[serde(default)]
+        source: PeakSource,
+        /// Its place in the line (1: admitted next).
+        place: usize,
+        /// Lower cgroups running meanwhile (admitted, oldest first).
+        admitted: usize,
+        /// What the lower cgroups may hold together, and what is free of it.
+        budget_bytes: u64,
+        free_bytes: u64,
     },
     /// Back to the original value (the daemon's journal restore, a tier change on reload).
     Restore,
@@ -172,6 +194,7 @@ impl Reason {
             Reason::CauseGone { .. } => "cause_gone",
             Reason::StallBound { .. } => "stall_bound",
             Reason::Reservation { .. } => "reservation",
+            Reason::Parked { .. } => "parked",
             Reason::Restore => "restore",
             Reason::DirtyCeiling { .. } => "dirty_ceiling",
         }
@@ -219,15 +242,22 @@ impl fmt::Display for Reason {
                 human(*usage_bytes),
                 human(*high_bytes)
             ),
-            Reason::Reservation { by, declared_bytes, budget_bytes, members, learned } => {
-                let source = match learned {
-                    Some(l) => format!(
+            Reason::Reservation { by, declared_bytes, budget_bytes, members, learned, source } => {
+                let source = match (learned, source) {
+                    (Some(l), PeakSource::TierRecent) => format!(
+                        ", learned from {} recent lifetime(s) of tier {:?}, max peak {}",
+                        l.lifetimes,
+                        l.workload,
+                        human(l.peak_bytes)
+                    ),
+                    (Some(l), _) => format!(
                         ", learned from {} lifetime(s) of workload {:?}, max peak {}",
                         l.lifetimes,
                         l.workload,
                         human(l.peak_bytes)
                     ),
-                    None => String::new(),
+                    (None, PeakSource::TierDefault) => ", the tier's default_peak".into(),
+                    (None, _) => String::new(),
                 };
                 write!(
                     f,
@@ -236,6 +266,14 @@ impl fmt::Display for Reason {
                     human(*budget_bytes)
                 )
             }
+            Reason::Parked { by, expected_bytes, source, place, admitted, budget_bytes, free_bytes } => write!(
+                f,
+                "parked at what it holds: room kept for {by} (expected peak {}, {}); {admitted} lower cgroup(s) run, this one is {place} in line to be admitted (budget {}, {} free)",
+                human(*expected_bytes),
+                source.label(),
+                human(*budget_bytes),
+                human(*free_bytes)
+            ),
             Reason::Restore => f.write_str("restoring the original value"),
             Reason::DirtyCeiling { cap_bytes, dirty_bytes, budget_bytes } => write!(
                 f,
@@ -248,7 +286,36 @@ impl fmt::Display for Reason {
     }
 }
 
-/// Where a learned expected peak came from (the daemon's history of a workload key).
+/// Where a protected cgroup's expected peak came from, strongest first: the first that
+/// has one applies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakSource {
+    /// Its `user.memqos.expected_peak` xattr, or its tier's `expected_peak`.
+    #[default]
+    Declared,
+    /// The history of its workload key (`learn_peak`, `user.memqos.workload`).
+    Workload,
+    /// Its tier's own recent lifetimes on this host (`learn_peak`, any member).
+    TierRecent,
+    /// Its tier's configured `default_peak`.
+    TierDefault,
+}
+
+impl PeakSource {
+    /// Words for logs and `explain`.
+    pub fn label(self) -> &'static str {
+        match self {
+            PeakSource::Declared => "declared (user.memqos.expected_peak or the tier's expected_peak)",
+            PeakSource::Workload => "learned from its workload key's history (learn_peak)",
+            PeakSource::TierRecent => "learned from its tier's recent peaks (learn_peak)",
+            PeakSource::TierDefault => "the tier's default_peak",
+        }
+    }
+}
+
+/// Where a learned expected peak came from (the daemon's history of a workload key, or of
+/// the tier's recent lifetimes: then `workload` is the tier's name and `tier` is true).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LearnedPeak {
     /// The workload key (the cgroup's `user.memqos.workload` xattr).
@@ -257,6 +324,20 @@ pub struct LearnedPeak {
     pub lifetimes: usize,
     /// The largest recorded peak (the expectation is this plus a margin).
     pub peak_bytes: u64,
+    /// Learned from the tier's recent lifetimes rather than a workload key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tier: bool,
+}
+
+impl LearnedPeak {
+    /// The source this learned peak stands for.
+    pub fn source(&self) -> PeakSource {
+        if self.tier {
+            PeakSource::TierRecent
+        } else {
+            PeakSource::Workload
+        }
+    }
 }
 
 #[cfg(test)]
@@ -277,7 +358,23 @@ mod tests {
             Reason::Relieved { by: by() },
             Reason::CauseGone { by: by() },
             Reason::StallBound { stalled_for_ms: 1, bound_ms: 1, usage_bytes: 1, high_bytes: 1, psi_full_avg10: 1.0 },
-            Reason::Reservation { by: by(), declared_bytes: 1, budget_bytes: 1, members: 1, learned: None },
+            Reason::Reservation {
+                by: by(),
+                declared_bytes: 1,
+                budget_bytes: 1,
+                members: 1,
+                learned: None,
+                source: PeakSource::Declared,
+            },
+            Reason::Parked {
+                by: by(),
+                expected_bytes: 1,
+                source: PeakSource::TierDefault,
+                place: 1,
+                admitted: 1,
+                budget_bytes: 1,
+                free_bytes: 0,
+            },
             Reason::Restore,
             Reason::DirtyCeiling { cap_bytes: 1, dirty_bytes: 1, budget_bytes: 1 },
         ];

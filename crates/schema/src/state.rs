@@ -18,3 +18,6 @@ pub const SOCKET_FILE: &str = "control.sock";
 /// Learned peaks per workload key, unless `history_file` names another place
 /// (`Config::history_path`).
 pub const HISTORY_FILE: &str = "history.json";
+/// Recent lifetime peaks per `learn_peak` tier (the tier's own expectation source, after a
+/// workload key's history).
+pub const TIER_PEAKS_FILE: &str = "tier-peaks.json";

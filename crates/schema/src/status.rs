@@ -20,6 +20,10 @@ pub struct Snapshot {
     pub cgroups: Vec<CgroupStatus>,
     pub throttled: Vec<String>,
     pub frozen: Vec<String>,
+    /// Lower cgroups parked at what they hold while room is kept for a protected cgroup's
+    /// expected peak, next to be admitted first (`engine::park`).
+    #[serde(default)]
+    pub parked: Vec<String>,
     pub last_pressure_ms: Option<u64>,
     pub now_ms: u64,
     pub recent_decisions: Vec<DecisionRecord>,

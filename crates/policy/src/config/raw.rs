@@ -72,6 +72,7 @@ struct RawTier {
     xattr: Option<Spanned<Vec<Spanned<String>>>>,
     expected_peak: Option<Spanned<ByteSize>>,
     learn_peak: Option<Spanned<bool>>,
+    default_peak: Option<Spanned<ByteSize>>,
 }
 
 #[derive(Deserialize)]
@@ -194,6 +195,7 @@ struct RawPolicy {
     ws_window_ms: Option<Spanned<u64>>,
     ws_margin: Option<Spanned<f64>>,
     ws_granularity: Option<Spanned<ByteSize>>,
+    park_room: Option<Spanned<ByteSize>>,
     foreign_knobs: Option<ForeignKnobs>,
 }
 
@@ -396,6 +398,20 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             }
             Some(v) => Some(v.get_ref().0),
         };
+        let default_peak = match t.default_peak {
+            None => None,
+            Some(v) if protect == Protect::None => {
+                return Err(at(
+                    v.span(),
+                    "default_peak",
+                    "needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)".into(),
+                ))
+            }
+            Some(v) if v.get_ref().0 < crate::size::PAGE => {
+                return Err(at(v.span(), "default_peak", format!("{} bytes is below one page", v.get_ref().0)))
+            }
+            Some(v) => Some(v.get_ref().0),
+        };
         let learn_peak = match t.learn_peak {
             Some(v) if *v.get_ref() && protect == Protect::None => {
                 return Err(at(
@@ -444,6 +460,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             stall,
             expected_peak,
             learn_peak,
+            default_peak,
         });
         matchers.push(set);
     }
@@ -523,6 +540,7 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
         ws_window_ms: int(src, r.ws_window_ms, &f("ws_window_ms"), d.ws_window_ms, 1..=86_400_000)?,
         ws_margin: margin(src, r.ws_margin, &f("ws_margin"), d.ws_margin)?,
         ws_granularity: size(src, r.ws_granularity, &f("ws_granularity"), d.ws_granularity, 4096)?,
+        park_room: size(src, r.park_room, &f("park_room"), d.park_room, 0)?,
         foreign_knobs: r.foreign_knobs.unwrap_or(d.foreign_knobs),
     })
 }

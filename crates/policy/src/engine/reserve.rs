@@ -10,16 +10,18 @@
 //!
 //! A protected cgroup that declares how large it will grow (the tier's `expected_peak`, or
 //! its `user.memqos.expected_peak` xattr) gets that room reserved from the start. So does one
-//! of a `learn_peak` tier whose workload the daemon has seen before: the daemon fills in
-//! `expected_peak_bytes` from that history (`CgroupObs::learned_peak` says so) and nothing
-//! here tells the two apart. While it is
+//! of a `learn_peak` tier whose workload key, or failing that whose tier, the daemon has
+//! seen peak before: the daemon fills in `expected_peak_bytes` from that history
+//! (`CgroupObs::learned_peak` says which), and one of a tier with a `default_peak`
+//! ([`expectation`] gives the order). The source is named in the reasons only. While it is
 //! populated and the parent's limit is finite, the throttle-tier cgroups below its tier share
 //! the budget that is left:
 //!
 //!   budget = (limit - headroom_guard) - (usage outside those cgroups) - (reserved regrowth)
 //!
 //! where the reserved regrowth is, per protected cgroup, its reservation (protection or
-//! declaration, the larger) minus what it uses now. Each member's memory.high is capped at its
+//! declaration, the larger) minus what it uses now. The members that fit run (`engine::park`
+//! parks the others at what they hold); each running member's memory.high is capped at its
 //! share: its usage plus an equal part of what is free, or, when they already hold more than
 //! the budget, its usage minus a part of the excess in proportion to usage (as the guard
 //! does). Never below `min_high`. The caps are lowered at once and raised (when a member
@@ -37,31 +39,49 @@ use super::pressure::protected_regrowth;
 use super::{Ctx, Plan};
 use crate::config::TierIndex;
 use crate::decision::Reason;
-use crate::obs::CgroupObs;
+use crate::obs::{CgroupObs, LearnedPeak, PeakSource};
 use crate::size::{page_down, Limit};
 
 /// A reservation in force this tick.
 pub(crate) struct Reservation<'a> {
     /// The declaring cgroup with the largest declaration (named in the log).
-    by: &'a CgroupObs,
+    pub by: &'a CgroupObs,
+    /// Its expected peak and where that came from.
+    pub by_expected: u64,
+    pub by_source: PeakSource,
     /// Sum of the populated protected cgroups' declarations.
-    declared: u64,
+    pub declared: u64,
     /// What the members may hold together.
-    budget: u64,
+    pub budget: u64,
     /// Throttle-tier cgroups below the highest declaring tier.
-    members: Vec<&'a CgroupObs>,
+    pub members: Vec<&'a CgroupObs>,
 }
 
 /// The declared expected peak of `c`, if it is a protected cgroup that declares one; never
 /// more than the parent's limit (a larger one cannot be met anyway, and sums of them must
 /// not overflow).
 pub(crate) fn declared(ctx: &Ctx, c: &CgroupObs) -> Option<u64> {
+    expectation(ctx, c).map(|(b, _)| b)
+}
+
+/// The expected peak of `c` and its source, strongest first: its declaration (xattr, then
+/// the tier's `expected_peak`), what the daemon learned (its workload key's history, else
+/// its tier's recent peaks: `CgroupObs::learned_peak` says which; the daemon fills these in
+/// only where nothing is declared), then the tier's `default_peak`.
+pub(crate) fn expectation(ctx: &Ctx, c: &CgroupObs) -> Option<(u64, PeakSource)> {
     let tier = ctx.tier(c);
     if !tier.is_protected() {
         return None;
     }
     let ceiling = ctx.parent_limit().bytes().unwrap_or(u64::MAX);
-    c.expected_peak_bytes.or(tier.expected_peak).filter(|&b| b > 0).map(|b| b.min(ceiling))
+    let learned = c.learned_peak.as_ref().map_or(PeakSource::Declared, LearnedPeak::source);
+    let (bytes, source) = match (c.expected_peak_bytes, tier.expected_peak, tier.default_peak) {
+        (Some(b), _, _) => (b, learned),
+        (None, Some(b), _) => (b, PeakSource::Declared),
+        (None, None, Some(b)) => (b, PeakSource::TierDefault),
+        (None, None, None) => return None,
+    };
+    (bytes > 0).then_some((bytes.min(ceiling), source))
 }
 
 /// The room `c` reserves for its declaration: rounded up to `ws_granularity` as its
@@ -79,10 +99,11 @@ pub(crate) fn find<'a>(ctx: &Ctx<'a>) -> Option<Reservation<'a>> {
     let Limit::Bytes(limit) = ctx.parent_limit() else {
         return None;
     };
-    let declaring: Vec<(&CgroupObs, u64)> =
-        ctx.cgs.iter().filter(|c| ctx.reserving(c)).filter_map(|&c| declared(ctx, c).map(|d| (c, d))).collect();
+    let declaring: Vec<(&CgroupObs, (u64, PeakSource))> =
+        ctx.cgs.iter().filter(|c| ctx.reserving(c)).filter_map(|&c| expectation(ctx, c).map(|d| (c, d))).collect();
     let top: TierIndex = declaring.iter().map(|(c, _)| c.tier).min()?;
-    let by = declaring.iter().max_by_key(|(c, d)| (*d, std::cmp::Reverse(&c.id))).map(|(c, _)| *c)?;
+    let (by, (by_expected, by_source)) =
+        declaring.iter().max_by_key(|(c, (d, _))| (*d, std::cmp::Reverse(&c.id))).map(|(c, d)| (*c, *d))?;
     let members: Vec<&CgroupObs> = ctx.cgs.iter().copied().filter(|c| c.tier > top && ctx.tier(c).throttle).collect();
     if members.is_empty() {
         return None;
@@ -91,24 +112,32 @@ pub(crate) fn find<'a>(ctx: &Ctx<'a>) -> Option<Reservation<'a>> {
     let others = ctx.parent.usage_bytes.saturating_sub(held);
     let line = limit.saturating_sub(ctx.cfg.policy.headroom_guard);
     let budget = line.saturating_sub(others.saturating_add(protected_regrowth(ctx)));
-    let declared = declaring.iter().map(|(_, d)| *d).fold(0, u64::saturating_add);
-    Some(Reservation { by, declared, budget, members })
+    let declared = declaring.iter().map(|(_, (d, _))| *d).fold(0, u64::saturating_add);
+    Some(Reservation { by, by_expected, by_source, declared, budget, members })
 }
 
-/// Caps the members' memory.high at their shares of the budget (see the module doc).
-/// `pressed`: something else (protected pressure, the guard, parent limit events) is acting
-/// this tick, so caps are only lowered.
-pub(crate) fn plan(ctx: &Ctx, r: &Reservation, pressed: bool, plan: &mut Plan) {
+/// Caps `members` (those of the reservation's that run: `engine::park`) at their shares of
+/// `budget` (see the module doc). `pressed`: something else (protected pressure, the guard,
+/// parent limit events) is acting this tick, so caps are only lowered.
+pub(crate) fn cap_at_shares(
+    ctx: &Ctx,
+    r: &Reservation,
+    members: &[&CgroupObs],
+    budget: u64,
+    pressed: bool,
+    plan: &mut Plan,
+) {
     let floor = ctx.floor();
-    let usage: Vec<u64> = r.members.iter().map(|c| c.usage_bytes).collect();
+    let usage: Vec<u64> = members.iter().map(|c| c.usage_bytes).collect();
     let reason = Reason::Reservation {
         by: r.by.id.clone(),
         declared_bytes: r.declared,
-        budget_bytes: r.budget,
-        members: r.members.len(),
+        budget_bytes: budget,
+        members: members.len(),
         learned: r.by.learned_peak.clone(),
+        source: r.by_source,
     };
-    for (c, share) in r.members.iter().zip(shares(r.budget, &usage, floor)) {
+    for (c, share) in members.iter().zip(shares(budget, &usage, floor)) {
         let cap = Limit::Bytes(share).min(c.original.high);
         if cap < c.current.high {
             plan.lower_high(c, share, reason.clone());

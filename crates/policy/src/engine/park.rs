@@ -1,0 +1,231 @@
+//! Parking: while a reservation is in force (`engine::reserve`), the lower cgroups that fit
+//! run and the others wait at what they hold, instead of all sharing the room equally.
+//!
+//! Equal shares hold every lower cgroup back at once while the budget is tight: each crawls
+//! at its memory.high, none finishes sooner, and all of them keep their memory the whole
+//! time (issue 30 measured the lows at 1.44-1.60x of none's time). When the room left
+//! beside the protected tier's expected regrowth is small, letting the oldest run with all
+//! of it and parking the rest finishes the same work sooner and frees memory sooner.
+//!
+//! Per periodic tick with a reservation, over the members that have a process in them,
+//! oldest first (first seen by the engine, then id):
+//!
+//!   free = budget - (what every member holds)
+//!   fit  = max(1, free / park_room)
+//!
+//! The first `fit` members are admitted, but at most one more than were admitted last tick
+//! (one at a time, oldest first, as room frees: a finished one leaves, the next comes in).
+//! Admitted members share what the budget leaves beside the parked ones, as
+//! `reserve::shares` gives (usage plus an equal part of what is free). A parked member's
+//! memory.high is capped at what it holds (page aligned, never below `min_high`): it keeps
+//! its memory and sleeps in the kernel's over-high penalty when it allocates. No freeze is
+//! needed: a task at memory.high still serves signals and reclaim, and is never killed for
+//! it. Only a tier that opts into `freeze` has its parked members frozen as well (they then
+//! take no CPU either); they are thawed when admitted or when the reservation ends.
+//!
+//! The stall bound (`engine::stall`) applies to a parked member as to any throttled one:
+//! one that makes no progress for its tier's `stall.after_ms` is relieved (or killed, if its
+//! tier opted in), and its cap is not cut again for another bound. A member parked by
+//! freezing is thawed once it has been frozen for `stall.after_ms`, and not frozen again
+//! for another bound. `park_room = 0` turns parking off: every member is admitted (equal
+//! shares).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::reserve::{cap_at_shares, Reservation};
+use super::state::CgState;
+use super::{Ctx, Plan};
+use crate::decision::{Action, Decision, Reason};
+use crate::obs::CgroupObs;
+use crate::size::PAGE;
+
+/// Who was admitted and who parked, kept between ticks.
+#[derive(Debug, Default)]
+pub(crate) struct Parking {
+    admitted: BTreeSet<String>,
+    parked: Vec<String>,
+    /// Members of `freeze` tiers that parking froze: since when, and for whom.
+    frozen: BTreeMap<String, (u64, String)>,
+    /// Thawed by the stall bound: not frozen again before then.
+    no_freeze_until: BTreeMap<String, u64>,
+}
+
+/// How many of `running` members (oldest first) run this tick: as many as get `room` each
+/// of `free`, at least one, at most one more than `before` (admitted last tick and still
+/// here). `room == 0`: all.
+pub(crate) fn admit_count(running: usize, free: u64, room: u64, before: usize) -> usize {
+    if room == 0 {
+        return running;
+    }
+    let fit = usize::try_from(free / room).unwrap_or(usize::MAX).max(1);
+    fit.min(before.saturating_add(1)).min(running)
+}
+
+impl Parking {
+    /// Cgroups parked at the last periodic tick, oldest first.
+    pub(crate) fn parked(&self) -> &[String] {
+        &self.parked
+    }
+
+    /// No reservation this tick: nobody is parked (the caps are released as usual); what
+    /// parking froze is thawed.
+    pub(crate) fn clear(&mut self, ctx: &Ctx, plan: &mut Plan) {
+        self.admitted.clear();
+        self.parked.clear();
+        self.frozen.retain(|id, _| ctx.get(id).is_some());
+        for (id, (_, by)) in &self.frozen {
+            if let Some(c) = ctx.get(id).filter(|c| !plan.has_freeze(c)) {
+                let reason = if ctx.get(by).is_some() {
+                    Reason::Relieved { by: by.clone() }
+                } else {
+                    Reason::CauseGone { by: by.clone() }
+                };
+                plan.push(c, Action::Freeze(false), reason);
+            }
+        }
+    }
+
+    /// Records the freezes and thaws that were written (the write interval may hold one
+    /// back for a tick; it is planned again then).
+    pub(crate) fn committed(&mut self, decisions: &[Decision], now: u64) {
+        for d in decisions {
+            match (&d.action, &d.reason) {
+                (Action::Freeze(true), Reason::Parked { by, .. }) => {
+                    self.frozen.insert(d.cgroup.clone(), (now, by.clone()));
+                }
+                (Action::Freeze(false), r) => {
+                    let ours = self.frozen.remove(&d.cgroup).is_some();
+                    match r {
+                        Reason::StallBound { bound_ms, .. } if ours => {
+                            self.no_freeze_until.insert(d.cgroup.clone(), now.saturating_add(*bound_ms));
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Freezes the parked members of `freeze` tiers, thaws the admitted ones, and bounds
+    /// how long one stays frozen (its tier's `stall.after_ms`).
+    fn freeze(
+        &mut self,
+        ctx: &Ctx,
+        parked: &[(&CgroupObs, Reason)],
+        running: &[&CgroupObs],
+        admitted: &Reason,
+        plan: &mut Plan,
+    ) {
+        self.frozen.retain(|id, _| ctx.get(id).is_some());
+        self.no_freeze_until.retain(|id, until| ctx.get(id).is_some() && ctx.now < *until);
+        for (c, reason) in parked {
+            let tier = ctx.tier(c);
+            // Escalation (or its thaw) decides this tick's freeze of `c` if it has one.
+            if !tier.freeze || plan.has_freeze(c) {
+                continue;
+            }
+            match self.frozen.get(&c.id) {
+                Some(&(since, _)) if ctx.now.saturating_sub(since) >= tier.stall.after_ms => {
+                    let bound = Reason::StallBound {
+                        stalled_for_ms: ctx.now - since,
+                        bound_ms: tier.stall.after_ms,
+                        usage_bytes: c.usage_bytes,
+                        high_bytes: c.current.high.bytes().unwrap_or(u64::MAX),
+                        psi_full_avg10: c.psi.full.map_or(0.0, |f| f.avg10),
+                    };
+                    plan.push(c, Action::Freeze(false), bound);
+                }
+                Some(_) => {}
+                None if !c.current.frozen && !self.no_freeze_until.contains_key(&c.id) => {
+                    plan.push(c, Action::Freeze(true), reason.clone());
+                }
+                None => {}
+            }
+        }
+        for c in running {
+            if self.frozen.contains_key(&c.id) && !plan.has_freeze(c) {
+                plan.push(c, Action::Freeze(false), admitted.clone());
+            }
+        }
+    }
+
+    /// Plans the members' caps for reservation `r` (see the module doc).
+    pub(crate) fn plan(
+        &mut self,
+        ctx: &Ctx,
+        r: &Reservation,
+        states: &BTreeMap<String, CgState>,
+        pressed: bool,
+        plan: &mut Plan,
+    ) {
+        let room = ctx.cfg.policy.park_room;
+        let (mut running, idle): (Vec<&CgroupObs>, Vec<&CgroupObs>) =
+            r.members.iter().copied().partition(|c| c.is_populated());
+        let age = |c: &CgroupObs| states.get(&c.id).map_or(ctx.now, |s| s.first_seen_ms);
+        running.sort_by(|a, b| (age(a), &a.id).cmp(&(age(b), &b.id)));
+        let held: u64 = r.members.iter().map(|c| c.usage_bytes).fold(0, u64::saturating_add);
+        let free = r.budget.saturating_sub(held);
+        let before = running.iter().filter(|c| self.admitted.contains(&c.id)).count();
+        let k = admit_count(running.len(), free, room, before);
+        let (admitted, parked) = running.split_at(k);
+
+        let floor = ctx.floor();
+        let cap_of = |c: &CgroupObs| c.usage_bytes.div_ceil(PAGE).saturating_mul(PAGE).max(floor);
+        let parked_caps: u64 = parked.iter().map(|c| cap_of(c)).fold(0, u64::saturating_add);
+        let mut why_parked = Vec::new();
+        for (i, c) in parked.iter().enumerate() {
+            let reason = Reason::Parked {
+                by: r.by.id.clone(),
+                expected_bytes: r.by_expected,
+                source: r.by_source,
+                place: i + 1,
+                admitted: admitted.len(),
+                budget_bytes: r.budget,
+                free_bytes: free,
+            };
+            plan.lower_high(c, cap_of(c), reason.clone());
+            why_parked.push((*c, reason));
+        }
+        let admitted_why = Reason::Reservation {
+            by: r.by.id.clone(),
+            declared_bytes: r.declared,
+            budget_bytes: r.budget,
+            members: admitted.len(),
+            learned: r.by.learned_peak.clone(),
+            source: r.by_source,
+        };
+        let not_parked: Vec<&CgroupObs> = admitted.iter().chain(idle.iter()).copied().collect();
+        self.freeze(ctx, &why_parked, &not_parked, &admitted_why, plan);
+        // Idle members (nothing runs in them) hold what they hold; they share with the
+        // admitted ones, as before parking, so their caps do not change for nothing.
+        let sharing: Vec<&CgroupObs> = admitted.iter().chain(idle.iter()).copied().collect();
+        cap_at_shares(ctx, r, &sharing, r.budget.saturating_sub(parked_caps), pressed, plan);
+
+        self.admitted = admitted.iter().map(|c| c.id.clone()).collect();
+        self.parked = parked.iter().map(|c| c.id.clone()).collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::admit_count;
+
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn admission_is_what_fits_at_least_one_and_one_more_per_tick() {
+        // 300M free at 128M each: two fit; from none admitted, one comes in per tick.
+        assert_eq!(admit_count(4, 300 * M, 128 * M, 0), 1);
+        assert_eq!(admit_count(4, 300 * M, 128 * M, 1), 2);
+        assert_eq!(admit_count(4, 300 * M, 128 * M, 2), 2);
+        // Room shrinks: back to what fits at once, never below one.
+        assert_eq!(admit_count(4, 100 * M, 128 * M, 3), 1);
+        assert_eq!(admit_count(4, 0, 128 * M, 3), 1);
+        // Never more than run.
+        assert_eq!(admit_count(2, 10_000 * M, 128 * M, 2), 2);
+        assert_eq!(admit_count(0, 10_000 * M, 128 * M, 0), 0);
+        // park_room = 0: everyone, at once (equal shares).
+        assert_eq!(admit_count(5, 0, 0, 0), 5);
+    }
+}
