@@ -154,8 +154,8 @@ impl RestoreReport {
 
 /// The knobs a journal may name: anything else is refused (a tampered journal must not
 /// write arbitrary files).
-const CGROUP_KNOBS: [&str; 6] =
-    ["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight"];
+const CGROUP_KNOBS: [&str; 7] =
+    ["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight", "memory.swap.max"];
 
 impl Journal {
     /// Opens (or starts) the journal in `state_dir`; an existing journal is loaded as is.
