@@ -563,6 +563,19 @@ mod tests {
     }
 
     #[test]
+    fn swap_max_is_a_knob_the_journal_restores() {
+        let (root, state, _scratch) = tree("swap");
+        let mut j = Journal::open(&state, &root).unwrap();
+        j.stage(entry(&root, "low/a", "memory.swap.max", "max"));
+        j.commit().unwrap();
+        std::fs::write(root.join("low/a/memory.swap.max"), "0").unwrap();
+        drop(j);
+        let report = restore_state_dir(&state).unwrap().expect("journal present");
+        assert_eq!(std::fs::read_to_string(root.join("low/a/memory.swap.max")).unwrap(), "max");
+        assert_eq!((report.restored.len(), report.failed.len()), (1, 0), "{:?}", report.failures());
+    }
+
+    #[test]
     fn a_recreated_name_is_another_cgroup() {
         let (root, state, _scratch) = tree("recreated");
         let mut j = Journal::open(&state, &root).unwrap();
