@@ -232,7 +232,6 @@ impl Xattr<'_> {
     }
 }
 
-/// The owner (uid) of a directory, None if it cannot be read.
 /// Pages refaulted, from memory.stat: `workingset_refault_anon` + `workingset_refault_file`
 /// (5.9 and later), or `workingset_refault` before the split; None when neither is there.
 fn refaults(stat: &str) -> Option<u64> {
@@ -253,6 +252,7 @@ fn page_size() -> u64 {
     }
 }
 
+/// The owner (uid) of a directory, None if it cannot be read.
 fn owner(dir: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     std::fs::symlink_metadata(dir).ok().map(|m| m.uid())
@@ -589,7 +589,9 @@ impl Sampler {
                 obs.populated = cg.is_populated().ok();
                 // Thrashing PSI can miss (Policy::pressure_refault_rate): memory.stat of the
                 // protected cgroups only, the rest of the tree skips it (skip_statistics).
-                if let Some(pages) = cg.read_string("memory.stat").ok().as_deref().and_then(refaults) {
+                let stat = || cg.read_string("memory.stat").ok();
+                let wanted = cfg.policy.pressure_refault_rate > 0;
+                if let Some(pages) = wanted.then(stat).flatten().as_deref().and_then(refaults) {
                     if let Some((before, at)) = self.prev_refaults.insert(c.id, (pages, now_ms)) {
                         obs.refault_delta_bytes = pages.saturating_sub(before).saturating_mul(page_size());
                         obs.refault_window_ms = now_ms.saturating_sub(at);
