@@ -88,6 +88,9 @@ pub struct TierInfo {
     pub stall_action: StallAction,
     pub oom_score_adj: Option<i32>,
     pub cpu_weight: Option<u32>,
+    /// The tier's `swap_max` (None: memory.swap.max left as found).
+    #[serde(default)]
+    pub swap_max: Option<memqos_policy::Limit>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -220,6 +223,7 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
         stall_action: t.stall.action,
         oom_score_adj: t.oom_score_adj,
         cpu_weight: t.cpu_weight,
+        swap_max: t.swap_max.target(),
     });
     let decisions: Vec<DecisionRecord> =
         view.history.get(&rel).map(|h| h.iter().cloned().collect()).unwrap_or_else(|| c.last_decisions.clone());
@@ -461,6 +465,9 @@ pub fn render(e: &Explanation) -> String {
         }
         if let Some(w) = t.cpu_weight {
             flags.push(format!("cpu_weight={w}"));
+        }
+        if let Some(s) = t.swap_max {
+            flags.push(format!("swap_max={s}"));
         }
         let _ = writeln!(out, "  tier: {} (priority {}){rule}{xattr}; {}", t.name, t.priority, flags.join(", "));
     }

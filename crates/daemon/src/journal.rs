@@ -154,8 +154,8 @@ impl RestoreReport {
 
 /// The knobs a journal may name: anything else is refused (a tampered journal must not
 /// write arbitrary files).
-const CGROUP_KNOBS: [&str; 6] =
-    ["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight"];
+const CGROUP_KNOBS: [&str; 7] =
+    ["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight", "memory.swap.max"];
 
 impl Journal {
     /// Opens (or starts) the journal in `state_dir`; an existing journal is loaded as is.
@@ -560,6 +560,19 @@ mod tests {
         assert!(report.failed.is_empty());
         assert!(!state.join(JOURNAL_FILE).exists(), "a fully restored journal is removed");
         assert!(restore_state_dir(&state).unwrap().is_none());
+    }
+
+    #[test]
+    fn swap_max_is_a_knob_the_journal_restores() {
+        let (root, state, _scratch) = tree("swap");
+        let mut j = Journal::open(&state, &root).unwrap();
+        j.stage(entry(&root, "low/a", "memory.swap.max", "max"));
+        j.commit().unwrap();
+        std::fs::write(root.join("low/a/memory.swap.max"), "0").unwrap();
+        drop(j);
+        let report = restore_state_dir(&state).unwrap().expect("journal present");
+        assert_eq!(std::fs::read_to_string(root.join("low/a/memory.swap.max")).unwrap(), "max");
+        assert_eq!((report.restored.len(), report.failed.len()), (1, 0), "{:?}", report.failures());
     }
 
     #[test]

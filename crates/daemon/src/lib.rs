@@ -38,6 +38,7 @@ pub mod reload;
 pub mod sd_notify;
 mod signals;
 pub mod status;
+mod swap_max;
 
 use actuator::{Actuator, Request, Target};
 use anyhow::{bail, Context, Result};
@@ -310,6 +311,7 @@ fn run_loop(
     let mut dirty = dirty::DirtyEnforcer::new(cfg);
     let mut oom_adj = oom_adj::OomAdjuster::new(cfg);
     let mut cpu_weights = cpu_weight::CpuWeights::new(cfg);
+    let mut swap_maxes = swap_max::SwapMaxes::new(cfg);
     let mut recent: VecDeque<DecisionRecord> = VecDeque::new();
     let started = Instant::now();
     let mut pending: Vec<(String, SignalEvent)> = Vec::new();
@@ -367,6 +369,7 @@ fn run_loop(
                     dirty = dirty::DirtyEnforcer::new(cfg);
                     oom_adj = oom_adj::OomAdjuster::new(cfg);
                     cpu_weights = cpu_weight::CpuWeights::new(cfg);
+                    swap_maxes = swap_max::SwapMaxes::new(cfg);
                     let s = &cfg.signals;
                     if (s.psi, s.events, s.bpf) != signals.enabled() {
                         *signals = Signals::new(s.psi, s.events, s.bpf);
@@ -511,6 +514,10 @@ fn run_loop(
         if let Some(w) = cpu_weights.as_mut() {
             batch.extend(w.plan(cfg, &obs, act));
             notes.append(&mut w.notes);
+        }
+        if let Some(s) = swap_maxes.as_mut() {
+            batch.extend(s.plan(cfg, &obs, act));
+            notes.append(&mut s.notes);
         }
         if let Some(adj) = oom_adj.as_mut() {
             batch.extend(adj.plan(cfg, &obs, act));

@@ -29,6 +29,8 @@ pub struct Sampler {
     /// Keyed by cgroup id: a re-created cgroup starts without history.
     prev_events: HashMap<u64, MemoryEvents>,
     prev_psi_total: HashMap<u64, u64>,
+    /// Protected cgroups' refault count (pages) and when it was read (`now_ms`).
+    prev_refaults: HashMap<u64, (u64, u64)>,
     prev_parent_events: Option<MemoryEvents>,
     /// Ids of the managed cgroups of the last sample.
     pub alive: HashSet<u64>,
@@ -230,6 +232,26 @@ impl Xattr<'_> {
     }
 }
 
+/// Pages refaulted, from memory.stat: `workingset_refault_anon` + `workingset_refault_file`
+/// (5.9 and later), or `workingset_refault` before the split; None when neither is there.
+fn refaults(stat: &str) -> Option<u64> {
+    let mut total = None;
+    for (key, value) in memqos_cgroupfs::parse::flat_keyed(stat).flatten() {
+        if matches!(key, "workingset_refault_anon" | "workingset_refault_file" | "workingset_refault") {
+            total = Some(total.unwrap_or(0u64).saturating_add(value));
+        }
+    }
+    total
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as u64,
+        _ => 4096,
+    }
+}
+
 /// The owner (uid) of a directory, None if it cannot be read.
 fn owner(dir: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
@@ -284,6 +306,7 @@ impl Sampler {
             backend_report: None,
             prev_events: HashMap::new(),
             prev_psi_total: HashMap::new(),
+            prev_refaults: HashMap::new(),
             prev_parent_events: None,
             alive: HashSet::new(),
             tiers: HashMap::new(),
@@ -564,6 +587,16 @@ impl Sampler {
                 let dir = memqos_cgroupfs::name::fs_path(root.path(), &c.path);
                 let cg = Cgroup::new(&dir);
                 obs.populated = cg.is_populated().ok();
+                // Thrashing PSI can miss (Policy::pressure_refault_rate): memory.stat of the
+                // protected cgroups only, the rest of the tree skips it (skip_statistics).
+                let stat = || cg.read_string("memory.stat").ok();
+                let wanted = cfg.policy.pressure_refault_rate > 0;
+                if let Some(pages) = wanted.then(stat).flatten().as_deref().and_then(refaults) {
+                    if let Some((before, at)) = self.prev_refaults.insert(c.id, (pages, now_ms)) {
+                        obs.refault_delta_bytes = pages.saturating_sub(before).saturating_mul(page_size());
+                        obs.refault_window_ms = now_ms.saturating_sub(at);
+                    }
+                }
                 match trusted(root.path(), &dir) {
                     Ok(uid) => {
                         obs.expected_peak_bytes =
@@ -598,6 +631,7 @@ impl Sampler {
         }
         self.prev_events.retain(|k, _| alive.contains(k));
         self.prev_psi_total.retain(|k, _| alive.contains(k));
+        self.prev_refaults.retain(|k, _| alive.contains(k));
         self.bad_declarations.retain(|k, _| alive.contains(k));
         self.bad_workloads.retain(|k, _| alive.contains(k));
         self.workloads = workloads;
@@ -675,6 +709,8 @@ impl Sampler {
                 c.psi = psi;
             }
             c.signals.clear();
+            // The refault rate is the periodic sample's (memory.stat is not read here).
+            c.refault_window_ms = 0;
             cgroups.push(c);
         }
         Ok(Observation { now_ms, parent, cgroups })
@@ -749,6 +785,14 @@ mod tests {
             mono_ns: 0,
             mono_done_ns: 0,
         }
+    }
+
+    #[test]
+    fn refaults_sum_anon_and_file_or_take_the_old_single_key() {
+        let stat = "anon 10\nworkingset_refault_anon 7\nworkingset_refault_file 5\nworkingset_activate_anon 1\n";
+        assert_eq!(refaults(stat), Some(12));
+        assert_eq!(refaults("anon 1\nworkingset_refault 9\nworkingset_activate 3\n"), Some(9));
+        assert_eq!(refaults("anon 1\nfile 2\n"), None);
     }
 
     #[test]

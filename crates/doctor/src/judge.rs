@@ -193,6 +193,19 @@ pub(crate) fn judge(r: &mut DoctorReport) {
         });
     }
 
+    // Swap without per-cgroup accounting: protected tiers' pages cannot be kept in memory.
+    if r.swap.error.is_none() && !r.swap.devices.is_empty() && r.swap_accounting == Some(false) {
+        f.push(Finding {
+            severity: Severity::Note,
+            topic: "swap",
+            message:
+                "swap is on but cgroups have no memory.swap.max: reclaim may swap out protected cgroups' pages and \
+                      memqos cannot stop it (a tier's swap_max is not applied)"
+                    .into(),
+            advice: Some("boot with swap accounting (CONFIG_MEMCG_SWAP, no swapaccount=0 on the command line)".into()),
+        });
+    }
+
     if let Some(x) = ext4_timestamps(r.kernel_release.as_deref(), &r.ext4_mounts) {
         f.push(x);
     }

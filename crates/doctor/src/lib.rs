@@ -202,6 +202,10 @@ pub struct DoctorReport {
     pub swap: Swap,
     /// `/sys/module/zswap/parameters/enabled`; `None` when the kernel has no zswap.
     pub zswap_enabled: Option<bool>,
+    /// Whether cgroups have memory.swap.max (per-cgroup swap accounting, which a tier's
+    /// `swap_max` needs), judged from the first child of the cgroup2 root with memory.current;
+    /// `None` when there is no such child to look at.
+    pub swap_accounting: Option<bool>,
     /// ext4 mounts, one per mount point.
     pub ext4_mounts: Vec<Ext4Mount>,
     /// Blockers first, then degraded interfaces, then notes.

@@ -77,6 +77,9 @@ pub fn collect_with(sys: &SystemPaths, prober: Option<&dyn crate::privileges::Pr
         .ok()
         .map(|s| matches!(s.trim(), "Y" | "y" | "1"));
 
+    // The root cgroup has no memory.* knobs: look at a child that has the memory controller.
+    let swap_accounting = cgroup2_root.as_ref().and_then(|r| swap_accounting(&sys.resolve(&r.mount_point)));
+
     let mut ext4_mounts: Vec<Ext4Mount> = Vec::new();
     for m in mounts.iter().filter(|m| m.fstype == "ext4") {
         if !ext4_mounts.iter().any(|e| e.mount_point == m.mount_point) {
@@ -108,6 +111,7 @@ pub fn collect_with(sys: &SystemPaths, prober: Option<&dyn crate::privileges::Pr
         btf,
         swap,
         zswap_enabled,
+        swap_accounting,
         ext4_mounts,
         findings: Vec::new(),
         read_errors,
@@ -131,6 +135,15 @@ pub(crate) fn pick_v2_root(mounts: &[CgroupMount]) -> Option<&CgroupMount> {
         .find(|m| m.root == "/" && m.mount_point == Path::new("/sys/fs/cgroup"))
         .or_else(|| mounts.iter().find(|m| m.root == "/"))
         .or_else(|| mounts.first())
+}
+
+/// Some(whether memory.swap.max exists) in the first child of `root` (by name) that has
+/// memory.current; None when no child has.
+fn swap_accounting(root: &Path) -> Option<bool> {
+    let mut children: Vec<_> = std::fs::read_dir(root).ok()?.flatten().map(|e| e.path()).collect();
+    children.sort();
+    let child = children.into_iter().find(|c| c.join("memory.current").exists())?;
+    Some(child.join("memory.swap.max").exists())
 }
 
 fn read_v2_root(sys: &SystemPaths, mount_point: &Path) -> Cgroup2Root {

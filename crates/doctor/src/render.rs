@@ -123,6 +123,15 @@ pub fn render_text(r: &DoctorReport) -> String {
             None => "not built in",
         }
     );
+    let _ = writeln!(
+        w,
+        "swap acct   {}",
+        match r.swap_accounting {
+            Some(true) => "per cgroup (memory.swap.max): tiers' swap_max applies",
+            Some(false) => "none (no memory.swap.max): tiers' swap_max cannot apply",
+            None => "unknown (no cgroup with the memory controller to look at)",
+        }
+    );
 
     if !r.findings.is_empty() {
         let _ = writeln!(w);

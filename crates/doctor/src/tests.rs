@@ -128,6 +128,21 @@ fn v2_ready() -> FakeTree {
 }
 
 #[test]
+fn swap_accounting_is_read_from_a_child_cgroup() {
+    let t = v2_ready();
+    t.write("sys/fs/cgroup/init.scope/memory.current", "4096\n");
+    let r = collect(&t.paths());
+    assert_eq!(r.swap_accounting, Some(false));
+    let text = render_text(&r);
+    assert!(text.contains("swap acct   none (no memory.swap.max)"), "{text}");
+    assert!(r.findings.iter().any(|f| f.topic == "swap" && f.message.contains("no memory.swap.max")), "{text}");
+    t.write("sys/fs/cgroup/init.scope/memory.swap.max", "max\n");
+    let r = collect(&t.paths());
+    assert_eq!(r.swap_accounting, Some(true));
+    assert!(!r.findings.iter().any(|f| f.topic == "swap"), "{}", render_text(&r));
+}
+
+#[test]
 fn host_like_v1_memory_cannot_run_and_points_to_a_guest() {
     let t = host_like();
     let r = collect(&t.paths());
@@ -167,6 +182,7 @@ fn v2_with_memory_enabled_is_ready() {
     assert!(!r.memory_controller.bound_to_v1);
     assert_eq!(r.swap.total_kib, 1_048_572);
     assert_eq!(r.zswap_enabled, Some(true));
+    assert_eq!(r.swap_accounting, None, "no child cgroup to look at");
     let text = render_text(&r);
     assert!(text.contains("verdict: READY (exit 0)"), "{text}");
     assert!(text.contains(

@@ -628,7 +628,8 @@ fn run_tasks(
             Workload::Replay => command
                 .arg("replay")
                 .arg(trace_path(&opts.traces_dir, trace))
-                .args(["--speed", &s.speed.to_string(), "--baseline-mb", &s.baseline_mb.to_string(), "-q", "--cgroup"])
+                .args(["--speed", &s.speed.to_string(), "--baseline-mb", &s.baseline_mb.to_string()])
+                .args(["--compression-ratio", &s.compression_ratio.to_string(), "-q", "--cgroup"])
                 .arg(cg.path())
                 .arg("--json")
                 .arg(&json)

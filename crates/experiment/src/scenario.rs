@@ -169,6 +169,11 @@ pub struct Scenario {
     pub swap_mb: Option<u64>,
     #[serde(default)]
     pub zswap: bool,
+    /// How compressible the replayed pages are (`memqos replay --compression-ratio`): page
+    /// size over what zswap stores. Default 3, the middle of the 2–4:1 zram reports for
+    /// runtime heaps; results from before this field replayed a stamp and zeros (~100:1).
+    #[serde(default = "default_compression_ratio")]
+    pub compression_ratio: f64,
     /// In the memqos arm, the protected task's cgroup declares its expected peak
     /// (`user.memqos.expected_peak`): its replayed peak plus 10%, the request the
     /// kube-memoryqos arm gives its Guaranteed pod. Off: memqos learns from the working set.
@@ -181,6 +186,10 @@ pub struct Scenario {
     #[serde(default)]
     pub memqos_learns_peak: bool,
     pub variants: Vec<Variant>,
+}
+
+fn default_compression_ratio() -> f64 {
+    memqos_replay::memory::PageFill::DEFAULT_RATIO
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -216,6 +225,7 @@ struct RawScenario {
     swap_mb: Option<u64>,
     #[serde(default)]
     zswap: bool,
+    compression_ratio: Option<f64>,
     #[serde(default)]
     memqos_declares_peak: bool,
     #[serde(default)]
@@ -383,6 +393,11 @@ impl Scenario {
         } else if !raw.stress_args.is_empty() {
             return Err(err("stress_args: only with workload = \"stress-ng\"".into()));
         }
+        if raw.compression_ratio.is_some() && raw.workload == Workload::StressNg {
+            return Err(err("compression_ratio: only with the replay workload (stress-ng fills its own pages)".into()));
+        }
+        let compression_ratio = raw.compression_ratio.unwrap_or_else(default_compression_ratio);
+        memqos_replay::memory::PageFill::new(compression_ratio).map_err(|e| err(format!("compression_ratio: {e}")))?;
         if raw.zswap && raw.swap_mb.is_none() {
             return Err(err("zswap: needs swap_mb (zswap compresses pages on their way to a swap device)".into()));
         }
@@ -448,6 +463,7 @@ impl Scenario {
             stress_args: raw.stress_args,
             swap_mb: raw.swap_mb,
             zswap: raw.zswap,
+            compression_ratio,
             memqos_declares_peak: raw.memqos_declares_peak,
             memqos_learns_peak: raw.memqos_learns_peak,
             variants,
@@ -656,6 +672,13 @@ low = ["b"]
         assert!(e.message.starts_with("guest_memory_mb:"), "{e}");
         let e = parse(&base.replace("swap_mb = 2048", "zswap = true")).unwrap_err();
         assert!(e.message.starts_with("zswap:"), "{e}");
+        let e = parse(&base.replace("swap_mb = 2048", "swap_mb = 2048\ncompression_ratio = 2")).unwrap_err();
+        assert!(e.message.starts_with("compression_ratio: only with the replay"), "{e}");
+        assert_eq!(parse(GOOD).unwrap().compression_ratio, 3.0);
+        let r = parse(&GOOD.replace("baseline_mb = 100", "baseline_mb = 100\ncompression_ratio = 2.5")).unwrap();
+        assert_eq!(r.compression_ratio, 2.5);
+        let e = parse(&GOOD.replace("baseline_mb = 100", "baseline_mb = 100\ncompression_ratio = 0.5")).unwrap_err();
+        assert!(e.message.starts_with("compression_ratio: compression ratio 0.5: must be between"), "{e}");
         let e = parse(&GOOD.replace("baseline_mb = 100", "baseline_mb = 100\nstress_args = [\"x\"]")).unwrap_err();
         assert!(e.message.starts_with("stress_args:"), "{e}");
     }

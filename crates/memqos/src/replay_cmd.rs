@@ -39,6 +39,11 @@ pub struct ReplayArgs {
     /// Size of each anonymous mapping the workload grows by.
     #[arg(long, value_name = "KIB", default_value_t = 4096)]
     chunk_kib: usize,
+    /// Fill each grown page so that compressed swap (zswap, zram) stores it in 1/RATIO of a
+    /// page, as it stores a runtime's heap (2–4:1); 1 is incompressible, at most 64. The
+    /// default 3 is the middle of the figures zram reports for application heaps.
+    #[arg(long, value_name = "RATIO", default_value_t = memqos_replay::memory::PageFill::DEFAULT_RATIO)]
+    compression_ratio: f64,
     /// While FILE exists the replay's clock stands still: no step runs, and the rest of the
     /// schedule moves later by as long as it existed (the agent-host experiment pauses a
     /// runtime while its tool call runs late).
@@ -63,11 +68,13 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         .ok_or_else(|| anyhow!("--baseline-mb {} is too large", args.baseline_mb))?;
     let chunk_bytes =
         args.chunk_kib.checked_mul(1 << 10).ok_or_else(|| anyhow!("--chunk-kib {} is too large", args.chunk_kib))?;
+    let fill = memqos_replay::memory::PageFill::new(args.compression_ratio)
+        .map_err(|e| anyhow!("--compression-ratio: {e}"))?;
     let req = ReplayRequest {
         trace,
         tool_calls: args.tool_calls.map_or(ToolCallsSource::Auto, ToolCallsSource::File),
         schedule: ScheduleOptions { speed: args.speed, baseline_bytes },
-        engine: EngineOptions { chunk_bytes, read_rss: true, pause_file: args.pause_file },
+        engine: EngineOptions { chunk_bytes, read_rss: true, pause_file: args.pause_file, fill: Some(fill) },
         cgroup: args.cgroup,
         json: args.json.map(JsonOut::from_arg),
         quiet: args.quiet,

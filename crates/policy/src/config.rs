@@ -14,6 +14,8 @@ use std::path::PathBuf;
 use globset::GlobSet;
 use serde::{Deserialize, Serialize};
 
+use crate::size::Limit;
+
 pub use error::ConfigError;
 
 /// A parsed, validated config.
@@ -197,6 +199,44 @@ pub struct Tier {
     /// weakest source: an operator's guess for the tier, reserved like a declaration.
     /// Unset: such a cgroup reserves what its protection covers, nothing more.
     pub default_peak: Option<u64>,
+    /// `swap_max` (optional: `"keep"`, `"max"` or a size; default `0` on protected tiers,
+    /// `"keep"` on the others): memory.swap.max of each of the tier's cgroups while memqos
+    /// runs, original journaled and restored. Where the host has swap (or zswap in front of
+    /// it), a protected cgroup's pages stay in memory (its own misses are its latency) while
+    /// a lower tier's memory.high pushes its pages out instead of stalling it; `"keep"`
+    /// leaves the file as found. Not applied while /proc/swaps lists no active swap, nor on
+    /// kernels without swap accounting (no memory.swap.max); the daemon says so once. A
+    /// value someone else set (not `max` when first seen: a unit's `MemorySwapMax=`) is left
+    /// alone under `policy.foreign_knobs = "respect"`.
+    pub swap_max: SwapMax,
+}
+
+/// A tier's `swap_max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwapMax {
+    /// memory.swap.max is left as found.
+    Keep,
+    /// memory.swap.max is this while memqos runs.
+    Set(Limit),
+}
+
+impl SwapMax {
+    /// The default: protected tiers keep their pages in memory, others are left alone.
+    pub fn default_for(protect: Protect) -> SwapMax {
+        match protect {
+            Protect::None => SwapMax::Keep,
+            Protect::Low | Protect::Min => SwapMax::Set(Limit::Bytes(0)),
+        }
+    }
+
+    /// The value to write, if any.
+    pub fn target(self) -> Option<Limit> {
+        match self {
+            SwapMax::Keep => None,
+            SwapMax::Set(l) => Some(l),
+        }
+    }
 }
 
 /// A throttle tier's bound on a throttling stall (`engine::stall`).
@@ -372,6 +412,14 @@ pub struct Policy {
     /// `pressure_stall_pct` (default 10.0, 0<x<=100): the same from the `some total` delta, in
     /// percent of wall time since the previous tick; reacts faster than avg10.
     pub pressure_stall_pct: f64,
+    /// `pressure_refault_rate` (default "8M", bytes per second; 0 = off): a protected cgroup
+    /// refaulting at least this much per second since the previous periodic tick (memory.stat
+    /// `workingset_refault_anon` + `workingset_refault_file`: its pages were reclaimed or
+    /// swapped out and are needed again) is under pressure. Thrashing through swap can leave
+    /// memory PSI low: a swap-in counts as a memory stall only for a page that was active
+    /// when it went out, and a zswap load is short even when there are thousands a second.
+    /// 8 MiB/s is 2048 4 KiB pages a second: far above the trickle of a working set that fits.
+    pub pressure_refault_rate: u64,
     /// `hold_ms` (default 5000): how long pressure must be gone before releasing throttles.
     /// Any new pressure restarts it. Skipped when every protected cgroup that was running at
     /// the last pressure has emptied or gone (nothing left to hold room for).
@@ -436,6 +484,7 @@ impl Default for Policy {
         Policy {
             pressure_psi_some_avg10: 5.0,
             pressure_stall_pct: 10.0,
+            pressure_refault_rate: 8 << 20,
             hold_ms: 5_000,
             headroom_guard: 64 << 20,
             min_high: 32 << 20,

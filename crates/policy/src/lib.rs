@@ -55,7 +55,7 @@ pub mod size;
 
 pub use config::{
     Config, ConfigError, Control, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction,
-    StallBound, Tier, TierIndex, Tiers,
+    StallBound, SwapMax, Tier, TierIndex, Tiers,
 };
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status, UNSTARTED_RESERVATION_MS};

@@ -106,6 +106,16 @@ pub struct CgroupObs {
     /// (the engine divides it by the time between ticks); 0 for a cgroup seen for the first
     /// time.
     pub psi_some_delta_us: u64,
+    /// Bytes refaulted over the last `refault_window_ms` (memory.stat
+    /// `workingset_refault_anon` + `workingset_refault_file`, pages times the page size):
+    /// pages reclaimed, or swapped out, and needed again. 0 for a cgroup seen for the first
+    /// time or not read (the daemon reads it for protected cgroups on the periodic path,
+    /// which is not every tick: hence its own window).
+    #[serde(default)]
+    pub refault_delta_bytes: u64,
+    /// Milliseconds `refault_delta_bytes` covers; 0: no rate.
+    #[serde(default)]
+    pub refault_window_ms: u64,
     /// Wakeups that arrived since the previous sample.
     pub signals: Vec<SignalEvent>,
     /// `populated` of cgroup.events; `Some(false)`: no process left (a finished sandbox whose
@@ -145,6 +155,8 @@ impl CgroupObs {
             events_delta: MemoryEvents::default(),
             psi: Pressure::default(),
             psi_some_delta_us: 0,
+            refault_delta_bytes: 0,
+            refault_window_ms: 0,
             signals: Vec::new(),
             populated: None,
             expected_peak_bytes: None,

@@ -1,6 +1,6 @@
 //! Config parsing: defaults, the example file, and errors that point at file:line:col + field.
 
-use memqos_policy::{Config, Policy, Protect, Signals, StallAction, StallBound, TierIndex};
+use memqos_policy::{Config, Limit, Policy, Protect, Signals, StallAction, StallBound, SwapMax, TierIndex};
 
 const ROOT: &str = "cgroup_root = \"/sys/fs/cgroup/agents\"\n";
 
@@ -131,6 +131,30 @@ fn oom_score_adj_is_per_tier_and_optional() {
 }
 
 #[test]
+fn swap_max_defaults_by_protection_and_is_validated() {
+    let tiers = |a: &str, b: &str| {
+        format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"]\nprotect = \"low\"\n{a}[[tier]]\nname = \"b\"\nmatch = [\"**\"]\nthrottle = true\n{b}")
+    };
+    let swap = |text: &str| {
+        let cfg = Config::from_str(text, "m.toml").unwrap();
+        (cfg.tiers.get(TierIndex(0)).unwrap().swap_max, cfg.tiers.get(TierIndex(1)).unwrap().swap_max)
+    };
+    assert_eq!(swap(&tiers("", "")), (SwapMax::Set(Limit::Bytes(0)), SwapMax::Keep), "the defaults");
+    assert_eq!(
+        swap(&tiers("swap_max = \"keep\"\n", "swap_max = \"2G\"\n")),
+        (SwapMax::Keep, SwapMax::Set(Limit::Bytes(2 << 30)))
+    );
+    assert_eq!(
+        swap(&tiers("swap_max = 0\n", "swap_max = \"max\"\n")),
+        (SwapMax::Set(Limit::Bytes(0)), SwapMax::Set(Limit::Max))
+    );
+    let e = err(&tiers("", "swap_max = \"lots\"\n"));
+    assert!(e.contains("tier[1].swap_max") && e.contains("expected \"keep\", \"max\" or a size"), "{e}");
+    let e = err(&tiers("swap_max = -1\n", ""));
+    assert!(e.contains("tier[0].swap_max") && e.contains("-1 is negative"), "{e}");
+}
+
+#[test]
 fn stall_bound_defaults_on_throttle_tiers_and_is_configurable() {
     let cfg = Config::from_str(
         &format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"x\"]\nthrottle = true\n[[tier]]\nname = \"b\"\nmatch = [\"**\"]\nthrottle = true\nstall = {{ after_ms = 5000, action = \"kill\" }}\n[policy]\nstall_psi_full_avg10 = 60\n"),
@@ -170,7 +194,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`, `default_peak`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`, `default_peak`, `swap_max`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),

@@ -13,14 +13,14 @@
 //! experiment pauses an agent runtime's replay while its tool call runs late, as an agent
 //! waits for its tool call, instead of letting the runtime grow on top of the late call.
 
-use crate::memory::{MapError, Memory};
+use crate::memory::{MapError, Memory, PageFill};
 use crate::report::StepRecord;
 use crate::schedule::Schedule;
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EngineOptions {
     /// Size of each anonymous mapping (rounded to pages). Shrinking is page-exact whatever
     /// the chunk; smaller chunks mean more mmap calls per growth step.
@@ -30,11 +30,13 @@ pub struct EngineOptions {
     pub read_rss: bool,
     /// While this file exists the replay's clock stands still (see the module's text).
     pub pause_file: Option<PathBuf>,
+    /// How compressible grown pages are; None: an 8-byte stamp and zeros (see `memory`).
+    pub fill: Option<PageFill>,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { chunk_bytes: 4 << 20, read_rss: true, pause_file: None }
+        EngineOptions { chunk_bytes: 4 << 20, read_rss: true, pause_file: None, fill: Some(PageFill::default()) }
     }
 }
 
@@ -84,7 +86,7 @@ pub fn run(
     opts: &EngineOptions,
     mut observe: impl FnMut(EngineEvent<'_>) -> io::Result<()>,
 ) -> Result<EngineEnd, EngineError> {
-    let mut mem = Memory::new(opts.chunk_bytes);
+    let mut mem = Memory::with_fill(opts.chunk_bytes, opts.fill);
     let t = Instant::now();
     mem.set_target(schedule.baseline_bytes).map_err(EngineError::Baseline)?;
     let baseline_alloc = t.elapsed();
@@ -198,7 +200,7 @@ mod tests {
             tool: None,
         };
         let schedule = Schedule { speed: 1.0, baseline_bytes: 0, steps: vec![step(0), step(1)] };
-        let opts = EngineOptions { chunk_bytes: 1 << 20, read_rss: false, pause_file: Some(pause.clone()) };
+        let opts = EngineOptions { chunk_bytes: 1 << 20, read_rss: false, pause_file: Some(pause.clone()), fill: None };
         let resumed = Arc::new(AtomicBool::new(false));
         let r = resumed.clone();
         let unpause = std::thread::spawn(move || {

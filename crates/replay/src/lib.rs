@@ -116,6 +116,7 @@ impl Prepared {
             speed: self.schedule.speed,
             baseline_bytes: self.schedule.baseline_bytes,
             chunk_bytes: memory::Memory::new(engine.chunk_bytes).chunk_size() as u64,
+            compression_ratio: engine.fill.map(|f| f.ratio),
             cgroup: cgroup.map(|p| p.display().to_string()),
         }
     }
@@ -128,6 +129,7 @@ impl Prepared {
             read_rss: engine.read_rss,
             cgroup: cgroup.map(Path::to_owned),
             pause_file: engine.pause_file.clone(),
+            fill: engine.fill,
         }
     }
 }

@@ -197,6 +197,10 @@ pub struct ReportContext {
     pub speed: f64,
     pub baseline_bytes: u64,
     pub chunk_bytes: u64,
+    /// The page fill's compression ratio (`memory::PageFill`); None: stamp and zeros (also
+    /// every report written before the fill existed).
+    #[serde(default)]
+    pub compression_ratio: Option<f64>,
     pub cgroup: Option<String>,
 }
 
@@ -436,6 +440,7 @@ mod tests {
             speed: 2.0,
             baseline_bytes: 0,
             chunk_bytes: 1 << 20,
+            compression_ratio: None,
             cgroup: None,
         };
         let r = Report::new(ctx, 1.5, 4, run);

@@ -46,6 +46,9 @@ pub struct WorkerConfig {
     /// See `EngineOptions::pause_file`.
     #[serde(default)]
     pub pause_file: Option<PathBuf>,
+    /// See `EngineOptions::fill`.
+    #[serde(default)]
+    pub fill: Option<crate::memory::PageFill>,
 }
 
 /// One line on the record fd.
@@ -94,8 +97,12 @@ pub fn worker_main() -> u8 {
             return fail(&mut send, format!("joining the cgroup: {e}"));
         }
     }
-    let opts =
-        EngineOptions { chunk_bytes: cfg.chunk_bytes, read_rss: cfg.read_rss, pause_file: cfg.pause_file.clone() };
+    let opts = EngineOptions {
+        chunk_bytes: cfg.chunk_bytes,
+        read_rss: cfg.read_rss,
+        pause_file: cfg.pause_file.clone(),
+        fill: cfg.fill,
+    };
     let result = engine::run(&cfg.schedule, &opts, |ev| match ev {
         EngineEvent::Baseline { bytes, took } => send(&Message::Baseline { bytes, alloc_us: took.as_micros() as u64 }),
         EngineEvent::Step(rec) => send(&Message::Step(rec.clone())),

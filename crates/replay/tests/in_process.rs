@@ -27,7 +27,7 @@ fn rss_follows_the_trace() {
     assert_eq!(prepared.tool_calls_path.as_deref(), Some(calls.as_path()));
 
     let rss_before = read_status_field("VmRSS").unwrap();
-    let engine = EngineOptions { chunk_bytes: 1 << 20, read_rss: true, pause_file: None };
+    let engine = EngineOptions { chunk_bytes: 1 << 20, read_rss: true, pause_file: None, fill: None };
     let run = worker::run_in_process(&prepared.schedule, &engine, |_| {});
     assert_eq!(run.outcome, Outcome::Finished);
     assert_eq!(run.steps.len(), mb.len());

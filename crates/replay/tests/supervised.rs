@@ -40,7 +40,7 @@ fn fake_cgroup(dir: &Path) -> std::path::PathBuf {
     cg
 }
 
-const ENGINE: EngineOptions = EngineOptions { chunk_bytes: 1 << 20, read_rss: true, pause_file: None };
+const ENGINE: EngineOptions = EngineOptions { chunk_bytes: 1 << 20, read_rss: true, pause_file: None, fill: None };
 
 #[test]
 fn finishes_and_reports_every_step() {

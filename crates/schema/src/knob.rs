@@ -23,13 +23,16 @@ pub enum KnobFile {
     CgroupKill,
     #[serde(rename = "cpu.weight")]
     CpuWeight,
+    /// A tier's `swap_max`.
+    #[serde(rename = "memory.swap.max")]
+    SwapMax,
     /// A process's `/proc/<pid>/oom_score_adj`, not a cgroup file.
     #[serde(rename = "oom_score_adj")]
     OomScoreAdj,
 }
 
 impl KnobFile {
-    pub const ALL: [KnobFile; 8] = [
+    pub const ALL: [KnobFile; 9] = [
         KnobFile::MemoryHigh,
         KnobFile::MemoryLow,
         KnobFile::MemoryMin,
@@ -37,6 +40,7 @@ impl KnobFile {
         KnobFile::CgroupFreeze,
         KnobFile::CgroupKill,
         KnobFile::CpuWeight,
+        KnobFile::SwapMax,
         KnobFile::OomScoreAdj,
     ];
 
@@ -50,6 +54,7 @@ impl KnobFile {
             KnobFile::CgroupFreeze => "cgroup.freeze",
             KnobFile::CgroupKill => "cgroup.kill",
             KnobFile::CpuWeight => "cpu.weight",
+            KnobFile::SwapMax => "memory.swap.max",
             KnobFile::OomScoreAdj => "oom_score_adj",
         }
     }

@@ -32,6 +32,13 @@ pub enum Trigger {
         /// Increment since the previous sample.
         count: u64,
     },
+    /// Pages evicted and needed again (memory.stat `workingset_refault_anon` +
+    /// `workingset_refault_file`) at or above the threshold: thrashing that PSI may not show,
+    /// such as swap-ins from zswap of pages that were not active when they went out.
+    Refault {
+        /// Bytes refaulted per second since the previous sample.
+        bytes_per_s: u64,
+    },
 }
 
 impl fmt::Display for Trigger {
@@ -43,6 +50,9 @@ impl fmt::Display for Trigger {
             Trigger::Bpf { value } => write!(f, "bpf threshold crossed ({value})"),
             Trigger::LowEvents { count } => {
                 write!(f, "{count} memory.events low (reclaimed under protection)")
+            }
+            Trigger::Refault { bytes_per_s } => {
+                write!(f, "refaulting {}/s (evicted pages needed again)", memqos_cgroupfs::units::human(*bytes_per_s))
             }
         }
     }

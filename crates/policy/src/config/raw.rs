@@ -10,9 +10,9 @@ use toml::Spanned;
 use super::error::Source;
 use super::{
     Config, ConfigError, Control, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction,
-    StallBound, Tier, Tiers,
+    StallBound, SwapMax, Tier, Tiers,
 };
-use crate::size::{parse_size, ByteSize};
+use crate::size::{parse_size, ByteSize, Limit};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -73,6 +73,15 @@ struct RawTier {
     expected_peak: Option<Spanned<ByteSize>>,
     learn_peak: Option<Spanned<bool>>,
     default_peak: Option<Spanned<ByteSize>>,
+    swap_max: Option<Spanned<RawSwapMax>>,
+}
+
+/// `"keep"`, `"max"`, or a byte size (integer or string).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSwapMax {
+    Int(i64),
+    Text(String),
 }
 
 #[derive(Deserialize)]
@@ -183,6 +192,7 @@ fn dirty(src: &Source, i: usize, d: Option<RawDirty>) -> Result<Dirty, ConfigErr
 struct RawPolicy {
     pressure_psi_some_avg10: Option<Spanned<f64>>,
     pressure_stall_pct: Option<Spanned<f64>>,
+    pressure_refault_rate: Option<Spanned<ByteSize>>,
     hold_ms: Option<Spanned<u64>>,
     headroom_guard: Option<Spanned<ByteSize>>,
     min_high: Option<Spanned<ByteSize>>,
@@ -422,6 +432,22 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             }
             v => v.is_some_and(|v| *v.get_ref()),
         };
+        let swap_max = match t.swap_max {
+            None => SwapMax::default_for(protect),
+            Some(v) => {
+                let parsed = match v.get_ref() {
+                    RawSwapMax::Int(n) => {
+                        u64::try_from(*n).map(|b| SwapMax::Set(Limit::Bytes(b))).map_err(|_| format!("{n} is negative"))
+                    }
+                    RawSwapMax::Text(s) if s.trim() == "keep" => Ok(SwapMax::Keep),
+                    RawSwapMax::Text(s) if s.trim() == "max" => Ok(SwapMax::Set(Limit::Max)),
+                    RawSwapMax::Text(s) => crate::size::parse_size(s).map(|b| SwapMax::Set(Limit::Bytes(b))),
+                };
+                parsed.map_err(|e| {
+                    at(v.span(), "swap_max", format!("{e}: expected \"keep\", \"max\" or a size such as 0 or \"512M\""))
+                })?
+            }
+        };
         let stall = match t.stall {
             None => StallBound::default(),
             Some(s) if !throttle => {
@@ -461,6 +487,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             expected_peak,
             learn_peak,
             default_peak,
+            swap_max,
         });
         matchers.push(set);
     }
@@ -514,6 +541,13 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
             d.pressure_stall_pct,
             (0.0, 100.0),
             true,
+        )?,
+        pressure_refault_rate: size(
+            src,
+            r.pressure_refault_rate,
+            &f("pressure_refault_rate"),
+            d.pressure_refault_rate,
+            0,
         )?,
         hold_ms: int(src, r.hold_ms, &f("hold_ms"), d.hold_ms, 0..=3_600_000)?,
         headroom_guard: size(src, r.headroom_guard, &f("headroom_guard"), d.headroom_guard, 0)?,

@@ -124,6 +124,14 @@ fn trigger(ctx: &Ctx, c: &CgroupObs, elapsed_ms: Option<u64>) -> Option<Trigger>
             return Some(Trigger::PsiTrigger);
         }
     }
+    // Not behind signals.psi: this is what PSI can miss (see Policy::pressure_refault_rate).
+    let (rate, window) = (policy.pressure_refault_rate, c.refault_window_ms);
+    if rate > 0 && window > 0 {
+        let bytes_per_s = c.refault_delta_bytes.saturating_mul(1000) / window;
+        if bytes_per_s >= rate {
+            return Some(Trigger::Refault { bytes_per_s });
+        }
+    }
     if signals.bpf {
         let bpf = c.signals.iter().find_map(|s| match s {
             SignalEvent::BpfThreshold { value } => Some(*value),

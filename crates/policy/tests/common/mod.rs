@@ -154,6 +154,7 @@ impl Sim {
         for c in self.cgs.values_mut() {
             c.signals.clear();
             c.events_delta = Default::default();
+            c.refault_delta_bytes = 0;
         }
         self.parent.events_delta = Default::default();
         self.now += self.tick_ms;
