@@ -165,26 +165,13 @@ impl Cgroup {
     /// but "0" (systemd writes "1" in user.oomd_avoid/omit). Absent, unreadable or a vanished
     /// cgroup all read as unset: a hint, not a knob.
     pub fn xattr_flag(&self, name: &str) -> bool {
-        let mut buf = [0u8; 16];
-        match self.getxattr(name, &mut buf) {
-            Ok(n) => &buf[..n] != b"0",
-            // ERANGE (a long value) still means "set".
-            Err(e) => e.raw_os_error() == Some(libc::ERANGE),
-        }
+        xattr_flag(|buf| self.getxattr(name, buf))
     }
 
     /// The value of the extended attribute `name` as stored (not trimmed): `Ok(None)` when it
     /// is not set, an `ERANGE` error when it is longer than `max` bytes.
     pub fn xattr_bytes(&self, name: &str, max: usize) -> io::Result<Option<Vec<u8>>> {
-        let mut buf = vec![0u8; max];
-        match self.getxattr(name, &mut buf) {
-            Ok(n) => {
-                buf.truncate(n);
-                Ok(Some(buf))
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ENODATA) => Ok(None),
-            Err(e) => Err(e),
-        }
+        xattr_bytes(|buf| self.getxattr(name, buf), max)
     }
 
     /// getxattr(2) of `name` on the cgroup's directory into `buf`: the value's length.
@@ -252,15 +239,42 @@ impl Cgroup {
         Error::Io { cgroup: self.path.clone(), file: file.into(), op, source }
     }
 
-    /// "Vanished" by the one rule (`crate::vanished`); ENOENT only when the cgroup itself no
-    /// longer exists (a missing file of a live cgroup is an error to report).
     fn map_err(&self, op: &'static str, file: &'static str, e: io::Error) -> Error {
-        let gone = crate::vanished(&e) && (e.raw_os_error() != Some(libc::ENOENT) || !self.path.exists());
-        if gone {
-            Error::Vanished { cgroup: self.path.clone(), file }
-        } else {
-            self.io_err(op, file, e)
+        map_err(&self.path, op, file, e)
+    }
+}
+
+/// "Vanished" by the one rule (`crate::vanished`); ENOENT only when the cgroup itself no
+/// longer exists (a missing file of a live cgroup is an error to report).
+pub(crate) fn map_err(cgroup: &Path, op: &'static str, file: &'static str, e: io::Error) -> Error {
+    let gone = crate::vanished(&e) && (e.raw_os_error() != Some(libc::ENOENT) || !cgroup.exists());
+    if gone {
+        Error::Vanished { cgroup: cgroup.to_owned(), file }
+    } else {
+        Error::Io { cgroup: cgroup.to_owned(), file: file.into(), op, source: e }
+    }
+}
+
+/// Whether an extended attribute read by `get` is set to anything but "0".
+pub(crate) fn xattr_flag(get: impl FnOnce(&mut [u8]) -> io::Result<usize>) -> bool {
+    let mut buf = [0u8; 16];
+    match get(&mut buf) {
+        Ok(n) => &buf[..n] != b"0",
+        // ERANGE (a long value) still means "set".
+        Err(e) => e.raw_os_error() == Some(libc::ERANGE),
+    }
+}
+
+/// An extended attribute read by `get` as stored: `Ok(None)` when it is not set.
+pub(crate) fn xattr_bytes(get: impl FnOnce(&mut [u8]) -> io::Result<usize>, max: usize) -> io::Result<Option<Vec<u8>>> {
+    let mut buf = vec![0u8; max];
+    match get(&mut buf) {
+        Ok(n) => {
+            buf.truncate(n);
+            Ok(Some(buf))
         }
+        Err(e) if e.raw_os_error() == Some(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

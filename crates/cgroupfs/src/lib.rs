@@ -1,10 +1,13 @@
 //! Typed access to cgroup v2 memory-controller files.
 //!
 //! Parsing is separate from I/O: [`parse`] holds pure functions over text (one per file
-//! *format*, not per file), [`Cgroup`] does the reads and writes and attaches the cgroup
-//! path and file name to every error. "The cgroup vanished" is turned into
+//! *format*, not per file). [`beneath`] is the I/O layer of every long-lived reader and
+//! writer (the daemon, its PSI triggers, the text stats backend): descriptors opened beneath
+//! a root fd, no symlinks, no PATH_MAX limit. [`Cgroup`] is a path-based handle for
+//! short-lived commands and tests, and attaches the cgroup path and file name to every error. "The cgroup vanished" is turned into
 //! [`Error::Vanished`] in one place so callers can treat it as a normal outcome.
 
+pub mod beneath;
 mod cgroup;
 pub mod fds;
 pub mod mounts;

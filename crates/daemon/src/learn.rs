@@ -13,6 +13,7 @@
 
 use crate::events::Event;
 use crate::history::History;
+use memqos_cgroupfs::beneath::{Dir, Root};
 use memqos_policy::size::PAGE;
 use memqos_policy::{Config, LearnedPeak, Observation};
 use std::collections::HashMap;
@@ -117,6 +118,9 @@ impl Learner {
     ) {
         let mut changed = false;
         let mut present = Vec::new();
+        // Cgroups are read beneath the root, opened when a lifetime may need it.
+        let learning = !self.lifetimes.is_empty() || cfg.tiers.iter().any(|(_, t)| t.learn_peak);
+        let dirs = if learning { Root::open(root).ok() } else { None };
         for c in obs.cgroups.iter_mut() {
             let Some(tier) = cfg.tiers.get(c.tier).filter(|t| t.learn_peak && t.is_protected()) else {
                 continue;
@@ -134,8 +138,10 @@ impl Learner {
             });
             let ended = !l.recorded && {
                 l.key = key.cloned();
-                l.peak =
-                    l.peak.max(c.usage_bytes).max(read_peak(&memqos_cgroupfs::name::fs_path(root, &c.id)).unwrap_or(0));
+                l.peak = l
+                    .peak
+                    .max(c.usage_bytes)
+                    .max(cgroup(dirs.as_ref(), &c.id, None).and_then(|d| peak(&d)).unwrap_or(0));
                 l.ran |= c.is_populated();
                 l.ran && !c.is_populated()
             };
@@ -169,7 +175,7 @@ impl Learner {
             let l = &self.lifetimes[&id];
             // Not observed any more. Only a cgroup whose directory is gone has ended; one still
             // there left this tier (a reload) or lost its key: forget it, record nothing.
-            if l.ran && !l.recorded && !same_cgroup_exists(&root.join(&l.rel), id) {
+            if l.ran && !l.recorded && cgroup(dirs.as_ref(), &l.rel, Some(id)).is_none() {
                 changed |= self.record_lifetime(id, now_s, emit);
             }
             self.lifetimes.remove(&id);
@@ -185,16 +191,16 @@ impl Learner {
     pub fn finish(&mut self, root: &Path, now_s: u64, emit: &mut dyn FnMut(Event)) {
         let mut changed = false;
         let ids: Vec<u64> = self.lifetimes.keys().copied().collect();
+        let dirs = Root::open(root).ok();
         for id in ids {
             let l = &self.lifetimes[&id];
             if !l.ran || l.recorded {
                 continue;
             }
-            let dir = root.join(&l.rel);
-            let ended =
-                !same_cgroup_exists(&dir, id) || memqos_cgroupfs::Cgroup::new(&dir).is_populated().ok() == Some(false);
+            let dir = cgroup(dirs.as_ref(), &l.rel, Some(id));
+            let ended = dir.as_ref().is_none_or(|d| d.is_populated().ok() == Some(false));
             if ended {
-                if let Some(p) = read_peak(&dir) {
+                if let Some(p) = dir.as_ref().and_then(peak) {
                     let l = self.lifetimes.get_mut(&id).expect("listed");
                     l.peak = l.peak.max(p);
                 }
@@ -252,14 +258,14 @@ pub fn bad_path(file: &Path) -> PathBuf {
 }
 
 /// memory.peak of the cgroup at `dir` (None before Linux 5.19, or when it is gone).
-fn read_peak(dir: &Path) -> Option<u64> {
-    std::fs::read_to_string(dir.join("memory.peak")).ok()?.trim().parse().ok()
+fn peak(dir: &Dir) -> Option<u64> {
+    dir.memory_peak().ok()
 }
 
-/// The directory is there and is still the cgroup with this id (its inode).
-fn same_cgroup_exists(dir: &Path, id: u64) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(dir).is_ok_and(|m| m.ino() == id)
+/// The cgroup at `rel` beneath the root, if it is there and (with `id`) is still the cgroup
+/// with this id (its inode).
+fn cgroup(root: Option<&Root>, rel: &str, id: Option<u64>) -> Option<Dir> {
+    root?.cgroup(rel).ok().filter(|d| id.is_none_or(|id| d.id() == id))
 }
 
 fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {

@@ -4,7 +4,7 @@ use crate::beneath::Root;
 use crate::fast_read::{out_of_descriptors, FastFile, FastReader};
 use crate::journal::Journal;
 use anyhow::{anyhow, Context};
-use memqos_cgroupfs::{Cgroup, MemoryEvents};
+use memqos_cgroupfs::MemoryEvents;
 use memqos_policy::{
     CgroupObs, Config, Knobs, Limit, Observation, ParentObs, TierIndex, EXPECTED_PEAK_XATTR, WORKLOAD_XATTR,
 };
@@ -12,6 +12,9 @@ use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+
+mod hints;
+use hints::{classify, declaration, owned_key, trusted, workload};
 
 /// Reads the tree through memqos-stats (one snapshot per tick) and keeps the counters
 /// needed to turn totals into deltas between ticks.
@@ -41,6 +44,8 @@ pub struct Sampler {
     last: Vec<CgroupObs>,
     last_parent: ParentObs,
     fast: FastReader,
+    /// The root per-cgroup reads go through beneath (`dirs_root`).
+    dirs: Option<Root>,
     /// Cgroups whose `user.memqos.expected_peak` did not parse, with the value (said once
     /// per value).
     bad_declarations: HashMap<u64, String>,
@@ -119,7 +124,7 @@ fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Re
 /// `read_freeze`: whether cgroup.freeze matters (a `freeze = true` tier, or a cgroup memqos
 /// froze): it is a file of its own, three system calls per cgroup and tick, and the engine
 /// acts on it only there. Elsewhere it counts as thawed.
-fn knobs(root: &Path, c: &CgroupStats, read_freeze: bool) -> anyhow::Result<Knobs> {
+fn knobs(root: &Path, dirs: Option<&Root>, c: &CgroupStats, read_freeze: bool) -> anyhow::Result<Knobs> {
     Ok(Knobs {
         high: need(c.high, root, c, "memory.high")?,
         max: need(c.max, root, c, "memory.max")?,
@@ -127,7 +132,8 @@ fn knobs(root: &Path, c: &CgroupStats, read_freeze: bool) -> anyhow::Result<Knob
         min: need(c.min, root, c, "memory.min")?,
         // cgroup.freeze is a knob, not a memory statistic: read here, per managed leaf. The
         // root of a hierarchy has none; leaves always do.
-        frozen: read_freeze && Cgroup::new(memqos_cgroupfs::name::fs_path(root, &c.path)).is_frozen().unwrap_or(false),
+        frozen: read_freeze
+            && dirs.and_then(|r| r.cgroup(&c.path).ok()).is_some_and(|d| d.is_frozen().unwrap_or(false)),
     })
 }
 
@@ -160,78 +166,6 @@ fn candidates<'a>(cfg: &Config, cgroups: &'a [CgroupObs]) -> Vec<&'a CgroupObs> 
     v
 }
 
-/// A protected cgroup's declared expected peak ([`EXPECTED_PEAK_XATTR`]), read on every full
-/// sample so a declaration made after the mkdir counts. A value that is not a size is ignored
-/// with one `degraded` line naming the cgroup and the value (`bad`: what was said, per id).
-fn declaration(
-    bad: &mut HashMap<u64, String>,
-    notes: &mut Vec<String>,
-    cg: &Cgroup,
-    id: u64,
-    rel: &str,
-) -> Option<u64> {
-    // A size with padding fits many times over.
-    let attr = Xattr { cg, id, rel, name: EXPECTED_PEAK_XATTR, max: 256 };
-    attr.parsed(bad, notes, memqos_policy::size::parse_size)
-}
-
-/// A cgroup's workload key ([`WORKLOAD_XATTR`]), read on every full sample like
-/// declarations. A key that is not valid (`check_workload_key`, or longer than can be read)
-/// is ignored with one `degraded` line per cgroup and value.
-fn workload(
-    bad: &mut HashMap<u64, String>,
-    notes: &mut Vec<String>,
-    cg: &Cgroup,
-    id: u64,
-    rel: &str,
-) -> Option<String> {
-    let attr = Xattr { cg, id, rel, name: WORKLOAD_XATTR, max: 4 * memqos_policy::obs::MAX_WORKLOAD_KEY };
-    attr.parsed(bad, notes, |v| memqos_policy::check_workload_key(v).map(|()| v.to_owned()))
-}
-
-/// A hint a cgroup's creator left in an extended attribute.
-struct Xattr<'a> {
-    cg: &'a Cgroup,
-    id: u64,
-    rel: &'a str,
-    name: &'a str,
-    /// Read up to this many bytes: past any valid value, so an overlong one is reported
-    /// rather than silently taken as unset.
-    max: usize,
-}
-
-impl Xattr<'_> {
-    /// The value, trimmed and parsed; `None` when unset, unreadable (gone, no xattrs here) or
-    /// invalid. An invalid value (overlong, not UTF-8, rejected by `parse`) gets one
-    /// `degraded` line per cgroup and value (`bad`: what was said, per id).
-    fn parsed<T>(
-        &self,
-        bad: &mut HashMap<u64, String>,
-        notes: &mut Vec<String>,
-        parse: impl FnOnce(&str) -> Result<T, String>,
-    ) -> Option<T> {
-        let (shown, why) = match self.cg.xattr_bytes(self.name, self.max) {
-            Ok(None) => return None,
-            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
-                ("(overlong)".to_owned(), format!("longer than {} bytes", self.max))
-            }
-            Err(_) => return None,
-            Ok(Some(bytes)) => match String::from_utf8(bytes) {
-                Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), "not UTF-8".to_owned()),
-                Ok(v) => match parse(v.trim()) {
-                    Ok(t) => return Some(t),
-                    Err(e) => (v.trim().to_owned(), e),
-                },
-            },
-        };
-        if bad.get(&self.id) != Some(&shown) {
-            notes.push(format!("{}: {} = {shown:?} ignored: {why}", self.rel, self.name));
-            bad.insert(self.id, shown);
-        }
-        None
-    }
-}
-
 /// Pages refaulted, from memory.stat: `workingset_refault_anon` + `workingset_refault_file`
 /// (5.9 and later), or `workingset_refault` before the split; None when neither is there.
 fn refaults(stat: &str) -> Option<u64> {
@@ -249,49 +183,6 @@ fn page_size() -> u64 {
     match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
         p if p > 0 => p as u64,
         _ => 4096,
-    }
-}
-
-/// The owner (uid) of a directory, None if it cannot be read.
-fn owner(dir: &Path) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(dir).ok().map(|m| m.uid())
-}
-
-/// Whether hints in the xattrs of the cgroup at `dir` are honoured: only from cgroups owned
-/// by root or by the owner of `cgroup_root` (the user the tree was delegated to), as
-/// systemd-oomd does. A tenant given a subtree of its own owns its cgroups and may set
-/// `user.*` xattrs on them; it must not thereby pick its tier or reserve room that holds
-/// everyone else back. `Ok(uid)`: the trusted owner; `Err(uid)`: the untrusted one.
-pub(crate) fn trusted(root: &Path, dir: &Path) -> Result<u32, u32> {
-    match (owner(dir), owner(root)) {
-        (Some(0), _) => Ok(0),
-        (Some(uid), Some(root_uid)) if uid == root_uid => Ok(uid),
-        (Some(uid), _) => Err(uid),
-        (None, _) => Err(u32::MAX),
-    }
-}
-
-/// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs
-/// (honoured only on [`trusted`] cgroups).
-fn classify(cfg: &Config, root: &Path, rel: &str) -> Option<TierIndex> {
-    if cfg.tiers.uses_xattrs() {
-        let dir = memqos_cgroupfs::name::fs_path(root, rel);
-        let honoured = trusted(root, &dir).is_ok();
-        let cg = Cgroup::new(dir);
-        cfg.tiers.classify_with(rel, |name| honoured && cg.xattr_flag(name))
-    } else {
-        cfg.tiers.classify(rel)
-    }
-}
-
-/// A learned-history key per owner: a key given by a delegated user is its own namespace,
-/// so one user's runs never set the expectation of another's (root's keys stay as given).
-fn owned_key(uid: u32, key: String) -> String {
-    if uid == 0 {
-        key
-    } else {
-        format!("uid{uid}:{key}")
     }
 }
 
@@ -313,6 +204,7 @@ impl Sampler {
             last: Vec::new(),
             last_parent: ParentObs::default(),
             fast: FastReader::default(),
+            dirs: None,
             bad_declarations: HashMap::new(),
             bad_workloads: HashMap::new(),
             workloads: HashMap::new(),
@@ -330,7 +222,8 @@ impl Sampler {
 
     /// A cgroup's tier, classified once per cgroup id (None: no tier).
     pub fn tier_of(&mut self, cfg: &Config, root: &Path, rel: &str, id: u64) -> Option<TierIndex> {
-        *self.tiers.entry(id).or_insert_with(|| classify(cfg, root, rel))
+        let dirs = dirs_root(&mut self.dirs, root);
+        *self.tiers.entry(id).or_insert_with(|| classify(cfg, dirs, rel))
     }
 
     /// The calm path's check, every sampling interval between full samples: reads only the
@@ -492,7 +385,7 @@ impl Sampler {
     pub fn sample(
         &mut self,
         cfg: &Config,
-        root: &Cgroup,
+        root: &memqos_cgroupfs::Cgroup,
         journal: &Journal,
         now_ms: u64,
     ) -> anyhow::Result<(Observation, Vec<Seen>)> {
@@ -545,20 +438,21 @@ impl Sampler {
         let mut seen = Vec::new();
         let mut alive = HashSet::new();
         let mut workloads = HashMap::new();
+        let dirs = dirs_root(&mut self.dirs, root.path());
         for (i, c) in snap.cgroups.iter().enumerate().skip(1) {
             // Pre-order: a leaf is followed by a cgroup no deeper than itself (or nothing).
             let leaf = snap.cgroups.get(i + 1).is_none_or(|next| next.depth <= c.depth);
             if !leaf {
                 continue;
             }
-            let tier = *self.tiers.entry(c.id).or_insert_with(|| classify(cfg, root.path(), &c.path));
+            let tier = *self.tiers.entry(c.id).or_insert_with(|| classify(cfg, dirs, &c.path));
             let Some(tier) = tier else { continue };
             if let Some(error) = &c.error {
                 Self::skip(&mut self.skipped, &mut self.notes, c, format!("unreadable: {error}"));
                 continue;
             }
             let observed =
-                Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), c, journal, {
+                Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), dirs, c, journal, {
                     let tier_freezes = cfg.tiers.get(tier).is_some_and(|t| t.freeze);
                     tier_freezes || journal.original(c.id, "cgroup.freeze").is_some()
                 });
@@ -583,9 +477,9 @@ impl Sampler {
             self.skipped.remove(&c.id);
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
-            if cfg.tiers.get(tier).is_some_and(|t| t.is_protected()) {
-                let dir = memqos_cgroupfs::name::fs_path(root.path(), &c.path);
-                let cg = Cgroup::new(&dir);
+            let protected = cfg.tiers.get(tier).is_some_and(|t| t.is_protected());
+            // A protected cgroup that cannot be opened now (gone) has no emptiness and no hints.
+            if let Some((r, cg)) = dirs.filter(|_| protected).and_then(|r| Some((r, r.cgroup(&c.path).ok()?))) {
                 obs.populated = cg.is_populated().ok();
                 // Thrashing PSI can miss (Policy::pressure_refault_rate): memory.stat of the
                 // protected cgroups only, the rest of the tree skips it (skip_statistics).
@@ -597,7 +491,7 @@ impl Sampler {
                         obs.refault_window_ms = now_ms.saturating_sub(at);
                     }
                 }
-                match trusted(root.path(), &dir) {
+                match trusted(r, &cg) {
                     Ok(uid) => {
                         obs.expected_peak_bytes =
                             declaration(&mut self.bad_declarations, &mut self.notes, &cg, c.id, &c.path);
@@ -730,6 +624,7 @@ impl Sampler {
         prev_events: &mut HashMap<u64, MemoryEvents>,
         prev_psi_total: &mut HashMap<u64, u64>,
         root: &Path,
+        dirs: Option<&Root>,
         c: &CgroupStats,
         journal: &Journal,
         read_freeze: bool,
@@ -738,7 +633,7 @@ impl Sampler {
         let usage = need(c.current, root, c, "memory.current")?;
         let ev = need(c.events, root, c, "memory.events")?;
         let psi = need(c.pressure, root, c, "memory.pressure")?;
-        let current = knobs(root, c, read_freeze)?;
+        let current = knobs(root, dirs, c, read_freeze)?;
         let delta = prev_events.get(&c.id).map(|p| ev.delta_since(p)).unwrap_or_default();
         let psi_delta = prev_psi_total.get(&c.id).map(|p| psi.some.total_us.saturating_sub(*p)).unwrap_or(0);
         prev_events.insert(c.id, ev);
@@ -763,6 +658,16 @@ impl Sampler {
         };
         Ok((obs, seen))
     }
+}
+
+/// The root the sampler's per-cgroup reads (tier xattrs and owners, cgroup.events,
+/// cgroup.freeze) go through beneath, opened again when the root changes; None while it
+/// cannot be opened (the snapshot then reports the root's loss).
+fn dirs_root<'a>(slot: &'a mut Option<Root>, path: &Path) -> Option<&'a Root> {
+    if slot.as_ref().is_none_or(|r| r.path() != path) {
+        *slot = Root::open(path).ok();
+    }
+    slot.as_ref()
 }
 
 #[cfg(test)]

@@ -140,14 +140,17 @@ impl OomAdjuster {
         present: &mut HashSet<u32>,
     ) -> Vec<Request> {
         let mut writes = Vec::new();
+        // The root cgroup reads go beneath, opened at the first cgroup that needs it.
+        let mut dirs: Option<Option<crate::beneath::Root>> = None;
         for c in cgroups {
             let Some(target) = cfg.tiers.get(c.tier).and_then(|t| t.oom_score_adj) else {
                 continue;
             };
             // A cgroup that vanished since the snapshot has no processes to adjust.
-            let Ok(pids) =
-                memqos_cgroupfs::Cgroup::new(memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id)).procs()
-            else {
+            if dirs.is_none() {
+                dirs = Some(crate::beneath::Root::open(&cfg.cgroup_root).ok());
+            }
+            let Some(Ok(pids)) = dirs.as_ref().and_then(|r| Some(r.as_ref()?.cgroup(&c.id).ok()?.procs())) else {
                 continue;
             };
             for pid in pids {

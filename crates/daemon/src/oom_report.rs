@@ -18,7 +18,8 @@
 
 use crate::mounts::Cgroup2Mount;
 use crate::observe::Seen;
-use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_cgroupfs::beneath::Dir;
+use memqos_cgroupfs::Limit;
 use memqos_policy::{Config, ParentObs};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -138,10 +139,20 @@ struct EarlyRead {
 }
 
 impl EarlyRead {
-    /// What `cg` holds now; a file that cannot be read (the cgroup is gone) is `None`.
-    fn of(cg: &Cgroup) -> EarlyRead {
+    /// What the cgroup at `rel` beneath `root` holds now; a file that cannot be read (the
+    /// cgroup is gone) is `None`.
+    fn of(root: &Path, rel: &str) -> EarlyRead {
+        open(root, rel).as_ref().map(EarlyRead::read).unwrap_or_default()
+    }
+
+    fn read(cg: &Dir) -> EarlyRead {
         EarlyRead { peak: cg.memory_peak().ok(), max: cg.limit("memory.max").ok(), high: cg.limit("memory.high").ok() }
     }
+}
+
+/// The cgroup at `rel`, opened beneath `root`; None when it is gone.
+fn open(root: &Path, rel: &str) -> Option<Dir> {
+    crate::beneath::Root::open(root).ok()?.cgroup(rel).ok()
 }
 
 struct Owed {
@@ -218,7 +229,7 @@ impl OomReporter {
             if !kill.task_memcg.is_empty() {
                 summary = true;
                 if let Some(rel) = self.relative(&kill.task_memcg) {
-                    let read = EarlyRead::of(&Cgroup::new(memqos_cgroupfs::name::fs_path(&self.root, &rel)));
+                    let read = EarlyRead::of(&self.root, &rel);
                     self.early.insert(rel, read);
                 }
             }
@@ -356,10 +367,10 @@ impl OomReporter {
         source: &str,
     ) -> OomKill {
         let s = seen.iter().find(|s| s.cgroup == cgroup && !cgroup.is_empty());
-        let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root, cgroup));
         let known = !cgroup.is_empty();
+        let cg = if known { open(root, cgroup) } else { None };
         // Read now, and else as read when the kill was logged (the cgroup may be gone).
-        let now = if known { EarlyRead::of(&cg) } else { EarlyRead::default() };
+        let now = cg.as_ref().map(EarlyRead::read).unwrap_or_default();
         let early = self.early.get(cgroup).copied().unwrap_or_default();
         let tier = match s {
             Some(s) => Some(s.tier.clone()),
@@ -385,7 +396,7 @@ impl OomReporter {
             oom_cgroup: logged.and_then(|k| k.oom_memcg.clone()),
             victim_anon_rss_bytes: logged.and_then(|k| k.anon_rss_bytes),
             peak_bytes: now.peak.or(early.peak),
-            usage_bytes: s.map(|s| s.usage_bytes).or_else(|| known.then(|| cg.memory_current().ok()).flatten()),
+            usage_bytes: s.map(|s| s.usage_bytes).or_else(|| cg.as_ref().and_then(|d| d.memory_current().ok())),
             limits: Limits {
                 max: s.map(|s| s.knobs.max).or(now.max).or(early.max),
                 high: s.map(|s| s.knobs.high).or(now.high).or(early.high),

@@ -16,7 +16,6 @@
 use crate::actuator::{Request, Target};
 use crate::journal::Journal;
 use anyhow::{bail, Result};
-use memqos_cgroupfs::Cgroup;
 use memqos_policy::{Config, Reason, TierIndex};
 use memqos_schema::KnobFile;
 use std::collections::BTreeMap;
@@ -76,8 +75,8 @@ pub(crate) fn load(path: &Path, old: &Config, state_dir_fixed: bool) -> Result<C
 /// attributes when a tier asks for them, as the sampler does.
 pub(crate) fn classify(cfg: &Config, root: &Path, relative: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
-        let cg = Cgroup::new(memqos_cgroupfs::name::fs_path(root, relative));
-        cfg.tiers.classify_with(relative, |name| cg.xattr_flag(name))
+        let cg = crate::beneath::Root::open(root).ok().and_then(|r| r.cgroup(relative).ok());
+        cfg.tiers.classify_with(relative, |name| cg.as_ref().is_some_and(|d| d.xattr_flag(name)))
     } else {
         cfg.tiers.classify(relative)
     }

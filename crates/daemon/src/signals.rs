@@ -147,14 +147,24 @@ impl Signals {
         }
         if self.psi_enabled {
             self.psi.retain(|id, _| protected.contains(id));
+            // Triggers are opened beneath the root (`memqos_cgroupfs::beneath`), opened here
+            // when one is new: the root as it is now, even if it was re-created.
+            let mut psi_root: Option<crate::beneath::Root> = None;
             for id in protected {
                 if self.psi.contains_key(id) {
                     continue;
                 }
-                match psi_trigger(
-                    &memqos_cgroupfs::name::fs_path(root, id).join("memory.pressure"),
-                    &mut self.psi_window,
-                ) {
+                if psi_root.is_none() {
+                    match crate::beneath::Root::open(root) {
+                        Ok(r) => psi_root = Some(r),
+                        Err(e) => {
+                            self.note(format!("PSI trigger on {id}/memory.pressure: {e}"));
+                            continue;
+                        }
+                    }
+                }
+                let r = psi_root.as_ref().expect("opened above");
+                match psi_trigger(|| r.open_file(id, "memory.pressure", libc::O_RDWR), &mut self.psi_window) {
                     Ok((fd, fell_back)) => {
                         // A trigger holds a descriptor: within the budget, or the cgroup's
                         // pressure is seen by the periodic sample only.
@@ -477,9 +487,12 @@ impl Signals {
 /// Registers a trigger in the window this process may use (`short`: whether the 500 ms
 /// one is still worth trying). Ok((fd, true)): this call found the short window refused
 /// and fell back to 2 s, for good.
-fn psi_trigger(path: &Path, short: &mut bool) -> std::io::Result<(OwnedFd, bool)> {
+/// Registers a trigger on the memory.pressure file `open` opens read-write (beneath the root).
+fn psi_trigger(
+    open: impl Fn() -> std::io::Result<std::fs::File>,
+    short: &mut bool,
+) -> std::io::Result<(OwnedFd, bool)> {
     use std::io::Write;
-    let open = || std::fs::OpenOptions::new().read(true).write(true).open(path);
     if *short {
         let mut f = open()?;
         match f.write_all(PSI_TRIGGER.as_bytes()) {

@@ -1,5 +1,6 @@
 //! The cgroupfs text backend: open fds per cgroup and file, one `pread` per file into a
-//! reused buffer, allocation-free parsing.
+//! reused buffer, allocation-free parsing. Files and directories are opened beneath the
+//! root's fd (`memqos_cgroupfs::beneath`: no symlink followed, no PATH_MAX limit).
 //!
 //! The tree is walked (readdir) only when it may have changed: the root's `cgroup.stat`
 //! (`nr_descendants`) differs from the last walk, or a cgroup vanished while being read.
@@ -8,6 +9,7 @@
 
 use crate::keys::{KeyOrder, StatKeys};
 use crate::{CgroupStats, Error, Result, Snapshot, StatsSource};
+use memqos_cgroupfs::beneath::{self, OpenError, Root};
 use memqos_cgroupfs::fds::{self, Use};
 use memqos_cgroupfs::parse::{self, flat_keyed, ParseError};
 use memqos_cgroupfs::{Limit, MemoryEvents, Pressure};
@@ -107,6 +109,8 @@ enum ReadOutcome {
 
 pub struct TextBackend {
     root: PathBuf,
+    /// The root's fd; opened again at the next walk if it could not be.
+    dir: Option<Root>,
     nodes: Vec<Node>,
     root_stat: Option<File>,
     walked_descendants: Option<u64>,
@@ -134,10 +138,12 @@ impl TextBackend {
 
     /// For fake trees in tests: no cgroup v2 check.
     pub fn open_unchecked(root: &Path) -> TextBackend {
+        let dir = Root::open(root).ok();
         TextBackend {
             root: root.to_owned(),
+            root_stat: dir.as_ref().and_then(|d| d.open_file("", "cgroup.stat", libc::O_RDONLY).ok()),
+            dir,
             nodes: Vec::new(),
-            root_stat: File::open(root.join("cgroup.stat")).ok(),
             walked_descendants: None,
             need_walk: true,
             buf: vec![0; 64 << 10],
@@ -165,7 +171,9 @@ impl TextBackend {
     /// Reads one cgroup's files into `out` (reusing its allocations). For the benchmark's
     /// single-cgroup loop and for callers that want one cgroup, not the tree.
     pub fn read_one(&mut self, index: usize, out: &mut CgroupStats) -> Result<bool> {
+        let dir = root_dir(&mut self.dir, &self.root)?;
         read_node(
+            dir,
             &mut self.nodes[index],
             &mut self.buf,
             &mut self.keys,
@@ -177,10 +185,11 @@ impl TextBackend {
 
     /// Reads only memory.stat of node `index` (the seed's control experiment reads only that).
     pub fn read_stat_only(&mut self, index: usize, out: &mut CgroupStats) -> Result<bool> {
+        let dir = root_dir(&mut self.dir, &self.root)?;
         let node = &mut self.nodes[index];
         out.stat.clear();
         out.stat.resize(self.keys.len(), None);
-        match read_file(node, STAT, &mut self.buf, &mut self.fds_open)? {
+        match read_file(dir, node, STAT, &mut self.buf, &mut self.fds_open)? {
             ReadOutcome::Text(n) => {
                 parse_stat(node, &self.buf[..n], &mut self.keys, &mut out.stat)?;
                 Ok(true)
@@ -229,37 +238,40 @@ impl TextBackend {
             self.nodes.drain(..).map(|n| ((n.rel.clone(), n.id), n)).collect();
         let mut out = Vec::with_capacity(old.len().max(1));
         let root_id = std::fs::metadata(&self.root).map_err(|e| cgroup_err(&self.root, "stat", "", e))?.ino();
+        let root = root_dir(&mut self.dir, &self.root)?;
         // (relative path, id, depth), pre-order via an explicit stack.
         let mut stack = vec![(String::new(), root_id, 0u32)];
         while let Some((rel, id, depth)) = stack.pop() {
             let node = old.remove(&(rel.clone(), id)).unwrap_or_else(|| Node::new(&self.root, rel.clone(), id, depth));
             let dir = node.path.clone();
             out.push(node);
-            let entries = match std::fs::read_dir(&dir) {
-                Ok(rd) => rd,
+            let listed = match root.open_dir(&rel, None) {
+                Ok((fd, _)) => beneath::subdirs(&fd),
+                Err(OpenError::Vanished) => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+                Err(OpenError::Io(e)) => Err(e),
+                Err(OpenError::Refused(why)) => Err(io::Error::new(io::ErrorKind::InvalidInput, why)),
+            };
+            let entries = match listed {
+                Ok(entries) => entries,
                 Err(e) if is_gone(&e) && !rel.is_empty() => {
                     out.pop();
                     continue;
                 }
                 Err(e) if rel.is_empty() => return Err(cgroup_err(&dir, "readdir", "", e)),
-                // Unlistable (out of descriptors, a path too long): the cgroup is read as a
-                // leaf now, its children at the next walk, which this forces.
+                // Unlistable (out of descriptors): the cgroup is read as a leaf now, its
+                // children at the next walk, which this forces.
                 Err(_) => {
                     self.need_walk = true;
                     continue;
                 }
             };
             let mut kids = Vec::new();
-            for entry in entries.flatten() {
-                let Ok(meta) = entry.metadata() else { continue };
-                if !meta.is_dir() {
-                    continue;
-                }
+            for (raw, ino) in entries {
                 // Names that are not UTF-8 (or hold a backslash) are escaped reversibly, so
                 // a tenant cannot hide a subtree from memqos with an odd name.
-                let name = memqos_cgroupfs::name::encode(&entry.file_name());
+                let name = memqos_cgroupfs::name::encode(&raw);
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
-                kids.push((child, meta.ino(), depth + 1));
+                kids.push((child, ino, depth + 1));
             }
             kids.sort_by(|a, b| b.0.cmp(&a.0)); // reversed: the stack pops in name order
             stack.extend(kids);
@@ -282,9 +294,10 @@ impl StatsSource for TextBackend {
         snap.resize_cgroups(self.nodes.len());
         let mut filled = 0;
         let files = self.file_set.indices();
+        let dir = self.dir.as_ref().expect("opened by sync_tree");
         for i in 0..self.nodes.len() {
             let out = &mut snap.cgroups[filled];
-            match read_node(&mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out) {
+            match read_node(dir, &mut self.nodes[i], &mut self.buf, &mut self.keys, &mut self.fds_open, files, out) {
                 Ok(true) => filled += 1,
                 // Vanished mid-snapshot: leave it out and re-walk next time.
                 Ok(false) => self.need_walk = true,
@@ -321,6 +334,7 @@ impl StatsSource for TextBackend {
 
 /// Reads `files` (indices into [`FILES`]) of `node` into `out`. `Ok(false)`: the cgroup vanished.
 fn read_node(
+    root: &Root,
     node: &mut Node,
     buf: &mut Vec<u8>,
     keys: &mut StatKeys,
@@ -333,7 +347,7 @@ fn read_node(
     out.id = node.id;
     out.depth = node.depth;
     for &file in files {
-        let n = match read_file(node, file, buf, fds_open)? {
+        let n = match read_file(root, node, file, buf, fds_open)? {
             ReadOutcome::Text(n) => n,
             ReadOutcome::Absent => continue,
             ReadOutcome::Vanished => return Ok(false),
@@ -398,11 +412,11 @@ fn close_files(node: &mut Node, fds_open: &mut u64) {
 }
 
 /// One pread of `FILES[file]` from offset 0 into `buf` (grown if the file fills it).
-fn read_file(node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64) -> Result<ReadOutcome> {
-    let path = || node.path.join(FILES[file]);
+fn read_file(root: &Root, node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64) -> Result<ReadOutcome> {
+    let open = || root.open_file(&node.rel, FILES[file], libc::O_RDONLY);
     if matches!(node.files[file], Slot::Unopened) {
         RAISED.get_or_init(raise_nofile_limit);
-        node.files[file] = match File::open(path()) {
+        node.files[file] = match open() {
             Ok(f) if fds::try_keep(Use::Bulk, 1) => {
                 *fds_open += 1;
                 Slot::Open(f)
@@ -410,7 +424,7 @@ fn read_file(node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64
             Ok(_) => Slot::Transient,
             // Out of fds (other code, other processes' limits): read this file by reopening.
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => Slot::Transient,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && node.path.exists() => Slot::Absent,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && root.exists(&node.rel) => Slot::Absent,
             Err(e) if is_gone(&e) => return Ok(ReadOutcome::Vanished),
             Err(e) => return Err(cgroup_err(&node.path, "open", FILES[file], e)),
         };
@@ -420,7 +434,7 @@ fn read_file(node: &mut Node, file: usize, buf: &mut Vec<u8>, fds_open: &mut u64
         Slot::Open(f) => f,
         Slot::Absent => return Ok(ReadOutcome::Absent),
         Slot::Transient => {
-            transient = match File::open(path()) {
+            transient = match open() {
                 Ok(f) => f,
                 Err(e) if is_gone(&e) => return Ok(ReadOutcome::Vanished),
                 Err(e) => return Err(cgroup_err(&node.path, "open", FILES[file], e)),
@@ -484,6 +498,14 @@ fn parse_limit(bytes: &[u8]) -> std::result::Result<Limit, ParseError> {
         // The rare path ("max" or garbage): the shared parser names the error.
         None => parse::parse_limit(&String::from_utf8_lossy(bytes)),
     }
+}
+
+/// The root's descriptor, opened now if it could not be before.
+fn root_dir<'a>(dir: &'a mut Option<Root>, path: &Path) -> Result<&'a Root> {
+    if dir.is_none() {
+        *dir = Some(Root::open(path).map_err(|e| cgroup_err(path, "open", "", e))?);
+    }
+    Ok(dir.as_ref().expect("set above"))
 }
 
 /// The cgroup is gone or going (`memqos_cgroupfs::vanished`, the one rule).
@@ -640,6 +662,60 @@ mod tests {
         assert!(err.contains("/a") && err.contains("memory.stat") && err.contains("line 2"), "{err}");
         assert_eq!(snap.get("a/x").unwrap().error, None, "its child is read");
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    /// A tenant may nest cgroups past PATH_MAX (no path names the deepest), and may plant a
+    /// symlink: every cgroup is read relative to its parent's descriptor, and the link is
+    /// not a cgroup (its target outside the root is never read).
+    #[test]
+    fn deep_trees_are_read_and_symlinks_are_not_followed() {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        let root = fake_tree("deep");
+        let outside = root.with_file_name(format!("memqos-stats-deep-outside-{}", std::process::id()));
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("memory.current"), "666\n").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("a/link")).unwrap();
+        let name = "n".repeat(200);
+        let depth = 25; // 25 * 201 bytes: past PATH_MAX (4096)
+        let mut dir: OwnedFd = File::open(root.join("a")).unwrap().into();
+        for _ in 0..depth {
+            let c = std::ffi::CString::new(name.as_str()).unwrap();
+            // SAFETY: a valid fd and a NUL-terminated name.
+            assert_eq!(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) }, 0);
+            dir = beneath::open_file(&dir, &name, libc::O_DIRECTORY | libc::O_RDONLY).unwrap().into();
+        }
+        let c = std::ffi::CString::new("memory.current").unwrap();
+        // SAFETY: a valid fd and a NUL-terminated name; the new fd is ours.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644) };
+        assert!(fd >= 0);
+        // SAFETY: a new fd we own.
+        let f = File::from(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+        f.write_at(b"4242\n", 0).unwrap();
+        drop(dir);
+
+        let snap = TextBackend::open_unchecked(&root).snapshot().unwrap();
+        let deepest = format!("a/{}", vec![name.as_str(); depth].join("/"));
+        assert!(deepest.len() > libc::PATH_MAX as usize);
+        let d = snap.get(&deepest).expect("the deepest cgroup is in the snapshot");
+        assert_eq!((d.current, d.error.as_deref()), (Some(4242), None));
+        assert_eq!(d.depth as usize, depth + 1);
+        assert!(snap.get("a/link").is_none(), "a symlink is not a cgroup");
+        assert!(snap.cgroups.iter().all(|c| c.current != Some(666)));
+        // Removed deepest first: each rmdir beneath the parent's descriptor.
+        let mut chain: Vec<OwnedFd> = vec![File::open(root.join("a")).unwrap().into()];
+        for _ in 0..depth {
+            let next = beneath::open_file(chain.last().unwrap(), &name, libc::O_DIRECTORY | libc::O_RDONLY).unwrap();
+            chain.push(next.into());
+        }
+        // SAFETY: valid fds and NUL-terminated names.
+        unsafe { libc::unlinkat(chain[depth].as_raw_fd(), c.as_ptr(), 0) };
+        let n = std::ffi::CString::new(name.as_str()).unwrap();
+        for i in (0..depth).rev() {
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::unlinkat(chain[i].as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) }, 0);
+        }
+        std::fs::remove_dir_all(root).unwrap();
+        std::fs::remove_dir_all(outside).unwrap();
     }
 
     #[test]
