@@ -157,7 +157,7 @@ guest_test!(sigkill_mid_throttle_then_restart_restores_every_knob, |g| g.memory_
             // The restart restores from the journal before anything else.
             let out = Command::new(memqos_bin()).arg("restore").arg("--state-dir").arg(&state).output().unwrap();
             println!("{}", String::from_utf8_lossy(&out.stdout));
-            assert!(out.status.success());
+            assert!(out.status.success(), "memqos restore after SIGKILL: {}", String::from_utf8_lossy(&out.stderr));
         }
         let restored = knobs();
         println!("RESULT guardian={guardian}: throttled {throttled:?} -> after SIGKILL {after_kill:?} -> restored {restored:?}");
