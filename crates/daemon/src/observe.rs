@@ -14,7 +14,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 mod hints;
-use hints::{classify, declaration, owned_key, trusted, workload};
+pub(crate) use hints::classify;
+use hints::{declaration, owned_key, trusted, workload};
 
 /// Reads the tree through memqos-stats (one snapshot per tick) and keeps the counters
 /// needed to turn totals into deltas between ticks.

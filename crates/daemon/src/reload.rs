@@ -74,12 +74,10 @@ pub(crate) fn load(path: &Path, old: &Config, state_dir_fixed: bool) -> Result<C
 /// The tier of the cgroup at `relative` (under `root`) in `cfg`, reading its extended
 /// attributes when a tier asks for them, as the sampler does.
 pub(crate) fn classify(cfg: &Config, root: &Path, relative: &str) -> Option<TierIndex> {
-    if cfg.tiers.uses_xattrs() {
-        let cg = crate::beneath::Root::open(root).ok().and_then(|r| r.cgroup(relative).ok());
-        cfg.tiers.classify_with(relative, |name| cg.as_ref().is_some_and(|d| d.xattr_flag(name)))
-    } else {
-        cfg.tiers.classify(relative)
-    }
+    // The sampler's rule, trust included: a reload must not honour a tenant's own tier
+    // hints that the running daemon ignores.
+    let opened = if cfg.tiers.uses_xattrs() { crate::beneath::Root::open(root).ok() } else { None };
+    crate::observe::classify(cfg, opened.as_ref(), relative)
 }
 
 /// True when a cgroup at `relative` keeps its tier from `old` to `new`.
@@ -212,6 +210,37 @@ protect = "low"
         assert!(keeps_tier(&old, &reordered, root, "db1"));
         assert!(keeps_tier(&old, &reordered, root, "job7"));
         assert!(!keeps_tier(&old, &reordered, root, "other"), "left every tier");
+    }
+
+    #[test]
+    fn a_reload_honours_tier_hints_only_where_the_sampler_does() {
+        let root = std::env::temp_dir().join(format!("memqos-reload-trust-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in ["mine", "theirs"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+            let dir = memqos_cgroupfs::Cgroup::new(root.join(d));
+            if dir.set_xattr("user.oomd_omit", "1").is_err() {
+                eprintln!("no user xattrs on {}: nothing to check", root.display());
+                return;
+            }
+        }
+        // A delegated tenant (not root, not the root's owner) owns "theirs".
+        std::os::unix::fs::chown(root.join("theirs"), Some(4242), Some(4242)).unwrap();
+        let cfg = cfg(r#"
+[[tier]]
+name = "omitted"
+match = ["**"]
+xattr = ["user.oomd_omit"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["**"]
+throttle = true
+"#);
+        let omitted = cfg.tiers.by_name("omitted");
+        assert_eq!(classify(&cfg, &root, "mine"), omitted, "a trusted hint counts");
+        assert_ne!(classify(&cfg, &root, "theirs"), omitted, "an untrusted hint does not");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

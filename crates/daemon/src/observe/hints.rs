@@ -94,7 +94,7 @@ pub(super) fn trusted(root: &Root, dir: &Dir) -> Result<u32, u32> {
 
 /// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs
 /// (honoured only on [`trusted`] cgroups).
-pub(super) fn classify(cfg: &Config, root: Option<&Root>, rel: &str) -> Option<TierIndex> {
+pub(crate) fn classify(cfg: &Config, root: Option<&Root>, rel: &str) -> Option<TierIndex> {
     if cfg.tiers.uses_xattrs() {
         // A cgroup that cannot be opened (gone, or a symlink) gives no hints.
         let dir = root.and_then(|r| Some((r, r.cgroup(rel).ok()?)));
