@@ -234,6 +234,8 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}throttle = true\nstall = {{ action = \"freeze\" }}\n"), "memqos.toml:6:20: tier[0].stall: unknown variant `freeze`, expected `relieve` or `kill`"),
         (format!("{ROOT}{tier}expected_peak = \"1G\"\n"), "memqos.toml:5:17: tier[0].expected_peak: needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
         (format!("{ROOT}{tier}protect = \"low\"\nexpected_peak = 100\n"), "memqos.toml:6:17: tier[0].expected_peak: 100 bytes is below one page"),
+        (format!("{ROOT}{tier}default_peak = \"1G\"\n"), "memqos.toml:5:16: tier[0].default_peak: needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
+        (format!("{ROOT}{tier}protect = \"low\"\ndefault_peak = 100\n"), "memqos.toml:6:16: tier[0].default_peak: 100 bytes is below one page"),
         (format!("{ROOT}{tier}learn_peak = true\n"), "memqos.toml:5:14: tier[0].learn_peak: tier \"a\" does not protect: learn_peak needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
         (format!("history_file = \"hist.json\"\n{ROOT}{tier}"), "memqos.toml:1:16: history_file: must be an absolute path, got \"hist.json\""),
         (format!("{ROOT}{tier}[policy]\nstall_psi_full_avg10 = 0.0\n"), "memqos.toml:6:24: policy.stall_psi_full_avg10: 0 is out of range (0, 100]"),

@@ -28,29 +28,11 @@ fn one_fits(policy: &str) -> (Option<u64>, Vec<Option<u64>>) {
     sim.add("critical/agent", 0);
     sim.cg("critical/agent").expected_peak_bytes = Some(330 * MB);
     sim.add("batch/a", 0);
-    let mut over = None;
-    for tick in 0..400 {
+    let over = run_swapless(&mut sim, &mut tasks, 400, 711 * MB, |tick, sim| {
         if tick == 1 {
             sim.add("batch/b", 0);
         }
-        for w in tasks.iter_mut() {
-            if !sim.cgs.contains_key(&w.id) {
-                continue;
-            }
-            w.step(&mut sim, 0);
-            if w.done() {
-                sim.cg(&w.id).populated = Some(false);
-            }
-        }
-        let held: u64 = sim.cgs.values().map(|c| c.usage_bytes).sum();
-        if held > 711 * MB && over.is_none() {
-            over = Some(sim.now);
-        }
-        if tasks.iter().all(Workload::done) {
-            break;
-        }
-        sim.tick();
-    }
+    });
     (over, tasks.iter().map(|w| w.finished_at).collect())
 }
 
@@ -129,6 +111,19 @@ fn with_room_for_all_of_them_they_are_admitted_one_per_tick() {
     assert_eq!(parked, vec![3, 2, 1, 0, 0]);
 }
 
+/// A 450 MiB reservation under the 711 MiB parent leaves `park_room` for batch/a (the
+/// oldest) and not for batch/b beside it (made a tick later): b is parked from its first tick.
+fn b_parked_behind_a(tiers: &str) -> Sim {
+    let mut sim = sim(tiers, "");
+    sim.add("critical/agent", 12 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
+    sim.add("batch/a", 60 * MB);
+    sim.tick();
+    sim.add("batch/b", 50 * MB);
+    sim.tick();
+    sim
+}
+
 #[test]
 fn the_stall_bound_relieves_a_parked_cgroup() {
     let tiers = edit_tier(TWO_TIERS, "batch", |t| {
@@ -136,13 +131,7 @@ fn the_stall_bound_relieves_a_parked_cgroup() {
         stall.insert("after_ms".into(), 1000.into());
         t.insert("stall".into(), stall.into());
     });
-    let mut sim = sim(&tiers, "");
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
-    sim.add("batch/a", 60 * MB);
-    sim.tick();
-    sim.add("batch/b", 50 * MB);
-    sim.tick();
+    let mut sim = b_parked_behind_a(&tiers);
     assert_eq!(sim.high("batch/b"), Limit::Bytes(50 * MB), "parked");
     sim.run(2_000, |s| {
         let c = s.cg("batch/b");
@@ -165,13 +154,7 @@ fn a_freeze_tier_has_its_parked_frozen_thawed_at_the_stall_bound_and_when_admitt
         stall.insert("after_ms".into(), 1000.into());
         t.insert("stall".into(), stall.into());
     });
-    let mut sim = sim(&tiers, "");
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
-    sim.add("batch/a", 60 * MB);
-    sim.tick();
-    sim.add("batch/b", 50 * MB);
-    sim.tick();
+    let mut sim = b_parked_behind_a(&tiers);
     let freezes = |sim: &Sim| sim.writes("batch/b", Knob::Freeze);
     assert!(sim.cgs["batch/b"].current.frozen, "parked and frozen: {:?}", freezes(&sim));
     assert!(!sim.cgs["batch/a"].current.frozen, "the oldest runs");

@@ -58,23 +58,7 @@ fn tight(declared: Option<u64>) -> (Option<u64>, Vec<Option<u64>>) {
     }
     let mut tasks = vec![high];
     tasks.extend(lows);
-    let mut over = None;
-    for _ in 0..600 {
-        for w in tasks.iter_mut() {
-            w.step(&mut sim, 0);
-            if w.done() {
-                sim.cg(&w.id).populated = Some(false);
-            }
-        }
-        let held: u64 = sim.cgs.values().map(|c| c.usage_bytes).sum();
-        if held > 711 * MB && over.is_none() {
-            over = Some(sim.now);
-        }
-        if tasks.iter().all(Workload::done) {
-            break;
-        }
-        sim.tick();
-    }
+    let over = run_swapless(&mut sim, &mut tasks, 600, 711 * MB, |_, _| {});
     high = tasks.remove(0);
     let mut finished = vec![high.finished_at];
     finished.extend(tasks.iter().map(|w| w.finished_at));

@@ -394,34 +394,21 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
         };
         let xattrs = xattrs(src, i, t.xattr)?;
         let protect = t.protect.unwrap_or(Protect::None);
-        let expected_peak = match t.expected_peak {
-            None => None,
-            Some(v) if protect == Protect::None => {
-                return Err(at(
-                    v.span(),
-                    "expected_peak",
-                    "needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)".into(),
-                ))
-            }
+        // Both sizes reserve room for a protected cgroup's growth: the same rules.
+        let peak = |v: Option<Spanned<ByteSize>>, field: &str| match v {
+            None => Ok(None),
+            Some(v) if protect == Protect::None => Err(at(
+                v.span(),
+                field,
+                "needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)".into(),
+            )),
             Some(v) if v.get_ref().0 < crate::size::PAGE => {
-                return Err(at(v.span(), "expected_peak", format!("{} bytes is below one page", v.get_ref().0)))
+                Err(at(v.span(), field, format!("{} bytes is below one page", v.get_ref().0)))
             }
-            Some(v) => Some(v.get_ref().0),
+            Some(v) => Ok(Some(v.get_ref().0)),
         };
-        let default_peak = match t.default_peak {
-            None => None,
-            Some(v) if protect == Protect::None => {
-                return Err(at(
-                    v.span(),
-                    "default_peak",
-                    "needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)".into(),
-                ))
-            }
-            Some(v) if v.get_ref().0 < crate::size::PAGE => {
-                return Err(at(v.span(), "default_peak", format!("{} bytes is below one page", v.get_ref().0)))
-            }
-            Some(v) => Some(v.get_ref().0),
-        };
+        let expected_peak = peak(t.expected_peak, "expected_peak")?;
+        let default_peak = peak(t.default_peak, "default_peak")?;
         let learn_peak = match t.learn_peak {
             Some(v) if *v.get_ref() && protect == Protect::None => {
                 return Err(at(

@@ -254,6 +254,41 @@ impl Sim {
     }
 }
 
+/// Swapless tasks (nothing reclaimed) each in its own cgroup, ticked until all are done or
+/// `max_ticks` pass; a finished task's cgroup turns unpopulated, and `before(tick, sim)` runs
+/// first every tick (to add cgroups late). Returns the first time the cgroups together held
+/// more than `limit` bytes: on a swapless host, the moment of an OOM kill.
+pub fn run_swapless(
+    sim: &mut Sim,
+    tasks: &mut [Workload],
+    max_ticks: u32,
+    limit: u64,
+    mut before: impl FnMut(u32, &mut Sim),
+) -> Option<u64> {
+    let mut over = None;
+    for tick in 0..max_ticks {
+        before(tick, sim);
+        for w in tasks.iter_mut() {
+            if !sim.cgs.contains_key(&w.id) {
+                continue;
+            }
+            w.step(sim, 0);
+            if w.done() {
+                sim.cg(&w.id).populated = Some(false);
+            }
+        }
+        let held: u64 = sim.cgs.values().map(|c| c.usage_bytes).sum();
+        if held > limit && over.is_none() {
+            over = Some(sim.now);
+        }
+        if tasks.iter().all(Workload::done) {
+            break;
+        }
+        sim.tick();
+    }
+    over
+}
+
 /// A replayed memory trace: demanded usage per step. The workload advances one step per tick
 /// when memory.high lets it have what the step demands; otherwise it stalls on that step
 /// (the kernel puts it to sleep instead of failing the charge) and the part of its usage
