@@ -65,7 +65,7 @@ pub struct Sampler {
     /// wrote to them rather than leave them throttled while it cannot see them.
     pub dropped: Vec<u64>,
     /// A cgroup was made whose memory knobs should not wait for the calm path's next full
-    /// sample (see `adopt_created`): the next periodic tick samples the whole tree.
+    /// sample (see `Daemon::adopt`): the next periodic tick samples the whole tree.
     pub full_sample_due: bool,
 }
 

@@ -58,6 +58,8 @@ pub struct Signals {
     /// records the daemon has not read yet.
     kernel_log: Option<RawFd>,
     pub kernel_log_ready: bool,
+    /// The daemon's `Handle` eventfd: a stop or reload request ends the wait.
+    wake: Option<RawFd>,
 }
 
 impl Signals {
@@ -87,6 +89,7 @@ impl Signals {
             populated_watched: HashMap::new(),
             kernel_log: None,
             kernel_log_ready: false,
+            wake: None,
         };
         // SAFETY: plain syscall; the fd is owned below.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
@@ -128,6 +131,12 @@ impl Signals {
     /// must outlive this set).
     pub fn watch_kernel_log(&mut self, fd: Option<RawFd>) {
         self.kernel_log = fd;
+    }
+
+    /// Ends `wait` when a stop or reload is requested (`Handle::wake_fd`; the fd stays owned
+    /// by the handle, which must outlive this set).
+    pub fn watch_wake(&mut self, fd: Option<RawFd>) {
+        self.wake = fd;
     }
 
     /// Which sources were asked for (psi, events, bpf): a reload that changes them builds
@@ -388,7 +397,7 @@ impl Signals {
     }
 
     /// Sleeps until a signal fires or `timeout` passes; returns the events per cgroup.
-    /// EINTR (a shutdown signal) returns early with no events.
+    /// EINTR (a shutdown signal) and a `Handle` request return early with no events.
     pub fn wait(&mut self, timeout: Duration) -> Vec<(String, SignalEvent)> {
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut ids: Vec<Option<&String>> = Vec::new();
@@ -406,6 +415,10 @@ impl Signals {
             ids.push(None);
         }
         if let Some(fd) = self.kernel_log {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            ids.push(None);
+        }
+        if let Some(fd) = self.wake {
             fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             ids.push(None);
         }
@@ -441,6 +454,8 @@ impl Signals {
                 None if Some(p.fd) == tree_fd => tree_changed |= p.revents & libc::POLLIN != 0,
                 // POLLERR too: records were overwritten unread, and the next read resumes.
                 None if Some(p.fd) == self.kernel_log => self.kernel_log_ready |= p.revents != 0,
+                // A request: the loop reads its flag; emptied so the next wait sleeps again.
+                None if Some(p.fd) == self.wake && p.revents != 0 => crate::handle::drain_wake(p.fd),
                 None if p.revents & libc::POLLIN != 0 => out.extend(self.drain_inotify()),
                 _ => {}
             }
