@@ -17,7 +17,7 @@ use crate::actuator::{Actuator, Request, Target};
 use crate::events::{self, Event, WriteEvent};
 use crate::handle::Handle;
 use crate::observe::{self, Sampler};
-use crate::signals::Signals;
+use crate::signals::{Signals, Wakeup};
 use crate::status::{self, DecisionRecord};
 use crate::{
     beneath, control, cpu_weight, dirty, explain, learn, memlock, metrics, mounts, oom_adj, oom_report, proc_stat,
@@ -25,7 +25,7 @@ use crate::{
 };
 use anyhow::{bail, Result};
 use memqos_cgroupfs::Cgroup;
-use memqos_policy::{Config, Decision, Engine, Observation, SignalEvent};
+use memqos_policy::{CgroupId, Config, Decision, Engine, Observation};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -56,8 +56,8 @@ pub(crate) struct Daemon<'r> {
     fast_root: beneath::Root,
     hierarchy_root: bool,
 
-    /// Signals the last wait returned, for the next step.
-    pending: Vec<(String, SignalEvent)>,
+    /// Signals the last wait returned, for the next step (by cgroup id).
+    pending: Vec<Wakeup>,
     /// New cgroups re-checked for processes to adjust (`adopt`).
     adopting: Vec<Adopting>,
     /// The writes lately made, for `memqos status` and `memqos explain`.
@@ -284,13 +284,13 @@ impl<'r> Daemon<'r> {
     /// throttle candidates, the engine reacts, its writes go out.
     fn react(&mut self, tick_started: Instant) -> Result<()> {
         let now_ms = self.now_ms();
-        let signalled: Vec<&str> = self.pending.iter().map(|(id, _)| id.as_str()).collect();
-        let signalled_ids: Vec<String> = signalled.iter().map(|s| s.to_string()).collect();
+        let signalled: Vec<CgroupId> = self.pending.iter().map(|w| w.cgroup).collect();
+        let signalled_paths: Vec<String> = self.pending.iter().map(|w| w.path.clone()).collect();
         let mut obs = self.sampler.sample_fast(self.cfg, &self.fast_root, self.hierarchy_root, &signalled, now_ms)?;
         let read_at = Instant::now();
-        for (id, ev) in self.pending.drain(..) {
-            if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == id) {
-                c.signals.push(ev);
+        for w in self.pending.drain(..) {
+            if let Some(c) = obs.cgroups.iter_mut().find(|c| CgroupId(c.cgroup_id) == w.cgroup) {
+                c.signals.push(w.event);
             }
         }
         let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
@@ -301,7 +301,7 @@ impl<'r> Daemon<'r> {
         // Logged after the writes: the log costs time on the reaction path.
         if writes > 0 {
             self.act.emit(Event::Reaction {
-                signalled: signalled_ids,
+                signalled: signalled_paths,
                 read_cgroups: obs.cgroups.len() + usize::from(!self.hierarchy_root),
                 read_us: (read_at - tick_started).as_micros() as u64,
                 decide_us: (decided_at - read_at).as_micros() as u64,
@@ -424,10 +424,11 @@ impl<'r> Daemon<'r> {
                 act.emit(Event::ProtectionVoid(finding));
             }
         }
-        let index: HashMap<String, usize> = obs.cgroups.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
-        for (id, ev) in self.pending.drain(..) {
-            if let Some(&i) = index.get(id.as_str()) {
-                obs.cgroups[i].signals.push(ev);
+        let index: HashMap<CgroupId, usize> =
+            obs.cgroups.iter().enumerate().map(|(i, c)| (CgroupId(c.cgroup_id), i)).collect();
+        for w in self.pending.drain(..) {
+            if let Some(&i) = index.get(&w.cgroup) {
+                obs.cgroups[i].signals.push(w.event);
             }
         }
         let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
@@ -484,17 +485,16 @@ impl<'r> Daemon<'r> {
     /// Triggers and watches in line with the managed set, and the fast path's descriptors.
     fn sync_signals(&mut self, obs: &Observation) -> Result<()> {
         let cfg = &*self.cfg;
-        let protected: Vec<(String, u64)> = obs
+        let protected: Vec<(CgroupId, String)> = obs
             .cgroups
             .iter()
             .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected()))
-            .map(|c| (c.id.clone(), c.cgroup_id))
+            .map(|c| (CgroupId(c.cgroup_id), c.id.clone()))
             .collect();
-        let protected_paths: Vec<String> = protected.iter().map(|(p, _)| p.clone()).collect();
         // memory.events wakeups only from protected cgroups: a throttled lower tier bumps its
         // `high` counter on every charge, and watching it made the daemon re-sample in a
         // tight loop exactly when it had throttled someone (found by the experiments).
-        self.signals.sync(self.root.path(), &protected, &protected_paths);
+        self.signals.sync(self.root.path(), &protected, &protected);
         self.signals.sync_tree(self.root.path(), &self.sampler.dirs());
         let adjusted: Vec<&str> = obs
             .cgroups
@@ -592,7 +592,7 @@ impl<'r> Daemon<'r> {
             for c in self.signals.bpf_crossings.drain(..) {
                 self.act.emit(Event::Bpf {
                     cgroup: c.cgroup,
-                    cgroup_id: c.cgroup_id,
+                    cgroup_id: c.cgroup_id.get(),
                     kind: serde_json::to_value(c.kind)
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_owned))

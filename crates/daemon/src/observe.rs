@@ -551,7 +551,7 @@ impl Sampler {
         cfg: &Config,
         root: &Root,
         hierarchy_root: bool,
-        signalled: &[&str],
+        signalled: &[memqos_policy::CgroupId],
         now_ms: u64,
     ) -> anyhow::Result<Observation> {
         let mut parent = self.last_parent.clone();
@@ -574,7 +574,11 @@ impl Sampler {
             }
         }
         let mut wanted: Vec<(&CgroupObs, &[FastFile])> = Vec::new();
-        for c in self.last.iter().filter(|c| is_protected(cfg, c) && signalled.contains(&c.id.as_str())) {
+        for c in self
+            .last
+            .iter()
+            .filter(|c| is_protected(cfg, c) && signalled.contains(&memqos_policy::CgroupId(c.cgroup_id)))
+        {
             wanted.push((c, SIGNALLED));
         }
         wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c, CANDIDATE)));

@@ -215,6 +215,43 @@ fn a_daemon_asked_to_stop_stops_and_restores_its_knobs() {
     assert!(StateLock::try_acquire(&f.state, "test").is_ok(), "lock released at exit");
 }
 
+// memory.events watched (inotify works on a fake tree too): a protected cgroup reclaimed
+// under its protection wakes the daemon, which reacts on the fast path, by the cgroup's id,
+// long before its next periodic tick (a minute away).
+#[test]
+fn a_protected_cgroups_memory_events_wake_the_fast_path() {
+    let f = fake("wakeup", 300 * MIB);
+    f.set("signals.sampling_interval_ms", 60000);
+    f.set("signals.events", true);
+    let daemon = f.start(false);
+    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    assert_eq!(f.knob("low1", "memory.high"), "max", "no pressure yet");
+    std::fs::write(f.root.join("high/memory.events"), "low 5\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
+        .unwrap();
+    poll("low1 throttled by the reaction", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    daemon.stop().expect("daemon run");
+    let evs = f.events();
+    let reaction = evs.iter().find_map(|e| match e {
+        Event::Reaction { signalled, writes, .. } => Some((signalled.clone(), *writes)),
+        _ => None,
+    });
+    assert_eq!(reaction, Some((vec!["high".to_string()], 1)), "{evs:?}");
+    let w = evs.iter().find_map(|e| match e {
+        Event::Write(w) if w.cgroup == "low1" => w.reason.clone(),
+        _ => None,
+    });
+    assert!(
+        matches!(
+            &w,
+            Some(memqos_policy::Reason::ProtectedPressure {
+                trigger: memqos_policy::Trigger::LowEvents { count: 5 },
+                ..
+            })
+        ),
+        "{w:?}"
+    );
+}
+
 #[test]
 fn restart_restores_a_left_journal_and_logs_recovered() {
     let f = fake("recover", 100 * MIB); // no pressure: the new run writes nothing itself

@@ -61,6 +61,6 @@ pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status, UNSTARTED_RESERVATION_MS};
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
 pub use obs::{
-    check_workload_key, CgroupObs, Knobs, LearnedPeak, Observation, ParentObs, PeakSource, SignalEvent,
-    EXPECTED_PEAK_XATTR, WORKLOAD_XATTR,
+    check_workload_key, BpfKind, CgroupId, CgroupObs, Knobs, LearnedPeak, Observation, ParentObs, PeakSource,
+    SignalEvent, EXPECTED_PEAK_XATTR, WORKLOAD_XATTR,
 };

@@ -9,7 +9,8 @@ use crate::config::TierIndex;
 use crate::size::Limit;
 use memqos_cgroupfs::{MemoryEvents, Pressure};
 pub use memqos_schema::knob::Knobs;
-pub use memqos_schema::reason::{LearnedPeak, PeakSource};
+pub use memqos_schema::reason::{BpfKind, LearnedPeak, PeakSource};
+pub use memqos_schema::CgroupId;
 
 /// The extended attribute a protected cgroup declares its expected peak in (a size, as in
 /// the config: "512M", "2G", bytes); it overrides the tier's `expected_peak`.
@@ -177,6 +178,9 @@ pub enum SignalEvent {
     BpfThreshold {
         /// The measured value, for the log.
         value: u64,
+        /// Which counter crossed (carried into `Trigger::Bpf`, for the log).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        counter: Option<BpfKind>,
     },
     /// memory.events changed (inotify). Only a wakeup: `events_delta` carries the counts.
     EventsChanged,
