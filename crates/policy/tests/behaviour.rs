@@ -477,8 +477,8 @@ fn malformed_observations_are_tolerated() {
     let mut sim = contention();
     sim.run(1_000, |_| {});
     let mut obs = memqos_policy::Observation { now_ms: 100, ..Default::default() }; // time went back
-    obs.cgroups.push(memqos_policy::CgroupObs::new("ghost", TierIndex(9), MB)); // no such tier
-    let dup = memqos_policy::CgroupObs::new("batch/a", TierIndex(2), MB);
+    obs.cgroups.push(memqos_policy::CgroupObs::named("ghost", TierIndex(9), MB)); // no such tier
+    let dup = memqos_policy::CgroupObs::named("batch/a", TierIndex(2), MB);
     obs.cgroups.push(dup.clone());
     obs.cgroups.push(dup);
     assert!(sim.engine.tick(&obs).is_empty());
