@@ -504,7 +504,7 @@ impl Signals {
         out
     }
 
-    fn drain_inotify(&self) -> Vec<Wakeup> {
+    fn drain_inotify(&mut self) -> Vec<Wakeup> {
         let Some(ino) = &self.inotify else {
             return Vec::new();
         };
@@ -519,13 +519,21 @@ impl Signals {
             while off + std::mem::size_of::<libc::inotify_event>() <= n as usize {
                 // SAFETY: the kernel writes whole inotify_event records; read unaligned.
                 let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
+                off += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+                // The watch is gone (its cgroup's files were freed, or `sync` removed it):
+                // no memory.events change. A cgroup still managed is watched anew by `sync`.
+                if ev.mask & libc::IN_IGNORED != 0 {
+                    if let Some((cgroup, _)) = self.watches.remove(&ev.wd) {
+                        self.watched.remove(&cgroup);
+                    }
+                    continue;
+                }
                 if let Some((cgroup, path)) = self.watches.get(&ev.wd) {
                     let item = Wakeup { cgroup: *cgroup, path: path.clone(), event: SignalEvent::EventsChanged };
                     if !out.contains(&item) {
                         out.push(item);
                     }
                 }
-                off += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
             }
         }
         out

@@ -252,6 +252,42 @@ fn a_protected_cgroups_memory_events_wake_the_fast_path() {
     );
 }
 
+// The protected cgroup is removed and made again under its name (another kernel id): its
+// memory.events is watched anew once a sample has seen it, so the new one wakes the fast
+// path too. (Watches were kept by path: the dead one's stayed, the new one had none.)
+#[test]
+fn a_protected_cgroup_made_again_under_its_name_wakes_the_fast_path_too() {
+    let f = fake("rewatch", 300 * MIB);
+    f.set("signals.sampling_interval_ms", 60000);
+    f.set("signals.events", true);
+    let daemon = f.start(false);
+    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let old = f.id("high");
+    std::fs::remove_dir_all(f.root.join("high")).unwrap();
+    write_cgroup(&f.base.join("pad"), 0, "max"); // so the old inode is not reused at once
+    let staged = f.base.join("staged-high");
+    write_cgroup(&staged, 150 * MIB, "max");
+    std::fs::rename(&staged, f.root.join("high")).unwrap();
+    assert_ne!(f.id("high"), old);
+    // A reload (the same config) makes the next tick a periodic one, a minute early.
+    daemon.handle().request_reload();
+    poll("a sample of the new high", Duration::from_secs(5), || {
+        status::read(&f.state).ok().flatten().is_some_and(|s| s.cgroups.iter().any(|c| c.cgroup_id == f.id("high")))
+    });
+    // Past any wakeup the old one's end caused (its watch's IN_IGNORED, its files closed).
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(f.root.join("high/memory.events"), "low 5\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
+        .unwrap();
+    poll("low1 throttled by the reaction", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    daemon.stop().expect("daemon run");
+    let evs = f.events();
+    assert!(evs.iter().any(|e| matches!(e, Event::Reloaded { .. })), "{evs:?}");
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::Reaction { signalled, .. } if signalled == &["high".to_string()])),
+        "{evs:?}"
+    );
+}
+
 #[test]
 fn restart_restores_a_left_journal_and_logs_recovered() {
     let f = fake("recover", 100 * MIB); // no pressure: the new run writes nothing itself
