@@ -169,7 +169,8 @@ impl Signals {
             bpf.sync(protected);
         }
         if self.psi_enabled {
-            self.psi.retain(|id, _| protected.iter().any(|(p, _)| p == id));
+            let wanted: std::collections::HashSet<CgroupId> = protected.iter().map(|(id, _)| *id).collect();
+            self.psi.retain(|id, _| wanted.contains(id));
             // Triggers are opened beneath the root (`memqos_cgroupfs::beneath`), opened here
             // when one is new: the root as it is now, even if it was re-created.
             let mut psi_root: Option<crate::beneath::Root> = None;
@@ -218,12 +219,8 @@ impl Signals {
                 self.root_id = std::fs::metadata(root).ok().map(|m| CgroupId(m.ino()));
             }
             let root_id = self.root_id;
-            let stale: Vec<CgroupId> = self
-                .watched
-                .keys()
-                .filter(|id| Some(**id) != root_id && !all.iter().any(|(a, _)| a == *id))
-                .copied()
-                .collect();
+            let wanted: std::collections::HashSet<CgroupId> = all.iter().map(|(id, _)| *id).chain(root_id).collect();
+            let stale: Vec<CgroupId> = self.watched.keys().filter(|id| !wanted.contains(id)).copied().collect();
             for id in stale {
                 if let Some(wd) = self.watched.remove(&id) {
                     // The kernel drops watches of removed cgroups itself; ignore errors.
