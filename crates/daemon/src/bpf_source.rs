@@ -4,23 +4,22 @@
 
 use memqos_bpf::pressure::{self, Kind, Options, PressureSource, Thresholds};
 use memqos_bpf::Btf;
-use memqos_policy::SignalEvent;
+use memqos_policy::{BpfKind, CgroupId, SignalEvent};
 use memqos_schema::events::BpfHooks;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 
 pub struct BpfSource {
     src: PressureSource,
-    /// Watched protected cgroups: relative path -> cgroup id (inode), and back.
-    watched: HashMap<String, u64>,
-    by_id: HashMap<u64, String>,
+    /// Watched protected cgroups: cgroup id (inode) -> relative path, for the log.
+    watched: HashMap<CgroupId, String>,
 }
 
 /// One crossing, as the daemon logs it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Crossing {
     pub cgroup: String,
-    pub cgroup_id: u64,
+    pub cgroup_id: CgroupId,
     pub kind: Kind,
     pub value: u64,
     /// CLOCK_MONOTONIC ns of the crossing in the kernel.
@@ -36,7 +35,7 @@ impl BpfSource {
             .unwrap_or_else(|| memqos_bpf::btf::VMLINUX_BTF.into());
         let btf = Btf::load(&path).map_err(|e| pressure::LoadError::NoBtf(format!("{e}")).to_string())?;
         let src = PressureSource::load(&btf, Options::default()).map_err(|e| e.to_string())?;
-        Ok(BpfSource { src, watched: HashMap::new(), by_id: HashMap::new() })
+        Ok(BpfSource { src, watched: HashMap::new() })
     }
 
     /// `program -> target` of every attached program, and attach errors, for the log.
@@ -60,25 +59,22 @@ impl BpfSource {
         BpfHooks { attached, attach_failed: failed }
     }
 
-    /// Watches exactly the `protected` cgroups (path, id) (a recreated cgroup has a new id
-    /// and is re-watched); forgets vanished ones.
-    pub fn sync(&mut self, protected: &[(String, u64)]) {
-        let wanted: HashMap<&str, u64> = protected.iter().map(|(p, id)| (p.as_str(), *id)).collect();
-        let gone: Vec<String> =
-            self.watched.iter().filter(|(p, id)| wanted.get(p.as_str()) != Some(id)).map(|(p, _)| p.clone()).collect();
-        for p in gone {
-            if let Some(cg) = self.watched.remove(&p) {
-                self.by_id.remove(&cg);
-                self.src.unwatch(cg);
-            }
+    /// Watches exactly the `protected` cgroups (id, path) (a recreated cgroup has a new id
+    /// and is watched anew); forgets vanished ones.
+    pub fn sync(&mut self, protected: &[(CgroupId, String)]) {
+        let wanted: HashMap<CgroupId, &str> = protected.iter().map(|(id, p)| (*id, p.as_str())).collect();
+        let gone: Vec<CgroupId> = self.watched.keys().filter(|id| !wanted.contains_key(id)).copied().collect();
+        for id in gone {
+            self.watched.remove(&id);
+            self.src.unwatch(id.get());
         }
-        for (p, cg) in protected {
-            if self.watched.contains_key(p) {
+        for (id, p) in protected {
+            if let Some(path) = self.watched.get_mut(id) {
+                path.clone_from(p);
                 continue;
             }
-            self.watched.insert(p.clone(), *cg);
-            self.by_id.insert(*cg, p.clone());
-            let _ = self.src.watch(*cg, &Thresholds::PROTECTED);
+            self.watched.insert(*id, p.clone());
+            let _ = self.src.watch(id.get(), &Thresholds::PROTECTED);
         }
     }
 
@@ -92,10 +88,11 @@ impl BpfSource {
         events
             .into_iter()
             .filter_map(|ev| {
-                let path = self.by_id.get(&ev.cgroup_id)?;
+                let id = CgroupId(ev.cgroup_id);
+                let path = self.watched.get(&id)?;
                 Some(Crossing {
                     cgroup: path.clone(),
-                    cgroup_id: ev.cgroup_id,
+                    cgroup_id: id,
                     kind: ev.kind,
                     value: ev.value,
                     ktime_ns: ev.ktime_ns,
@@ -104,17 +101,45 @@ impl BpfSource {
             .collect()
     }
 
-    /// The engine's view of a crossing.
+    /// The engine's view of a crossing: its value and which counter crossed.
     pub fn signal(c: &Crossing) -> SignalEvent {
-        SignalEvent::BpfThreshold { value: c.value }
+        SignalEvent::BpfThreshold { value: c.value, counter: Some(counter(c.kind)) }
     }
 
-    /// Counters of every watched cgroup (for status and tests).
+    /// Counters of every watched cgroup (for status and tests), by path.
     pub fn counters(&self) -> Vec<(String, pressure::Counters)> {
-        self.watched.iter().filter_map(|(id, &cg)| Some((id.clone(), self.src.counters(cg)?))).collect()
+        self.watched.iter().filter_map(|(id, path)| Some((path.clone(), self.src.counters(id.get())?))).collect()
     }
 
     pub fn stats(&self) -> pressure::Stats {
         self.src.stats()
+    }
+}
+
+/// The BPF source's kind as the engine's word for it.
+fn counter(kind: Kind) -> BpfKind {
+    match kind {
+        Kind::Reclaim => BpfKind::Reclaim,
+        Kind::OverHigh => BpfKind::OverHigh,
+        Kind::Scan => BpfKind::Scan,
+        Kind::Fault => BpfKind::Fault,
+        Kind::MajFault => BpfKind::MajFault,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_keeps_its_name_as_a_counter() {
+        for kind in Kind::ALL {
+            let logged = serde_json::to_value(kind).unwrap();
+            assert_eq!(
+                logged.as_str(),
+                Some(counter(kind).as_str()),
+                "the bpf event's kind and the trigger's counter agree"
+            );
+        }
     }
 }

@@ -65,7 +65,7 @@ pub struct Sampler {
     /// wrote to them rather than leave them throttled while it cannot see them.
     pub dropped: Vec<u64>,
     /// A cgroup was made whose memory knobs should not wait for the calm path's next full
-    /// sample (see `adopt_created`): the next periodic tick samples the whole tree.
+    /// sample (see `Daemon::adopt`): the next periodic tick samples the whole tree.
     pub full_sample_due: bool,
 }
 
@@ -551,7 +551,7 @@ impl Sampler {
         cfg: &Config,
         root: &Root,
         hierarchy_root: bool,
-        signalled: &[&str],
+        signalled: &[memqos_policy::CgroupId],
         now_ms: u64,
     ) -> anyhow::Result<Observation> {
         let mut parent = self.last_parent.clone();
@@ -574,7 +574,11 @@ impl Sampler {
             }
         }
         let mut wanted: Vec<(&CgroupObs, &[FastFile])> = Vec::new();
-        for c in self.last.iter().filter(|c| is_protected(cfg, c) && signalled.contains(&c.id.as_str())) {
+        for c in self
+            .last
+            .iter()
+            .filter(|c| is_protected(cfg, c) && signalled.contains(&memqos_policy::CgroupId(c.cgroup_id)))
+        {
             wanted.push((c, SIGNALLED));
         }
         wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c, CANDIDATE)));

@@ -10,8 +10,8 @@
 //! settings, `Tiers::carry_over`) and still matches it keeps its knobs and the engine's
 //! history; every other cgroup memqos wrote to has its journaled originals written back
 //! (through the actuator, so the journal entry goes once the write is done) and starts
-//! afresh under its new tier, if any. The SIGHUP handler only sets a flag: the loop reloads
-//! between two ticks, where no write is in flight.
+//! afresh under its new tier, if any. SIGHUP (or `Handle::request_reload`) only sets a flag:
+//! the loop reloads between two ticks, where no write is in flight.
 
 use crate::actuator::{Request, Target};
 use crate::journal::Journal;
@@ -20,31 +20,6 @@ use memqos_policy::{Config, Reason, TierIndex};
 use memqos_schema::KnobFile;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Set by SIGHUP; taken by the loop.
-static REQUESTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sighup(_: libc::c_int) {
-    REQUESTED.store(true, Ordering::SeqCst);
-}
-
-/// SIGHUP asks for a reload (its default action would kill the daemon).
-pub(crate) fn install_handler() {
-    // SAFETY: the handler only stores to an atomic. No SA_RESTART: poll(2) returns EINTR and
-    // the loop reloads at once.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sighup as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGHUP, &sa, std::ptr::null_mut());
-    }
-}
-
-/// True once per SIGHUP (several before the loop looks count as one).
-pub(crate) fn take_request() -> bool {
-    REQUESTED.swap(false, Ordering::SeqCst)
-}
 
 pub use memqos_schema::events::TierMove;
 

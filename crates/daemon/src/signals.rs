@@ -4,7 +4,7 @@
 //! until something happens or the sampling interval (the floor) expires.
 
 use crate::bpf_source::{BpfSource, Crossing};
-use memqos_policy::SignalEvent;
+use memqos_policy::{CgroupId, SignalEvent};
 use memqos_schema::events::{BpfCounters, BpfHooks, BpfStats, BpfSummary};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -22,16 +22,30 @@ const PSI_TRIGGER: &str = "some 50000 500000";
 /// 500 ms window with EINVAL.
 const PSI_TRIGGER_UNPRIVILEGED: &str = "some 200000 2000000";
 
+/// One wakeup: which cgroup (by kernel id; its path beside it, for reads and the log) and
+/// what happened.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wakeup {
+    pub cgroup: CgroupId,
+    pub path: String,
+    pub event: SignalEvent,
+}
+
 pub struct Signals {
     psi_enabled: bool,
     events_enabled: bool,
     bpf_wanted: bool,
-    psi: HashMap<String, memqos_cgroupfs::fds::Kept<OwnedFd>>,
+    /// PSI triggers of protected cgroups, by id (a cgroup re-created under its path gets a
+    /// trigger of its own), with the path.
+    psi: HashMap<CgroupId, (String, memqos_cgroupfs::fds::Kept<OwnedFd>)>,
     /// Whether 500 ms PSI windows are still tried (false once the kernel refused one).
     psi_window: bool,
     inotify: Option<OwnedFd>,
-    watches: HashMap<i32, String>,
-    watched: HashMap<String, i32>,
+    /// memory.events watches: watch descriptor -> (cgroup id, path), and back by id.
+    watches: HashMap<i32, (CgroupId, String)>,
+    watched: HashMap<CgroupId, i32>,
+    /// The root's id, whose memory.events is watched too (path "").
+    root_id: Option<CgroupId>,
     /// Why a source could not be set up, reported once.
     pub degraded: Vec<String>,
     bpf: Option<BpfSource>,
@@ -58,6 +72,8 @@ pub struct Signals {
     /// records the daemon has not read yet.
     kernel_log: Option<RawFd>,
     pub kernel_log_ready: bool,
+    /// The daemon's `Handle` eventfd: a stop or reload request ends the wait.
+    wake: Option<RawFd>,
 }
 
 impl Signals {
@@ -73,6 +89,7 @@ impl Signals {
             inotify: None,
             watches: HashMap::new(),
             watched: HashMap::new(),
+            root_id: None,
             degraded: Vec::new(),
             bpf: None,
             bpf_started: None,
@@ -87,6 +104,7 @@ impl Signals {
             populated_watched: HashMap::new(),
             kernel_log: None,
             kernel_log_ready: false,
+            wake: None,
         };
         // SAFETY: plain syscall; the fd is owned below.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
@@ -130,28 +148,34 @@ impl Signals {
         self.kernel_log = fd;
     }
 
+    /// Ends `wait` when a stop or reload is requested (`Handle::wake_fd`; the fd stays owned
+    /// by the handle, which must outlive this set).
+    pub fn watch_wake(&mut self, fd: Option<RawFd>) {
+        self.wake = fd;
+    }
+
     /// Which sources were asked for (psi, events, bpf): a reload that changes them builds
     /// a new set.
     pub fn enabled(&self) -> (bool, bool, bool) {
         (self.psi_enabled, self.events_enabled, self.bpf_wanted)
     }
 
-    /// Keeps triggers and watches in line with the managed set: `protected` get a PSI
-    /// trigger, `all` (the daemon passes the protected ones too) get an inotify watch on
-    /// memory.events. Gone cgroups are dropped.
-    pub fn sync(&mut self, root: &Path, protected_ids: &[(String, u64)], all: &[String]) {
-        let protected: Vec<String> = protected_ids.iter().map(|(p, _)| p.clone()).collect();
-        let protected = &protected[..];
+    /// Keeps triggers and watches in line with the managed set, by cgroup id (path beside
+    /// it): `protected` get a PSI trigger, `all` (the daemon passes the protected ones too)
+    /// get an inotify watch on memory.events. Gone cgroups are dropped, and so is a cgroup
+    /// re-created under the same path: the new one, another id, is set up anew.
+    pub fn sync(&mut self, root: &Path, protected: &[(CgroupId, String)], all: &[(CgroupId, String)]) {
         if let Some(bpf) = &mut self.bpf {
-            bpf.sync(protected_ids);
+            bpf.sync(protected);
         }
         if self.psi_enabled {
-            self.psi.retain(|id, _| protected.contains(id));
+            let wanted: std::collections::HashSet<CgroupId> = protected.iter().map(|(id, _)| *id).collect();
+            self.psi.retain(|id, _| wanted.contains(id));
             // Triggers are opened beneath the root (`memqos_cgroupfs::beneath`), opened here
             // when one is new: the root as it is now, even if it was re-created.
             let mut psi_root: Option<crate::beneath::Root> = None;
-            for id in protected {
-                if self.psi.contains_key(id) {
+            for (cg, id) in protected {
+                if self.psi.contains_key(cg) {
                     continue;
                 }
                 if psi_root.is_none() {
@@ -180,15 +204,23 @@ impl Signals {
                                 "PSI triggers of 500 ms refused (EINVAL: no CAP_SYS_RESOURCE?): using 2 s windows (\"{PSI_TRIGGER_UNPRIVILEGED}\"); pressure is seen up to 2 s later"
                             ));
                         }
-                        self.psi.insert(id.clone(), fd);
+                        self.psi.insert(*cg, (id.clone(), fd));
                     }
                     Err(e) => self.note(format!("PSI trigger on {id}/memory.pressure: {e}")),
                 }
             }
         }
         if let (true, Some(ino)) = (self.events_enabled, &self.inotify) {
-            let stale: Vec<String> =
-                self.watched.keys().filter(|id| !id.is_empty() && !all.contains(id)).cloned().collect();
+            use std::os::unix::fs::MetadataExt;
+            // The root's own memory.events ("" here): its `max`/`oom` counts are parent
+            // pressure for the engine, and only the root's file changes when the root's limit
+            // is hit.
+            if self.root_id.is_none() {
+                self.root_id = std::fs::metadata(root).ok().map(|m| CgroupId(m.ino()));
+            }
+            let root_id = self.root_id;
+            let wanted: std::collections::HashSet<CgroupId> = all.iter().map(|(id, _)| *id).chain(root_id).collect();
+            let stale: Vec<CgroupId> = self.watched.keys().filter(|id| !wanted.contains(id)).copied().collect();
             for id in stale {
                 if let Some(wd) = self.watched.remove(&id) {
                     // The kernel drops watches of removed cgroups itself; ignore errors.
@@ -196,11 +228,9 @@ impl Signals {
                     self.watches.remove(&wd);
                 }
             }
-            // The root's own memory.events ("" here): its `max`/`oom` counts are parent
-            // pressure for the engine, and only the root's file changes when the root's limit
-            // is hit.
-            for id in std::iter::once(&String::new()).chain(all) {
-                if self.watched.contains_key(id) {
+            let the_root = root_id.map(|r| (r, String::new()));
+            for (cg, id) in the_root.iter().chain(all) {
+                if self.watched.contains_key(cg) {
                     continue;
                 }
                 let Ok(path) =
@@ -210,8 +240,14 @@ impl Signals {
                 };
                 let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) };
                 if wd >= 0 {
-                    self.watches.insert(wd, id.clone());
-                    self.watched.insert(id.clone(), wd);
+                    // One inode, one watch descriptor: a cgroup re-created under a path takes
+                    // the old one's descriptor only if the kernel reuses it, after IN_IGNORED.
+                    if let Some((old, _)) = self.watches.insert(wd, (*cg, id.clone())) {
+                        if old != *cg {
+                            self.watched.remove(&old);
+                        }
+                    }
+                    self.watched.insert(*cg, wd);
                 }
             }
         }
@@ -387,14 +423,14 @@ impl Signals {
         }
     }
 
-    /// Sleeps until a signal fires or `timeout` passes; returns the events per cgroup.
-    /// EINTR (a shutdown signal) returns early with no events.
-    pub fn wait(&mut self, timeout: Duration) -> Vec<(String, SignalEvent)> {
+    /// Sleeps until a signal fires or `timeout` passes; returns the wakeups, per cgroup id.
+    /// EINTR (a shutdown signal) and a `Handle` request return early with no events.
+    pub fn wait(&mut self, timeout: Duration) -> Vec<Wakeup> {
         let mut fds: Vec<libc::pollfd> = Vec::new();
-        let mut ids: Vec<Option<&String>> = Vec::new();
-        for (id, fd) in &self.psi {
+        let mut ids: Vec<Option<CgroupId>> = Vec::new();
+        for (id, (_, fd)) in &self.psi {
             fds.push(libc::pollfd { fd: fd.value.as_raw_fd(), events: libc::POLLPRI, revents: 0 });
-            ids.push(Some(id));
+            ids.push(Some(*id));
         }
         if let Some(ino) = &self.inotify {
             fds.push(libc::pollfd { fd: ino.as_raw_fd(), events: libc::POLLIN, revents: 0 });
@@ -406,6 +442,10 @@ impl Signals {
             ids.push(None);
         }
         if let Some(fd) = self.kernel_log {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            ids.push(None);
+        }
+        if let Some(fd) = self.wake {
             fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             ids.push(None);
         }
@@ -422,7 +462,7 @@ impl Signals {
         // keeps every crossing for the log.
         let fresh = self.bpf.as_mut().map(|b| b.drain()).unwrap_or_default();
         for c in &fresh {
-            let item = (c.cgroup.clone(), BpfSource::signal(c));
+            let item = Wakeup { cgroup: c.cgroup_id, path: c.cgroup.clone(), event: BpfSource::signal(c) };
             if !out.contains(&item) {
                 out.push(item);
             }
@@ -436,11 +476,16 @@ impl Signals {
         // zip stops at `ids`: the BPF fd (last, no id) was drained above.
         for (p, id) in fds.iter().zip(ids) {
             match id {
-                Some(id) if p.revents & libc::POLLERR != 0 => gone.push(id.clone()), // cgroup removed
-                Some(id) if p.revents & libc::POLLPRI != 0 => out.push((id.clone(), SignalEvent::PsiTrigger)),
+                Some(id) if p.revents & libc::POLLERR != 0 => gone.push(id), // cgroup removed
+                Some(id) if p.revents & libc::POLLPRI != 0 => {
+                    let path = self.psi.get(&id).map(|(path, _)| path.clone()).unwrap_or_default();
+                    out.push(Wakeup { cgroup: id, path, event: SignalEvent::PsiTrigger });
+                }
                 None if Some(p.fd) == tree_fd => tree_changed |= p.revents & libc::POLLIN != 0,
                 // POLLERR too: records were overwritten unread, and the next read resumes.
                 None if Some(p.fd) == self.kernel_log => self.kernel_log_ready |= p.revents != 0,
+                // A request: the loop reads its flag; emptied so the next wait sleeps again.
+                None if Some(p.fd) == self.wake && p.revents != 0 => crate::handle::drain_wake(p.fd),
                 None if p.revents & libc::POLLIN != 0 => out.extend(self.drain_inotify()),
                 _ => {}
             }
@@ -456,7 +501,7 @@ impl Signals {
         out
     }
 
-    fn drain_inotify(&self) -> Vec<(String, SignalEvent)> {
+    fn drain_inotify(&mut self) -> Vec<Wakeup> {
         let Some(ino) = &self.inotify else {
             return Vec::new();
         };
@@ -471,13 +516,21 @@ impl Signals {
             while off + std::mem::size_of::<libc::inotify_event>() <= n as usize {
                 // SAFETY: the kernel writes whole inotify_event records; read unaligned.
                 let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
-                if let Some(id) = self.watches.get(&ev.wd) {
-                    let item = (id.clone(), SignalEvent::EventsChanged);
+                off += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+                // The watch is gone (its cgroup's files were freed, or `sync` removed it):
+                // no memory.events change. A cgroup still managed is watched anew by `sync`.
+                if ev.mask & libc::IN_IGNORED != 0 {
+                    if let Some((cgroup, _)) = self.watches.remove(&ev.wd) {
+                        self.watched.remove(&cgroup);
+                    }
+                    continue;
+                }
+                if let Some((cgroup, path)) = self.watches.get(&ev.wd) {
+                    let item = Wakeup { cgroup: *cgroup, path: path.clone(), event: SignalEvent::EventsChanged };
                     if !out.contains(&item) {
                         out.push(item);
                     }
                 }
-                off += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
             }
         }
         out

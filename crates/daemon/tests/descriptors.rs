@@ -86,7 +86,8 @@ hold_ms = 60000
         echo: false,
         lock_memory: false,
     };
-    memqos_daemon::run(opts).expect("the daemon runs its whole duration at a low open-file limit");
+    memqos_daemon::run(opts, memqos_daemon::Handle::new())
+        .expect("the daemon runs its whole duration at a low open-file limit");
     eprintln!("{cgroups} cgroups at {limit} open files: the daemon ran {:?} (asked: 5 s)", t0.elapsed());
     let evs: Vec<Event> = events::read(&state).into_iter().map(|l| l.event).collect();
     let weights = evs

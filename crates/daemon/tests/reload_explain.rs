@@ -1,14 +1,15 @@
-//! SIGHUP reload (rejected, then accepted), `memqos explain` over the control socket and OOM
+//! Reload (rejected, then accepted), `memqos explain` over the control socket and OOM
 //! attribution from memory.events, on a fake cgroup tree with the daemon loop in-process.
-//! One test in its own binary: SIGHUP goes to the whole process, so no other daemon may run
-//! in it meanwhile.
+//! The first reload is asked by SIGHUP (the command's wiring, `Handle::on_signals`), the
+//! others through the handle. One test in its own binary: SIGHUP goes to the whole process,
+//! so no other daemon may run in it meanwhile.
 
 mod common;
 
-use common::{poll_for, read_knob, write_cgroup, MIB};
+use common::{poll_for, read_knob, write_cgroup, Daemon, MIB};
 use memqos_daemon::control::{self, Reply, Request};
 use memqos_daemon::events::{self, Event};
-use memqos_daemon::{status, Options};
+use memqos_daemon::{status, Handle, Options};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -72,13 +73,13 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
         state_dir: None,
         guardian: false,
         exe: PathBuf::from("/nonexistent"),
-        duration: Some(Duration::from_secs(12)),
+        duration: None,
         stats_backend: memqos_stats::BackendChoice::Text,
         dry_run: false,
         echo: false,
         lock_memory: false,
     };
-    let daemon = std::thread::spawn(move || memqos_daemon::run(opts));
+    let daemon = Daemon::start_with(opts, Handle::on_signals());
     poll_for("low1 throttled", Duration::from_secs(10), || (read("low1", "memory.high") != "max").then_some(()));
     poll_for("a status with the throttle", Duration::from_secs(5), || {
         status::read(&state).ok().flatten().filter(|s| s.throttled.contains(&"low1".to_string()))
@@ -187,7 +188,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     std::fs::remove_file(root.join("low1/memory.high")).unwrap();
     std::os::unix::fs::symlink(&real, root.join("low1/memory.high")).unwrap();
     std::fs::write(&cfg_path, config(&root, &state, r#"["high*", "low1"]"#, "none")).unwrap();
-    unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
+    daemon.handle().request_reload();
     let error = poll_for("the reload rejected for its failed restore", Duration::from_secs(5), || {
         evs().into_iter().find_map(|e| match e {
             Event::ReloadRejected { error, .. } if error.contains("could not all be put back") => Some(error),
@@ -202,7 +203,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
 
     // 3. The same config once the knob can be written: low1 moves to the protected tier and
     // its throttle is restored at once.
-    unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
+    daemon.handle().request_reload();
     let (moved, restored) = poll_for("reloaded", Duration::from_secs(5), || {
         evs().into_iter().find_map(|e| match e {
             Event::Reloaded { moved, restored, .. } => Some((moved, restored)),
@@ -220,7 +221,7 @@ fn reload_rejects_then_applies_explain_answers_and_oom_kills_are_attributed() {
     });
     assert_eq!(e.tier.unwrap().rule.as_deref(), Some("low1"));
 
-    daemon.join().unwrap().expect("daemon run");
+    daemon.stop().expect("daemon run");
     assert!(!sock.exists(), "socket removed at stop");
     assert_eq!(read("low1", "memory.high"), "max");
     assert_eq!(read("low1", "memory.low"), "0", "protection written under the new tier restored at stop");

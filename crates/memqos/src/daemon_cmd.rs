@@ -97,17 +97,22 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         println!("{}: ok ({} tiers, cgroup_root {})", a.config.display(), cfg.tiers.len(), cfg.cgroup_root.display());
         return Ok(0);
     }
-    memqos_daemon::run(memqos_daemon::Options {
-        config_path: a.config,
-        state_dir: a.state_dir,
-        guardian: !a.no_guardian,
-        exe: std::env::current_exe()?,
-        duration: a.duration.map(Duration::from_secs_f64),
-        stats_backend: a.stats_backend,
-        dry_run: a.dry_run,
-        echo: true,
-        lock_memory: true,
-    })?;
+    // SIGTERM/SIGINT stop the daemon, SIGHUP reloads its config.
+    let handle = memqos_daemon::Handle::on_signals();
+    memqos_daemon::run(
+        memqos_daemon::Options {
+            config_path: a.config,
+            state_dir: a.state_dir,
+            guardian: !a.no_guardian,
+            exe: std::env::current_exe()?,
+            duration: a.duration.map(Duration::from_secs_f64),
+            stats_backend: a.stats_backend,
+            dry_run: a.dry_run,
+            echo: true,
+            lock_memory: true,
+        },
+        handle,
+    )?;
     Ok(0)
 }
 

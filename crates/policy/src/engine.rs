@@ -1,7 +1,9 @@
 //! The engine: one `tick` per observation, knob decisions out, no I/O and no clock.
 //!
-//! Per tick, in this order:
-//! 1. forget cgroups that vanished (or changed tier), start tracking new ones;
+//! Per-cgroup state is keyed by the kernel's cgroup id (`CgroupObs::cgroup`); paths are
+//! where a cgroup is, for decisions, reasons and status. Per tick, in this order:
+//! 1. forget cgroups that vanished (or changed tier, or were re-created under their path:
+//!    another id), start tracking new ones;
 //! 2. detect pressure: protected cgroups (PSI, stall rate, triggers, BPF, `low` events) and
 //!    the parent (headroom guard, `max`/`oom` events);
 //! 3. thaw what we froze if its stall is over;
@@ -29,22 +31,26 @@ mod stall;
 mod state;
 mod throttle;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
 use crate::config::{Config, ForeignKnobs, Tier};
 use crate::decision::{Action, Decision, Reason};
-use crate::obs::{CgroupObs, Observation, ParentObs};
+use crate::obs::{CgroupId, CgroupObs, Observation, ParentObs};
 use crate::size::{Limit, PAGE};
 use escalate::Ladder;
 use state::CgState;
+
+/// What the engine remembers per cgroup, by the cgroup's kernel id: a cgroup removed and
+/// made again under its path is another key, and starts afresh.
+pub(crate) type States = BTreeMap<CgroupId, CgState>;
 
 /// The policy engine. Create one per config; feed it every observation in time order.
 #[derive(Debug)]
 pub struct Engine {
     cfg: Config,
-    cgroups: BTreeMap<String, CgState>,
+    cgroups: States,
     first_ms: Option<u64>,
     last_tick_ms: Option<u64>,
     last_pressure_ms: Option<u64>,
@@ -108,11 +114,14 @@ impl Engine {
     /// move), without changing anything: the daemon puts their knobs back first and
     /// reconfigures only if that worked, so a reload is all or nothing.
     pub fn would_drop(&self, cfg: &Config, classify: impl Fn(&str) -> Option<crate::config::TierIndex>) -> Vec<String> {
-        self.cgroups
-            .iter()
-            .filter(|(id, s)| cfg.tiers.carry_over(&self.cfg.tiers, s.tier).is_none_or(|to| classify(id) != Some(to)))
-            .map(|(id, _)| id.clone())
-            .collect()
+        let mut paths: Vec<String> = self
+            .cgroups
+            .values()
+            .filter(|s| cfg.tiers.carry_over(&self.cfg.tiers, s.tier).is_none_or(|to| classify(&s.path) != Some(to)))
+            .map(|s| s.path.clone())
+            .collect();
+        paths.sort();
+        paths
     }
 
     pub fn reconfigure(
@@ -121,23 +130,26 @@ impl Engine {
         classify: impl Fn(&str) -> Option<crate::config::TierIndex>,
     ) -> Vec<String> {
         let mut dropped = Vec::new();
+        let mut dropped_ids = Vec::new();
         let old = &self.cfg;
         self.cgroups.retain(|id, s| match cfg.tiers.carry_over(&old.tiers, s.tier) {
-            Some(to) if classify(id) == Some(to) => {
+            Some(to) if classify(&s.path) == Some(to) => {
                 s.tier = to;
                 true
             }
             _ => {
-                dropped.push(id.clone());
+                dropped.push(s.path.clone());
+                dropped_ids.push(*id);
                 false
             }
         });
+        dropped.sort();
         if cfg.policy.ws_window_ms != self.cfg.policy.ws_window_ms {
             for s in self.cgroups.values_mut() {
                 s.ws.set_window(cfg.policy.ws_window_ms);
             }
         }
-        self.stalls.forget(&dropped);
+        self.stalls.forget(&dropped_ids);
         self.cfg = cfg;
         dropped
     }
@@ -155,7 +167,7 @@ impl Engine {
         let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
         let cgs = sync_known(&mut self.cgroups, &self.cfg, obs);
         let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
-        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
+        let ctx = Ctx::new(&self.cfg, now, &obs.parent, cgs, &waiting);
         let p = pressure::detect(&ctx, elapsed);
         if !p.any() {
             return Vec::new();
@@ -186,7 +198,7 @@ impl Engine {
 
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
         let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
-        let ctx = Ctx { cfg: &self.cfg, now, parent: &obs.parent, cgs, not_yet_run: &waiting };
+        let ctx = Ctx::new(&self.cfg, now, &obs.parent, cgs, &waiting);
         let p = pressure::detect(&ctx, elapsed);
         // Periodic only: the shares need every member, which the fast path does not read.
         let reservation = reserve::find(&ctx);
@@ -232,7 +244,7 @@ impl Engine {
 
         let decisions = commit(plan, &ctx, &mut self.cgroups);
         self.stalls.committed(&decisions, &ctx);
-        self.parking.committed(&decisions, now);
+        self.parking.committed(&decisions, &ctx);
         for d in &decisions {
             match d.action {
                 Action::Freeze(true) => self.ladder.last_freeze_ms = Some(now),
@@ -259,7 +271,9 @@ impl Engine {
     /// A summary of the engine's state.
     pub fn status(&self) -> Status {
         let ids = |f: &dyn Fn(&CgState) -> bool| {
-            self.cgroups.iter().filter(|(_, s)| f(s)).map(|(id, _)| id.clone()).collect()
+            let mut paths: Vec<String> = self.cgroups.values().filter(|s| f(s)).map(|s| s.path.clone()).collect();
+            paths.sort();
+            paths
         };
         Status {
             tracked: self.cgroups.len(),
@@ -272,33 +286,39 @@ impl Engine {
     }
 }
 
-/// Brings per-cgroup state in line with `obs` and returns the usable cgroups, sorted by id:
-/// unknown tiers and duplicate ids are skipped, state of vanished cgroups is dropped.
-fn sync<'a>(
-    states: &mut BTreeMap<String, CgState>,
-    cfg: &Config,
-    obs: &'a Observation,
-    now: u64,
-) -> Vec<&'a CgroupObs> {
-    let mut seen: BTreeMap<&str, &CgroupObs> = BTreeMap::new();
-    for c in &obs.cgroups {
-        if cfg.tiers.get(c.tier).is_some() {
-            seen.entry(c.id.as_str()).or_insert(c);
-        }
-    }
-    // A changed tier or a changed kernel id (removed and re-created under the same name)
-    // starts from scratch.
-    states.retain(|id, s| seen.get(id.as_str()).is_some_and(|c| c.tier == s.tier && c.cgroup_id == s.cgroup_id));
-    for c in seen.values() {
+/// The usable cgroups of `obs`, sorted by path: unknown tiers skipped, and of two with
+/// one id (or one path), the first.
+fn usable<'a>(cfg: &Config, obs: &'a Observation, known: impl Fn(&CgroupObs) -> bool) -> Vec<&'a CgroupObs> {
+    let (mut ids, mut paths) = (HashSet::new(), HashSet::new());
+    let mut cgs: Vec<&CgroupObs> = obs
+        .cgroups
+        .iter()
+        .filter(|c| cfg.tiers.get(c.tier).is_some() && known(c))
+        .filter(|c| ids.insert(c.cgroup()) && paths.insert(c.id.as_str()))
+        .collect();
+    cgs.sort_by(|a, b| a.id.cmp(&b.id));
+    cgs
+}
+
+/// Brings per-cgroup state in line with `obs` and returns the usable cgroups, sorted by path
+/// (`usable`); the state of vanished cgroups is dropped.
+fn sync<'a>(states: &mut States, cfg: &Config, obs: &'a Observation, now: u64) -> Vec<&'a CgroupObs> {
+    let cgs = usable(cfg, obs, |_| true);
+    let seen: HashMap<CgroupId, &CgroupObs> = cgs.iter().map(|c| (c.cgroup(), *c)).collect();
+    // Keyed by the kernel id: a cgroup removed and re-created under the same name is
+    // another key, and starts from scratch; so does one whose tier changed.
+    states.retain(|id, s| seen.get(id).is_some_and(|c| c.tier == s.tier));
+    for c in &cgs {
         let s = states
-            .entry(c.id.clone())
-            .or_insert_with(|| CgState::new(c.tier, c.cgroup_id, cfg.policy.ws_window_ms, c.original, c.current, now));
+            .entry(c.cgroup())
+            .or_insert_with(|| CgState::new(c.tier, c.id.clone(), cfg.policy.ws_window_ms, c.original, c.current, now));
+        s.path.clone_from(&c.id);
         s.original = c.original;
         s.current = c.current;
         s.has_run |= c.is_populated();
         s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));
     }
-    seen.into_values().collect()
+    cgs
 }
 
 /// True while some protected cgroup has a process in it or has been made and not run yet:
@@ -315,28 +335,22 @@ pub const UNSTARTED_RESERVATION_MS: u64 = 60_000;
 /// Ids of the tracked protected cgroups that have never had a process in them, seen less than
 /// [`UNSTARTED_RESERVATION_MS`] ago (only their declarations count before they run; built
 /// every tick, so kept to the protected few).
-fn not_yet_run(states: &BTreeMap<String, CgState>, cfg: &Config, now: u64) -> std::collections::BTreeSet<String> {
+fn not_yet_run(states: &States, cfg: &Config, now: u64) -> BTreeSet<CgroupId> {
     let protected = |s: &CgState| cfg.tiers.get(s.tier).is_some_and(Tier::is_protected);
     let fresh = |s: &CgState| now.saturating_sub(s.first_seen_ms) < UNSTARTED_RESERVATION_MS;
-    states.iter().filter(|(_, s)| !s.has_run && protected(s) && fresh(s)).map(|(id, _)| id.clone()).collect()
+    states.iter().filter(|(_, s)| !s.has_run && protected(s) && fresh(s)).map(|(id, _)| *id).collect()
 }
 
-/// The fast path's sync: updates the knobs of cgroups already tracked (same tier, same
-/// kernel id) and returns them, sorted by id; everything else is left alone.
-fn sync_known<'a>(states: &mut BTreeMap<String, CgState>, cfg: &Config, obs: &'a Observation) -> Vec<&'a CgroupObs> {
-    let mut seen: BTreeMap<&str, &CgroupObs> = BTreeMap::new();
-    for c in &obs.cgroups {
-        let known = states.get(&c.id).is_some_and(|s| s.tier == c.tier && s.cgroup_id == c.cgroup_id);
-        if known && cfg.tiers.get(c.tier).is_some() {
-            seen.entry(c.id.as_str()).or_insert(c);
-        }
-    }
-    for c in seen.values() {
-        if let Some(s) = states.get_mut(&c.id) {
+/// The fast path's sync: updates the knobs of cgroups already tracked (same id, same tier)
+/// and returns them, sorted by path; everything else is left alone.
+fn sync_known<'a>(states: &mut States, cfg: &Config, obs: &'a Observation) -> Vec<&'a CgroupObs> {
+    let cgs = usable(cfg, obs, |c| states.get(&c.cgroup()).is_some_and(|s| s.tier == c.tier));
+    for c in &cgs {
+        if let Some(s) = states.get_mut(&c.cgroup()) {
             s.current = c.current;
         }
     }
-    seen.into_values().collect()
+    cgs
 }
 
 /// What the sub-policies see in one tick.
@@ -344,26 +358,45 @@ pub(crate) struct Ctx<'a> {
     pub cfg: &'a Config,
     pub now: u64,
     pub parent: &'a ParentObs,
-    /// Valid cgroups, sorted by id.
+    /// Valid cgroups, sorted by path.
     pub cgs: Vec<&'a CgroupObs>,
+    /// Where each of `cgs` is, by id.
+    by_id: HashMap<CgroupId, usize>,
     /// Tracked protected cgroups never seen with a process in them.
-    pub not_yet_run: &'a std::collections::BTreeSet<String>,
+    pub not_yet_run: &'a BTreeSet<CgroupId>,
 }
 
 impl<'a> Ctx<'a> {
+    fn new(
+        cfg: &'a Config,
+        now: u64,
+        parent: &'a ParentObs,
+        cgs: Vec<&'a CgroupObs>,
+        not_yet_run: &'a BTreeSet<CgroupId>,
+    ) -> Ctx<'a> {
+        let by_id = cgs.iter().enumerate().map(|(i, c)| (c.cgroup(), i)).collect();
+        Ctx { cfg, now, parent, cgs, by_id, not_yet_run }
+    }
+
     /// The tier of a cgroup from `cgs` (checked in `sync`).
     pub fn tier(&self, c: &CgroupObs) -> &'a Tier {
         self.cfg.tiers.get(c.tier).expect("tier checked in sync")
     }
 
-    pub fn get(&self, id: &str) -> Option<&'a CgroupObs> {
-        self.cgs.binary_search_by(|c| c.id.as_str().cmp(id)).ok().map(|i| self.cgs[i])
+    /// The cgroup at `path` this tick (reasons name cgroups by path).
+    pub fn get(&self, path: &str) -> Option<&'a CgroupObs> {
+        self.cgs.binary_search_by(|c| c.id.as_str().cmp(path)).ok().map(|i| self.cgs[i])
+    }
+
+    /// The cgroup with kernel id `id` this tick.
+    pub fn get_id(&self, id: CgroupId) -> Option<&'a CgroupObs> {
+        self.by_id.get(&id).map(|&i| self.cgs[i])
     }
 
     /// True when `c`'s declared room counts: it runs, or it has not run yet (a cgroup made
     /// and declared before its task starts). One that ran and emptied reserves nothing.
     pub fn reserving(&self, c: &CgroupObs) -> bool {
-        c.is_populated() || self.not_yet_run.contains(&c.id)
+        c.is_populated() || self.not_yet_run.contains(&c.cgroup())
     }
 
     /// `min_high`, rounded up to a page.
@@ -432,7 +465,7 @@ impl Plan {
 }
 
 /// Turns the plan into decisions: drops no-ops and rate-limited writes, records the rest.
-fn commit(plan: Plan, ctx: &Ctx, states: &mut BTreeMap<String, CgState>) -> Vec<Decision> {
+fn commit(plan: Plan, ctx: &Ctx, states: &mut States) -> Vec<Decision> {
     let rank = |a: &Action| match a {
         Action::Freeze(false) => 0,
         Action::High(_) => 1,
@@ -445,9 +478,8 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut BTreeMap<String, CgState>) -> Vec<
     let interval = ctx.cfg.policy.min_write_interval_ms;
     let mut out = Vec::new();
     for (id, action, reason) in items {
-        let (Some(c), Some(s)) = (ctx.get(&id), states.get_mut(&id)) else {
-            continue;
-        };
+        let Some(c) = ctx.get(&id) else { continue };
+        let Some(s) = states.get_mut(&c.cgroup()) else { continue };
         let unchanged = match action {
             Action::High(l) => c.current.high == l,
             Action::Low(l) => c.current.low == l,

@@ -26,9 +26,11 @@
 //! "#;
 //! let cfg = Config::from_str(text, "memqos.toml").unwrap();
 //! let mut cgroups = Vec::new();
-//! for (id, usage) in [("prod/db", 500 << 20), ("jobs/etl", 400 << 20)] {
-//!     let tier = cfg.tiers.classify(id).expect("every cgroup matches some tier");
-//!     cgroups.push(CgroupObs::new(id, tier, usage));
+//! for (inode, path, usage) in [(101, "prod/db", 500 << 20), (102, "jobs/etl", 400 << 20)] {
+//!     let tier = cfg.tiers.classify(path).expect("every cgroup matches some tier");
+//!     let mut c = CgroupObs::new(path, tier, usage);
+//!     c.cgroup_id = inode; // the engine knows a cgroup by its kernel id
+//!     cgroups.push(c);
 //! }
 //! cgroups[0].psi.some.avg10 = 20.0; // prod/db stalls on memory
 //! cgroups[0].psi_some_delta_us = 100_000;
@@ -61,6 +63,6 @@ pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Engine, Status, UNSTARTED_RESERVATION_MS};
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
 pub use obs::{
-    check_workload_key, CgroupObs, Knobs, LearnedPeak, Observation, ParentObs, PeakSource, SignalEvent,
-    EXPECTED_PEAK_XATTR, WORKLOAD_XATTR,
+    check_workload_key, BpfKind, CgroupId, CgroupObs, Knobs, LearnedPeak, Observation, ParentObs, PeakSource,
+    SignalEvent, EXPECTED_PEAK_XATTR, WORKLOAD_XATTR,
 };

@@ -9,7 +9,8 @@ use crate::config::TierIndex;
 use crate::size::Limit;
 use memqos_cgroupfs::{MemoryEvents, Pressure};
 pub use memqos_schema::knob::Knobs;
-pub use memqos_schema::reason::{LearnedPeak, PeakSource};
+pub use memqos_schema::reason::{BpfKind, LearnedPeak, PeakSource};
+pub use memqos_schema::CgroupId;
 
 /// The extended attribute a protected cgroup declares its expected peak in (a size, as in
 /// the config: "512M", "2G", bytes); it overrides the tier's `expected_peak`.
@@ -79,10 +80,13 @@ impl Default for ParentObs {
 /// One managed cgroup.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CgroupObs {
-    /// Path relative to `cgroup_root`, e.g. `"batch/job-7"`; the key for all engine state.
+    /// Path relative to `cgroup_root`, e.g. `"batch/job-7"`: where the cgroup is (reads,
+    /// writes, the log, tier matching), not which one it is.
     pub id: String,
-    /// The kernel's cgroup id (the directory's inode); 0 when unknown. A cgroup whose id
-    /// changes under the same path was removed and re-created: it is treated as a new one.
+    /// The kernel's cgroup id (the directory's inode, [`CgroupObs::cgroup`]): the key for
+    /// all engine state. Ids must be distinct within an observation (0 is an id like any
+    /// other: tests and replays that have none use [`CgroupObs::named`]). A cgroup whose id
+    /// changes under the same path was removed and re-created: it is a new one.
     #[serde(default)]
     pub cgroup_id: u64,
     /// From `Tiers::classify(id)`; cgroups matching no tier should not be passed. A cgroup
@@ -142,7 +146,24 @@ impl CgroupObs {
         self.populated != Some(false)
     }
 
-    /// A cgroup with kernel-default knobs and no pressure; handy for tests and replays.
+    /// The kernel's id, as the engine keys its state.
+    pub fn cgroup(&self) -> CgroupId {
+        CgroupId(self.cgroup_id)
+    }
+
+    /// [`CgroupObs::new`] with an id made up from the path (the same path, the same id), for
+    /// tests and replays that have no kernel: cgroups named apart are distinct cgroups. Made
+    /// up ids have the top bit set, which no inode number of cgroupfs reaches.
+    pub fn named(path: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
+        let mut c = CgroupObs::new(path, tier, usage_bytes);
+        // FNV-1a: stable across runs and platforms.
+        let hash = c.id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        c.cgroup_id = hash | 1 << 63;
+        c
+    }
+
+    /// A cgroup with kernel-default knobs and no pressure, its kernel id unknown (0: set
+    /// `cgroup_id`, or use [`CgroupObs::named`]).
     pub fn new(id: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
         CgroupObs {
             id: id.into(),
@@ -177,6 +198,9 @@ pub enum SignalEvent {
     BpfThreshold {
         /// The measured value, for the log.
         value: u64,
+        /// Which counter crossed (carried into `Trigger::Bpf`, for the log).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        counter: Option<BpfKind>,
     },
     /// memory.events changed (inotify). Only a wakeup: `events_delta` carries the counts.
     EventsChanged,

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use memqos_policy::{Action, Knob, Limit, Reason, SignalEvent, TierIndex, Trigger};
+use memqos_policy::{Action, BpfKind, Knob, Limit, Reason, SignalEvent, TierIndex, Trigger};
 
 fn contention() -> Sim {
     let mut sim = Sim::new(config(THREE_TIERS, ""));
@@ -361,7 +361,7 @@ fn signal_sources_can_be_switched_off() {
     sim.run(5_000, |s| {
         s.set_stall("critical/db", 90.0);
         s.cg("critical/db").signals.push(SignalEvent::PsiTrigger);
-        s.cg("critical/db").signals.push(SignalEvent::BpfThreshold { value: 1 });
+        s.cg("critical/db").signals.push(SignalEvent::BpfThreshold { value: 1, counter: None });
         // bpf off by default
     });
     assert!(sim.writes("batch/a", Knob::High).is_empty());
@@ -371,9 +371,12 @@ fn signal_sources_can_be_switched_off() {
     let mut sim = Sim::new(config(&tiers, ""));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);
-    sim.cg("critical/db").signals.push(SignalEvent::BpfThreshold { value: 7 });
+    // The counter that crossed is carried to the reason, and said in the log's sentence.
+    sim.cg("critical/db").signals.push(SignalEvent::BpfThreshold { value: 7, counter: Some(BpfKind::Scan) });
     let d = sim.tick();
-    assert!(matches!(&d[0].reason, Reason::ProtectedPressure { trigger: Trigger::Bpf { value: 7 }, .. }), "{d:?}");
+    let scan = Trigger::Bpf { value: 7, counter: Some(BpfKind::Scan) };
+    assert!(matches!(&d[0].reason, Reason::ProtectedPressure { trigger, .. } if *trigger == scan), "{d:?}");
+    assert!(d[0].reason.to_string().contains("bpf scan threshold crossed (7)"), "{}", d[0].reason);
     sim.now += 1000;
     sim.cg("critical/db").signals.push(SignalEvent::PsiTrigger);
     let d = sim.tick();
@@ -474,8 +477,8 @@ fn malformed_observations_are_tolerated() {
     let mut sim = contention();
     sim.run(1_000, |_| {});
     let mut obs = memqos_policy::Observation { now_ms: 100, ..Default::default() }; // time went back
-    obs.cgroups.push(memqos_policy::CgroupObs::new("ghost", TierIndex(9), MB)); // no such tier
-    let dup = memqos_policy::CgroupObs::new("batch/a", TierIndex(2), MB);
+    obs.cgroups.push(memqos_policy::CgroupObs::named("ghost", TierIndex(9), MB)); // no such tier
+    let dup = memqos_policy::CgroupObs::named("batch/a", TierIndex(2), MB);
     obs.cgroups.push(dup.clone());
     obs.cgroups.push(dup);
     assert!(sim.engine.tick(&obs).is_empty());

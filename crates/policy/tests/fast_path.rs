@@ -40,7 +40,7 @@ fn adopted() -> (Config, Engine, Vec<CgroupObs>) {
 }
 
 fn signalled(mut c: CgroupObs) -> CgroupObs {
-    c.signals.push(SignalEvent::BpfThreshold { value: 9 });
+    c.signals.push(SignalEvent::BpfThreshold { value: 9, counter: None });
     c
 }
 

@@ -96,7 +96,7 @@ fn signal() -> impl Strategy<Value = SignalEvent> {
     prop_oneof![
         Just(SignalEvent::PsiTrigger),
         Just(SignalEvent::EventsChanged),
-        any::<u64>().prop_map(|value| SignalEvent::BpfThreshold { value })
+        any::<u64>().prop_map(|value| SignalEvent::BpfThreshold { value, counter: None })
     ]
 }
 

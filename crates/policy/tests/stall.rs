@@ -171,3 +171,19 @@ fn a_cgroup_stalled_at_its_own_high_is_not_ours_to_relieve() {
     });
     assert!(stall_actions(&sim).is_empty());
 }
+
+#[test]
+fn a_cgroup_recreated_under_a_relieved_ones_path_does_not_inherit_its_grace() {
+    // low/a was relieved: it is not cut for a bound. It is removed and made again under its
+    // path (another kernel id) while critical/db still stalls: the new one is another
+    // cgroup, cut at once like any newcomer.
+    let (mut sim, _) = livelock(THREE_TIERS, 400 * MB, 40_000);
+    let (relieved_at, _) = *stall_actions(&sim).first().expect("relieved");
+    assert!(sim.now < relieved_at + 30_000, "the old low/a's grace still runs");
+    sim.remove("low/a");
+    sim.add("low/a", 300 * MB);
+    sim.cg("low/a").cgroup_id = 1;
+    sim.set_stall("critical/db", 20.0);
+    let d = sim.tick();
+    assert!(d.iter().any(|d| d.cgroup == "low/a" && matches!(d.action, Action::High(_))), "{d:?}");
+}

@@ -11,6 +11,7 @@
 //! where the engine uses them), so this crate depends on nothing of memqos but the value types
 //! of `memqos-cgroupfs` (`Limit`, `MemoryEvents`, and `units` for the reasons' text).
 
+pub mod cgroup_id;
 pub mod events;
 pub mod knob;
 pub mod oom;
@@ -19,8 +20,9 @@ pub mod reason;
 pub mod state;
 pub mod status;
 
+pub use cgroup_id::CgroupId;
 pub use events::{Event, LogLine, Outcome, TierMove, WriteEvent};
 pub use knob::{Knob, KnobFile, Knobs};
 pub use oom::OomKill;
-pub use reason::{LearnedPeak, PeakSource, Reason, Trigger};
+pub use reason::{BpfKind, LearnedPeak, PeakSource, Reason, Trigger};
 pub use status::{CgroupStatus, DecisionRecord, Snapshot};

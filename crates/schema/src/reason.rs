@@ -6,6 +6,35 @@ use memqos_cgroupfs::units::human;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// Which BPF counter of a cgroup crossed its threshold (the BPF source's `pressure_kind`;
+/// the same names as the `bpf` event's `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BpfKind {
+    /// A task of the cgroup entered direct reclaim.
+    Reclaim,
+    /// A task returned to user mode over memory.high.
+    OverHigh,
+    /// Pages scanned by reclaim.
+    Scan,
+    /// Page faults.
+    Fault,
+    /// Major page faults.
+    MajFault,
+}
+
+impl BpfKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BpfKind::Reclaim => "reclaim",
+            BpfKind::OverHigh => "over_high",
+            BpfKind::Scan => "scan",
+            BpfKind::Fault => "fault",
+            BpfKind::MajFault => "maj_fault",
+        }
+    }
+}
+
 /// What made a protected cgroup count as under pressure.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -26,6 +55,10 @@ pub enum Trigger {
     Bpf {
         /// The value it reported.
         value: u64,
+        /// Which of its counters crossed (absent where the source did not say: replays,
+        /// logs of earlier versions).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        counter: Option<BpfKind>,
     },
     /// memory.events `low` grew: reclaimed although under its protection.
     LowEvents {
@@ -47,7 +80,8 @@ impl fmt::Display for Trigger {
             Trigger::PsiSomeAvg10 { value } => write!(f, "psi some avg10 {value:.2}%"),
             Trigger::StallRate { pct } => write!(f, "stalled {pct:.1}% of the last interval"),
             Trigger::PsiTrigger => f.write_str("psi trigger fired"),
-            Trigger::Bpf { value } => write!(f, "bpf threshold crossed ({value})"),
+            Trigger::Bpf { value, counter: None } => write!(f, "bpf threshold crossed ({value})"),
+            Trigger::Bpf { value, counter: Some(k) } => write!(f, "bpf {} threshold crossed ({value})", k.as_str()),
             Trigger::LowEvents { count } => {
                 write!(f, "{count} memory.events low (reclaimed under protection)")
             }

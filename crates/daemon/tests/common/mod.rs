@@ -2,6 +2,7 @@
 //! the daemon's mechanisms, not what a kernel does with its writes (the guest tests' job).
 #![allow(dead_code)] // each test binary uses its own part
 
+use memqos_daemon::{Handle, Options};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -64,4 +65,64 @@ pub fn read_knob(path: &Path) -> String {
         std::thread::sleep(Duration::from_millis(1));
     }
     read()
+}
+
+/// A daemon run in a thread of the test, stopped by asking it to (`Handle::request_stop`),
+/// not on a timer: a test waits for what it wants to see, then stops it. Dropped while
+/// running (a failed assertion), it is stopped and waited for, so its knobs are restored.
+pub struct Daemon {
+    handle: Handle,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Daemon {
+    pub fn start(opts: Options) -> Daemon {
+        Daemon::start_with(opts, Handle::new())
+    }
+
+    /// With a handle of the caller's (`Handle::on_signals()` to test the signals' wiring).
+    pub fn start_with(opts: Options, handle: Handle) -> Daemon {
+        let h = handle.clone();
+        Daemon { handle, thread: Some(std::thread::spawn(move || memqos_daemon::run(opts, h))) }
+    }
+
+    /// What asks this daemon to stop or reload.
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Asks it to stop and waits until it has (restore included): what `run` returned.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.handle.request_stop();
+        self.finish()
+    }
+
+    /// Waits until it stops by itself (the end of its `duration`, a fatal error).
+    pub fn join(mut self) -> anyhow::Result<()> {
+        let t = self.thread.take().expect("running");
+        t.join().expect("the daemon thread panicked")
+    }
+
+    fn finish(&mut self) -> anyhow::Result<()> {
+        let t = self.thread.take().expect("running");
+        // A bound, so a daemon that ignores the request fails the test instead of hanging it.
+        poll("the daemon to stop once asked", STOP_LIMIT, || t.is_finished());
+        t.join().expect("the daemon thread panicked")
+    }
+}
+
+/// How long a stop may take (a tick under way, then the restore) before a test calls it hung.
+pub const STOP_LIMIT: Duration = Duration::from_secs(30);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.handle.request_stop();
+            let _ = t.join();
+        }
+    }
 }

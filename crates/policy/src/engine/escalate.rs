@@ -4,18 +4,15 @@
 //! swap or page cache they are reclaimed first). It still holds its memory; only a kill frees
 //! anon memory without swap, which is why kill is a separate, explicit opt-in.
 
-use std::collections::BTreeMap;
-
 use super::pressure::{Pressure, Pressured};
-use super::state::CgState;
-use super::{Ctx, Plan};
+use super::{Ctx, Plan, States};
 use crate::decision::{Action, Knob, Reason};
 use crate::obs::CgroupObs;
 
 /// Thaw what we froze once its stall is over, or when the stalling cgroup is gone.
-pub(crate) fn thaw(ctx: &Ctx, p: &Pressure, states: &BTreeMap<String, CgState>, plan: &mut Plan) {
+pub(crate) fn thaw(ctx: &Ctx, p: &Pressure, states: &States, plan: &mut Plan) {
     for &c in &ctx.cgs {
-        let Some(by) = &states[&c.id].frozen_by else {
+        let Some(by) = &states[&c.cgroup()].frozen_by else {
             continue;
         };
         let reason = if ctx.get(by).is_none() {
@@ -39,14 +36,7 @@ pub(crate) struct Ladder {
 /// `top` has stalled since `since_ms` without a calm tick. Every `freeze_after_ms` of that,
 /// freeze one more cgroup of a `freeze = true` tier below it; every `kill_after_ms`, kill one
 /// of a `kill = true` tier. Victims: lowest tier first, then the biggest.
-pub(crate) fn escalate(
-    ctx: &Ctx,
-    top: &Pressured,
-    since_ms: u64,
-    ladder: &Ladder,
-    states: &BTreeMap<String, CgState>,
-    plan: &mut Plan,
-) {
+pub(crate) fn escalate(ctx: &Ctx, top: &Pressured, since_ms: u64, ladder: &Ladder, states: &States, plan: &mut Plan) {
     let policy = &ctx.cfg.policy;
     let stalled_for_ms = ctx.now.saturating_sub(since_ms);
     let reason = Reason::Stalled { by: top.cg.id.clone(), stalled_for_ms };
@@ -60,7 +50,7 @@ pub(crate) fn escalate(
             .iter()
             .copied()
             .filter(|c| c.tier > top.cg.tier && flag(ctx.tier(c)))
-            .filter(|c| states[&c.id].may_write(knob, ctx.now, interval))
+            .filter(|c| states[&c.cgroup()].may_write(knob, ctx.now, interval))
             .collect();
         v.sort_by(|a, b| (b.tier, b.usage_bytes, &a.id).cmp(&(a.tier, a.usage_bytes, &b.id)));
         v

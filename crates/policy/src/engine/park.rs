@@ -33,21 +33,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::reserve::{cap_at_shares, Reservation};
-use super::state::CgState;
-use super::{Ctx, Plan};
+use super::{Ctx, Plan, States};
 use crate::decision::{Action, Decision, Reason};
-use crate::obs::CgroupObs;
+use crate::obs::{CgroupId, CgroupObs};
 use crate::size::PAGE;
 
 /// Who was admitted and who parked, kept between ticks.
 #[derive(Debug, Default)]
 pub(crate) struct Parking {
-    admitted: BTreeSet<String>,
+    admitted: BTreeSet<CgroupId>,
+    /// Paths, oldest first, for status.
     parked: Vec<String>,
-    /// Members of `freeze` tiers that parking froze: since when, and for whom.
-    frozen: BTreeMap<String, (u64, String)>,
+    /// Members of `freeze` tiers that parking froze: since when, and for whom (a path).
+    frozen: BTreeMap<CgroupId, (u64, String)>,
     /// Thawed by the stall bound: not frozen again before then.
-    no_freeze_until: BTreeMap<String, u64>,
+    no_freeze_until: BTreeMap<CgroupId, u64>,
 }
 
 /// How many of `running` members (oldest first) run this tick: as many as get `room` each
@@ -72,9 +72,9 @@ impl Parking {
     pub(crate) fn clear(&mut self, ctx: &Ctx, plan: &mut Plan) {
         self.admitted.clear();
         self.parked.clear();
-        self.frozen.retain(|id, _| ctx.get(id).is_some());
+        self.frozen.retain(|id, _| ctx.get_id(*id).is_some());
         for (id, (_, by)) in &self.frozen {
-            if let Some(c) = ctx.get(id).filter(|c| !plan.has_freeze(c)) {
+            if let Some(c) = ctx.get_id(*id).filter(|c| !plan.has_freeze(c)) {
                 let reason = if ctx.get(by).is_some() {
                     Reason::Relieved { by: by.clone() }
                 } else {
@@ -87,17 +87,20 @@ impl Parking {
 
     /// Records the freezes and thaws that were written (the write interval may hold one
     /// back for a tick; it is planned again then).
-    pub(crate) fn committed(&mut self, decisions: &[Decision], now: u64) {
+    pub(crate) fn committed(&mut self, decisions: &[Decision], ctx: &Ctx) {
+        let now = ctx.now;
         for d in decisions {
+            // Decisions come from this tick's cgroups (`commit`).
+            let Some(id) = ctx.get(&d.cgroup).map(CgroupObs::cgroup) else { continue };
             match (&d.action, &d.reason) {
                 (Action::Freeze(true), Reason::Parked { by, .. }) => {
-                    self.frozen.insert(d.cgroup.clone(), (now, by.clone()));
+                    self.frozen.insert(id, (now, by.clone()));
                 }
                 (Action::Freeze(false), r) => {
-                    let ours = self.frozen.remove(&d.cgroup).is_some();
+                    let ours = self.frozen.remove(&id).is_some();
                     match r {
                         Reason::StallBound { bound_ms, .. } if ours => {
-                            self.no_freeze_until.insert(d.cgroup.clone(), now.saturating_add(*bound_ms));
+                            self.no_freeze_until.insert(id, now.saturating_add(*bound_ms));
                         }
                         _ => {}
                     }
@@ -117,15 +120,15 @@ impl Parking {
         admitted: &Reason,
         plan: &mut Plan,
     ) {
-        self.frozen.retain(|id, _| ctx.get(id).is_some());
-        self.no_freeze_until.retain(|id, until| ctx.get(id).is_some() && ctx.now < *until);
+        self.frozen.retain(|id, _| ctx.get_id(*id).is_some());
+        self.no_freeze_until.retain(|id, until| ctx.get_id(*id).is_some() && ctx.now < *until);
         for (c, reason) in parked {
             let tier = ctx.tier(c);
             // Escalation (or its thaw) decides this tick's freeze of `c` if it has one.
             if !tier.freeze || plan.has_freeze(c) {
                 continue;
             }
-            match self.frozen.get(&c.id) {
+            match self.frozen.get(&c.cgroup()) {
                 Some(&(since, _)) if ctx.now.saturating_sub(since) >= tier.stall.after_ms => {
                     let bound = Reason::StallBound {
                         stalled_for_ms: ctx.now - since,
@@ -137,36 +140,29 @@ impl Parking {
                     plan.push(c, Action::Freeze(false), bound);
                 }
                 Some(_) => {}
-                None if !c.current.frozen && !self.no_freeze_until.contains_key(&c.id) => {
+                None if !c.current.frozen && !self.no_freeze_until.contains_key(&c.cgroup()) => {
                     plan.push(c, Action::Freeze(true), reason.clone());
                 }
                 None => {}
             }
         }
         for c in running {
-            if self.frozen.contains_key(&c.id) && !plan.has_freeze(c) {
+            if self.frozen.contains_key(&c.cgroup()) && !plan.has_freeze(c) {
                 plan.push(c, Action::Freeze(false), admitted.clone());
             }
         }
     }
 
     /// Plans the members' caps for reservation `r` (see the module doc).
-    pub(crate) fn plan(
-        &mut self,
-        ctx: &Ctx,
-        r: &Reservation,
-        states: &BTreeMap<String, CgState>,
-        pressed: bool,
-        plan: &mut Plan,
-    ) {
+    pub(crate) fn plan(&mut self, ctx: &Ctx, r: &Reservation, states: &States, pressed: bool, plan: &mut Plan) {
         let room = ctx.cfg.policy.park_room;
         let (mut running, idle): (Vec<&CgroupObs>, Vec<&CgroupObs>) =
             r.members.iter().copied().partition(|c| c.is_populated());
-        let age = |c: &CgroupObs| states.get(&c.id).map_or(ctx.now, |s| s.first_seen_ms);
+        let age = |c: &CgroupObs| states.get(&c.cgroup()).map_or(ctx.now, |s| s.first_seen_ms);
         running.sort_by(|a, b| (age(a), &a.id).cmp(&(age(b), &b.id)));
         let held: u64 = r.members.iter().map(|c| c.usage_bytes).fold(0, u64::saturating_add);
         let free = r.budget.saturating_sub(held);
-        let before = running.iter().filter(|c| self.admitted.contains(&c.id)).count();
+        let before = running.iter().filter(|c| self.admitted.contains(&c.cgroup())).count();
         let k = admit_count(running.len(), free, room, before);
         let (admitted, parked) = running.split_at(k);
 
@@ -202,7 +198,7 @@ impl Parking {
         let sharing: Vec<&CgroupObs> = admitted.iter().chain(idle.iter()).copied().collect();
         cap_at_shares(ctx, r, &sharing, r.budget.saturating_sub(parked_caps), pressed, plan);
 
-        self.admitted = admitted.iter().map(|c| c.id.clone()).collect();
+        self.admitted = admitted.iter().map(|c| c.cgroup()).collect();
         self.parked = parked.iter().map(|c| c.id.clone()).collect();
     }
 }

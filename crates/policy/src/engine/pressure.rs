@@ -134,11 +134,11 @@ fn trigger(ctx: &Ctx, c: &CgroupObs, elapsed_ms: Option<u64>) -> Option<Trigger>
     }
     if signals.bpf {
         let bpf = c.signals.iter().find_map(|s| match s {
-            SignalEvent::BpfThreshold { value } => Some(*value),
+            SignalEvent::BpfThreshold { value, counter } => Some((*value, *counter)),
             _ => None,
         });
-        if let Some(value) = bpf {
-            return Some(Trigger::Bpf { value });
+        if let Some((value, counter)) = bpf {
+            return Some(Trigger::Bpf { value, counter });
         }
     }
     if signals.events && c.events_delta.low > 0 {

@@ -11,20 +11,19 @@
 //! Effective protection is also bounded by the ancestors' (`memory_recursiveprot`, or the
 //! parent's own memory.low): that is the daemon's business, the engine writes only leaves.
 
-use super::state::CgState;
-use super::{Ctx, Plan};
+use super::{Ctx, Plan, States};
 use crate::config::Protect;
 use crate::decision::{Action, Reason};
 use crate::obs::CgroupObs;
 use crate::size::Limit;
 
-pub(crate) fn plan(ctx: &Ctx, states: &std::collections::BTreeMap<String, CgState>, plan: &mut Plan) {
+pub(crate) fn plan(ctx: &Ctx, states: &States, plan: &mut Plan) {
     for &c in &ctx.cgs {
         let protect = ctx.tier(c).protect;
         if protect == Protect::None {
             continue;
         }
-        let peak = states[&c.id].ws.max();
+        let peak = states[&c.cgroup()].ws.max();
         let target = target(ctx, c, peak, protect);
         let (current, action) = match protect {
             Protect::Low => (c.current.low, Action::Low(target)),

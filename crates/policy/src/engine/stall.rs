@@ -26,14 +26,14 @@ use std::collections::BTreeMap;
 use super::{Ctx, Plan};
 use crate::config::StallAction;
 use crate::decision::{Action, Decision, Reason};
-use crate::obs::CgroupObs;
+use crate::obs::{CgroupId, CgroupObs};
 use crate::size::page_down;
 use crate::Limit;
 
 /// Per-cgroup stall tracking, dropped with the cgroup.
 #[derive(Debug, Default)]
 pub(crate) struct Stalls {
-    by_id: BTreeMap<String, Track>,
+    by_id: BTreeMap<CgroupId, Track>,
 }
 
 /// How recent the last memory.events `high` increment must be for a stall to go on: over
@@ -64,7 +64,7 @@ pub(crate) fn pinned(c: &CgroupObs, psi_full_threshold: f64) -> bool {
 
 impl Stalls {
     /// Drops the tracking of cgroups that start afresh (a reload moved them).
-    pub(crate) fn forget(&mut self, ids: &[String]) {
+    pub(crate) fn forget(&mut self, ids: &[CgroupId]) {
         self.by_id.retain(|id, _| !ids.contains(id));
     }
 
@@ -72,7 +72,7 @@ impl Stalls {
     /// itself moves only on periodic ticks).
     pub(crate) fn drop_cuts_in_grace(&self, ctx: &Ctx, plan: &mut Plan) {
         for &c in &ctx.cgs {
-            let in_grace = self.by_id.get(&c.id).and_then(|t| t.no_cuts_until_ms).is_some_and(|u| ctx.now < u);
+            let in_grace = self.by_id.get(&c.cgroup()).and_then(|t| t.no_cuts_until_ms).is_some_and(|u| ctx.now < u);
             if in_grace {
                 plan.drop_cuts(c);
             }
@@ -83,14 +83,14 @@ impl Stalls {
     /// in a relief's grace are dropped, and cgroups stalled for their tier's bound get the
     /// tier's action. Call after every other part of the tick has planned.
     pub(crate) fn plan(&mut self, ctx: &Ctx, plan: &mut Plan) {
-        self.by_id.retain(|id, _| ctx.get(id).is_some());
+        self.by_id.retain(|id, _| ctx.get_id(*id).is_some());
         let policy = &ctx.cfg.policy;
         for &c in &ctx.cgs {
             let tier = ctx.tier(c);
             if !tier.throttle {
                 continue;
             }
-            let t = self.by_id.entry(c.id.clone()).or_default();
+            let t = self.by_id.entry(c.cgroup()).or_default();
             if t.no_cuts_until_ms.is_some_and(|u| ctx.now < u) {
                 plan.drop_cuts(c);
             }
@@ -131,7 +131,8 @@ impl Stalls {
             let Reason::StallBound { bound_ms, .. } = d.reason else {
                 continue;
             };
-            if let Some(t) = self.by_id.get_mut(&d.cgroup) {
+            let Some(id) = ctx.get(&d.cgroup).map(CgroupObs::cgroup) else { continue };
+            if let Some(t) = self.by_id.get_mut(&id) {
                 t.since_ms = Some(ctx.now);
                 if matches!(d.action, Action::High(_)) {
                     t.no_cuts_until_ms = Some(ctx.now.saturating_add(bound_ms));

@@ -11,8 +11,9 @@ use crate::obs::Knobs;
 #[derive(Debug)]
 pub(crate) struct CgState {
     pub tier: TierIndex,
-    /// The kernel's id of the cgroup this state is about (see `CgroupObs::cgroup_id`).
-    pub cgroup_id: u64,
+    /// Where the cgroup is (kept by the engine's map under its kernel id), for status and
+    /// reload.
+    pub path: String,
     pub ws: WindowMax,
     /// Last write time per knob, indexed by `Knob as usize`.
     last_write: [Option<u64>; 5],
@@ -32,7 +33,7 @@ pub(crate) struct CgState {
 impl CgState {
     pub fn new(
         tier: TierIndex,
-        cgroup_id: u64,
+        path: String,
         window_ms: u64,
         original: Knobs,
         current: Knobs,
@@ -40,7 +41,7 @@ impl CgState {
     ) -> CgState {
         CgState {
             tier,
-            cgroup_id,
+            path,
             ws: WindowMax::new(window_ms),
             last_write: [None; 5],
             frozen_by: None,
@@ -130,7 +131,7 @@ mod tests {
 
     #[test]
     fn rate_limit_per_knob() {
-        let mut s = CgState::new(TierIndex(0), 0, 1000, Knobs::default(), Knobs::default(), 0);
+        let mut s = CgState::new(TierIndex(0), "a".into(), 1000, Knobs::default(), Knobs::default(), 0);
         assert!(s.may_write(Knob::High, 0, 1000));
         s.wrote(Action::High(crate::Limit::Bytes(1)), 100);
         assert!(!s.may_write(Knob::High, 1099, 1000));

@@ -21,11 +21,8 @@
 //!   growing when the rest is unreclaimable: `headroom_guard` must cover that growth, or a
 //!   tier must opt into `kill`.
 
-use std::collections::BTreeMap;
-
 use super::pressure::{Guard, Pressure};
-use super::state::CgState;
-use super::{Ctx, Plan};
+use super::{Ctx, Plan, States};
 use crate::config::TierIndex;
 use crate::decision::{Knob, Reason};
 use crate::obs::CgroupObs;
@@ -149,9 +146,9 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 /// still holds its memory. A cgroup goes back to its original value when the step reaches it,
 /// or as soon as it clearly no longer presses on its limit (usage at most half the uncapped
 /// step): from then on it is an ordinary cgroup that the guard watches like any other.
-pub(crate) fn release(ctx: &Ctx, why: Reason, states: &BTreeMap<String, CgState>, plan: &mut Plan) {
+pub(crate) fn release(ctx: &Ctx, why: Reason, states: &States, plan: &mut Plan) {
     // Only what memqos may have lowered: a tighter high on another tier is someone else's.
-    let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.id].ever_wrote(Knob::High);
+    let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.cgroup()].ever_wrote(Knob::High);
     let throttled: Vec<&CgroupObs> =
         ctx.cgs.iter().copied().filter(|c| c.current.high < c.original.high && ours(c)).collect();
     let Some(top) = throttled.iter().map(|c| c.tier).min() else {

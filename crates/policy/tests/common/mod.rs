@@ -99,9 +99,9 @@ impl Sim {
         self.cfg.tiers.classify(id).unwrap_or_else(|| panic!("{id} matches no tier"))
     }
 
-    /// Adds a cgroup with kernel-default knobs.
+    /// Adds a cgroup with kernel-default knobs (its kernel id made up from its name).
     pub fn add(&mut self, id: &str, usage: u64) {
-        let c = CgroupObs::new(id, self.tier(id), usage);
+        let c = CgroupObs::named(id, self.tier(id), usage);
         self.cgs.insert(id.to_string(), c);
     }
 
