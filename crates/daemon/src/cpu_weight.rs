@@ -9,9 +9,10 @@ use crate::actuator::{Actuator, Request, Target};
 use crate::beneath::FileError;
 use memqos_policy::knobs::{cpu_weight, StaticDecision, TierStatic};
 use memqos_policy::{Config, Observation};
+use memqos_schema::KnobFile;
 use std::collections::HashSet;
 
-pub const FILE: &str = "cpu.weight";
+pub const FILE: &str = KnobFile::CpuWeight.name();
 
 pub struct CpuWeights {
     /// Cgroups already reported as lacking cpu.weight: one message each, not one per tick.

@@ -17,9 +17,10 @@ use crate::events::{Outcome, WriteEvent};
 use crate::journal::Process;
 use memqos_policy::knobs::{oom_score_adj, settle, AdjState};
 use memqos_policy::{Config, Observation};
+use memqos_schema::KnobFile;
 use std::collections::{HashMap, HashSet};
 
-pub const FILE: &str = "oom_score_adj";
+pub const FILE: &str = KnobFile::OomScoreAdj.name();
 
 /// One process we have looked at.
 struct Handled {

@@ -13,10 +13,11 @@ use crate::actuator::{Actuator, Request, Target};
 use crate::beneath::FileError;
 use memqos_policy::knobs::{swap_max, StaticDecision, TierStatic};
 use memqos_policy::{Config, Observation};
+use memqos_schema::KnobFile;
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-pub const FILE: &str = "memory.swap.max";
+pub const FILE: &str = KnobFile::SwapMax.name();
 const PROC_SWAPS: &str = "/proc/swaps";
 
 pub struct SwapMaxes {

@@ -20,7 +20,7 @@ pub mod state;
 pub mod status;
 
 pub use events::{Event, LogLine, Outcome, TierMove, WriteEvent};
-pub use knob::{Knob, KnobFile, Knobs};
+pub use knob::{Knob, KnobFile, Knobs, Scope};
 pub use oom::OomKill;
 pub use reason::{LearnedPeak, PeakSource, Reason, Trigger};
 pub use status::{CgroupStatus, DecisionRecord, Snapshot};
