@@ -20,6 +20,7 @@ use crate::journal::{Entry, Journal, Key, Process, RestoreReport};
 use anyhow::Result;
 use memqos_cgroupfs::fds::{Kept, Use};
 use memqos_policy::Reason;
+use memqos_schema::KnobFile;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 
@@ -103,9 +104,6 @@ enum Dir {
     /// writes never holds thousands of descriptors at once.
     Reopen,
 }
-
-/// Knobs whose later change by someone else memqos notices (`Actuator::taken_over`).
-const TAKEOVER_KNOBS: [&str; 3] = ["memory.high", "memory.low", "memory.min"];
 
 /// Cached cgroup directory fds count against the process's descriptor budget.
 const FDS: Use = Use::Reaction;
@@ -198,7 +196,9 @@ impl Actuator {
             let key = req.target.key(req.file);
             let dir = self.open(&req.target);
             let previous = match (&dir, req.file) {
-                (Ok(_), "cgroup.kill") | (Err(_), _) => None,
+                // Not journaled (it cannot be undone): nothing to read.
+                (Ok(_), file) if KnobFile::from_name(file).is_some_and(|k| !k.journaled()) => None,
+                (Err(_), _) => None,
                 (Ok(d), file) => beneath::read_at(self.fd(d), file).ok(),
             };
             if self.dry_run {
@@ -278,7 +278,7 @@ impl Actuator {
             if req.restores && outcome == Outcome::Ok {
                 self.journal.stage_forget(&key);
                 self.written.remove(&key);
-            } else if outcome == Outcome::Ok && TAKEOVER_KNOBS.contains(&req.file) {
+            } else if outcome == Outcome::Ok && KnobFile::from_name(req.file).is_some_and(KnobFile::watched) {
                 self.written.insert(key.clone(), req.value.clone());
             }
             let (cgroup, cgroup_id) = req.target.cgroup();

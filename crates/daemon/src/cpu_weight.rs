@@ -7,10 +7,12 @@
 
 use crate::actuator::{Actuator, Request, Target};
 use crate::beneath::FileError;
+use memqos_policy::knobs::{cpu_weight, StaticDecision, TierStatic};
 use memqos_policy::{Config, Observation};
+use memqos_schema::KnobFile;
 use std::collections::HashSet;
 
-pub const FILE: &str = "cpu.weight";
+pub const FILE: &str = KnobFile::CpuWeight.name();
 
 pub struct CpuWeights {
     /// Cgroups already reported as lacking cpu.weight: one message each, not one per tick.
@@ -32,7 +34,7 @@ impl CpuWeights {
     pub fn plan(&mut self, cfg: &Config, obs: &Observation, act: &mut Actuator) -> Vec<Request> {
         let mut writes = Vec::new();
         for c in &obs.cgroups {
-            let Some(weight) = cfg.tiers.get(c.tier).and_then(|t| t.cpu_weight) else {
+            let Some(tier) = cfg.tiers.get(c.tier).filter(|t| TierStatic::CpuWeight.target(t).is_some()) else {
                 continue;
             };
             let current = match act.read(&c.id, c.cgroup_id, FILE) {
@@ -55,11 +57,10 @@ impl CpuWeights {
                     continue;
                 }
             };
-            if current == weight.to_string() {
-                continue;
+            if let Some(StaticDecision::Write { value, reason }) = cpu_weight(tier, &current) {
+                let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
+                writes.push(Request::new(target, FILE, value, reason));
             }
-            let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
-            writes.push(Request::new(target, FILE, weight.to_string(), "tier cpu_weight"));
         }
         writes
     }

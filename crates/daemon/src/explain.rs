@@ -230,13 +230,8 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
     // The snapshot's knobs were read before that tick's writes: apply those on top.
     let mut c = c.clone();
     for d in decisions.iter().filter(|d| d.at_ms >= snap.now_ms) {
-        let k = &mut c.knobs;
-        match (d.knob(), d.value.parse::<Limit>()) {
-            (Some(KnobFile::MemoryHigh), Ok(l)) => k.high = l,
-            (Some(KnobFile::MemoryLow), Ok(l)) => k.low = l,
-            (Some(KnobFile::MemoryMin), Ok(l)) => k.min = l,
-            (Some(KnobFile::CgroupFreeze), _) => k.frozen = d.value == "1",
-            _ => {}
+        if let Some(knob) = d.knob() {
+            c.knobs.set(knob, &d.value);
         }
     }
     let c = &c;

@@ -8,6 +8,7 @@ use memqos_cgroupfs::MemoryEvents;
 use memqos_policy::{
     CgroupObs, Config, Knobs, Limit, Observation, ParentObs, TierIndex, EXPECTED_PEAK_XATTR, WORKLOAD_XATTR,
 };
+use memqos_schema::KnobFile;
 use memqos_stats::{BackendChoice, CgroupStats, Snapshot, StatsSource};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -101,13 +102,8 @@ fn lacks_memory_controller(dir: &Path) -> bool {
 
 /// A write's value in `knobs` (files the engine does not read are ignored).
 fn apply_write(knobs: &mut Knobs, w: &crate::events::WriteEvent) {
-    let limit = |old: Limit| memqos_cgroupfs::parse::parse_limit(&w.value).unwrap_or(old);
-    match w.file.as_str() {
-        "memory.high" => knobs.high = limit(knobs.high),
-        "memory.low" => knobs.low = limit(knobs.low),
-        "memory.min" => knobs.min = limit(knobs.min),
-        "cgroup.freeze" => knobs.frozen = w.value.trim() == "1",
-        _ => {}
+    if let Some(knob) = w.knob() {
+        knobs.set(knob, &w.value);
     }
 }
 
@@ -140,14 +136,13 @@ fn knobs(root: &Path, dirs: Option<&Root>, c: &CgroupStats, read_freeze: bool) -
 
 /// Originals: the journaled value where memqos has written the knob, else the current one.
 fn originals(journal: &Journal, id: u64, current: &Knobs) -> Knobs {
-    let get = |file: &str, cur: Limit| journal.original(id, file).and_then(|v| v.parse().ok()).unwrap_or(cur);
-    Knobs {
-        high: get("memory.high", current.high),
-        max: current.max,
-        low: get("memory.low", current.low),
-        min: get("memory.min", current.min),
-        frozen: journal.original(id, "cgroup.freeze").map(|v| v == "1").unwrap_or(current.frozen),
+    let mut originals = *current;
+    for knob in KnobFile::ALL {
+        if let Some(v) = journal.original(id, knob.name()) {
+            originals.set(knob, v);
+        }
     }
+    originals
 }
 
 const PARENT: &[FastFile] = &[FastFile::Current, FastFile::Max, FastFile::High, FastFile::Events];

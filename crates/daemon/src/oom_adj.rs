@@ -15,10 +15,12 @@
 use crate::actuator::{Actuator, Request, Target};
 use crate::events::{Outcome, WriteEvent};
 use crate::journal::Process;
+use memqos_policy::knobs::{oom_score_adj, settle, AdjState};
 use memqos_policy::{Config, Observation};
+use memqos_schema::KnobFile;
 use std::collections::{HashMap, HashSet};
 
-pub const FILE: &str = "oom_score_adj";
+pub const FILE: &str = KnobFile::OomScoreAdj.name();
 
 /// One process we have looked at.
 struct Handled {
@@ -26,10 +28,9 @@ struct Handled {
     /// The cgroup it was last seen in (relative path): when that cgroup empties or is
     /// removed, its processes are settled at once rather than at the next full sample.
     cgroup: String,
-    /// False when its value was already at or beyond the target: nothing to put back.
-    wrote: bool,
-    /// The value to put back (journaled by the actuator; kept here for its children).
-    original: i32,
+    /// Whether memqos wrote it, and the value to put back (journaled by the actuator; kept
+    /// here for its children).
+    state: AdjState,
 }
 
 pub struct OomAdjuster {
@@ -37,16 +38,6 @@ pub struct OomAdjuster {
     /// Messages for the daemon's log (permission errors and the like), drained by the loop.
     pub notes: Vec<String>,
     reported_failure: bool,
-}
-
-/// Whether `current` should be moved to `target`: only towards the target's side of 0 and
-/// never back from a more extreme value someone else set.
-fn wants(current: i32, target: i32) -> bool {
-    if target <= 0 {
-        current > target
-    } else {
-        current < target
-    }
 }
 
 /// A process as it is now, its parent's pid and its oom_score_adj; None if it is gone.
@@ -70,7 +61,7 @@ impl OomAdjuster {
 
     /// Processes whose value we changed and that are still in a tier's cgroups.
     pub fn adjusted(&self) -> usize {
-        self.handled.values().filter(|h| h.wrote).count()
+        self.handled.values().filter(|h| h.state.wrote).count()
     }
 
     /// The writes that bring every process of the observed cgroups to its tier's value, and
@@ -92,11 +83,11 @@ impl OomAdjuster {
             if !left(pid, h) {
                 return true;
             }
-            if h.wrote && h.process.is_alive() {
+            if let Some(original) = settle(h.state, h.process.is_alive()) {
                 let mut r = Request::new(
                     Target::Process { cgroup: String::new(), cgroup_id: 0, process: h.process },
                     FILE,
-                    h.original.to_string(),
+                    original.to_string(),
                     "process left its tier: original put back",
                 );
                 r.restores = true;
@@ -164,39 +155,16 @@ impl OomAdjuster {
                 let Some((process, ppid, current)) = inspect(pid) else {
                     continue;
                 };
-                // Journaled by this daemon before a reload rebuilt the adjuster: ours, with
-                // its true original (the value now is the one memqos wrote).
-                if let Some(original) = act.process_original(process, FILE).and_then(|v| v.parse().ok()) {
-                    if wants(current, target) {
-                        writes.push(Request::new(
-                            target_proc_of(c, process),
-                            FILE,
-                            target.to_string(),
-                            "tier oom_score_adj",
-                        ));
-                    }
-                    self.handled.insert(pid, Handled { process, cgroup: c.id.clone(), wrote: true, original });
-                    continue;
-                }
-                let inherited = self.handled.get(&ppid).filter(|p| p.wrote && current == target).map(|p| p.original);
-                let target_proc = Target::Process { cgroup: c.id.clone(), cgroup_id: c.cgroup_id, process };
-                let (wrote, original) = if let Some(original) = inherited {
-                    let mut r = Request::new(
-                        target_proc,
-                        FILE,
-                        target.to_string(),
-                        format!("inherited from pid {ppid}: its original {original} journaled"),
-                    );
-                    r.original = Some(original.to_string());
+                let journaled = act.process_original(process, FILE).and_then(|v| v.parse().ok());
+                let parent = self.handled.get(&ppid).map(|p| (ppid, p.state));
+                let (write, state) = oom_score_adj(target, current, journaled, parent);
+                if let Some(w) = write {
+                    let mut r =
+                        Request::new(target_proc_of(c, process), FILE, w.value.to_string(), w.reason.to_string());
+                    r.original = w.journal_original.map(|o| o.to_string());
                     writes.push(r);
-                    (true, original)
-                } else if wants(current, target) {
-                    writes.push(Request::new(target_proc, FILE, target.to_string(), "tier oom_score_adj"));
-                    (true, current)
-                } else {
-                    (false, current)
-                };
-                self.handled.insert(pid, Handled { process, cgroup: c.id.clone(), wrote, original });
+                }
+                self.handled.insert(pid, Handled { process, cgroup: c.id.clone(), state });
             }
         }
         writes
@@ -219,20 +187,4 @@ impl OomAdjuster {
 
 fn target_proc_of(c: &memqos_policy::CgroupObs, process: Process) -> Target {
     Target::Process { cgroup: c.id.clone(), cgroup_id: c.cgroup_id, process }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::wants;
-
-    #[test]
-    fn moves_only_towards_the_target_and_never_undoes_a_stronger_setting() {
-        assert!(wants(0, -900));
-        assert!(wants(-500, -900));
-        assert!(!wants(-900, -900));
-        assert!(!wants(-1000, -900), "an administrator's -1000 stays");
-        assert!(wants(0, 500));
-        assert!(!wants(800, 500));
-        assert!(!wants(0, 0));
-    }
 }

@@ -109,7 +109,7 @@ pub(crate) fn plan(
         restores.push(r);
     }
     // Thaws first, as a stop restores them.
-    restores.sort_by_key(|r| r.file != "cgroup.freeze");
+    restores.sort_by_key(|r| KnobFile::restore_rank(r.file));
     (moved.into_values().collect(), restores)
 }
 
@@ -130,12 +130,12 @@ pub(crate) fn restores_of(journal: &Journal, ids: &[u64], why: &dyn Fn(&str) -> 
             Some(r)
         })
         .collect();
-    restores.sort_by_key(|r| r.file != "cgroup.freeze");
+    restores.sort_by_key(|r| KnobFile::restore_rank(r.file));
     restores
 }
 
 fn static_file(file: &str) -> Option<&'static str> {
-    KnobFile::from_name(file).filter(|k| *k != KnobFile::CgroupKill).map(KnobFile::name)
+    KnobFile::from_name(file).filter(|k| k.journaled()).map(KnobFile::name)
 }
 
 #[cfg(test)]

@@ -11,12 +11,13 @@
 
 use crate::actuator::{Actuator, Request, Target};
 use crate::beneath::FileError;
-use memqos_cgroupfs::Limit;
-use memqos_policy::{Config, ForeignKnobs, Observation};
+use memqos_policy::knobs::{swap_max, StaticDecision, TierStatic};
+use memqos_policy::{Config, Observation};
+use memqos_schema::KnobFile;
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-pub const FILE: &str = "memory.swap.max";
+pub const FILE: &str = KnobFile::SwapMax.name();
 const PROC_SWAPS: &str = "/proc/swaps";
 
 pub struct SwapMaxes {
@@ -50,7 +51,7 @@ impl SwapMaxes {
         }
         let mut writes = Vec::new();
         for c in &obs.cgroups {
-            let Some(target) = cfg.tiers.get(c.tier).and_then(|t| t.swap_max.target()) else {
+            let Some(tier) = cfg.tiers.get(c.tier).filter(|t| TierStatic::SwapMax.target(t).is_some()) else {
                 continue;
             };
             let current = match act.read(&c.id, c.cgroup_id, FILE) {
@@ -78,15 +79,13 @@ impl SwapMaxes {
                     continue;
                 }
             };
-            // A value other than the kernel's default that memqos did not write is someone
-            // else's (a unit's MemorySwapMax=, kubelet's swap behaviour): policy.foreign_knobs.
+            // Journaled: memqos wrote it, so a value other than the kernel's is not foreign.
             let ours = act.journal().original(c.cgroup_id, FILE).is_some();
-            if !ours && foreign(&current) && cfg.policy.foreign_knobs == ForeignKnobs::Respect {
-                continue;
-            }
-            if let Some(value) = write_needed(target, &current) {
+            if let Some(StaticDecision::Write { value, reason }) =
+                swap_max(tier, &current, ours, cfg.policy.foreign_knobs)
+            {
                 let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
-                writes.push(Request::new(target, FILE, value, "tier swap_max"));
+                writes.push(Request::new(target, FILE, value, reason));
             }
         }
         writes
@@ -123,39 +122,9 @@ fn active(text: &str) -> Result<bool, String> {
     memqos_cgroupfs::procfs::parse_swaps(text).map(|d| !d.is_empty())
 }
 
-/// Not the kernel's default ("max"): set by someone.
-fn foreign(current: &str) -> bool {
-    current.trim() != "max"
-}
-
-/// The value to write when memory.swap.max reads `current` and should be `target`; None when
-/// it already is (the kernel shows bytes rounded down to pages, so compare that way).
-fn write_needed(target: Limit, current: &str) -> Option<String> {
-    let page = |l: Limit| match l {
-        Limit::Bytes(b) => Limit::Bytes(b - b % memqos_policy::size::PAGE),
-        Limit::Max => Limit::Max,
-    };
-    match memqos_cgroupfs::parse::parse_limit(current) {
-        Ok(now) if page(now) == page(target) => None,
-        _ => Some(target.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn writes_only_what_differs() {
-        assert_eq!(write_needed(Limit::Bytes(0), "max\n"), Some("0".into()));
-        assert_eq!(write_needed(Limit::Bytes(0), "0\n"), None);
-        assert_eq!(write_needed(Limit::Max, "max\n"), None);
-        assert_eq!(write_needed(Limit::Bytes(2 << 30), "0\n"), Some((2u64 << 30).to_string()));
-        // The kernel rounds a write down to pages: 5000 reads back as 4096.
-        assert_eq!(write_needed(Limit::Bytes(5000), "4096\n"), None);
-        assert_eq!(write_needed(Limit::Bytes(0), "garbage"), Some("0".into()));
-        assert!(!foreign("max\n") && foreign("0\n") && foreign("1073741824\n"));
-    }
 
     #[test]
     fn swap_is_active_when_proc_swaps_lists_a_device() {

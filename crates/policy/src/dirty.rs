@@ -17,11 +17,16 @@
 //!   floors, the global domain never throttles, and a cgroup below its floor is free-running.
 //!
 //! [`plan`] turns the config's `dirty.max`/`dirty.min`, the host's thresholds and per-cgroup
-//! observations into a memory.high per capped cgroup. The daemon reads the inputs, writes the
-//! outputs (journaled like every knob) and re-plans every tick.
+//! observations into a memory.high per capped cgroup; [`Ceilings::decide`] turns the plan into
+//! memory.high decisions merged with the engine's own (the lower value wins). The daemon reads
+//! the inputs ([`host_from`] parses the host's), writes the decisions (journaled like every
+//! knob) and decides again every tick.
 
 use crate::config::{Config, TierIndex};
+use crate::decision::{Action, Decision, Reason};
+use crate::obs::Observation;
 use crate::size::{Limit, PAGE};
+use std::collections::{HashMap, HashSet};
 
 /// The host's dirty thresholds (/proc/vmstat), in pages.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -160,6 +165,107 @@ fn round_up(b: u64) -> u64 {
     b.div_ceil(PAGE) * PAGE
 }
 
+/// The dirty ceilings as the engine's memory.high actions: per capped cgroup, the engine's
+/// last memory.high (so that a tick where the engine says nothing keeps its wish).
+#[derive(Debug, Default)]
+pub struct Ceilings {
+    engine_high: HashMap<String, Limit>,
+}
+
+/// A change smaller than this is not written (the target moves with non-file usage).
+const HYSTERESIS: u64 = 1 << 20;
+
+impl Ceilings {
+    /// Plans the ceilings for `observed` on `host` and merges them into the engine's
+    /// `decisions` of this tick: a capped cgroup's memory.high is the lower of its ceiling
+    /// and the engine's wish (this tick's decision, else its last one, else the original),
+    /// written only when it moves by more than the hysteresis. Returns the decisions and the
+    /// plan's warnings.
+    pub fn decide(
+        &mut self,
+        cfg: &Config,
+        host: &HostDirty,
+        observed: &[DirtyObs],
+        obs: &Observation,
+        mut decisions: Vec<Decision>,
+    ) -> (Vec<Decision>, Vec<String>) {
+        let p = plan(cfg, host, observed);
+        let capped: HashSet<&str> = p.caps.iter().map(|c| c.id.as_str()).collect();
+        self.engine_high.retain(|id, _| capped.contains(id.as_str()));
+        for cap in &p.caps {
+            let Some(c) = obs.cgroups.iter().find(|c| c.id == cap.id) else {
+                continue;
+            };
+            let engine_decision =
+                decisions.iter().position(|d| d.cgroup == cap.id && matches!(d.action, Action::High(_)));
+            let engine_reason = engine_decision.map(|i| {
+                let d = decisions.remove(i);
+                if let Action::High(l) = d.action {
+                    self.engine_high.insert(cap.id.clone(), l);
+                }
+                d.reason
+            });
+            let engine = *self.engine_high.entry(cap.id.clone()).or_insert(c.original.high);
+            let (target, reason) = match (cap.high, engine) {
+                (Some(h), Limit::Bytes(e)) if e <= h => (Limit::Bytes(e), engine_reason.unwrap_or(Reason::Restore)),
+                (Some(h), _) => (
+                    Limit::Bytes(h),
+                    Reason::DirtyCeiling {
+                        cap_bytes: cap.cap_bytes,
+                        dirty_bytes: observed.iter().find(|o| o.id == cap.id).map(|o| o.dirty_bytes).unwrap_or(0),
+                        budget_bytes: p.budget_bytes,
+                    },
+                ),
+                // memory.max already bounds it: leave memory.high to the engine.
+                (None, e) => (e, engine_reason.unwrap_or(Reason::Restore)),
+            };
+            if differs(c.current.high, target) {
+                decisions.push(Decision { cgroup: cap.id.clone(), action: Action::High(target), reason });
+            }
+        }
+        (decisions, p.warnings)
+    }
+}
+
+/// Whether memory.high at `current` is far enough from `target` to be written.
+pub fn differs(current: Limit, target: Limit) -> bool {
+    match (current, target) {
+        (Limit::Bytes(a), Limit::Bytes(b)) => a.abs_diff(b) >= HYSTERESIS.min(b / 32).max(4096),
+        (a, b) => a != b,
+    }
+}
+
+/// The host's thresholds from /proc/vmstat, and its dirtyable memory as the kernel's
+/// `global_dirtyable_memory()` computes it: free + file pages less `totalreserve_pages`
+/// (per zone: the high watermark plus the largest lowmem reserve, from /proc/zoneinfo).
+pub fn host_from(vmstat: &str, zoneinfo: &str) -> Result<HostDirty, String> {
+    let get = |k: &str| -> Result<u64, String> {
+        vmstat
+            .lines()
+            .find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+            .ok_or_else(|| format!("/proc/vmstat has no {k}"))
+    };
+    let mut reserve = 0u64;
+    for zone in zoneinfo.split("Node ").skip(1) {
+        let high = zone
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("high").and_then(|v| v.trim().parse::<u64>().ok()))
+            .unwrap_or(0);
+        let protection = zone
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("protection:"))
+            .map(|p| p.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u64>().ok()).max().unwrap_or(0))
+            .unwrap_or(0);
+        reserve += high + protection;
+    }
+    let free_and_file = get("nr_free_pages")? + get("nr_inactive_file")? + get("nr_active_file")?;
+    Ok(HostDirty {
+        thresh_pages: get("nr_dirty_threshold")?,
+        bg_thresh_pages: get("nr_dirty_background_threshold")?,
+        dirtyable_pages: free_and_file.saturating_sub(reserve).max(1),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,5 +356,22 @@ mod tests {
         let vs: Vec<DirtyObs> = (0..2).map(|i| obs(&format!("victim{i}"), 0, 0, 0, 0)).collect();
         let p = plan(&cfg(), &host(), &vs);
         assert!(p.warnings.iter().any(|w| w.contains("exceed the host's freerun ceiling")), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn host_thresholds_and_reserves() {
+        let vmstat = "nr_free_pages 487637\nnr_free_pages_blocks 1\nnr_inactive_file 1190\nnr_active_file 10\nnr_dirty_threshold 8192\nnr_dirty_background_threshold 4096\n";
+        let zoneinfo = "Node 0, zone      DMA\n  pages free     3840\n        min      13\n        low      16\n        high     19\n        protection: (0, 1910, 1910, 1910, 1910)\nNode 0, zone    DMA32\n  pages free     480000\n        high     900\n        protection: (0, 0, 0, 0, 0)\n";
+        let h = host_from(vmstat, zoneinfo).unwrap();
+        assert_eq!((h.thresh_pages, h.bg_thresh_pages), (8192, 4096));
+        assert_eq!(h.dirtyable_pages, 487637 + 1200 - (19 + 1910) - 900);
+        assert!(host_from("nr_free_pages 1\n", "").is_err());
+    }
+
+    #[test]
+    fn hysteresis() {
+        assert!(!differs(Limit::Bytes(100 << 20), Limit::Bytes((100 << 20) + 4096)));
+        assert!(differs(Limit::Bytes(100 << 20), Limit::Bytes(102 << 20)));
+        assert!(differs(Limit::Max, Limit::Bytes(100 << 20)));
     }
 }

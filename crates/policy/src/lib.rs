@@ -52,6 +52,7 @@ pub mod config;
 pub mod decision;
 pub mod dirty;
 pub mod engine;
+pub mod knobs;
 pub mod obs;
 pub mod size;
 

@@ -1,6 +1,11 @@
 //! The files memqos writes (or journals), by name ([`KnobFile`]; logs and the journal carry
 //! the kernel's file name, so that is also its serde encoding), the subset the policy engine
 //! decides ([`Knob`]), and one cgroup's values of them ([`Knobs`]).
+//!
+//! [`KnobFile`] is the one list of knobs: its methods say where each lives ([`Scope`]),
+//! whether its original is journaled and put back ([`KnobFile::journaled`]), whether memqos
+//! notices someone else changing it ([`KnobFile::watched`]) and the restore order; restore,
+//! reload, explain and the actuator ask it instead of keeping lists of their own.
 
 use memqos_cgroupfs::Limit;
 use serde::{Deserialize, Serialize};
@@ -45,7 +50,7 @@ impl KnobFile {
     ];
 
     /// The file's name, as the kernel spells it.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             KnobFile::MemoryHigh => "memory.high",
             KnobFile::MemoryLow => "memory.low",
@@ -63,6 +68,47 @@ impl KnobFile {
     pub fn from_name(name: &str) -> Option<KnobFile> {
         KnobFile::ALL.into_iter().find(|k| k.name() == name)
     }
+
+    /// Where the file is: in a cgroup's directory, or in a process's /proc directory.
+    pub fn scope(self) -> Scope {
+        match self {
+            KnobFile::OomScoreAdj => Scope::Process,
+            _ => Scope::Cgroup,
+        }
+    }
+
+    /// memqos journals the original before its first write and puts it back (stop, crash
+    /// restore, reload, a cgroup leaving its tier). cgroup.kill cannot be undone, so it is not;
+    /// a journal naming it (or any file not here) is refused at restore.
+    pub fn journaled(self) -> bool {
+        self != KnobFile::CgroupKill
+    }
+
+    /// A value someone else writes after memqos did is noticed (`Actuator::taken_over`): it
+    /// becomes the original and memqos leaves the knob alone. The engine's memory knobs only.
+    pub fn watched(self) -> bool {
+        matches!(self, KnobFile::MemoryHigh | KnobFile::MemoryLow | KnobFile::MemoryMin)
+    }
+
+    /// Put back before the others: a thaw first, so nothing stays frozen while its limits
+    /// are restored.
+    pub fn restored_first(self) -> bool {
+        self == KnobFile::CgroupFreeze
+    }
+
+    /// The restore order of a journaled file by name (thaws first), as a sort key.
+    pub fn restore_rank(file: &str) -> bool {
+        !KnobFile::from_name(file).is_some_and(KnobFile::restored_first)
+    }
+}
+
+/// Where a knob file lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// A cgroup's directory.
+    Cgroup,
+    /// `/proc/<pid>/` of one process.
+    Process,
 }
 
 impl From<Knob> for KnobFile {
@@ -122,6 +168,22 @@ pub struct Knobs {
 }
 
 impl Knobs {
+    /// Takes the value `value` written to `file` into these knobs; false for a file memqos
+    /// does not decide here (memory.max is only read) or a value that does not parse.
+    pub fn set(&mut self, file: KnobFile, value: &str) -> bool {
+        let limit = || value.trim().parse::<Limit>().ok();
+        match file {
+            KnobFile::MemoryHigh => limit().map(|l| self.high = l).is_some(),
+            KnobFile::MemoryLow => limit().map(|l| self.low = l).is_some(),
+            KnobFile::MemoryMin => limit().map(|l| self.min = l).is_some(),
+            KnobFile::CgroupFreeze => {
+                self.frozen = value.trim() == "1";
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// True when these (original) values show that someone other than memqos set `knob`:
     /// memory.high below max, or a nonzero memory.low/min (one protection: either being set
     /// makes both foreign, since memqos writing the other would change the effective floor).
@@ -154,6 +216,51 @@ mod tests {
             assert_eq!(KnobFile::from_name(k.name()), Some(k));
         }
         assert_eq!(KnobFile::from_name("memory.current"), None);
+    }
+
+    #[test]
+    fn all_lists_every_knob_once() {
+        // A new variant fails to compile here until it has a place in ALL.
+        let index = |k: KnobFile| match k {
+            KnobFile::MemoryHigh => 0,
+            KnobFile::MemoryLow => 1,
+            KnobFile::MemoryMin => 2,
+            KnobFile::MemoryMax => 3,
+            KnobFile::CgroupFreeze => 4,
+            KnobFile::CgroupKill => 5,
+            KnobFile::CpuWeight => 6,
+            KnobFile::SwapMax => 7,
+            KnobFile::OomScoreAdj => 8,
+        };
+        for (i, k) in KnobFile::ALL.into_iter().enumerate() {
+            assert_eq!(index(k), i, "{k}");
+        }
+    }
+
+    #[test]
+    fn journaled_cgroup_knobs_are_the_ones_restore_accepts() {
+        let cgroup: Vec<&str> = KnobFile::ALL
+            .into_iter()
+            .filter(|k| k.journaled() && k.scope() == Scope::Cgroup)
+            .map(KnobFile::name)
+            .collect();
+        assert_eq!(
+            cgroup,
+            ["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight", "memory.swap.max"]
+        );
+        assert!(KnobFile::OomScoreAdj.journaled() && KnobFile::OomScoreAdj.scope() == Scope::Process);
+        let mut order = ["memory.high", "cgroup.freeze", "cpu.weight"];
+        order.sort_by_key(|f| KnobFile::restore_rank(f));
+        assert_eq!(order[0], "cgroup.freeze");
+    }
+
+    #[test]
+    fn knobs_take_written_values() {
+        let mut k = Knobs::default();
+        assert!(k.set(KnobFile::MemoryHigh, "1048576"));
+        assert!(k.set(KnobFile::CgroupFreeze, "1\n"));
+        assert!(!k.set(KnobFile::CpuWeight, "100") && !k.set(KnobFile::MemoryLow, "lots"));
+        assert_eq!((k.high, k.low, k.frozen), (Limit::Bytes(1 << 20), Limit::Bytes(0), true));
     }
 
     #[test]

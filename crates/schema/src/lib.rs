@@ -22,7 +22,7 @@ pub mod status;
 
 pub use cgroup_id::CgroupId;
 pub use events::{Event, LogLine, Outcome, TierMove, WriteEvent};
-pub use knob::{Knob, KnobFile, Knobs};
+pub use knob::{Knob, KnobFile, Knobs, Scope};
 pub use oom::OomKill;
 pub use reason::{BpfKind, LearnedPeak, PeakSource, Reason, Trigger};
 pub use status::{CgroupStatus, DecisionRecord, Snapshot};

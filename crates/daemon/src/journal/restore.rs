@@ -6,6 +6,7 @@
 use super::{Entry, Journal, JOURNAL_FILE};
 use crate::beneath::{self, FileError, OpenError, Root};
 use anyhow::{Context, Result};
+use memqos_schema::{KnobFile, Scope};
 use std::path::Path;
 
 /// What a restore did.
@@ -28,10 +29,12 @@ impl RestoreReport {
     }
 }
 
-/// The knobs a journal may name: anything else is refused (a tampered journal must not
-/// write arbitrary files).
-const CGROUP_KNOBS: [&str; 7] =
-    ["memory.high", "memory.low", "memory.min", "memory.max", "cgroup.freeze", "cpu.weight", "memory.swap.max"];
+/// Whether a journal may name `file` for a cgroup (or, `process`, for a process): only a
+/// journaled knob of that scope (`KnobFile`); anything else is refused (a tampered journal
+/// must not write arbitrary files).
+fn restorable(file: &str, scope: Scope) -> bool {
+    KnobFile::from_name(file).is_some_and(|k| k.journaled() && k.scope() == scope)
+}
 
 impl Journal {
     /// Writes every original back (cgroup.freeze first, so nothing stays frozen while its
@@ -50,7 +53,7 @@ impl Journal {
         }
         let root = Root::open(&self.cgroup_root);
         let mut order: Vec<Entry> = self.entries.values().cloned().collect();
-        order.sort_by_key(|e| e.file != "cgroup.freeze");
+        order.sort_by_key(|e| KnobFile::restore_rank(&e.file));
         for e in order {
             match restore_entry(root.as_ref().ok(), &e) {
                 Ok(true) => report.restored.push(e),
@@ -81,7 +84,7 @@ impl Journal {
 /// Ok(true): written; Ok(false): the cgroup or process is gone; Err: why it was not written.
 fn restore_entry(root: Option<&Root>, e: &Entry) -> std::result::Result<bool, String> {
     if let Some(p) = e.process {
-        if e.file != "oom_score_adj" {
+        if !restorable(&e.file, Scope::Process) {
             return Err(format!("unknown process knob {:?} (not written)", e.file));
         }
         if e.original.parse::<i32>().map_or(true, |v| !(-1000..=1000).contains(&v)) {
@@ -92,13 +95,13 @@ fn restore_entry(root: Option<&Root>, e: &Entry) -> std::result::Result<bool, St
             Err(FileError::Vanished) => return Ok(false),
             Err(FileError::Io(err)) => return Err(format!("opening /proc/{}: {err}", p.pid)),
         };
-        return match beneath::write_at(&dir, "oom_score_adj", &e.original) {
+        return match beneath::write_at(&dir, &e.file, &e.original) {
             Ok(()) => Ok(true),
             Err(FileError::Vanished) => Ok(false),
             Err(FileError::Io(err)) => Err(format!("writing /proc/{}/oom_score_adj: {err}", p.pid)),
         };
     }
-    if !CGROUP_KNOBS.contains(&e.file.as_str()) {
+    if !restorable(&e.file, Scope::Cgroup) {
         return Err(format!("unknown knob {:?} (not written)", e.file));
     }
     let root = root.ok_or_else(|| "cannot open the journal's cgroup root".to_string())?;
