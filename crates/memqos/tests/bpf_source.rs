@@ -17,6 +17,7 @@ use memqos_lab::configs::DaemonConfig;
 use memqos_schema::events::{Event, WriteEvent};
 use memqos_schema::protection::Finding;
 use memqos_schema::KnobFile;
+use memqos_schema::{Reason, Trigger};
 use memqos_vmtest::guest_test;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -165,7 +166,11 @@ guest_test!(bpf_source_fires_on_reclaim_and_detaches, |g| g, {
     let _ = prot.wait();
     let write = write.unwrap_or_else(|| panic!("no memory.high write on low within 30 s; log:\n{:#?}", log_events()));
     println!("RESULT first write {:.0} ms after prot started: {}", waited.as_secs_f64() * 1e3, write.why);
-    assert!(write.why.contains("bpf threshold"), "write was not for the BPF source: {write:?}");
+    // The typed trigger, not the text: the text names the counter that crossed.
+    assert!(
+        matches!(&write.reason, Some(Reason::ProtectedPressure { trigger: Trigger::Bpf { counter: Some(_), .. }, .. })),
+        "write was not for the BPF source, or the counter that crossed was lost: {write:?}"
+    );
     let crossing = log_events()
         .into_iter()
         .find(|e| matches!(e, Event::Bpf { cgroup, .. } if cgroup == "prot"))
