@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cargo build --release -q -p memqos
-exec ./target/release/memqos demo "$@"
+exec ./target/release/memqos-lab demo "$@"

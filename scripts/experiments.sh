@@ -14,15 +14,15 @@
 # Debian's systemd-oomd, which install-deps.sh downloads. A long series can be run in chunks
 # that add to its results: `oom --runs 2 --kernel 7`, then `oom --runs 3 --first-run 3
 # --kernel 7`. The report's kill bound (avoidability.rs) reads the traces, no guest.
-# Extra arguments go to `memqos experiment` (e.g. `oom --runs 1 --kernel 7`).
+# Extra arguments go to `memqos-lab experiment` (e.g. `oom --runs 1 --kernel 7`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cargo build --release -q
 if [ "${1:-}" = agent-host ] && (($# == 1)); then
-    exec target/release/memqos experiment agent-host --runs 5 --kernel 7,6.12 --out docs/agent-host
+    exec target/release/memqos-lab experiment agent-host --runs 5 --kernel 7,6.12 --out docs/agent-host
 fi
 if (($#)); then
-    exec target/release/memqos experiment "$@"
+    exec target/release/memqos-lab experiment "$@"
 fi
-exec target/release/memqos experiment all --runs 5 --kernel 7,6.12 --out docs/experiments
+exec target/release/memqos-lab experiment all --runs 5 --kernel 7,6.12 --out docs/experiments

@@ -32,12 +32,21 @@ for path in ./usr/bin/memqos ./usr/bin/memqos-run ./lib/systemd/system/memqos.se
 done
 # Hidden commands are for tests and packaging, not for operators' manuals.
 ! grep -q "memqos-workload\|memqos-generate" <<<"$contents" || fail "a hidden command has a man page"
+# The lab (demo, experiments, benchmarks, guests) is memqos-lab, never packaged.
+! grep -q "memqos-lab\|memqos-demo\|memqos-bench\|memqos-experiment\|memqos-vm\|memqos-replay" <<<"$contents" ||
+    fail "the package holds the lab binary or a lab command's man page"
 grep -q "^-rwxr-xr-x root/root .* ./usr/bin/memqos$" <<<"$contents" || fail "binary not root-owned 0755"
 
 root="$out/root"
 dpkg-deb -x "$deb" "$root"
 got=$("$root/usr/bin/memqos" --version)
 [ "$got" = "memqos $version" ] || fail "unpacked binary says '$got'"
+commands=$("$root/usr/bin/memqos" --help | sed -n '/^Commands:/,/^$/p')
+for lab in demo bench experiment vm workload replay; do
+    ! grep -q "^  $lab " <<<"$commands" || fail "memqos --help lists the lab command $lab"
+    ! "$root/usr/bin/memqos" "$lab" --help >/dev/null 2>&1 || fail "memqos runs the lab command $lab"
+done
+grep -q "^  daemon " <<<"$commands" || fail "memqos --help does not list daemon"
 got=$("$root/usr/bin/memqos-run" --version)
 [ "$got" = "memqos-run $version" ] || fail "unpacked memqos-run says '$got'"
 ! ldd "$root/usr/bin/memqos-run" | grep -q "libelf\|libz" || fail "memqos-run links libelf or libz"

@@ -11,7 +11,7 @@ cargo build --release -p memqos
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # The guest writes into its results directory (the same path on the host).
-target/release/memqos vm run --kernel "$series" -- /bin/sh -c \
+target/release/memqos-lab vm run --kernel "$series" -- /bin/sh -c \
   'bpftool btf dump file /sys/kernel/btf/vmlinux format c > "$MEMQOS_RESULTS/vmlinux.h" &&
    bpftool version | head -1 > "$MEMQOS_RESULTS/bpftool" && uname -r > "$MEMQOS_RESULTS/release"' 2>&1 | tee "$log"
 results=$(sed -n 's/.*results in \(.*\)$/\1/p' "$log" | tail -1)

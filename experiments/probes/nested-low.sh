@@ -1,5 +1,5 @@
 #!/bin/sh
-# Run: memqos vm run --kernel 7 --memory 1024 --swap 2048 -- sh $PWD/experiments/probes/nested-low.sh
+# Run: memqos-lab vm run --kernel 7 --memory 1024 --swap 2048 -- sh $PWD/experiments/probes/nested-low.sh
 # (docs/operators.md, "Protection that cannot work", quotes one run on 7.2.13.)
 # Does a leaf's memory.low protect it below a parent with memory.low 0, with and without
 # memory_recursiveprot? Two protected 300M holders (one nested, one top-level), then a 700M

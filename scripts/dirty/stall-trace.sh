@@ -1,8 +1,8 @@
 #!/bin/bash
 # Diagnoses victim write() stalls in the dirty-page reproducer (issue 31). Runs inside a guest:
-#   memqos vm run --kernel 6.12 --scratch 256:262144 --timeout 1800 -- \
+#   memqos-lab vm run --kernel 6.12 --scratch 256:262144 --timeout 1800 -- \
 #       bash scripts/dirty/stall-trace.sh [memqos|stock] [RUNS] [extra experiment args...]
-# While `memqos experiment dirty-noisy-neighbour --in-guest` runs, it
+# While `memqos-lab experiment dirty-noisy-neighbour --in-guest` runs, it
 #  - records, in a private tracefs instance, every switch-out of a `fio` task in D state with
 #    its kernel stack (sched_switch + stacktrace trigger), the waker's stack of every fio
 #    wake-up, and the jbd2, ext4 writepages/journal-start, block and writeback events;

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Plots of `memqos experiment agent-host`: OUT/summary.json and OUT/runs/<kernel>/*.json -> OUT/*.png.
+"""Plots of `memqos-lab experiment agent-host`: OUT/summary.json and OUT/runs/<kernel>/*.json -> OUT/*.png.
 
 Per kernel: sessions lost (agent runtimes OOM-killed) and tool calls killed per run against
 the number of concurrent sessions, one line per arm (the density figure); and the host's
 memory over time at the largest level, one panel per arm, from the first run.
-Run by `memqos experiment agent-host` (or by hand: /usr/bin/python3 THIS OUT).
+Run by `memqos-lab experiment agent-host` (or by hand: /usr/bin/python3 THIS OUT).
 """
 import glob
 import json

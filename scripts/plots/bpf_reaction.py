@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plots docs/bpf/reaction.json (written by `memqos bench reaction`) as docs/bpf/reaction.png:
+"""Plots docs/bpf/reaction.json (written by `memqos-lab bench reaction`) as docs/bpf/reaction.png:
 per kernel, each signal source's reaction delays with the protected/low pair alone (every run as a dot, p50 and p99 marked),
 log scale. Run with Debian's python3 (matplotlib): /usr/bin/python3 scripts/plots/bpf_reaction.py
 """

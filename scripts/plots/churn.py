@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plots docs/agent/churn.json (written by `memqos bench churn`) as docs/agent/churn.png:
+"""Plots docs/agent/churn.json (written by `memqos-lab bench churn`) as docs/agent/churn.png:
 per kernel, the daemon's RSS, CPU, journal and event-log size over the run (one point per
 10 s), and the adoption delays (p50, p99, max) against the 100 ms target.
 Run with Debian's python3 (matplotlib): /usr/bin/python3 scripts/plots/churn.py

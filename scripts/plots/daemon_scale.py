@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plots docs/bpf/reaction.json (written by `memqos bench reaction`) as docs/bpf/scale.png:
+"""Plots docs/bpf/reaction.json (written by `memqos-lab bench reaction`) as docs/bpf/scale.png:
 per kernel, the reaction delay (p50, p99) of each signal source against the number of
 managed cgroups, and the daemon's CPU (idle and under a fault load, default 500 ms sampling
 with the calm path, and 5 s sampling) against the number of managed cgroups, with the

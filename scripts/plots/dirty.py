@@ -2,7 +2,7 @@
 """Plots for the dirty-noisy-neighbour experiment.
 
 Usage: /usr/bin/python3 scripts/plots/dirty.py docs/dirty/results.json docs/dirty
-(results.json is written by `memqos experiment dirty-noisy-neighbour --out ...`).
+(results.json is written by `memqos-lab experiment dirty-noisy-neighbour --out ...`).
 Writes summary.png (victim IOPS, p99 latency, noisy disk bandwidth; medians with min..max)
 and timeline.png (dirty + writeback per cgroup and host-wide in one iteration per run).
 """

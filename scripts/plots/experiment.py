@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Plots of `memqos experiment` results: OUT/runs/**/*.json -> OUT/*.png.
+"""Plots of `memqos-lab experiment` results: OUT/runs/**/*.json -> OUT/*.png.
 
 For each scenario / variant / kernel: the protected task's allocation-latency CDF per arm,
 completion times per arm, and memory timelines of one run per policy with the daemon's
 knob writes and the userspace killers' (oomd, systemd-oomd) kills marked. stress-ng scenarios (the RFC demo) get a throughput plot
-(each side's bogo-ops/s per arm and run) instead of the latency and completion plots. Run by `memqos experiment` (or by hand: /usr/bin/python3 THIS OUT).
+(each side's bogo-ops/s per arm and run) instead of the latency and completion plots. Run by `memqos-lab experiment` (or by hand: /usr/bin/python3 THIS OUT).
 """
 import glob
 import json

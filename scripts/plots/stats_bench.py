@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plots `memqos bench stats` results (docs/stats/stats-bench-*.json) into one PNG.
+"""Plots `memqos-lab bench stats` results (docs/stats/stats-bench-*.json) into one PNG.
 
     /usr/bin/python3 scripts/plots/stats_bench.py docs/stats/stats-bench-*.json -o docs/stats/stats-bench.png
 

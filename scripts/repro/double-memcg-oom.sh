@@ -9,7 +9,7 @@
 # killed only the low task (3 of 3).
 #
 # Run it in a guest (needs cgroup v2 with the memory controller and root):
-#   target/release/memqos vm run --kernel 7 --memory 1024 -- /bin/sh scripts/repro/double-memcg-oom.sh
+#   target/release/memqos-lab vm run --kernel 7 --memory 1024 -- /bin/sh scripts/repro/double-memcg-oom.sh
 set -u
 MEMQOS=${MEMQOS:-$(cd "$(dirname "$0")/../.." && pwd)/target/release/memqos}
 P=/sys/fs/cgroup/double-oom-repro

@@ -3,7 +3,7 @@
 //!
 //!     pressure_watch SECONDS CGROUP_DIR...
 //!
-//! A tool for checking the hooks on a kernel by hand (e.g. in a `memqos vm run` guest).
+//! A tool for checking the hooks on a kernel by hand (e.g. in a `memqos-lab vm run` guest).
 
 use std::time::{Duration, Instant};
 

@@ -34,7 +34,7 @@ pub use render::render_text;
 
 /// The command that runs the doctor inside a guest kernel with the memory controller on
 /// cgroup v2.
-pub const GUEST_COMMAND: &str = "memqos vm run --kernel 7 -- memqos doctor";
+pub const GUEST_COMMAND: &str = "memqos-lab vm run --kernel 7 -- memqos doctor";
 
 /// Where the kernel's pseudo file systems are. Absolute kernel paths found in
 /// `/proc/self/mountinfo` (e.g. `/sys/fs/cgroup`) are read relative to these, so a test can

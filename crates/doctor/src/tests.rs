@@ -161,7 +161,7 @@ fn host_like_v1_memory_cannot_run_and_points_to_a_guest() {
     );
     assert!(text.contains("verdict: CANNOT RUN HERE (exit 1)"), "{text}");
     assert!(text.contains(&format!("`{GUEST_COMMAND}`")), "{text}");
-    assert!(text.contains("memqos vm run --kernel 7 -- memqos doctor"));
+    assert!(text.contains("memqos-lab vm run --kernel 7 -- memqos doctor"));
     // Only the root cause is a blocker; the empty v2 controllers follow from it.
     assert_eq!(r.findings.iter().filter(|f| f.severity == Severity::Blocker).count(), 1);
     // Optional interfaces are still reported.

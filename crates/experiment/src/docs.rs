@@ -656,7 +656,7 @@ struct Overhead {
 /// The agent-host issue's target for `memqos run`: at most this much added per call (p50).
 const TARGET_MS: f64 = 5.0;
 
-/// `memqos run`'s added time per call, from docs/agent/run-overhead.json (`memqos bench run`).
+/// `memqos run`'s added time per call, from docs/agent/run-overhead.json (`memqos-lab bench run`).
 fn render_run_overhead(root: &Path) -> Result<String> {
     let path = root.join("docs/agent/run-overhead.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -803,7 +803,7 @@ fn render_agent_density(root: &Path) -> Result<String> {
     Ok(out)
 }
 
-/// One source's reaction figures from docs/bpf/reaction.json (`memqos bench reaction`).
+/// One source's reaction figures from docs/bpf/reaction.json (`memqos-lab bench reaction`).
 #[derive(serde::Deserialize)]
 struct ReactionSource {
     cgroups: usize,
@@ -988,7 +988,7 @@ struct StatsBench {
     trees: Vec<BenchTree>,
 }
 
-/// `memqos bench stats`' results, every docs/stats/stats-bench-*.json: 7.x guests first, then
+/// `memqos-lab bench stats`' results, every docs/stats/stats-bench-*.json: 7.x guests first, then
 /// 6.12, then the rest (the host).
 fn render_stats_bench(root: &Path) -> Result<String> {
     let dir = root.join("docs/stats");
@@ -1075,7 +1075,7 @@ fn render_stats_bench(root: &Path) -> Result<String> {
     Ok(out.trim_end().to_string() + "\n")
 }
 
-/// What each arm of `memqos bench run` cost per call, with the arms' names as the doc reads.
+/// What each arm of `memqos-lab bench run` cost per call, with the arms' names as the doc reads.
 fn render_run_arms(root: &Path) -> Result<String> {
     let path = root.join("docs/agent/run-overhead.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;

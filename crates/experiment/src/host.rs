@@ -1,4 +1,4 @@
-//! The host side of `memqos experiment`: one guest per (scenario, kernel) runs `memqos
+//! The host side of `memqos-lab experiment`: one guest per (scenario, kernel) runs `memqos
 //! experiment --in-guest`, which writes one JSON per arm into the guest's results directory;
 //! those are copied to `OUT/runs/<scenario>/<kernel>/`, and everything under `OUT/runs` is
 //! summarized into summary.json, report.md and the plots.
@@ -12,7 +12,7 @@ use memqos_vmtest::{kernels, self_run};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// What `memqos experiment` was asked to do (its arguments, parsed).
+/// What `memqos-lab experiment` was asked to do (its arguments, parsed).
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Scenario names under `dir`, paths to scenario files, or "all".
@@ -39,7 +39,7 @@ pub struct Options {
     pub in_guest: bool,
 }
 
-/// `memqos experiment` with scenario files.
+/// `memqos-lab experiment` with scenario files.
 pub fn run(args: &Options) -> Result<u8> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
@@ -273,7 +273,7 @@ pub(crate) fn keep_results(
 /// directory (`$MEMQOS_RESULTS`).
 pub(crate) fn guest_inputs<T: serde::de::DeserializeOwned>() -> Result<(T, PathBuf)> {
     let json =
-        std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos experiment)")?;
+        std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos-lab experiment)")?;
     let scenario: T = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
     let results =
         std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;

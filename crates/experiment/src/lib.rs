@@ -13,8 +13,8 @@
 //! - [`docs`]: the docs' tables generated from the committed summary (`scripts/docs.sh`);
 //! - [`provenance`]: the commit, config digests, speed, kernel and host load of a series;
 //! - [`agent_host`]: many agent sessions under one host budget, a cgroup per tool call
-//!   (`memqos experiment agent-host`, its own runner and report);
-//! - [`host`]: the host side of `memqos experiment` (a guest per scenario and kernel, the
+//!   (`memqos-lab experiment agent-host`, its own runner and report);
+//! - [`host`]: the host side of `memqos-lab experiment` (a guest per scenario and kernel, the
 //!   copy of its results, the report and plots).
 
 pub mod agent_host;

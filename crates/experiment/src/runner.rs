@@ -3,7 +3,7 @@
 //! two cores with everything else) spreads over all arms instead of biasing one.
 //!
 //! An arm: fresh parent cgroup with the scenario's memory.max, one child per task, the
-//! policy's knobs (or the daemon), every task started at once as `memqos replay`, memory
+//! policy's knobs (or the daemon), every task started at once as `memqos-lab replay`, memory
 //! sampled every 50 ms, then everything torn down. Each arm's result is written as JSON the
 //! moment it ends, so an interrupted experiment keeps what it measured.
 
@@ -87,7 +87,7 @@ pub struct TaskResult {
     pub tier: Tier,
     pub trace: String,
     pub outcome: Outcome,
-    /// Spawn to exit of `memqos replay` (includes the baseline allocation).
+    /// Spawn to exit of `memqos-lab replay` (includes the baseline allocation).
     pub wall_s: f64,
     /// The replay's own clock, t=0 to the last step (finished runs only).
     pub completion_s: Option<f64>,
@@ -167,7 +167,7 @@ pub struct RunnerOptions {
     /// `first_run..first_run + runs`, and the arm order rotates by that number.
     pub first_run: usize,
     pub out_dir: PathBuf,
-    /// The memqos binary (for `memqos replay` and `memqos daemon`).
+    /// The memqos-lab binary (for `memqos-lab replay` and `memqos-lab daemon`).
     pub exe: PathBuf,
     /// What the host recorded about the series (`$MEMQOS_PROVENANCE`), stamped into every result.
     pub provenance: Option<crate::provenance::Provenance>,
@@ -635,7 +635,7 @@ fn run_tasks(
                 .arg(&json)
                 .stdout(Stdio::null())
                 .spawn()
-                .with_context(|| format!("starting memqos replay for {name}")),
+                .with_context(|| format!("starting memqos-lab replay for {name}")),
             // The shell joins the task's cgroup, then becomes stress-ng, so every stressor
             // process it forks is charged there from its first page.
             // stress-ng refuses to start in a read-only directory (the guest's root is the

@@ -94,7 +94,7 @@ pub enum ParentMax {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
-    /// `memqos replay` of the task's agent trace.
+    /// `memqos-lab replay` of the task's agent trace.
     #[default]
     Replay,
     /// `stress-ng` with the scenario's `stress_args` (the task's trace name is only a label):
@@ -169,7 +169,7 @@ pub struct Scenario {
     pub swap_mb: Option<u64>,
     #[serde(default)]
     pub zswap: bool,
-    /// How compressible the replayed pages are (`memqos replay --compression-ratio`): page
+    /// How compressible the replayed pages are (`memqos-lab replay --compression-ratio`): page
     /// size over what zswap stores. Default 3, the middle of the 2–4:1 zram reports for
     /// runtime heaps; results from before this field replayed a stamp and zeros (~100:1).
     #[serde(default = "default_compression_ratio")]

@@ -74,7 +74,7 @@ pub fn tier_cgroup(tier: Tier) -> Cgroup {
 /// The unit files of the layout (name, text): the parent slice with the limit (`None`: no
 /// limit), the protected slice, and the low slice systemd-oomd watches.
 pub fn units(s: &Settings, parent_max: Option<u64>) -> Vec<(String, String)> {
-    let header = "# Written by memqos experiment (the systemd-oomd arm); removed when the arm ends.\n";
+    let header = "# Written by memqos-lab experiment (the systemd-oomd arm); removed when the arm ends.\n";
     let parent = match parent_max {
         Some(b) => format!("{header}[Slice]\nMemoryAccounting=yes\nMemoryMax={b}\n"),
         None => format!("{header}[Slice]\nMemoryAccounting=yes\n"),
@@ -95,7 +95,7 @@ pub fn units(s: &Settings, parent_max: Option<u64>) -> Vec<(String, String)> {
 /// systemd-oomd's drop-in: how long the pressure must stay above the limit.
 pub fn oomd_conf(s: &Settings) -> String {
     format!(
-        "# Written by memqos experiment (the systemd-oomd arm).\n[OOM]\nDefaultMemoryPressureDurationSec={}s\n",
+        "# Written by memqos-lab experiment (the systemd-oomd arm).\n[OOM]\nDefaultMemoryPressureDurationSec={}s\n",
         s.memory_pressure_duration_s
     )
 }

@@ -88,11 +88,10 @@ pub fn teardown(parent: &Cgroup) {
     let _ = parent.remove();
 }
 
-/// Starts `memqos workload phases` with `profile` in `cg`, stdout piped (its PhasesReport).
-/// Starts `memqos workload phases` (the binary at `memqos`: a test's own executable is not it)
-/// in `cg`.
-pub fn start(memqos: &Path, cg: &Cgroup, profile: &str) -> Result<Child> {
-    Command::new(memqos)
+/// Starts `memqos-lab workload phases` with `profile` in `cg` (the binary at `lab`: a test's
+/// own executable is not it), stdout piped (its PhasesReport).
+pub fn start(lab: &Path, cg: &Cgroup, profile: &str) -> Result<Child> {
+    Command::new(lab)
         .args(["workload", "phases", "--phases", profile, "--cgroup"])
         .arg(cg.path())
         .stdout(Stdio::piped())

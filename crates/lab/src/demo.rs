@@ -1,4 +1,4 @@
-//! `memqos demo`: boots each kernel series and shows, inside the guest, what memqos builds on.
+//! `memqos-lab demo`: boots each kernel series and shows, inside the guest, what memqos builds on.
 
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit};
@@ -7,7 +7,7 @@ use memqos_vmtest::self_run;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Host side: one guest per kernel series, each running `memqos demo --in-guest`.
+/// Host side: one guest per kernel series, each running `memqos-lab demo --in-guest`.
 pub fn run(kernel_list: &str, in_guest: bool, json: bool) -> Result<u8> {
     if in_guest {
         if json {
@@ -77,7 +77,7 @@ fn guest_demo() -> Result<()> {
     Ok(())
 }
 
-/// Runs `memqos workload alloc` in `cg`, printing memory.current every 2 s.
+/// Runs `memqos-lab workload alloc` in `cg`, printing memory.current every 2 s.
 fn alloc_and_watch(cg: &Cgroup, mb: u64) -> Result<(String, f64)> {
     let exe = std::env::current_exe()?;
     let start = Instant::now();

@@ -4,13 +4,13 @@
 //! - [`controller`]: the controller scenario (a protected task and two low-tier tasks under a
 //!   512 MiB parent, run alone, unmanaged and under memqos) the demo shows and
 //!   `crates/memqos/tests/controller.rs` asserts on;
-//! - [`demo`]: `memqos demo`, the guest-side tour and the controller scenario per kernel;
-//! - [`bench`]: `memqos bench stats` (memcg statistics backends), `memqos bench reaction`
-//!   (delay from reclaim to the first memory.high write, daemon CPU cost) and `memqos bench
-//!   run` (what `memqos run` adds to a call), `memqos bench churn` and `memqos bench faults`
+//! - [`demo`]: `memqos-lab demo`, the guest-side tour and the controller scenario per kernel;
+//! - [`bench`]: `memqos-lab bench stats` (memcg statistics backends), `memqos-lab bench reaction`
+//!   (delay from reclaim to the first memory.high write, daemon CPU cost) and `memqos-lab bench
+//!   run` (what `memqos run` adds to a call), `memqos-lab bench churn` and `memqos-lab bench faults`
 //!   (the fault campaign, docs/reliability.md);
 //! - [`dirty`]: the dirty-page noisy-neighbour reproducer;
-//! - [`workload`]: small deterministic memory workloads (`memqos workload`);
+//! - [`workload`]: small deterministic memory workloads (`memqos-lab workload`);
 //! - [`configs`]: the daemon configs all of these run with (`crates/lab/configs/`);
 //! - [`daemon_process`]: `memqos daemon` as a child process: start, wait until it runs, stop;
 //! - [`provenance`]: the commit, config digests, speed, kernel and host load every result

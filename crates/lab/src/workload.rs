@@ -1,5 +1,5 @@
-//! `memqos workload`: small, deterministic memory workloads for tests and demos.
-//! (The trace replayer, `memqos replay`, is the realistic workload.)
+//! `memqos-lab workload`: small, deterministic memory workloads for tests and demos.
+//! (The trace replayer, `memqos-lab replay`, is the realistic workload.)
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -110,7 +110,7 @@ fn parse_phases(spec: &str) -> Result<Vec<(u64, u64)>> {
         .collect()
 }
 
-/// What `memqos workload phases` prints when it is done (one JSON line).
+/// What `memqos-lab workload phases` prints when it is done (one JSON line).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhasesReport {
     /// Wall time from start to the end of the last phase.

@@ -1,5 +1,6 @@
 //! `memqos generate man|completions DIR`: man pages and shell completions from the CLI
-//! definition itself, so they never drift from `--help`. Used by `scripts/build-deb.sh`.
+//! definition itself, so they never drift from `--help`. Used by `scripts/build-deb.sh`
+//! (named after the binary that runs it).
 
 use anyhow::{Context, Result};
 use clap::{Args, Command, Subcommand, ValueEnum};
@@ -32,9 +33,10 @@ pub fn run(a: GenerateArgs, cli: Command) -> Result<u8> {
         }
         What::Completions { dir } => {
             create_dir(&dir)?;
+            let bin = cli.get_name().to_string();
             for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
                 let mut cli = cli.clone();
-                let path = clap_complete::generate_to(shell, &mut cli, "memqos", &dir).with_context(|| {
+                let path = clap_complete::generate_to(shell, &mut cli, &bin, &dir).with_context(|| {
                     format!(
                         "writing {} completions into {}",
                         shell.to_possible_value().unwrap().get_name(),

@@ -1,5 +1,5 @@
 //! CI's short versions of the agent-host measurements (issue 14): tool-call churn against the
-//! daemon (`memqos bench churn`, 20 s instead of 10 min) and the agent-host experiment's
+//! daemon (`memqos-lab bench churn`, 20 s instead of 10 min) and the agent-host experiment's
 //! smoke scenario (two sessions, one level, every arm), through the real commands in guests
 //! of each kernel of MEMQOS_TEST_KERNELS (default 6.12 and 7). They assert mechanisms, not
 //! timings: every tool-call cgroup got its tier's knobs, nothing failed or was left changed,
@@ -20,13 +20,13 @@ fn churn_twenty_seconds_per_kernel() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();
     let file = out.path().join("churn.json");
-    let status = Command::new(env!("CARGO_BIN_EXE_memqos"))
+    let status = Command::new(env!("CARGO_BIN_EXE_memqos-lab"))
         .current_dir(&repo)
         .args(["bench", "churn", "--rate", "50", "--duration", "20", "--kernel", &kernels(), "--out"])
         .arg(&file)
         .status()
-        .expect("run memqos bench churn");
-    assert!(status.success(), "memqos bench churn failed: {status}");
+        .expect("run memqos-lab bench churn");
+    assert!(status.success(), "memqos-lab bench churn failed: {status}");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     let results = doc["kernels"].as_array().expect("kernels");
     assert_eq!(results.len(), kernels().split(',').count(), "one result per kernel: {doc}");
@@ -53,14 +53,14 @@ fn churn_twenty_seconds_per_kernel() {
 fn agent_host_smoke_one_run_per_kernel() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_memqos"))
+    let status = Command::new(env!("CARGO_BIN_EXE_memqos-lab"))
         .current_dir(&repo)
         .args(["experiment", "agent-host", "--scenario", "experiments/agent-host/smoke.toml", "--runs", "1"])
         .args(["--no-plots", "--kernel", &kernels(), "--out"])
         .arg(out.path())
         .status()
-        .expect("run memqos experiment agent-host");
-    assert!(status.success(), "memqos experiment agent-host failed: {status}");
+        .expect("run memqos-lab experiment agent-host");
+    assert!(status.success(), "memqos-lab experiment agent-host failed: {status}");
     let dirs: Vec<_> = std::fs::read_dir(out.path().join("runs")).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(dirs.len(), kernels().split(',').count(), "one result directory per kernel");
     for dir in dirs {

@@ -139,10 +139,10 @@ guest_test!(run_preserves_status_signals_and_removes_the_call_cgroup, |g| g, {
 
 guest_test!(oom_killed_call_is_explained_on_stderr, |g| g, {
     let root = agents_root("agents-oom");
-    let bin = memqos_bin();
+    let (bin, lab) = (memqos_bin(), lab_bin());
 
     // The call's own limit.
-    let out = run(&root, &["--session", "s", "--max", "32M", "--json", "--", bin, "workload", "alloc", "--mb", "96"]);
+    let out = run(&root, &["--session", "s", "--max", "32M", "--json", "--", lab, "workload", "alloc", "--mb", "96"]);
     let err = text(&out.stderr);
     println!("own limit:\n{err}");
     assert_eq!(out.status.code(), Some(137), "{err}");
@@ -165,13 +165,13 @@ guest_test!(oom_killed_call_is_explained_on_stderr, |g| g, {
         .arg("run")
         .arg("--root")
         .arg(root.path())
-        .args(["--runtime", "--session", "t", "--", bin, "workload", "alloc", "--mb", "40", "--hold-ms", "300000"])
+        .args(["--runtime", "--session", "t", "--", lab, "workload", "alloc", "--mb", "40", "--hold-ms", "300000"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let rt = session.child("runtime");
     poll("the runtime to hold 40 MiB", Duration::from_secs(120), || rt.memory_current().unwrap_or(0) >= 40 * MIB);
-    let out = run(&root, &["--session", "t", "--json", "--", bin, "workload", "alloc", "--mb", "160"]);
+    let out = run(&root, &["--session", "t", "--json", "--", lab, "workload", "alloc", "--mb", "160"]);
     let err = text(&out.stderr);
     println!("session limit:\n{err}");
     assert_eq!(out.status.code(), Some(137), "{err}");

@@ -27,7 +27,7 @@ const MAX_PROTECTED_EXTRA_LATE_MS: u64 = 5000;
 const MAX_PROTECTED_STALL: f64 = 0.05;
 
 fn start(cg: &Cgroup, profile: &str) -> Child {
-    controller::start(Path::new(memqos_bin()), cg, profile).unwrap()
+    controller::start(Path::new(lab_bin()), cg, profile).unwrap()
 }
 
 /// The controller config written where the daemon reads it; `state_dir` is the config's.
@@ -71,7 +71,7 @@ fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
 // solo run is printed, not asserted: two sequential TCG runs on a shared host differ by more
 // than what that ratio would test.
 guest_test!(controller_prevents_oom_and_keeps_protected_task_on_schedule, |g| g.memory_mb(2048), {
-    let out = Command::new(memqos_bin()).args(["demo", "--in-guest", "--json"]).output().unwrap();
+    let out = Command::new(lab_bin()).args(["demo", "--in-guest", "--json"]).output().unwrap();
     assert!(out.status.success(), "scenario failed: {}", String::from_utf8_lossy(&out.stderr));
     let r: controller::Report = serde_json::from_slice(&out.stdout).expect("scenario JSON");
     let high = |run: &controller::Run| figures(run.task("high").expect("a high task"));

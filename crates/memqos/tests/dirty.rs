@@ -15,11 +15,11 @@ use std::process::Command;
 /// Runs one policy's iteration of the experiment in this guest; returns its report.
 fn run(policy: &str) -> serde_json::Value {
     let out = format!("/tmp/dirty-{policy}.json");
-    let st = Command::new(memqos_bin())
+    let st = Command::new(lab_bin())
         .args(["experiment", "dirty-noisy-neighbour", "--policy", policy, "--runs", "1"])
         .args(["--solo-secs", "6", "--fill-secs", "4", "--contended-secs", "12", "--in-guest", &out])
         .status()
-        .expect("run memqos experiment");
+        .expect("run memqos-lab experiment");
     assert!(st.success(), "experiment ({policy}) failed: {st}");
     serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).expect("experiment JSON")
 }

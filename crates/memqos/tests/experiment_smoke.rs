@@ -1,5 +1,5 @@
 //! CI's short version of the experiment suite: the OOM scenario, one run, on each kernel of
-//! MEMQOS_TEST_KERNELS (default 6.12 and 7), through the real `memqos experiment` command
+//! MEMQOS_TEST_KERNELS (default 6.12 and 7), through the real `memqos-lab experiment` command
 //! (guests, replays, the daemon). It asserts what must hold in every run, not timings: every
 //! arm produced a result, a static partition too small for the protected trace OOM-kills it
 //! (and the replay reports it), memqos let no task be OOM-killed and every low task finish,
@@ -17,13 +17,13 @@ fn oom_scenario_one_run_per_kernel() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();
     let kernels = std::env::var("MEMQOS_TEST_KERNELS").unwrap_or_else(|_| "6.12,7".into());
-    let status = Command::new(env!("CARGO_BIN_EXE_memqos"))
+    let status = Command::new(env!("CARGO_BIN_EXE_memqos-lab"))
         .current_dir(&repo)
         .args(["experiment", "oom", "oom-systemd", "--runs", "1", "--no-plots", "--kernel", &kernels, "--out"])
         .arg(out.path())
         .status()
-        .expect("run memqos experiment");
-    assert!(status.success(), "memqos experiment failed: {status}");
+        .expect("run memqos-lab experiment");
+    assert!(status.success(), "memqos-lab experiment failed: {status}");
 
     let kernel_dirs: Vec<_> = ["oom", "oom-systemd"]
         .iter()

@@ -73,7 +73,7 @@ guest_test!(oom_kill_is_reported_with_victim_tier_limits_and_counted, |g| g.memo
     println!("RESULT oom_kill event: {}", serde_json::to_string(&kill).unwrap());
     assert_eq!((kill.cgroup.as_str(), kill.tier.as_deref()), ("batch1", Some("batch")));
     assert_eq!(kill.pid, Some(victim_pid), "victim pid from /dev/kmsg");
-    assert_eq!(kill.command.as_deref(), Some("memqos"));
+    assert_eq!(kill.command.as_deref(), Some("memqos-lab"), "the workload's command");
     assert_eq!(kill.constraint.as_deref(), Some("CONSTRAINT_MEMCG"));
     assert_eq!(kill.oom_cgroup.as_deref(), Some("/oomq/batch1"));
     // The log line comes first; the count is matched now or, if the daemon read the log

@@ -75,7 +75,7 @@ fn start(stall_after_ms: i64, tag: &str) -> Setup {
         assert!(Instant::now() < deadline, "prot never reached 150 MiB");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let low = Command::new(memqos_bin())
+    let low = Command::new(lab_bin())
         .args(["workload", "phases", "--phases", &format!("{LOW_MB}:{LOW_RAMP_MS}"), "--cgroup"])
         .arg(low_cg.path())
         .stdout(Stdio::null())

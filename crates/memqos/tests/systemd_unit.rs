@@ -15,6 +15,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// The lab binary (the workloads; the package holds memqos alone).
+fn lab_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_memqos-lab")
+}
+
 /// Runs a command, prints it and its output (the transcript), returns stdout; panics on failure.
 fn sh(args: &[&str]) -> String {
     let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{}: {e}", args[0]));
@@ -56,7 +61,7 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     std::fs::write(conf, format!("{packaged}\n[metrics]\nlisten = \"127.0.0.1:9590\"\n")).unwrap();
 
     // A protected service for memqos to act on (system.slice is the `system` tier).
-    sh(&["systemd-run", "--unit=memqos-db", "/usr/bin/memqos", "workload", "phases", "--phases", "96:2000,96:900000"]);
+    sh(&["systemd-run", "--unit=memqos-db", lab_bin(), "workload", "phases", "--phases", "96:2000,96:900000"]);
     let db = Cgroup::new("/sys/fs/cgroup/system.slice/memqos-db.service");
     wait_for("memqos-db.service cgroup", Duration::from_secs(20), || db.path().exists());
 
@@ -170,7 +175,7 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     // (No `systemd-run --wait`: it needs the D-Bus system bus, which this guest lacks.)
     sh(&["systemd-run", "--slice=agents", "--unit=memqos-hog", "-p", "MemoryMax=64M", "-p", "MemorySwapMax=0"]
         .into_iter()
-        .chain(["/usr/bin/memqos", "workload", "alloc", "--mb", "200"])
+        .chain([lab_bin(), "workload", "alloc", "--mb", "200"])
         .collect::<Vec<_>>());
     let first_kill = || {
         journal_events().into_iter().find_map(|e| match e {
@@ -183,7 +188,7 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, |g| g.sys
     println!("RESULT oom_kill under systemd ({:.1} s after the hog started): {kill:?}", took.as_secs_f64());
     assert!(kill.cgroup == "agents.slice/memqos-hog.service" && kill.tier.as_deref() == Some("agents"), "{kill:?}");
     assert!(
-        kill.command.as_deref() == Some("memqos") && kill.constraint.as_deref() == Some("CONSTRAINT_MEMCG"),
+        kill.command.as_deref() == Some("memqos-lab") && kill.constraint.as_deref() == Some("CONSTRAINT_MEMCG"),
         "kmsg readable in the sandbox: {kill:?}"
     );
     // cgroup_root is the hierarchy's root here, which has no memory.events: the kernel log

@@ -1,4 +1,4 @@
-//! `memqos replay` without the memqos binary, for trying the replayer on its own:
+//! `memqos-lab replay` without the memqos binary, for trying the replayer on its own:
 //!
 //!     cargo run --release -p memqos-replay --example replay -- TRACE [--speed X]
 //!         [--baseline-mb N] [--cgroup PATH] [--json OUT|-] [--tool-calls FILE] [--quiet]

@@ -14,7 +14,7 @@
 //! - [`worker`]: the same loop in a child process, supervised, so an OOM kill is an outcome
 //!   rather than the end of the experiment;
 //! - [`report`]: records, outcome, percentiles, JSON and text;
-//! - [`run`]: one supervised replay from trace to report, as `memqos replay` runs it.
+//! - [`run`]: one supervised replay from trace to report, as `memqos-lab replay` runs it.
 //!
 //! ```no_run
 //! use memqos_replay::{prepare, report::Report, worker, EngineOptions, ScheduleOptions, ToolCallsSource};

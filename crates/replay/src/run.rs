@@ -1,4 +1,4 @@
-//! One supervised replay from start to report, as `memqos replay` does it: load, schedule,
+//! One supervised replay from start to report, as `memqos-lab replay` does it: load, schedule,
 //! start the worker, print progress, write the JSON, print the summary.
 
 use crate::report::{Progress, Report};

@@ -8,7 +8,7 @@
 //! candidate there and the supervisor survives whatever happens in it.
 //!
 //! The worker is any program that calls [`worker_main`] (memqos re-executes itself as
-//! `memqos replay --worker`). Protocol:
+//! `memqos-lab replay --worker`). Protocol:
 //! - stdin: one JSON [`WorkerConfig`], then EOF;
 //! - fd 3 (named by the `MEMQOS_REPLAY_RECORD_FD` variable): JSON lines, one [`Message`]
 //!   each, written as they happen (a killed worker leaves at most a partial last line,
@@ -65,7 +65,7 @@ pub enum Message {
 /// code for the caller to exit with.
 pub fn worker_main() -> u8 {
     let Some(fd) = std::env::var(RECORD_FD_ENV).ok().and_then(|v| v.parse::<i32>().ok()) else {
-        eprintln!("memqos replay worker: {RECORD_FD_ENV} is not set; the worker is started by `memqos replay`");
+        eprintln!("memqos-lab replay worker: {RECORD_FD_ENV} is not set; the worker is started by `memqos-lab replay`");
         return 2;
     };
     // SAFETY: the supervisor placed the write end of its pipe at this fd for us alone, and
@@ -78,7 +78,7 @@ pub fn worker_main() -> u8 {
         out.write_all(&line)
     };
     let fail = |send: &mut dyn FnMut(&Message) -> io::Result<()>, message: String| {
-        eprintln!("memqos replay worker: {message}");
+        eprintln!("memqos-lab replay worker: {message}");
         let _ = send(&Message::Error { message });
         1
     };

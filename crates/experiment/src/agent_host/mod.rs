@@ -24,7 +24,7 @@ use scenario::HostScenario;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// What `memqos experiment agent-host` was asked to do.
+/// What `memqos-lab experiment agent-host` was asked to do.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub scenario: PathBuf,
@@ -70,7 +70,7 @@ pub fn run(args: &Options) -> Result<u8> {
             }
             next.sort_unstable();
             next.dedup();
-            eprintln!("memqos experiment agent-host --refine: {p} at {next:?}");
+            eprintln!("memqos-lab experiment agent-host --refine: {p} at {next:?}");
             scenario.arm_levels.insert(p, next);
         }
     }
@@ -79,7 +79,7 @@ pub fn run(args: &Options) -> Result<u8> {
         let est = estimate_secs(&scenario, &plans, args.runs);
         let kernels = self_run::kernels(&args.kernel)?;
         eprintln!(
-            "memqos experiment agent-host: {} kernel(s) x {} run(s) x {} arm levels; estimated {:.0} min of guest time",
+            "memqos-lab experiment agent-host: {} kernel(s) x {} run(s) x {} arm levels; estimated {:.0} min of guest time",
             kernels.len(),
             args.runs,
             scenario.policies.iter().map(|&p| scenario.levels_of(p).len()).sum::<usize>(),
@@ -88,7 +88,7 @@ pub fn run(args: &Options) -> Result<u8> {
         let mut failed = Vec::new();
         for kernel in &kernels {
             if let Err(e) = run_in_guest(args, &scenario, kernel, &traces, est) {
-                eprintln!("memqos experiment agent-host: {} failed: {e:#}", kernel.release());
+                eprintln!("memqos-lab experiment agent-host: {} failed: {e:#}", kernel.release());
                 failed.push(kernel.release());
             }
         }

@@ -3,8 +3,8 @@
 //! rotates from run to run.
 //!
 //! A host is the parent cgroup (memory.max = the budget) with one session cgroup per agent.
-//! Each session's runtime runs as `memqos run --runtime --session sK -- memqos replay <its
-//! part of the trace>`, and each tool call as `memqos run --session sK -- memqos replay <the
+//! Each session's runtime runs as `memqos run --runtime --session sK -- memqos-lab replay <its
+//! part of the trace>`, and each tool call as `memqos run --session sK -- memqos-lab replay <the
 //! call's part>`: the layout of docs/agent-hosts.md, made by the same command an agent host
 //! uses, in every arm. Arms differ only in the memory knobs: none, a memory.max per session
 //! at its peak, or the daemon with the documented session config. cpu.weight is the same in
@@ -185,7 +185,7 @@ pub fn plans(s: &HostScenario, traces_dir: &Path) -> Result<Vec<SessionPlan>> {
 
 /// A static-peak session's memory.max: its peak plus 10%, where its peak is the larger of the
 /// trace's (with the replay's baseline) and what the same session took alone in this run
-/// (`measured`: the replay's own processes, one `memqos run` and `memqos replay` per call,
+/// (`measured`: the replay's own processes, one `memqos run` and `memqos-lab replay` per call,
 /// add to the trace). An operator sizing sandboxes by their peaks sees the measured one.
 pub fn static_limit(plan: &SessionPlan, baseline_mb: u64, measured: Option<u64>) -> u64 {
     let peak = (plan.peak_bytes + (baseline_mb << 20)).max(measured.unwrap_or(0));
@@ -459,7 +459,7 @@ type Drive = (f64, Vec<SessionResult>, Vec<(f64, u64)>);
 
 /// A session runtime's clock (trace seconds, pauses excluded) as the runner keeps it. It
 /// starts when the replay's worker appears in the runtime's cgroup (its second process after
-/// `memqos replay` itself), not at the spawn: `memqos run` and two execs of memqos take a few
+/// `memqos-lab replay` itself), not at the spawn: `memqos run` and two execs of memqos take a few
 /// hundred ms under TCG, several seconds of trace at 25x, and calls would start that early in
 /// the runtime's trace. What is left is the worker's own start (reading its schedule).
 struct RuntimeClock {
@@ -669,7 +669,7 @@ fn drive(
     Ok((started_epoch, results, parent_current))
 }
 
-/// The file whose presence pauses a session's runtime replay (`memqos replay --pause-file`).
+/// The file whose presence pauses a session's runtime replay (`memqos-lab replay --pause-file`).
 fn pause_file(dir: &Path) -> PathBuf {
     dir.join("runtime.pause")
 }
@@ -730,7 +730,7 @@ fn write_weight(cg: &Cgroup, weight: Option<u32>) -> bool {
     }
 }
 
-/// `memqos run [--runtime] --session sK -- memqos replay <dir>/<schedule>.json`, its report
+/// `memqos run [--runtime] --session sK -- memqos-lab replay <dir>/<schedule>.json`, its report
 /// and stderr named after `label`.
 fn spawn(
     opts: &HostRunnerOptions,
@@ -775,7 +775,7 @@ fn collect(r: Running, status: Option<i32>, exe: &Path, keep_latencies: bool) ->
     // The account names the command, whose path is this build's: keep results free of it.
     let explanation = (oom_kills > 0).then(|| {
         let text: Vec<&str> = stderr.lines().filter(|l| l.starts_with("memqos:")).collect();
-        text.join("\n").replace(&exe.display().to_string(), "memqos")
+        text.join("\n").replace(&exe.display().to_string(), "memqos-lab")
     });
     let (outcome, schedule_s, completion_s, latencies_ms, latency) = match report {
         Some(rep) => (

@@ -162,7 +162,7 @@ fn merge(calls: &[ToolCall]) -> Vec<Merged> {
     out
 }
 
-/// A derived schedule as a `resources.json` that `memqos replay` reads: the points' times
+/// A derived schedule as a `resources.json` that `memqos-lab replay` reads: the points' times
 /// become epochs after `epoch0`, their sizes `"<bytes>B / <limit>B"` (a limit of 0 with 0
 /// used would read as "no container").
 pub fn resources_json(points: &[Point], epoch0: f64) -> String {

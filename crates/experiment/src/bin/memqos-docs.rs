@@ -1,5 +1,5 @@
 //! `memqos-docs [--check]`: rebuilds docs/experiments/summary.json and report.md from the
-//! committed runs (the report step of `memqos experiment --report-only`, plots left as they
+//! committed runs (the report step of `memqos-lab experiment --report-only`, plots left as they
 //! are), then every generated table in the docs from them. `--check` rebuilds nothing and
 //! exits 1 if the committed summary.json is not what the committed runs give, or a doc's
 //! tables differ from what the summary gives. Run from the checkout's root; `scripts/docs.sh`

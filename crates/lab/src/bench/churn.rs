@@ -1,4 +1,4 @@
-//! `memqos bench churn`: the daemon under tool-call cgroup churn, in a real-kernel guest.
+//! `memqos-lab bench churn`: the daemon under tool-call cgroup churn, in a real-kernel guest.
 //!
 //! Layout (crates/lab/configs/churn.toml): `churn/s0..s9`, each with a protected `runtime`
 //! holding a process, and tool-call cgroups `sN/tool.K` made at `--rate` per second, each

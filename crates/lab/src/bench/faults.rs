@@ -1,4 +1,4 @@
-//! `memqos bench faults`: the fault campaign of issue 28 in real-kernel guests, one row per
+//! `memqos-lab bench faults`: the fault campaign of issue 28 in real-kernel guests, one row per
 //! fault and kernel in docs/reliability.json, rendered to docs/reliability.md.
 //!
 //! Scenarios (each in the guest, `guest.rs`; the daemon runs crates/lab/configs/faults.toml):
@@ -18,7 +18,7 @@
 //!   again soon after space (or write access) returns.
 //! - `descriptors`: 10,000 cgroups, the daemon at an open-file limit of 1,024 it cannot raise.
 //!
-//! The soak is `memqos bench churn --duration 3600` (docs/agent/churn.json): its row is
+//! The soak is `memqos-lab bench churn --duration 3600` (docs/agent/churn.json): its row is
 //! rendered here when that file is present.
 
 mod guest;
@@ -342,7 +342,7 @@ pub fn run(a: FaultsArgs) -> Result<u8> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let doc = Doc {
-        benchmark: "memqos bench faults".into(),
+        benchmark: "memqos-lab bench faults".into(),
         host_note: "TCG guests (no KVM) on a shared 2-core host: times include emulation overhead and host noise"
             .into(),
         kernels: super::keep_earlier_kernels(&a.out, fresh),
@@ -552,7 +552,7 @@ pub fn render(doc: &Doc, soak: Option<&Soak>) -> String {
     let _ = writeln!(s, "# Reliability: the fault campaign\n");
     let _ = writeln!(
         s,
-        "Generated: `memqos bench faults --kernel all` runs the campaign in guests and rewrites `docs/reliability.json` and this file; `memqos bench faults --render-only` rebuilds this file from `docs/reliability.json` and `docs/agent/churn.json` (the soak). Do not edit it by hand.\n"
+        "Generated: `memqos-lab bench faults --kernel all` runs the campaign in guests and rewrites `docs/reliability.json` and this file; `memqos-lab bench faults --render-only` rebuilds this file from `docs/reliability.json` and `docs/agent/churn.json` (the soak). Do not edit it by hand.\n"
     );
     let _ = writeln!(s, "{}; each kernel's build, host load and guest time are in its `provenance`.\n", doc.host_note);
     let _ = writeln!(s, "| fault | kernel | build | runs | knobs lost | knobs restored into the wrong cgroup | daemon exits | longest time without protection (ms) | notes |");
@@ -631,7 +631,7 @@ All scenarios run the release binary in a TCG guest of the kernel named, with
   daemon started with RLIMIT_NOFILE 1,024:1,024, so it cannot raise it (as in a container
   without CAP_SYS_RESOURCE); it must run its whole `--duration`, write status.json and cap the
   low cgroups; after it stops every low cgroup's memory.high must be back.
-- **soak**: `memqos bench churn` (docs/agent-hosts.md); the target asks for one hour.
+- **soak**: `memqos-lab bench churn` (docs/agent-hosts.md); the target asks for one hour.
 "#;
 
 /// Each issue-28 target with its verdict, computed from the rows.
@@ -808,7 +808,7 @@ mod tests {
             .collect();
         assert_eq!(table.len(), 3, "{md}");
         assert!(table[0].starts_with("| SIGKILL under churn | 7.2.13 | - | 3 | 1 | 0 | 0 | 2500 |"), "{}", table[0]);
-        assert!(md.contains("memqos bench faults --render-only"));
+        assert!(md.contains("memqos-lab bench faults --render-only"));
         assert!(md.contains("descriptors: a | b"), "errors listed");
     }
 
@@ -823,7 +823,7 @@ mod tests {
         let md = std::fs::read_to_string(root.join("docs/reliability.md")).expect("docs/reliability.md");
         assert!(
             md == render(&doc, soak.as_ref()),
-            "docs/reliability.md is not what its data renders: run `memqos bench faults --render-only`"
+            "docs/reliability.md is not what its data renders: run `memqos-lab bench faults --render-only`"
         );
     }
 

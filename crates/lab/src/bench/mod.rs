@@ -1,4 +1,4 @@
-//! `memqos bench`: figures with medians and spread, never pass/fail.
+//! `memqos-lab bench`: figures with medians and spread, never pass/fail.
 
 pub mod churn;
 pub mod faults;

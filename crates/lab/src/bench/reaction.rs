@@ -1,4 +1,4 @@
-//! `memqos bench reaction`: how fast the daemon throttles a lower tier once a protected
+//! `memqos-lab bench reaction`: how fast the daemon throttles a lower tier once a protected
 //! cgroup starts reclaiming, for each signal source alone (BPF, PSI, memory.events).
 //!
 //! Scenario (inside a guest, no swap, a scratch ext4 disk): parent `bench` with

@@ -1,4 +1,4 @@
-//! `memqos bench run`: what `memqos run` adds to a tool call, in real-kernel guests.
+//! `memqos-lab bench run`: what `memqos run` adds to a tool call, in real-kernel guests.
 //!
 //! Each iteration starts, in a random-free fixed rotation so drift hits every arm alike:
 //! - `plain`: `/bin/true` spawned and waited for (the baseline: a plain exec);
@@ -125,11 +125,15 @@ fn in_guest(calls: usize) -> Result<KernelResult> {
     let root = Cgroup::new(ROOT);
     root.create()?;
     root.enable_controllers(&["memory"])?;
-    let exe = std::env::current_exe()?;
-    // Built beside memqos by a workspace build (`cargo build --release`).
-    let lean = exe.with_file_name("memqos-run");
-    if !lean.is_file() {
-        bail!("{} is missing: build it with `cargo build --release -p memqos-agent`", lean.display());
+    // The packaged binaries, built beside memqos-lab by a workspace build (`cargo build
+    // --release`): what a host runs is what is timed, not the larger lab binary.
+    let lab = std::env::current_exe()?;
+    let exe = lab.with_file_name("memqos");
+    let lean = lab.with_file_name("memqos-run");
+    for (bin, package) in [(&exe, "memqos"), (&lean, "memqos-agent")] {
+        if !bin.is_file() {
+            bail!("{} is missing: build it with `cargo build --release -p {package}`", bin.display());
+        }
     }
     let spawn = |arm: &str| -> Result<f64> {
         let mut cmd = match arm {

@@ -1,4 +1,4 @@
-//! `memqos bench stats`: the experiment of the memcg BPF kfuncs and memcg stat kfuncs threads
+//! `memqos-lab bench stats`: the experiment of the memcg BPF kfuncs and memcg stat kfuncs threads
 //! (docs/references.md) side by side in one run.
 //!
 //! - control: C, compiled here with `cc -O2`: open memory.stat once, then per iteration

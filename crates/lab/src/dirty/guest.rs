@@ -351,7 +351,7 @@ fn log(msg: &str) {
 /// Runs every iteration in this (guest) kernel.
 pub fn run(settings: &Settings, policy: Policy, save: impl Fn(&GuestReport) -> Result<()>) -> Result<GuestReport> {
     if !Path::new(SCRATCH).join("lost+found").exists() {
-        bail!("{SCRATCH} is not the ext4 scratch disk (run inside `memqos vm run --scratch 256:262144` or via `memqos experiment`)");
+        bail!("{SCRATCH} is not the ext4 scratch disk (run inside `memqos-lab vm run --scratch 256:262144` or via `memqos-lab experiment`)");
     }
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim().to_owned();
     if settings.fs == Fs::Xfs {

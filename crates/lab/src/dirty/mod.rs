@@ -1,4 +1,4 @@
-//! `memqos experiment dirty-noisy-neighbour`: the dirty-page noisy-neighbour reproducer
+//! `memqos-lab experiment dirty-noisy-neighbour`: the dirty-page noisy-neighbour reproducer
 //! (the dirty_ratio / dirty_min RFC, docs/references.md; issue 7) run in real-kernel guests, stock and
 //! with memqos's per-tier `dirty.max` / `dirty.min`, side by side. See docs/dirty-isolation.md.
 
@@ -176,7 +176,7 @@ impl ExperimentArgs {
     }
 }
 
-/// The CLI entry: `memqos experiment dirty-noisy-neighbour ...`.
+/// The CLI entry: `memqos-lab experiment dirty-noisy-neighbour ...`.
 pub fn run_cli(args: ExperimentArgs) -> Result<u8> {
     if let Some(out) = &args.in_guest {
         let policy = match args.policy {

@@ -7,8 +7,14 @@ use std::time::{Duration, Instant};
 
 pub use memqos_policy::size::MIB;
 
+/// The packaged binary: the daemon and the user commands.
 pub fn memqos_bin() -> &'static str {
     env!("CARGO_BIN_EXE_memqos")
+}
+
+/// The lab binary: the workloads, the demo, benchmarks and experiments.
+pub fn lab_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_memqos-lab")
 }
 
 /// A cgroup created for one test, with the memory controller enabled for its children.
@@ -26,15 +32,15 @@ pub fn set(cg: &Cgroup, file: &'static str, bytes: u64) {
     cg.set_limit(file, Limit::Bytes(bytes)).unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// Starts `memqos workload ...` as a child that joins `cg` itself before allocating.
+/// Starts `memqos-lab workload ...` as a child that joins `cg` itself before allocating.
 pub fn spawn_workload(cg: &Cgroup, kind: &str, args: &[&str]) -> Child {
-    Command::new(memqos_bin())
+    Command::new(lab_bin())
         .args(["workload", kind, "--cgroup"])
         .arg(cg.path())
         .args(args)
         .stdout(Stdio::piped())
         .spawn()
-        .expect("spawn memqos workload")
+        .expect("spawn memqos-lab workload")
 }
 
 pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {

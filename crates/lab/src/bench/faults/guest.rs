@@ -439,7 +439,7 @@ fn await_restore(state: &Path) -> Result<Duration, String> {
     let t0 = Instant::now();
     let mut last = String::new();
     while t0.elapsed() < RESTORE_PATIENCE {
-        if let Ok(lock) = StateLock::try_acquire(state, "memqos bench faults") {
+        if let Ok(lock) = StateLock::try_acquire(state, "memqos-lab bench faults") {
             let empty = match Journal::open(state, root_path().as_path()) {
                 Ok(j) => j.is_empty(),
                 Err(e) => {

@@ -1,4 +1,4 @@
-//! `memqos experiment`: the arguments; the work is `memqos_experiment::host` (scenario files)
+//! `memqos-lab experiment`: the arguments; the work is `memqos_experiment::host` (scenario files)
 //! and `memqos_lab::dirty` (the dirty-page experiment).
 
 use anyhow::Result;
@@ -10,13 +10,13 @@ use std::path::PathBuf;
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 #[command(after_help = "\
 SCENARIO is a file name under --dir without .toml (oom, contention, isolation, overhead,
-sweep), a path to a scenario file, or \"all\"; `memqos experiment dirty-noisy-neighbour
---help` is the dirty-page experiment, `memqos experiment agent-host --help` the agent-host one. Each scenario is one guest per kernel; the
+sweep), a path to a scenario file, or \"all\"; `memqos-lab experiment dirty-noisy-neighbour
+--help` is the dirty-page experiment, `memqos-lab experiment agent-host --help` the agent-host one. Each scenario is one guest per kernel; the
 guest runs --runs runs, each run every arm (each trace alone, then each policy) in a rotated
 order. Results accumulate under OUT/runs; OUT/summary.json, OUT/report.md and the plots are
 rebuilt from everything there at the end (or alone with --report-only).
 
-Example: memqos experiment oom --runs 5 --kernel all")]
+Example: memqos-lab experiment oom --runs 5 --kernel all")]
 pub struct ExperimentArgs {
     #[command(subcommand)]
     special: Option<SpecialExperiment>,
@@ -84,7 +84,7 @@ baselines), then every level of the scenario with every arm in a rotated order. 
 accumulate under OUT/runs/<kernel>; OUT/summary.json, OUT/report.md and the plots are rebuilt
 from everything there at the end (or alone with --report-only).
 
-Example: memqos experiment agent-host --runs 5 --kernel 7")]
+Example: memqos-lab experiment agent-host --runs 5 --kernel 7")]
 pub struct AgentHostArgs {
     /// The scenario file.
     #[arg(long, default_value = "experiments/agent-host/scenario.toml")]

@@ -1,4 +1,4 @@
-//! `memqos replay`: an agent's memory trace (resources.json) replayed as a real workload.
+//! `memqos-lab replay`: an agent's memory trace (resources.json) replayed as a real workload.
 //! The engine is the memqos-replay crate; this is its command line.
 
 use anyhow::{anyhow, Context, Result};
@@ -27,7 +27,7 @@ pub struct ReplayArgs {
     /// before the replay's clock starts. The seed experiment used 100.
     #[arg(long, value_name = "MIB", default_value_t = 0)]
     baseline_mb: u64,
-    /// Run the workload in this cgroup v2 directory (memqos replay itself stays where it is).
+    /// Run the workload in this cgroup v2 directory (memqos-lab replay itself stays where it is).
     #[arg(long)]
     cgroup: Option<PathBuf>,
     /// Write the JSON report here; "-" is stdout.
@@ -52,7 +52,7 @@ pub struct ReplayArgs {
     /// No plan, progress or summary on stderr.
     #[arg(long, short)]
     quiet: bool,
-    /// Run as the workload process (started by `memqos replay` itself).
+    /// Run as the workload process (started by `memqos-lab replay` itself).
     #[arg(long, hide = true)]
     worker: bool,
 }
@@ -79,7 +79,7 @@ pub fn run(args: ReplayArgs) -> Result<u8> {
         json: args.json.map(JsonOut::from_arg),
         quiet: args.quiet,
     };
-    // The worker is this binary again, as `memqos replay --worker`.
+    // The worker is this binary again, as `memqos-lab replay --worker`.
     let mut worker_cmd = Command::new(std::env::current_exe().context("locating the memqos binary")?);
     worker_cmd.args(["replay", "--worker"]);
     let report = run_supervised(&req, worker_cmd)?;

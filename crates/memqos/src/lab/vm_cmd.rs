@@ -1,4 +1,4 @@
-//! `memqos vm`: the real-kernel harness from the command line.
+//! `memqos-lab vm`: the real-kernel harness from the command line.
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -90,7 +90,7 @@ fn run_command(args: RunArgs) -> Result<u8> {
         }
         let run = guest.run(&args.command)?;
         eprintln!(
-            "memqos vm: kernel {} ({:?}): exit {}, boot {:.1} s, total {:.1} s, results in {}",
+            "memqos-lab vm: kernel {} ({:?}): exit {}, boot {:.1} s, total {:.1} s, results in {}",
             kernel.release(),
             run.accel,
             run.exit_code,
