@@ -323,7 +323,7 @@ fn spec(name: &str) -> Option<Spec> {
             cols: &[Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
         },
         "realtime" => Spec {
-            scenarios: &["oom-realtime", "oom-systemd-realtime", "sweep-tight-realtime"],
+            scenarios: &["oom-realtime", "sweep-tight-dask-realtime", "oom-systemd-realtime", "sweep-tight-realtime"],
             kernel: None,
             arms: &[
                 "none",
@@ -1178,6 +1178,7 @@ pub fn render(name: &str, src: &Sources) -> Result<String> {
         "agent-density" => render_agent_density(&src.root)?,
         "kill-tests" => render_kill_tests(src),
         "realtime-ranking" => render_ranking(src, "oom", "oom-realtime"),
+        "realtime-ranking-tight" => render_ranking(src, "sweep-tight", "sweep-tight-dask-realtime"),
         "run-overhead" => render_run_overhead(&src.root)?,
         "margins" => render_margins(src),
         "targets" => render_targets(src, false),
