@@ -26,6 +26,7 @@ use crate::{
 use anyhow::{bail, Result};
 use memqos_cgroupfs::Cgroup;
 use memqos_policy::{CgroupId, Config, Decision, Engine, Observation};
+use memqos_schema::KnobFile;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -293,9 +294,8 @@ impl<'r> Daemon<'r> {
                 c.signals.push(w.event);
             }
         }
-        let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
         let decisions = self.engine.tick_fast(&obs);
-        let batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
+        let batch: Vec<Request> = decisions.iter().map(request).collect();
         let (decided_at, writes) = (Instant::now(), batch.len());
         let wrote = self.act.apply(batch)?;
         // Logged after the writes: the log costs time on the reaction path.
@@ -431,13 +431,12 @@ impl<'r> Daemon<'r> {
                 obs.cgroups[i].signals.push(w.event);
             }
         }
-        let ids: HashMap<String, u64> = obs.cgroups.iter().map(|c| (c.id.clone(), c.cgroup_id)).collect();
         let mut decisions = self.engine.tick_periodic(&obs);
         if let Some(d) = self.dirty.as_mut() {
             decisions = d.adjust(cfg, self.root, &obs, decisions);
             notes.append(&mut d.notes);
         }
-        let mut batch: Vec<Request> = decisions.iter().filter_map(|d| request(d, &ids)).collect();
+        let mut batch: Vec<Request> = decisions.iter().map(request).collect();
         if let Some(w) = self.cpu_weights.as_mut() {
             batch.extend(w.plan(cfg, &obs, act));
             notes.append(&mut w.notes);
@@ -636,21 +635,18 @@ impl<'r> Daemon<'r> {
 fn note_takeovers(act: &mut Actuator, obs: &mut Observation, seen: &mut [observe::Seen]) -> Vec<String> {
     let mut notes = Vec::new();
     for c in obs.cgroups.iter_mut() {
-        for (file, found) in
-            [("memory.high", c.current.high), ("memory.low", c.current.low), ("memory.min", c.current.min)]
-        {
-            let Some((wrote, original)) = act.taken_over(c.cgroup_id, file, found) else { continue };
-            match file {
-                "memory.high" => c.original.high = found,
-                "memory.low" => c.original.low = found,
-                _ => c.original.min = found,
-            }
+        // Every watched knob (one list: `KnobFile::watched`), read and set through `Knobs`.
+        for file in KnobFile::ALL.into_iter().filter(|k| k.watched()) {
+            let Some(found) = c.current.limit(file) else { continue };
+            let Some((wrote, original)) = act.taken_over(c.cgroup_id, file.name(), found) else { continue };
+            c.original.set(file, &found.to_string());
             if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.cgroup_id) {
                 s.original = c.original;
             }
             notes.push(format!(
-                "{}/{file} is {found} now, set by someone else after memqos wrote {wrote}: that value stays; memqos forgets the original it had ({original}) and leaves the knob alone",
-                memqos_cgroupfs::name::display(&c.id)
+                "{}/{} is {found} now, set by someone else after memqos wrote {wrote}: that value stays; memqos forgets the original it had ({original}) and leaves the knob alone",
+                memqos_cgroupfs::name::display(&c.id),
+                file.name()
             ));
         }
     }
@@ -763,17 +759,17 @@ fn reload_config(
     Ok(new_exporter)
 }
 
-/// An engine decision as an actuator request (None for a cgroup no longer observed).
-fn request(d: &Decision, ids: &HashMap<String, u64>) -> Option<Request> {
-    let id = *ids.get(&d.cgroup)?;
+/// A decision as an actuator request: the decision names its cgroup by id, the path is where
+/// the write goes.
+fn request(d: &Decision) -> Request {
     let mut r = Request::new(
-        Target::Cgroup { path: d.cgroup.clone(), id },
+        Target::Cgroup { path: d.cgroup.clone(), id: d.id.0 },
         d.action.file(),
         d.action.value(),
         d.reason.to_string(),
     );
     r.reason = Some(d.reason.clone());
-    Some(r)
+    r
 }
 
 const STATUS_EVERY: Duration = Duration::from_secs(1);

@@ -362,6 +362,7 @@ mod tests {
         let mut c = Counters::default();
         let d = Decision {
             cgroup: "b".into(),
+            id: memqos_policy::CgroupId(7),
             action: Action::High(Limit::Bytes(64 << 20)),
             reason: Reason::Release { calm_for_ms: 5000 },
         };
@@ -371,6 +372,7 @@ mod tests {
         c.record_tick(Duration::from_secs(2));
         let stall = Decision {
             cgroup: "b".into(),
+            id: memqos_policy::CgroupId(7),
             action: Action::High(Limit::Bytes(96 << 20)),
             reason: Reason::StallBound {
                 stalled_for_ms: 31000,

@@ -4,18 +4,27 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::obs::CgroupObs;
 use crate::size::Limit;
+use memqos_schema::CgroupId;
 
 /// The engine's vocabulary on the wire lives in `memqos_schema`, which the daemon's readers share.
 pub use memqos_schema::knob::Knob;
 pub use memqos_schema::reason::{Reason, Trigger};
 
 /// One knob write for one cgroup. The daemon applies a tick's decisions in order (thaws come
-/// first, kills last) and logs each as a JSON line.
+/// first, kills last) and logs each as a JSON line. On the wire a decision names its cgroup by
+/// path only; one read back (a replay, a test: no kernel) gets the id
+/// [`CgroupObs::named`] makes up for that path.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "WireDecision")]
 pub struct Decision {
-    /// Path relative to `cgroup_root`.
+    /// Path relative to `cgroup_root`: what reasons and logs name, and where the write goes.
     pub cgroup: String,
+    /// Which cgroup, as the kernel knows it: the actuator's key (a cgroup re-created under
+    /// the same path is another one, and a decision for the old one must not reach it).
+    #[serde(skip_serializing)]
+    pub id: CgroupId,
     /// Which knob, and the value to write.
     pub action: Action,
     /// Why.
@@ -23,9 +32,28 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A decision for observed cgroup `c`: its path and its id.
+    pub fn for_cgroup(c: &CgroupObs, action: Action, reason: Reason) -> Decision {
+        Decision { cgroup: c.id.clone(), id: c.cgroup(), action, reason }
+    }
+
     /// The knob this decision writes.
     pub fn knob(&self) -> Knob {
         self.action.knob()
+    }
+}
+
+/// A decision as written: without its id.
+#[derive(Deserialize)]
+struct WireDecision {
+    cgroup: String,
+    action: Action,
+    reason: Reason,
+}
+
+impl From<WireDecision> for Decision {
+    fn from(w: WireDecision) -> Decision {
+        Decision { id: CgroupObs::made_up_id(&w.cgroup), cgroup: w.cgroup, action: w.action, reason: w.reason }
     }
 }
 

@@ -24,8 +24,9 @@
 
 use crate::config::{Config, TierIndex};
 use crate::decision::{Action, Decision, Reason};
-use crate::obs::Observation;
+use crate::obs::{CgroupObs, Observation};
 use crate::size::{Limit, PAGE};
+use memqos_schema::CgroupId;
 use std::collections::{HashMap, HashSet};
 
 /// The host's dirty thresholds (/proc/vmstat), in pages.
@@ -166,10 +167,11 @@ fn round_up(b: u64) -> u64 {
 }
 
 /// The dirty ceilings as the engine's memory.high actions: per capped cgroup, the engine's
-/// last memory.high (so that a tick where the engine says nothing keeps its wish).
+/// last memory.high (so that a tick where the engine says nothing keeps its wish), by cgroup
+/// id: a cgroup re-created under the same path starts from its own original.
 #[derive(Debug, Default)]
 pub struct Ceilings {
-    engine_high: HashMap<String, Limit>,
+    engine_high: HashMap<CgroupId, Limit>,
 }
 
 /// A change smaller than this is not written (the target moves with non-file usage).
@@ -190,22 +192,23 @@ impl Ceilings {
         mut decisions: Vec<Decision>,
     ) -> (Vec<Decision>, Vec<String>) {
         let p = plan(cfg, host, observed);
-        let capped: HashSet<&str> = p.caps.iter().map(|c| c.id.as_str()).collect();
-        self.engine_high.retain(|id, _| capped.contains(id.as_str()));
-        for cap in &p.caps {
-            let Some(c) = obs.cgroups.iter().find(|c| c.id == cap.id) else {
-                continue;
-            };
-            let engine_decision =
-                decisions.iter().position(|d| d.cgroup == cap.id && matches!(d.action, Action::High(_)));
+        // Caps name cgroups by path (the plan's inputs are read by path): each is matched
+        // to its observation once, and everything after works by id.
+        let capped: Vec<(&Cap, &CgroupObs)> =
+            p.caps.iter().filter_map(|cap| obs.cgroups.iter().find(|c| c.id == cap.id).map(|c| (cap, c))).collect();
+        let capped_ids: HashSet<CgroupId> = capped.iter().map(|(_, c)| c.cgroup()).collect();
+        self.engine_high.retain(|id, _| capped_ids.contains(id));
+        for (cap, c) in capped {
+            let id = c.cgroup();
+            let engine_decision = decisions.iter().position(|d| d.id == id && matches!(d.action, Action::High(_)));
             let engine_reason = engine_decision.map(|i| {
                 let d = decisions.remove(i);
                 if let Action::High(l) = d.action {
-                    self.engine_high.insert(cap.id.clone(), l);
+                    self.engine_high.insert(id, l);
                 }
                 d.reason
             });
-            let engine = *self.engine_high.entry(cap.id.clone()).or_insert(c.original.high);
+            let engine = *self.engine_high.entry(id).or_insert(c.original.high);
             let (target, reason) = match (cap.high, engine) {
                 (Some(h), Limit::Bytes(e)) if e <= h => (Limit::Bytes(e), engine_reason.unwrap_or(Reason::Restore)),
                 (Some(h), _) => (
@@ -220,7 +223,7 @@ impl Ceilings {
                 (None, e) => (e, engine_reason.unwrap_or(Reason::Restore)),
             };
             if differs(c.current.high, target) {
-                decisions.push(Decision { cgroup: cap.id.clone(), action: Action::High(target), reason });
+                decisions.push(Decision::for_cgroup(c, Action::High(target), reason));
             }
         }
         (decisions, p.warnings)

@@ -506,7 +506,7 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut States) -> Vec<Decision> {
             (Action::Freeze(false), _) => s.frozen_by = None,
             _ => {}
         }
-        out.push(Decision { cgroup: id, action, reason });
+        out.push(Decision::for_cgroup(c, action, reason));
     }
     out
 }

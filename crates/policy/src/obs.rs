@@ -156,10 +156,15 @@ impl CgroupObs {
     /// up ids have the top bit set, which no inode number of cgroupfs reaches.
     pub fn named(path: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
         let mut c = CgroupObs::new(path, tier, usage_bytes);
-        // FNV-1a: stable across runs and platforms.
-        let hash = c.id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-        c.cgroup_id = hash | 1 << 63;
+        c.cgroup_id = CgroupObs::made_up_id(&c.id).0;
         c
+    }
+
+    /// The id [`CgroupObs::named`] gives the cgroup at `path`.
+    pub fn made_up_id(path: &str) -> CgroupId {
+        // FNV-1a: stable across runs and platforms.
+        let hash = path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        CgroupId(hash | 1 << 63)
     }
 
     /// A cgroup with kernel-default knobs and no pressure, its kernel id unknown (0: set

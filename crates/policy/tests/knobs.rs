@@ -193,13 +193,18 @@ mod dirty {
         let obs = Observation {
             now_ms: 0,
             parent: ParentObs::default(),
-            cgroups: vec![CgroupObs::new("noisy", TierIndex(0), usage)],
+            cgroups: vec![CgroupObs::named("noisy", TierIndex(0), usage)],
         };
         (d, obs)
     }
 
     fn high(cgroup: &str, bytes: u64, reason: Reason) -> Decision {
-        Decision { cgroup: cgroup.into(), action: Action::High(Limit::Bytes(bytes)), reason }
+        Decision {
+            cgroup: cgroup.into(),
+            id: CgroupObs::made_up_id(cgroup),
+            action: Action::High(Limit::Bytes(bytes)),
+            reason,
+        }
     }
 
     #[test]

@@ -184,6 +184,18 @@ impl Knobs {
         }
     }
 
+    /// The value of a limit-valued `file` in these knobs (the reader `set` pairs with); None
+    /// for a file these knobs do not hold as a limit.
+    pub fn limit(&self, file: KnobFile) -> Option<Limit> {
+        match file {
+            KnobFile::MemoryHigh => Some(self.high),
+            KnobFile::MemoryLow => Some(self.low),
+            KnobFile::MemoryMin => Some(self.min),
+            KnobFile::MemoryMax => Some(self.max),
+            _ => None,
+        }
+    }
+
     /// True when these (original) values show that someone other than memqos set `knob`:
     /// memory.high below max, or a nonzero memory.low/min (one protection: either being set
     /// makes both foreign, since memqos writing the other would change the effective floor).
@@ -216,6 +228,16 @@ mod tests {
             assert_eq!(KnobFile::from_name(k.name()), Some(k));
         }
         assert_eq!(KnobFile::from_name("memory.current"), None);
+    }
+
+    #[test]
+    fn every_watched_knob_reads_back_what_was_set() {
+        // `note_takeovers` reads a watched knob with `limit` and sets its original with `set`.
+        for k in KnobFile::ALL.into_iter().filter(|k| k.watched()) {
+            let mut knobs = Knobs::default();
+            assert!(knobs.set(k, "12288"), "{k:?}");
+            assert_eq!(knobs.limit(k), Some(Limit::Bytes(12288)), "{k:?}");
+        }
     }
 
     #[test]
