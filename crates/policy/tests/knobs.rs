@@ -235,6 +235,24 @@ mod dirty {
         assert_eq!(out, vec![high("noisy", 8 * MIB, Reason::Restore)]);
     }
 
+    #[test]
+    fn a_cgroup_made_again_under_the_same_path_does_not_inherit_the_engines_wish() {
+        let (d, obs) = noisy(70 * MIB, 64 * MIB, 30 * MIB);
+        let mut c = Ceilings::default();
+        let (out, _) =
+            c.decide(&cfg(), &host(), std::slice::from_ref(&d), &obs, vec![high("noisy", 8 * MIB, Reason::Restore)]);
+        assert_eq!(out, vec![high("noisy", 8 * MIB, Reason::Restore)]);
+        // The cgroup is removed and made again under its name: a new id, its own original
+        // (max). The old one's 8 MiB is not its wish: the ceiling applies.
+        let mut again = obs.clone();
+        again.cgroups[0].cgroup_id = 4242;
+        let cap = plan(&cfg(), &host(), std::slice::from_ref(&d)).caps[0].high.unwrap();
+        let (out, _) = c.decide(&cfg(), &host(), &[d], &again, Vec::new());
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].action, Action::High(Limit::Bytes(cap)));
+        assert!(matches!(out[0].reason, Reason::DirtyCeiling { .. }), "{:?}", out[0].reason);
+    }
+
     proptest! {
         /// A capped cgroup's memory.high never ends above its ceiling, nor above the engine's
         /// wish; and once memory.high holds what was decided, nothing more is decided.
