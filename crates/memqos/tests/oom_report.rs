@@ -101,7 +101,7 @@ guest_test!(oom_kill_is_reported_with_victim_tier_limits_and_counted, |g| g.memo
     let text = String::from_utf8_lossy(&out.stdout);
     println!("{text}");
     assert!(text.contains("OOM kills since start: batch 1"), "{text}");
-    assert!(text.contains(&format!("OOM kill of pid {victim_pid} (memqos) in batch1 (tier batch)")), "{text}");
+    assert!(text.contains(&format!("OOM kill of pid {victim_pid} (memqos-lab) in batch1 (tier batch)")), "{text}");
     let out =
         Command::new(memqos_bin()).args(["explain", "batch1", "--state-dir", "/run/memqos-oom"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
