@@ -1,0 +1,131 @@
+//! The agent-host experiment's tables: levels and density per kernel.
+
+use super::{kernel_rank, short_kernel};
+use anyhow::{Context, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+
+fn agent_host(root: &Path) -> Result<crate::agent_host::summary::HostSummary> {
+    let path = root.join("docs/agent-host/summary.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// Median [min–max] of a per-session ratio.
+fn range(e: &Option<crate::stats::Estimate>) -> String {
+    e.map(|e| format!("{:.2}x [{:.2}–{:.2}]", e.median, e.min, e.max)).unwrap_or_else(|| "–".into())
+}
+
+/// The agent-host experiment's levels on one kernel (`kernel` is a release prefix).
+pub(super) fn render_agent_levels(root: &Path, kernel: &str) -> Result<String> {
+    let h = agent_host(root)?;
+    let mut out = String::from(
+        "| sessions | arm | sessions finished | runtimes killed (runs) | calls OOM-killed / started | OOM kills under the host (OOM events at a session's own limit) | runtime p95 vs solo | call time vs solo |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let rank = |a: &str| ["none", "static-peak", "memqos"].iter().position(|x| *x == a).unwrap_or(9);
+    let mut ls: Vec<_> = h.levels.iter().filter(|l| l.kernel.starts_with(kernel)).collect();
+    ls.sort_by_key(|l| (l.level, rank(&l.arm), l.arm.clone()));
+    for l in ls {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {}/{} | {} ({}) | {}/{} | {} ({}) | {} | {} |",
+            l.level,
+            l.arm,
+            l.sessions_finished,
+            l.sessions,
+            l.runtimes_killed,
+            l.runs_with_runtime_killed,
+            l.calls_killed,
+            l.calls_started,
+            l.parent_oom_kills,
+            l.session_limit_ooms.map(|x| x.to_string()).unwrap_or_else(|| "–".into()),
+            range(&l.runtime_p95_vs_solo),
+            range(&l.call_time_vs_solo),
+        );
+    }
+    Ok(out)
+}
+
+/// Each arm's density with the bracket the levels run allow, and the ratios the brackets
+/// support: a density of 9 where the next level run is 12 says "9 to 11", not 9.
+pub(super) fn render_agent_density(root: &Path) -> Result<String> {
+    let h = agent_host(root)?;
+    let mut out = String::new();
+    let mut kernels: Vec<&str> = h.density.iter().map(|d| d.kernel.as_str()).collect();
+    kernels.sort_by_key(|k| (kernel_rank(k), k.to_string()));
+    kernels.dedup();
+    for k in kernels {
+        let mut levels: Vec<usize> = h.levels.iter().filter(|l| l.kernel == k).map(|l| l.level).collect();
+        levels.sort_unstable();
+        levels.dedup();
+        // (lowest, highest) density consistent with the levels run; `None` high: unbounded.
+        let bracket =
+            |d: usize| -> (usize, Option<usize>) { (d, levels.iter().find(|&&l| l > d).map(|&next| next - 1)) };
+        let show = |(lo, hi): (usize, Option<usize>)| match hi {
+            Some(h) if h == lo => lo.to_string(),
+            Some(h) => format!("{lo}–{h}"),
+            None => format!("≥ {lo} (the largest level run)"),
+        };
+        // A summary that records each arm's own levels (per-arm `--levels`, `--refine`) gives
+        // the bracket itself; older ones ran every arm at the same levels.
+        let get = |arm: &str| {
+            h.density.iter().find(|d| d.kernel == k && d.arm == arm).map(|d| match d.levels_run.is_empty() {
+                true => bracket(d.sessions),
+                false => (d.sessions, d.lowest_lost.map(|l| l - 1)),
+            })
+        };
+        let mut parts = Vec::new();
+        for arm in ["memqos", "none", "static-peak"] {
+            if let Some(b) = get(arm) {
+                parts.push(format!("{arm} {}", show(b)));
+            }
+        }
+        let mut ratios = Vec::new();
+        if let Some((m_lo, _)) = get("memqos") {
+            for peer in ["none", "static-peak"] {
+                match get(peer) {
+                    Some((_, Some(p_hi))) if p_hi > 0 => {
+                        ratios.push(format!("memqos/{peer} ≥ {m_lo}/{p_hi} = {:.2}x", m_lo as f64 / p_hi as f64))
+                    }
+                    Some((_, Some(_))) => ratios.push(format!("{peer} lost a runtime at every level run")),
+                    Some((_, None)) => ratios.push(format!("memqos/{peer}: no bound (both at the largest level)")),
+                    None => {}
+                }
+            }
+        }
+        let _ = writeln!(out, "- {}: density {}; {}.", short_kernel(k), parts.join(", "), ratios.join(", "));
+    }
+    Ok(out)
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_density_brackets_come_from_each_arms_own_levels_when_recorded() {
+        use crate::agent_host::summary::{Density, HostSummary};
+        let d = |arm: &str, sessions: usize, lowest_lost: Option<usize>, levels_run: Vec<usize>| Density {
+            kernel: "7.2.13+deb14-amd64".into(),
+            arm: arm.into(),
+            sessions,
+            highest_clean: Some(sessions),
+            lowest_lost,
+            levels_run,
+            admitted_by_limits: None,
+        };
+        // none refined to 10–11 (lost at 11), memqos held at 14, its largest level.
+        let h = HostSummary {
+            levels: Vec::new(),
+            density: vec![d("none", 10, Some(11), vec![9, 10, 11, 12]), d("memqos", 14, None, vec![12, 13, 14])],
+            targets: Vec::new(),
+            example_explanations: Default::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("docs/agent-host")).unwrap();
+        std::fs::write(dir.path().join("docs/agent-host/summary.json"), serde_json::to_string(&h).unwrap()).unwrap();
+        assert_eq!(
+            render_agent_density(dir.path()).unwrap(),
+            "- 7.2.13: density memqos ≥ 14 (the largest level run), none 10; memqos/none ≥ 14/10 = 1.40x.\n"
+        );
+    }
+}

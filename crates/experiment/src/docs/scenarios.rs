@@ -1,0 +1,334 @@
+//! What the experiments' runs say across groups: rankings, margins, the targets and the kill tests.
+
+use super::spec::groups_of;
+use super::{kernel_rank, short_kernel, Sources};
+use crate::scenario::Workload;
+use crate::stats::KILLED;
+use crate::summary::{ratio_median, ArmSummary, GroupSummary, Verdict};
+use std::fmt::Write as _;
+
+/// An arm's place in a ranking: fewer runs with the protected task killed first, then fewer
+/// runs with any kill, then the protected task's median time against solo (killed last).
+fn rank_key(a: &ArmSummary) -> (f64, f64, f64) {
+    let runs = a.runs.max(1) as f64;
+    let high = a.high_wall_vs_solo.map_or(KILLED, |e| e.median);
+    (a.runs_high_killed as f64 / runs, a.runs_with_kill as f64 / runs, high)
+}
+
+/// The arms both scenarios ran, in rank order ([`rank_key`]).
+fn ranking<'a>(g: &'a GroupSummary, arms: &[&str]) -> Vec<&'a ArmSummary> {
+    let mut v: Vec<&ArmSummary> = g.arms.iter().filter(|a| arms.contains(&a.arm.as_str())).collect();
+    v.sort_by(|a, b| rank_key(a).partial_cmp(&rank_key(b)).unwrap_or(std::cmp::Ordering::Equal));
+    v
+}
+
+/// Whether the arms rank the same at the traces' own speed as in the compressed scenario, per
+/// kernel where both ran: issue 29's "does the ranking hold at 1x".
+pub(super) fn render_ranking(src: &Sources, compressed: &str, realtime: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| kernel | speed | build | runs | ranking (best first) |");
+    let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
+    let mut verdicts = Vec::new();
+    for slow in groups_of(src, &[realtime], None) {
+        let Some(fast) = groups_of(src, &[compressed], None)
+            .into_iter()
+            .find(|g| g.kernel == slow.kernel && g.variant == slow.variant)
+        else {
+            continue;
+        };
+        // Only arms that are not solo runs and that both ran can be compared.
+        let common: Vec<&str> = slow
+            .arms
+            .iter()
+            .map(|a| a.arm.as_str())
+            .filter(|a| !a.starts_with("solo") && fast.arms.iter().any(|f| f.arm == *a))
+            .collect();
+        let mut orders = Vec::new();
+        for g in [fast, slow] {
+            let order = ranking(g, &common);
+            let names: Vec<String> = order
+                .iter()
+                .map(|a| {
+                    let killed = if a.runs_high_killed > 0 {
+                        format!(", protected killed in {} of {}", a.runs_high_killed, a.runs)
+                    } else {
+                        String::new()
+                    };
+                    format!("{} ({}{killed})", a.arm, ratio_median(&a.high_wall_vs_solo))
+                })
+                .collect();
+            let runs = order.first().map_or(0, |a| a.runs);
+            let _ = writeln!(
+                out,
+                "| {} | {}x | {} | {runs} | {} |",
+                short_kernel(&g.kernel),
+                g.speed,
+                src.build(g),
+                names.join(" > ")
+            );
+            orders.push(order.iter().map(|a| a.arm.clone()).collect::<Vec<_>>());
+        }
+        // An order is not a difference: say which arms lose the protected task significantly
+        // more often than memqos (two-sided Fisher exact test, p < 0.05) at each speed.
+        let significant = |g: &GroupSummary| -> String {
+            let arms: Vec<&str> = g
+                .arms
+                .iter()
+                .filter(|a| common.contains(&a.arm.as_str()))
+                .filter(|a| a.high_killed_p_vs_memqos.is_some_and(|p| p < 0.05))
+                .map(|a| a.arm.as_str())
+                .collect();
+            if arms.is_empty() {
+                "no arm".into()
+            } else {
+                arms.join(", ")
+            }
+        };
+        let tested = format!(
+            " Arms that lose the protected task significantly more often than memqos (p < 0.05): {} compressed, {} at 1x.",
+            significant(fast),
+            significant(slow)
+        );
+        let moved: Vec<&String> = orders[1].iter().zip(&orders[0]).filter(|(s, f)| s != f).map(|(s, _)| s).collect();
+        verdicts.push(if moved.is_empty() {
+            format!("{}: the ranking holds at 1x.{tested}", short_kernel(&slow.kernel))
+        } else {
+            format!(
+                "{}: the ranking does not hold at 1x; arms in other places: {}. memqos is {} of {} at 1x and {} of {} compressed.{tested}",
+                short_kernel(&slow.kernel),
+                moved.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                orders[1].iter().position(|a| a == "memqos").map_or(0, |i| i + 1),
+                orders[1].len(),
+                orders[0].iter().position(|a| a == "memqos").map_or(0, |i| i + 1),
+                orders[0].len()
+            )
+        });
+    }
+    if verdicts.is_empty() {
+        let _ = writeln!(out, "\nNo run of {realtime} yet.");
+    }
+    for v in verdicts {
+        let _ = writeln!(out, "\n{v}");
+    }
+    out
+}
+
+/// Each replay scenario's margin and whether its kill outcome flips from run to run.
+pub(super) fn render_margins(src: &Sources) -> String {
+    let mut out = String::from(
+        "| scenario | kernel | build | limit MiB | concurrent peak MiB | margin MiB | kill outcome |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let mut gs: Vec<&GroupSummary> = src.groups.iter().filter(|g| g.workload == Workload::Replay).collect();
+    gs.sort_by_key(|g| (g.scenario.clone(), g.variant.clone(), kernel_rank(&g.kernel)));
+    for g in gs {
+        let Some(peak) = g.concurrent_peak_mb else { continue };
+        let flips: Vec<String> = g
+            .arms
+            .iter()
+            .filter(|a| !a.arm.starts_with("solo:") && a.runs_with_kill > 0 && a.runs_with_kill < a.runs)
+            .map(|a| format!("{} {} of {}", a.arm, a.runs_with_kill, a.runs))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {}/{} | {} | {} | {} | {} | {} | {} |",
+            g.scenario,
+            g.variant,
+            short_kernel(&g.kernel),
+            src.build(g),
+            g.parent_max_mb,
+            peak,
+            g.parent_max_mb as i64 - peak as i64,
+            if flips.is_empty() { "stable".to_string() } else { format!("**flips**: {}", flips.join(", ")) }
+        );
+    }
+    out
+}
+
+/// The memqos arm's verdicts, one row per group: the issue's own targets as columns.
+pub(super) fn render_targets(src: &Sources, peers: bool) -> String {
+    let cols: &[(&str, &str)] = if peers {
+        &[
+            ("vs oomd: completion", "vs oomd: high completion"),
+            ("vs oomd: P95", "vs oomd: high P95"),
+            ("vs oomd: lows finish where it kills", "vs oomd: every low task"),
+            ("vs systemd-oomd: completion", "vs systemd-oomd: high completion"),
+            ("vs systemd-oomd: P95", "vs systemd-oomd: high P95"),
+            ("vs kube: no kill where it has one", "vs kube-memoryqos: no OOM kill"),
+            ("vs kube: P95 no worse", "vs kube-memoryqos: high P95"),
+        ]
+    } else {
+        &[
+            ("no OOM kill", "memqos: no OOM kill"),
+            ("protected finishes", "memqos: the protected task finishes"),
+            ("lows finish", "memqos: every low-priority task finishes"),
+            ("high ≤ 1.05x solo", "memqos: high completion ≤ 1.05x"),
+            ("P95 ≤ 1.2x solo", "memqos: high P95 latency ≤ 1.2x"),
+            ("no avoidable kill", "memqos: no avoidable kill"),
+            ("other", ""),
+        ]
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| scenario | kernel | build | {} |\n|{}",
+        cols.iter().map(|c| c.0).collect::<Vec<_>>().join(" | "),
+        " --- |".repeat(cols.len() + 3)
+    );
+    let mut keys: Vec<(&str, &str, &str)> =
+        src.verdicts.iter().map(|v| (v.scenario.as_str(), v.variant.as_str(), v.kernel.as_str())).collect();
+    keys.dedup();
+    keys.sort_by_key(|k| (k.0.to_string(), k.1.to_string(), kernel_rank(k.2)));
+    keys.dedup();
+    let cell = |v: &Verdict| format!("{} ({})", if v.met { "met" } else { "**missed**" }, v.measured);
+    for (scenario, variant, kernel) in keys {
+        let vs: Vec<&Verdict> = src
+            .verdicts
+            .iter()
+            .filter(|v| v.scenario == scenario && v.variant == variant && v.kernel == kernel)
+            .collect();
+        let known: Vec<&str> = cols.iter().map(|c| c.1).filter(|p| !p.is_empty()).collect();
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|(_, prefix)| {
+                let hits: Vec<String> = if prefix.is_empty() {
+                    // Targets of one scenario kind (overhead, contention's "50% below none",
+                    // the tight sweep's, the RFC demo's) and none's kills.
+                    vs.iter()
+                        .filter(|v| !known.iter().any(|k| v.target.starts_with(k)) && !v.target.starts_with("vs "))
+                        .map(|v| format!("{}: {}", v.target, cell(v)))
+                        .collect()
+                } else {
+                    vs.iter().filter(|v| v.target.starts_with(prefix)).map(|v| cell(v)).collect()
+                };
+                if hits.is_empty() {
+                    "–".into()
+                } else {
+                    hits.join("; ")
+                }
+            })
+            .collect();
+        if peers && cells.iter().all(|c| c == "–") {
+            continue;
+        }
+        let g = src.groups.iter().find(|g| g.scenario == scenario && g.variant == variant && g.kernel == kernel);
+        let build = g.map(|g| src.build(g)).unwrap_or_else(|| "not recorded".into());
+        let _ = writeln!(out, "| {scenario}/{variant} | {} | {build} | {} |", short_kernel(kernel), cells.join(" | "));
+    }
+    out
+}
+
+/// Every target the memqos arm missed, one line each: the README lists them beside its claims.
+pub(super) fn render_missed(src: &Sources) -> String {
+    let mut v: Vec<&Verdict> = src.verdicts.iter().filter(|v| !v.met).collect();
+    v.sort_by_key(|v| (v.scenario.clone(), v.variant.clone(), kernel_rank(&v.kernel)));
+    let mut out = String::new();
+    for x in v {
+        let g = src.groups.iter().find(|g| g.scenario == x.scenario && g.variant == x.variant && g.kernel == x.kernel);
+        let _ = writeln!(
+            out,
+            "- {}/{} on {} (build {}): {} — {}",
+            x.scenario,
+            x.variant,
+            short_kernel(&x.kernel),
+            g.map(|g| src.build(g)).unwrap_or_else(|| "not recorded".into()),
+            x.target,
+            x.measured
+        );
+    }
+    let total = src.verdicts.len();
+    let missed = out.lines().count();
+    format!("{missed} of {total} target verdicts missed:\n\n{out}")
+}
+
+/// memqos against none, runs with a kill, wherever either arm had one: the exact test and
+/// whether the outcome flips, one line per series.
+pub(super) fn render_kill_tests(src: &Sources) -> String {
+    let mut out = String::new();
+    let mut gs: Vec<&GroupSummary> = src.groups.iter().collect();
+    gs.sort_by_key(|g| (g.scenario.clone(), g.variant.clone(), kernel_rank(&g.kernel)));
+    for g in gs {
+        let arm = |n: &str| g.arms.iter().find(|a| a.arm == n);
+        let (Some(m), Some(n)) = (arm("memqos"), arm("none")) else { continue };
+        if m.runs_with_kill == 0 && n.runs_with_kill == 0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "- {}/{} on {} (build {}): memqos {} of {} runs with a kill, none {} of {} (p = {:.3}){}",
+            g.scenario,
+            g.variant,
+            short_kernel(&g.kernel),
+            src.build(g),
+            m.runs_with_kill,
+            m.runs,
+            n.runs_with_kill,
+            n.runs,
+            n.kill_runs_p_vs_memqos.unwrap_or(f64::NAN),
+            if g.outcome_flips { "; the outcome flips from run to run" } else { "" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn arm(name: &str, runs: usize, high_killed: usize, high_vs_solo: f64) -> ArmSummary {
+        let mut a: ArmSummary = serde_json::from_value(serde_json::json!({
+            "arm": name, "runs": runs, "runs_with_oom_kill": high_killed, "oom_kills": high_killed,
+            "high_finished": runs - high_killed, "low_finished": 0, "low_started": 0,
+            "runs_with_kill": high_killed, "runs_high_killed": high_killed,
+        }))
+        .unwrap();
+        a.high_wall_vs_solo = Some(crate::stats::Estimate {
+            n: runs,
+            median: high_vs_solo,
+            ci_low: high_vs_solo,
+            ci_high: high_vs_solo,
+            min: high_vs_solo,
+            max: high_vs_solo,
+            killed: high_killed,
+        });
+        a
+    }
+
+    fn group(scenario: &str, speed: f64, arms: Vec<ArmSummary>) -> GroupSummary {
+        let mut g: GroupSummary = serde_json::from_value(serde_json::json!({
+            "scenario": scenario, "variant": "seed", "kernel": "7.2.13+deb14-amd64",
+            "parent_max_mb": 1100, "speed": speed, "traces": [], "arms": [],
+        }))
+        .unwrap();
+        g.arms = arms;
+        g
+    }
+
+    #[test]
+    fn the_ranking_at_1x_is_compared_with_the_compressed_one() {
+        let sources = |slow: Vec<ArmSummary>| Sources {
+            groups: vec![
+                group("oom", 10.0, vec![arm("none", 3, 2, KILLED), arm("memqos", 3, 0, 1.1), arm("oomd", 3, 0, 1.3)]),
+                group("oom-realtime", 1.0, slow),
+            ],
+            verdicts: vec![],
+            builds: BTreeMap::new(),
+            root: std::path::PathBuf::new(),
+        };
+        let same = render_ranking(
+            &sources(vec![arm("memqos", 3, 0, 1.0), arm("oomd", 3, 0, 1.2), arm("none", 3, 1, 1.1)]),
+            "oom",
+            "oom-realtime",
+        );
+        assert!(same.contains("the ranking holds at 1x"), "{same}");
+        assert!(same.contains("memqos (1.10x) > oomd (1.30x) > none (killed, protected killed in 2 of 3)"), "{same}");
+        // oomd's protected task outlives memqos's at 1x: it moves up, memqos down.
+        let moved = render_ranking(
+            &sources(vec![arm("memqos", 3, 1, 1.0), arm("oomd", 3, 0, 1.2), arm("none", 3, 1, 1.1)]),
+            "oom",
+            "oom-realtime",
+        );
+        assert!(moved.contains("does not hold at 1x; arms in other places: oomd, memqos"), "{moved}");
+        assert!(moved.contains("memqos is 2 of 3 at 1x and 1 of 3 compressed"), "{moved}");
+    }
+}
