@@ -182,6 +182,12 @@ fn samples_decides_journals_writes_and_restores() {
         ("memory.high", Some("max"), &Outcome::Ok, f.id("low1"))
     );
     assert!(w.reason.is_some(), "the engine's reason is logged");
+    assert_stopped_cleanly(&f, &evs);
+}
+
+/// The last event says the daemon stopped without error and restored what it wrote, and its
+/// state lock is free again.
+fn assert_stopped_cleanly(f: &Fake, evs: &[Event]) {
     assert!(
         matches!(evs.last(), Some(Event::Stopped { restored: 1.., failed, error: None, .. }) if failed.is_empty()),
         "{:?}",
@@ -207,12 +213,7 @@ fn a_daemon_asked_to_stop_stops_and_restores_its_knobs() {
     assert!(!f.state.join(JOURNAL_FILE).exists(), "journal removed after a full restore");
     assert!(status::read(&f.state).unwrap().is_none(), "status.json removed");
     let evs = f.events();
-    assert!(
-        matches!(evs.last(), Some(Event::Stopped { restored: 1.., failed, error: None, .. }) if failed.is_empty()),
-        "{:?}",
-        evs.last()
-    );
-    assert!(StateLock::try_acquire(&f.state, "test").is_ok(), "lock released at exit");
+    assert_stopped_cleanly(&f, &evs);
 }
 
 // memory.events watched (inotify works on a fake tree too): a protected cgroup reclaimed
