@@ -37,28 +37,28 @@ impl CpuWeights {
             let Some(tier) = cfg.tiers.get(c.tier).filter(|t| TierStatic::CpuWeight.target(t).is_some()) else {
                 continue;
             };
-            let current = match act.read(&c.id, c.cgroup_id, FILE) {
+            let current = match act.read(&c.path, c.id.get(), FILE) {
                 Ok(v) => v,
-                Err(FileError::Vanished) if self.reported.contains(&c.cgroup_id) => continue,
+                Err(FileError::Vanished) if self.reported.contains(&c.id.get()) => continue,
                 // Removed since it was sampled (short-lived tool-call cgroups are): nothing to
                 // report. Only a cgroup whose cgroup.controllers lacks cpu lacks the controller.
-                Err(FileError::Vanished) if !lacks_cpu_controller(cfg, &c.id) => continue,
+                Err(FileError::Vanished) if !lacks_cpu_controller(cfg, &c.path) => continue,
                 Err(e) => {
                     let why = match e {
                         FileError::Vanished => "no such file".to_string(),
                         FileError::Io(e) => e.to_string(),
                     };
-                    if self.reported.insert(c.cgroup_id) {
+                    if self.reported.insert(c.id.get()) {
                         self.notes.push(format!(
                             "cpu_weight not applied to {}: cannot read {FILE} ({why}); enable the cpu controller in its parent's cgroup.subtree_control",
-                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id).display()
+                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.path).display()
                         ));
                     }
                     continue;
                 }
             };
             if let Some(StaticDecision::Write { value, reason }) = cpu_weight(tier, &current) {
-                let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
+                let target = Target::Cgroup { path: c.path.clone(), id: c.id.get() };
                 writes.push(Request::new(target, FILE, value, reason));
             }
         }

@@ -290,7 +290,7 @@ impl<'r> Daemon<'r> {
         let mut obs = self.sampler.sample_fast(self.cfg, &self.fast_root, self.hierarchy_root, &signalled, now_ms)?;
         let read_at = Instant::now();
         for w in self.pending.drain(..) {
-            if let Some(c) = obs.cgroups.iter_mut().find(|c| CgroupId(c.cgroup_id) == w.cgroup) {
+            if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == w.cgroup) {
                 c.signals.push(w.event);
             }
         }
@@ -324,7 +324,7 @@ impl<'r> Daemon<'r> {
         let now = Instant::now();
         // Removals first: a name removed and made again in one wakeup is a new cgroup.
         let removed = self.signals.take_removed();
-        self.adopting.retain(|a| !removed.contains(&a.obs.id));
+        self.adopting.retain(|a| !removed.contains(&a.obs.path));
         let mut batch = match self.oom_adj.as_mut() {
             Some(adj) => adj.settle_removed(&removed, act),
             None => Vec::new(),
@@ -333,7 +333,7 @@ impl<'r> Daemon<'r> {
             let Ok(meta) = std::fs::symlink_metadata(memqos_cgroupfs::name::fs_path(root.path(), &rel)) else {
                 continue; // removed already
             };
-            if let Some(a) = self.adopting.iter_mut().find(|a| a.obs.cgroup_id == meta.ino()) {
+            if let Some(a) = self.adopting.iter_mut().find(|a| a.obs.id == CgroupId(meta.ino())) {
                 a.due = now; // its cgroup.events changed: a process joined
                 continue;
             }
@@ -355,7 +355,7 @@ impl<'r> Daemon<'r> {
                 self.signals.watch_populated(root.path(), &rel);
             }
             let mut obs = memqos_policy::CgroupObs::new(rel, tier, 0);
-            obs.cgroup_id = meta.ino();
+            obs.id = CgroupId(meta.ino());
             self.adopting.push(Adopting { obs, until: now + ADOPT_FOR, weight_done: false, due: now, polls: 0 });
         }
         if batch.is_empty() && !self.adopting.iter().any(|a| a.due <= now) {
@@ -424,8 +424,7 @@ impl<'r> Daemon<'r> {
                 act.emit(Event::ProtectionVoid(finding));
             }
         }
-        let index: HashMap<CgroupId, usize> =
-            obs.cgroups.iter().enumerate().map(|(i, c)| (CgroupId(c.cgroup_id), i)).collect();
+        let index: HashMap<CgroupId, usize> = obs.cgroups.iter().enumerate().map(|(i, c)| (c.id, i)).collect();
         for w in self.pending.drain(..) {
             if let Some(&i) = index.get(&w.cgroup) {
                 obs.cgroups[i].signals.push(w.event);
@@ -455,10 +454,10 @@ impl<'r> Daemon<'r> {
             notes.append(&mut adj.notes);
         }
         self.after_writes(&wrote, now_ms, Some(Tick { obs: &obs, decisions: &decisions, started: tick_started }));
-        let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.cgroup_id).collect();
+        let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.id.get()).collect();
         self.act.retain_cgroups(&observed)?;
         if let Some(c) = &self.control {
-            let managed: HashSet<&str> = obs.cgroups.iter().map(|c| c.id.as_str()).collect();
+            let managed: HashSet<&str> = obs.cgroups.iter().map(|c| c.path.as_str()).collect();
             c.update(|v| v.retain(|id| managed.contains(id)));
         }
         self.sync_signals(&obs)?;
@@ -488,7 +487,7 @@ impl<'r> Daemon<'r> {
             .cgroups
             .iter()
             .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected()))
-            .map(|c| (CgroupId(c.cgroup_id), c.id.clone()))
+            .map(|c| (c.id, c.path.clone()))
             .collect();
         // memory.events wakeups only from protected cgroups: a throttled lower tier bumps its
         // `high` counter on every charge, and watching it made the daemon re-sample in a
@@ -499,7 +498,7 @@ impl<'r> Daemon<'r> {
             .cgroups
             .iter()
             .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.oom_score_adj.is_some()))
-            .map(|c| c.id.as_str())
+            .map(|c| c.path.as_str())
             .collect();
         self.signals.sync_populated(self.root.path(), &adjusted);
         self.sampler.warm_fast(cfg, &self.fast_root, self.hierarchy_root)
@@ -638,14 +637,14 @@ fn note_takeovers(act: &mut Actuator, obs: &mut Observation, seen: &mut [observe
         // Every watched knob (one list: `KnobFile::watched`), read and set through `Knobs`.
         for file in KnobFile::ALL.into_iter().filter(|k| k.watched()) {
             let Some(found) = c.current.limit(file) else { continue };
-            let Some((wrote, original)) = act.taken_over(c.cgroup_id, file.name(), found) else { continue };
+            let Some((wrote, original)) = act.taken_over(c.id.get(), file.name(), found) else { continue };
             c.original.set(file, &found.to_string());
-            if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.cgroup_id) {
+            if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.id.get()) {
                 s.original = c.original;
             }
             notes.push(format!(
                 "{}/{} is {found} now, set by someone else after memqos wrote {wrote}: that value stays; memqos forgets the original it had ({original}) and leaves the knob alone",
-                memqos_cgroupfs::name::display(&c.id),
+                memqos_cgroupfs::name::display(&c.path),
                 file.name()
             ));
         }

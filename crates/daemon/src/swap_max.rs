@@ -54,37 +54,37 @@ impl SwapMaxes {
             let Some(tier) = cfg.tiers.get(c.tier).filter(|t| TierStatic::SwapMax.target(t).is_some()) else {
                 continue;
             };
-            let current = match act.read(&c.id, c.cgroup_id, FILE) {
+            let current = match act.read(&c.path, c.id.get(), FILE) {
                 Ok(v) => v,
                 // The cgroup is there but has no memory.swap.max: the kernel does not account
                 // swap per cgroup. Gone with its directory: a short-lived cgroup, nothing to say.
                 Err(FileError::Vanished) => {
-                    if act.read(&c.id, c.cgroup_id, "memory.current").is_ok() {
+                    if act.read(&c.path, c.id.get(), "memory.current").is_ok() {
                         self.unsupported = true;
                         self.notes.push(format!(
                             "swap_max not applied: {} has no {FILE} (a kernel without swap accounting: CONFIG_MEMCG_SWAP off, or swapaccount=0 on its command line)",
-                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id).display()
+                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.path).display()
                         ));
                         return Vec::new();
                     }
                     continue;
                 }
                 Err(FileError::Io(e)) => {
-                    if self.reported.insert(c.cgroup_id) {
+                    if self.reported.insert(c.id.get()) {
                         self.notes.push(format!(
                             "swap_max not applied to {}: cannot read {FILE}: {e}",
-                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id).display()
+                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.path).display()
                         ));
                     }
                     continue;
                 }
             };
             // Journaled: memqos wrote it, so a value other than the kernel's is not foreign.
-            let ours = act.journal().original(c.cgroup_id, FILE).is_some();
+            let ours = act.journal().original(c.id.get(), FILE).is_some();
             if let Some(StaticDecision::Write { value, reason }) =
                 swap_max(tier, &current, ours, cfg.policy.foreign_knobs)
             {
-                let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
+                let target = Target::Cgroup { path: c.path.clone(), id: c.id.get() };
                 writes.push(Request::new(target, FILE, value, reason));
             }
         }
