@@ -206,3 +206,19 @@ pub enum SignalEvent {
     /// memory.events changed (inotify). Only a wakeup: `events_delta` carries the counts.
     EventsChanged,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields were renamed (`path`, `id`), their names on the wire were not: an
+    /// observation journaled or replayed reads and writes as before, in the same order.
+    #[test]
+    fn a_cgroup_keeps_its_wire_names() {
+        let mut c = CgroupObs::new("batch/a", TierIndex(1), 5);
+        c.id = CgroupId(42);
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(text.starts_with(r#"{"id":"batch/a","cgroup_id":42,"tier":1,"#), "{text}");
+        assert_eq!(serde_json::from_str::<CgroupObs>(&text).unwrap(), c);
+    }
+}
