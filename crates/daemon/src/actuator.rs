@@ -341,7 +341,8 @@ impl Actuator {
     /// "restore" its stale original over that value: the journal entry is forgotten (the
     /// value found becomes the knob's original, which the engine respects as foreign) and
     /// the write memqos had made is returned with the forgotten original, for the log.
-    /// Values are compared in pages, as the kernel stores them.
+    /// The forget is committed at once. Values are compared in pages, as the kernel stores
+    /// them.
     pub fn taken_over(&mut self, id: CgroupId, file: &str, found: memqos_policy::Limit) -> Option<(String, String)> {
         let key = Key::Cgroup(id, file.to_owned());
         let wrote = self.written.get(&key)?;
@@ -353,6 +354,12 @@ impl Actuator {
         let wrote = self.written.remove(&key)?;
         let original = self.journal.get(&key).map(|e| e.original.clone())?;
         self.journal.stage_forget(&key);
+        // Durable now, not at the next batch (which may be long in coming): a crash in
+        // between would have the next start "restore" the stale original over their value.
+        // A failed commit puts the entry back; staged again, the next batch's commit retries.
+        if self.journal.commit().is_err() {
+            self.journal.stage_forget(&key);
+        }
         Some((wrote, original))
     }
 
@@ -387,5 +394,39 @@ impl Drop for Actuator {
             Ok(r) => eprintln!("memqos: restore while unwinding failed for: {}", r.failures().join("; ")),
             Err(e) => eprintln!("memqos: restore while unwinding failed: {e:#}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A knob someone else took over is forgotten on disk at once: a crash before the next
+    /// batch (none may come for a long time) must not leave the stale original for the next
+    /// start to "restore" over the value they set.
+    #[test]
+    fn a_taken_over_knob_is_forgotten_on_disk_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, state) = (dir.path().join("cg"), dir.path().join("state"));
+        std::fs::create_dir_all(root.join("low/a")).unwrap();
+        std::fs::write(root.join("low/a/memory.high"), "max\n").unwrap();
+        let id = std::fs::metadata(root.join("low/a")).unwrap().ino();
+        let journal = Journal::open(&state, &root).unwrap();
+        let log = EventLog::open(&state, 1 << 20, false);
+        let mut act = Actuator::new(Root::open(&root).unwrap(), journal, log, false);
+        let target = Target::Cgroup { path: "low/a".into(), id };
+        let wrote = act.apply(vec![Request::new(target, "memory.high", "1048576", "test")]).unwrap();
+        assert_eq!(wrote[0].outcome, Outcome::Ok);
+        assert_eq!(Journal::open(&state, &root).unwrap().original(id, "memory.high"), Some("max"));
+
+        // Someone else sets it; the next sample sees it.
+        std::fs::write(root.join("low/a/memory.high"), "2097152\n").unwrap();
+        let taken = act.taken_over(id, "memory.high", memqos_policy::Limit::Bytes(2 << 20));
+        assert_eq!(taken, Some(("1048576".to_string(), "max".to_string())));
+
+        // A crash now: no restore on the way out, no further batch.
+        std::mem::forget(act);
+        assert_eq!(Journal::open(&state, &root).unwrap().original(id, "memory.high"), None);
     }
 }

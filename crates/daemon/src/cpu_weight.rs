@@ -5,64 +5,37 @@
 //! (the experiments' cpu-weight arm measures how much of its slowdown this is). The weight is
 //! static per tier; like every knob it is journaled before the first write and restored.
 
-use crate::actuator::{Actuator, Request, Target};
-use crate::beneath::FileError;
-use memqos_policy::knobs::{cpu_weight, StaticDecision, TierStatic};
-use memqos_policy::{Config, Observation};
+use crate::actuator::Actuator;
+use crate::tier_static::{Missing, StaticKnob, TierStatics};
+use memqos_policy::knobs::TierStatic;
+use memqos_policy::{CgroupObs, Config};
 use memqos_schema::KnobFile;
-use std::collections::HashSet;
 
 pub const FILE: &str = KnobFile::CpuWeight.name();
 
-pub struct CpuWeights {
-    /// Cgroups already reported as lacking cpu.weight: one message each, not one per tick.
-    reported: HashSet<u64>,
-    pub notes: Vec<String>,
-}
+/// cpu.weight on every cgroup of a tier that sets `cpu_weight`.
+pub type CpuWeights = TierStatics<CpuWeight>;
 
-impl CpuWeights {
-    /// None when no tier sets `cpu_weight`.
-    pub fn new(cfg: &Config) -> Option<CpuWeights> {
-        cfg.tiers
-            .iter()
-            .any(|(_, t)| t.cpu_weight.is_some())
-            .then(|| CpuWeights { reported: HashSet::new(), notes: Vec::new() })
+#[derive(Default)]
+pub struct CpuWeight;
+
+impl StaticKnob for CpuWeight {
+    const KNOB: TierStatic = TierStatic::CpuWeight;
+
+    fn missing(&mut self, cfg: &Config, c: &CgroupObs, reported: bool, _: &mut Actuator) -> Missing {
+        // Removed since it was sampled (short-lived tool-call cgroups are): nothing to
+        // report. Only a cgroup whose cgroup.controllers lacks cpu lacks the controller.
+        if reported || !lacks_cpu_controller(cfg, &c.path) {
+            return Missing::Gone;
+        }
+        Missing::Unreadable
     }
 
-    /// The writes that bring each observed cgroup's cpu.weight to its tier's value. Read on
-    /// the periodic path through the actuator's cached directory fd (one small file each).
-    pub fn plan(&mut self, cfg: &Config, obs: &Observation, act: &mut Actuator) -> Vec<Request> {
-        let mut writes = Vec::new();
-        for c in &obs.cgroups {
-            let Some(tier) = cfg.tiers.get(c.tier).filter(|t| TierStatic::CpuWeight.target(t).is_some()) else {
-                continue;
-            };
-            let current = match act.read(&c.id, c.cgroup_id, FILE) {
-                Ok(v) => v,
-                Err(FileError::Vanished) if self.reported.contains(&c.cgroup_id) => continue,
-                // Removed since it was sampled (short-lived tool-call cgroups are): nothing to
-                // report. Only a cgroup whose cgroup.controllers lacks cpu lacks the controller.
-                Err(FileError::Vanished) if !lacks_cpu_controller(cfg, &c.id) => continue,
-                Err(e) => {
-                    let why = match e {
-                        FileError::Vanished => "no such file".to_string(),
-                        FileError::Io(e) => e.to_string(),
-                    };
-                    if self.reported.insert(c.cgroup_id) {
-                        self.notes.push(format!(
-                            "cpu_weight not applied to {}: cannot read {FILE} ({why}); enable the cpu controller in its parent's cgroup.subtree_control",
-                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id).display()
-                        ));
-                    }
-                    continue;
-                }
-            };
-            if let Some(StaticDecision::Write { value, reason }) = cpu_weight(tier, &current) {
-                let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
-                writes.push(Request::new(target, FILE, value, reason));
-            }
-        }
-        writes
+    fn unreadable(path: &std::path::Path, why: &str) -> String {
+        format!(
+            "cpu_weight not applied to {}: cannot read {FILE} ({why}); enable the cpu controller in its parent's cgroup.subtree_control",
+            path.display()
+        )
     }
 }
 

@@ -2,19 +2,24 @@
 //! the knob planners, the learner, the metrics exporter, the control socket, the OOM
 //! reporter, the pending signals and the timers), built once per run of the loop by
 //! [`Daemon::new`]; [`Daemon::run`] is a short loop over its named steps:
-//! - `reload`: a reload asked for (SIGHUP, `Handle::request_reload`), between two ticks;
+//! - `reload`: a reload asked for (SIGHUP, `Handle::request_reload`), between two ticks
+//!   (`reload::reload_config` validates and runs it);
 //! - `calm_check`: whether a periodic tick that is due may be light (the parent only);
 //! - `react`: the fast path, on a pressure wakeup: the cgroups that signalled, the engine's
 //!   reaction, its writes;
-//! - `adopt`: cgroups made since the last wakeup get their tier's own knobs at once;
+//! - `adopt`: cgroups made since the last wakeup get their tier's own knobs at once (whom it
+//!   still looks after, and for how long: `adopting`);
 //! - `periodic`: the whole tree's sample, release, protection, stall bounds, the per-tier
 //!   knobs (cpu_weight, oom_score_adj, dirty caps, swap_max), OOM reports, status;
 //! - `after_writes`: the tail every step that wrote shares: remember (status, explain),
 //!   export the tick's metrics, log what the BPF source saw;
 //! - `wait`: until a signal, the next tick, a new cgroup's next check or a request.
 
+mod adopting;
+
+use self::adopting::{Adopting, ADOPT_FOR};
 use crate::actuator::{Actuator, Request, Target};
-use crate::events::{self, Event, WriteEvent};
+use crate::events::{Event, WriteEvent};
 use crate::handle::Handle;
 use crate::observe::{self, Sampler};
 use crate::signals::{Signals, Wakeup};
@@ -23,7 +28,7 @@ use crate::{
     beneath, control, cpu_weight, dirty, explain, learn, memlock, metrics, mounts, oom_adj, oom_report, proc_stat,
     protection_check, reload, sd_notify, swap_max, Options,
 };
-use anyhow::{bail, Result};
+use anyhow::Result;
 use memqos_cgroupfs::Cgroup;
 use memqos_policy::{CgroupId, Config, Decision, Engine, Observation};
 use memqos_schema::KnobFile;
@@ -220,7 +225,7 @@ impl<'r> Daemon<'r> {
     /// A reload asked for: the config file validated whole and, if it is acceptable, run
     /// (`reload_config`); everything built from the config is built anew from it.
     fn reload(&mut self) {
-        match reload_config(
+        match reload::reload_config(
             self.opts,
             self.cfg,
             self.root,
@@ -290,7 +295,7 @@ impl<'r> Daemon<'r> {
         let mut obs = self.sampler.sample_fast(self.cfg, &self.fast_root, self.hierarchy_root, &signalled, now_ms)?;
         let read_at = Instant::now();
         for w in self.pending.drain(..) {
-            if let Some(c) = obs.cgroups.iter_mut().find(|c| CgroupId(c.cgroup_id) == w.cgroup) {
+            if let Some(c) = obs.cgroups.iter_mut().find(|c| c.id == w.cgroup) {
                 c.signals.push(w.event);
             }
         }
@@ -324,7 +329,7 @@ impl<'r> Daemon<'r> {
         let now = Instant::now();
         // Removals first: a name removed and made again in one wakeup is a new cgroup.
         let removed = self.signals.take_removed();
-        self.adopting.retain(|a| !removed.contains(&a.obs.id));
+        self.adopting.retain(|a| !removed.contains(&a.obs.path));
         let mut batch = match self.oom_adj.as_mut() {
             Some(adj) => adj.settle_removed(&removed, act),
             None => Vec::new(),
@@ -333,7 +338,7 @@ impl<'r> Daemon<'r> {
             let Ok(meta) = std::fs::symlink_metadata(memqos_cgroupfs::name::fs_path(root.path(), &rel)) else {
                 continue; // removed already
             };
-            if let Some(a) = self.adopting.iter_mut().find(|a| a.obs.cgroup_id == meta.ino()) {
+            if let Some(a) = self.adopting.iter_mut().find(|a| a.obs.id == CgroupId(meta.ino())) {
                 a.due = now; // its cgroup.events changed: a process joined
                 continue;
             }
@@ -355,7 +360,7 @@ impl<'r> Daemon<'r> {
                 self.signals.watch_populated(root.path(), &rel);
             }
             let mut obs = memqos_policy::CgroupObs::new(rel, tier, 0);
-            obs.cgroup_id = meta.ino();
+            obs.id = CgroupId(meta.ino());
             self.adopting.push(Adopting { obs, until: now + ADOPT_FOR, weight_done: false, due: now, polls: 0 });
         }
         if batch.is_empty() && !self.adopting.iter().any(|a| a.due <= now) {
@@ -424,8 +429,7 @@ impl<'r> Daemon<'r> {
                 act.emit(Event::ProtectionVoid(finding));
             }
         }
-        let index: HashMap<CgroupId, usize> =
-            obs.cgroups.iter().enumerate().map(|(i, c)| (CgroupId(c.cgroup_id), i)).collect();
+        let index: HashMap<CgroupId, usize> = obs.cgroups.iter().enumerate().map(|(i, c)| (c.id, i)).collect();
         for w in self.pending.drain(..) {
             if let Some(&i) = index.get(&w.cgroup) {
                 obs.cgroups[i].signals.push(w.event);
@@ -455,10 +459,10 @@ impl<'r> Daemon<'r> {
             notes.append(&mut adj.notes);
         }
         self.after_writes(&wrote, now_ms, Some(Tick { obs: &obs, decisions: &decisions, started: tick_started }));
-        let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.cgroup_id).collect();
+        let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.id.get()).collect();
         self.act.retain_cgroups(&observed)?;
         if let Some(c) = &self.control {
-            let managed: HashSet<&str> = obs.cgroups.iter().map(|c| c.id.as_str()).collect();
+            let managed: HashSet<&str> = obs.cgroups.iter().map(|c| c.path.as_str()).collect();
             c.update(|v| v.retain(|id| managed.contains(id)));
         }
         self.sync_signals(&obs)?;
@@ -488,7 +492,7 @@ impl<'r> Daemon<'r> {
             .cgroups
             .iter()
             .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.is_protected()))
-            .map(|c| (CgroupId(c.cgroup_id), c.id.clone()))
+            .map(|c| (c.id, c.path.clone()))
             .collect();
         // memory.events wakeups only from protected cgroups: a throttled lower tier bumps its
         // `high` counter on every charge, and watching it made the daemon re-sample in a
@@ -499,7 +503,7 @@ impl<'r> Daemon<'r> {
             .cgroups
             .iter()
             .filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.oom_score_adj.is_some()))
-            .map(|c| c.id.as_str())
+            .map(|c| c.path.as_str())
             .collect();
         self.signals.sync_populated(self.root.path(), &adjusted);
         self.sampler.warm_fast(cfg, &self.fast_root, self.hierarchy_root)
@@ -638,14 +642,14 @@ fn note_takeovers(act: &mut Actuator, obs: &mut Observation, seen: &mut [observe
         // Every watched knob (one list: `KnobFile::watched`), read and set through `Knobs`.
         for file in KnobFile::ALL.into_iter().filter(|k| k.watched()) {
             let Some(found) = c.current.limit(file) else { continue };
-            let Some((wrote, original)) = act.taken_over(c.cgroup_id, file.name(), found) else { continue };
+            let Some((wrote, original)) = act.taken_over(c.id.get(), file.name(), found) else { continue };
             c.original.set(file, &found.to_string());
-            if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.cgroup_id) {
+            if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.id.get()) {
                 s.original = c.original;
             }
             notes.push(format!(
                 "{}/{} is {found} now, set by someone else after memqos wrote {wrote}: that value stays; memqos forgets the original it had ({original}) and leaves the knob alone",
-                memqos_cgroupfs::name::display(&c.id),
+                memqos_cgroupfs::name::display(&c.path),
                 file.name()
             ));
         }
@@ -658,34 +662,6 @@ fn epoch_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// A cgroup made since the last sample (or whose first process just joined) whose tier sets
-/// knobs of its own (cpu_weight, oom_score_adj), re-checked for a short while: `memqos run`
-/// and container runtimes move the first process in just after the mkdir.
-struct Adopting {
-    obs: memqos_policy::CgroupObs,
-    until: Instant,
-    weight_done: bool,
-    /// When its processes are read next, and how many times they were.
-    due: Instant,
-    polls: u32,
-}
-
-impl Adopting {
-    /// After a read: the next one comes twice as late as the last (10, 20, 40, ... ms).
-    /// A joining process is caught by the cgroup.events watch anyway (`due` becomes now);
-    /// the reads catch processes forked inside an already populated cgroup. At 100 new
-    /// cgroups/s, reading every adopting cgroup every 10 ms cost the daemon most of its CPU.
-    fn polled(&mut self, now: Instant) {
-        self.due = now + ADOPT_POLL * 2u32.pow(self.polls.min(8));
-        self.polls += 1;
-    }
-}
-
-/// How long a new cgroup is re-checked for processes to adjust, and the first interval
-/// between checks (doubling): after that the periodic path handles it like any other.
-const ADOPT_FOR: Duration = Duration::from_millis(300);
-const ADOPT_POLL: Duration = Duration::from_millis(10);
-
 /// `auto` means the BPF snapshot only where the config allows BPF at all (`signals.bpf`):
 /// an operator who turned BPF off gets no BPF program of any kind.
 fn stats_backend(choice: memqos_stats::BackendChoice, cfg: &Config) -> memqos_stats::BackendChoice {
@@ -693,70 +669,6 @@ fn stats_backend(choice: memqos_stats::BackendChoice, cfg: &Config) -> memqos_st
         memqos_stats::BackendChoice::Auto if !cfg.signals.bpf => memqos_stats::BackendChoice::Text,
         c => c,
     }
-}
-
-/// A reload: validates the config file whole and, if it is acceptable, runs it (see
-/// `reload`). Err: rejected, nothing changed. Ok(Some(exporter)): the metrics exporter to
-/// use from now.
-fn reload_config(
-    opts: &Options,
-    cfg: &mut Config,
-    root: &Cgroup,
-    act: &mut Actuator,
-    engine: &mut Engine,
-    exporter: Option<&mut metrics::Exporter>,
-    control: Option<&control::Server>,
-) -> Result<Option<Option<metrics::Exporter>>> {
-    let new = reload::load(&opts.config_path, cfg, opts.state_dir.is_some())?;
-    // What can fail comes first, so a failure leaves the old config running untouched.
-    if new.metrics.listen != cfg.metrics.listen {
-        bail!(
-            "metrics.listen changed from {:?} to {:?}; the listener is bound at start-up, restart the daemon to move it",
-            cfg.metrics.listen,
-            new.metrics.listen
-        );
-    }
-    // The running exporter is changed only once nothing can fail any more (below).
-    let (keep_exporter, new_exporter) = match &exporter {
-        Some(_) if new.metrics.textfile.is_some() || new.metrics.listen.is_some() => (true, None),
-        Some(_) => (false, Some(None)),
-        None => (false, metrics::Exporter::start(&new.metrics)?.map(Some)),
-    };
-    let apply_control = control.map(|c| c.prepare_reload(&new)).transpose()?;
-    let root_path = root.path().to_owned();
-    // All or nothing: the knobs of cgroups that leave their tier are put back first; only if
-    // every one of them was (or its cgroup is gone) does the engine take the new config.
-    let leaving = engine.would_drop(&new, |id| reload::classify(&new, &root_path, id));
-    let (moved, restores) = reload::plan(cfg, &new, &root_path, act.journal(), &leaving);
-    let wrote = act.apply(restores)?;
-    let failed: Vec<String> = wrote
-        .iter()
-        .filter_map(|w| match &w.outcome {
-            events::Outcome::Error(e) => Some(format!("{}/{}: {e}", w.cgroup, w.file)),
-            _ => None,
-        })
-        .collect();
-    if !failed.is_empty() {
-        bail!(
-            "the knobs of cgroups leaving their tier could not all be put back ({}); the old config runs on",
-            failed.join("; ")
-        );
-    }
-    let dropped = engine.reconfigure(new.clone(), |id| reload::classify(&new, &root_path, id));
-    debug_assert_eq!(dropped.len(), leaving.len(), "would_drop and reconfigure agree");
-    let restored = wrote.iter().filter(|w| w.outcome == events::Outcome::Ok).count();
-    if let (true, Some(e)) = (keep_exporter, exporter) {
-        e.set_textfile(new.metrics.textfile.clone());
-    }
-    if let Some(apply) = apply_control {
-        if let Err(e) = apply() {
-            act.emit(Event::Degraded { message: format!("control socket after reload: {e:#}") });
-        }
-    }
-    let tiers = new.tiers.iter().map(|(_, t)| t.name.clone()).collect();
-    *cfg = new;
-    act.emit(Event::Reloaded { config: opts.config_path.clone(), tiers, moved, restored });
-    Ok(new_exporter)
 }
 
 /// A decision as an actuator request: the decision names its cgroup by id, the path is where

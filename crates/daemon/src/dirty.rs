@@ -51,12 +51,12 @@ impl DirtyEnforcer {
                 continue;
             }
             // Vanished or unreadable: left out this tick (the sampler reports real errors).
-            let Ok(stat) = root.child(&c.id).memory_stat() else {
+            let Ok(stat) = root.child(&c.path).memory_stat() else {
                 continue;
             };
             let get = |k: &str| stat.iter().find(|(n, _)| n == k).map(|(_, v)| *v).unwrap_or(0);
             observed.push(DirtyObs {
-                id: c.id.clone(),
+                path: c.path.clone(),
                 tier: c.tier,
                 usage_bytes: c.usage_bytes,
                 file_bytes: get("file"),

@@ -125,10 +125,10 @@ impl Learner {
             let Some(tier) = cfg.tiers.get(c.tier).filter(|t| t.learn_peak && t.is_protected()) else {
                 continue;
             };
-            let key = workloads.get(&c.cgroup_id);
-            present.push(c.cgroup_id);
-            let l = self.lifetimes.entry(c.cgroup_id).or_insert_with(|| Lifetime {
-                rel: c.id.clone(),
+            let key = workloads.get(&c.id.get());
+            present.push(c.id.get());
+            let l = self.lifetimes.entry(c.id.get()).or_insert_with(|| Lifetime {
+                rel: c.path.clone(),
                 key: key.cloned(),
                 tier: tier.name.clone(),
                 peak: 0,
@@ -141,12 +141,12 @@ impl Learner {
                 l.peak = l
                     .peak
                     .max(c.usage_bytes)
-                    .max(cgroup(dirs.as_ref(), &c.id, None).and_then(|d| peak(&d)).unwrap_or(0));
+                    .max(cgroup(dirs.as_ref(), &c.path, None).and_then(|d| peak(&d)).unwrap_or(0));
                 l.ran |= c.is_populated();
                 l.ran && !c.is_populated()
             };
             if ended {
-                changed |= self.record_lifetime(c.cgroup_id, now_s, emit);
+                changed |= self.record_lifetime(c.id.get(), now_s, emit);
             }
             // An explicit declaration always wins: the cgroup's xattr, or the tier's.
             if c.expected_peak_bytes.is_some() || tier.expected_peak.is_some() {
@@ -165,9 +165,9 @@ impl Learner {
             let expected = with_margin(peak);
             c.expected_peak_bytes = Some(expected);
             c.learned_peak = Some(learned.clone());
-            let l = self.lifetimes.get_mut(&c.cgroup_id).expect("inserted above");
+            let l = self.lifetimes.get_mut(&c.id.get()).expect("inserted above");
             if !std::mem::replace(&mut l.announced, true) {
-                emit(Event::PeakLearned { cgroup: c.id.clone(), learned, expected_bytes: expected });
+                emit(Event::PeakLearned { cgroup: c.path.clone(), learned, expected_bytes: expected });
             }
         }
         let gone: Vec<u64> = self.lifetimes.keys().filter(|id| !present.contains(id)).copied().collect();

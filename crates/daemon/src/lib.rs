@@ -44,6 +44,7 @@ pub mod sd_notify;
 mod signals;
 pub mod status;
 mod swap_max;
+mod tier_static;
 
 use actuator::Actuator;
 use anyhow::{bail, Context, Result};

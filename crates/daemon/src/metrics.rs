@@ -285,7 +285,7 @@ impl Exporter {
     /// Counts one tick's decisions (by the tier of their cgroup) and its latency.
     pub fn after_tick(&mut self, cfg: &Config, obs: &Observation, decisions: &[Decision], took: Duration) {
         for d in decisions {
-            let tier = obs.cgroups.iter().find(|c| c.id == d.cgroup).and_then(|c| cfg.tiers.get(c.tier));
+            let tier = obs.cgroups.iter().find(|c| c.path == d.cgroup).and_then(|c| cfg.tiers.get(c.tier));
             self.counters.record_decision(tier.map_or("", |t| t.name.as_str()), d);
         }
         self.counters.record_tick(took);

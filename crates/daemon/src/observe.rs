@@ -157,7 +157,7 @@ fn is_protected(cfg: &Config, c: &CgroupObs) -> bool {
 /// The throttle candidates of a fast reaction: the largest throttle-tier cgroups.
 fn candidates<'a>(cfg: &Config, cgroups: &'a [CgroupObs]) -> Vec<&'a CgroupObs> {
     let mut v: Vec<&CgroupObs> = cgroups.iter().filter(|c| cfg.tiers.get(c.tier).is_some_and(|t| t.throttle)).collect();
-    v.sort_by(|a, b| b.usage_bytes.cmp(&a.usage_bytes).then_with(|| a.id.cmp(&b.id)));
+    v.sort_by(|a, b| b.usage_bytes.cmp(&a.usage_bytes).then_with(|| a.path.cmp(&b.path)));
     v.truncate(FAST_CANDIDATES);
     v
 }
@@ -279,7 +279,7 @@ impl Sampler {
             .last
             .iter()
             .filter(|c| is_protected(cfg, c) && c.is_populated())
-            .map(|c| (c.id.clone(), c.cgroup_id, c.current.low.max(c.current.min).bytes().unwrap_or(u64::MAX)))
+            .map(|c| (c.path.clone(), c.id.get(), c.current.low.max(c.current.min).bytes().unwrap_or(u64::MAX)))
             .collect();
         let mut room = 0u64;
         for (rel, id, protection) in watched {
@@ -310,7 +310,7 @@ impl Sampler {
             if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == w.cgroup_id && s.cgroup == w.cgroup) {
                 apply_write(&mut s.knobs, w);
             }
-            if let Some(c) = self.last.iter_mut().find(|c| c.cgroup_id == w.cgroup_id && c.id == w.cgroup) {
+            if let Some(c) = self.last.iter_mut().find(|c| c.id.get() == w.cgroup_id && c.path == w.cgroup) {
                 apply_write(&mut c.current, w);
             }
         }
@@ -324,9 +324,10 @@ impl Sampler {
         if !hierarchy_root {
             wanted.push(("", 0, PARENT));
         }
-        wanted
-            .extend(self.last.iter().filter(|c| is_protected(cfg, c)).map(|c| (c.id.as_str(), c.cgroup_id, SIGNALLED)));
-        wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c.id.as_str(), c.cgroup_id, CANDIDATE)));
+        wanted.extend(
+            self.last.iter().filter(|c| is_protected(cfg, c)).map(|c| (c.path.as_str(), c.id.get(), SIGNALLED)),
+        );
+        wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c.path.as_str(), c.id.get(), CANDIDATE)));
         for (rel, id, files) in wanted {
             if let Err(e) = self.fast.prepare(root, rel, id, files) {
                 // Not fatal: what is not open is opened when a reaction needs it, or left
@@ -569,17 +570,13 @@ impl Sampler {
             }
         }
         let mut wanted: Vec<(&CgroupObs, &[FastFile])> = Vec::new();
-        for c in self
-            .last
-            .iter()
-            .filter(|c| is_protected(cfg, c) && signalled.contains(&memqos_policy::CgroupId(c.cgroup_id)))
-        {
+        for c in self.last.iter().filter(|c| is_protected(cfg, c) && signalled.contains(&c.id)) {
             wanted.push((c, SIGNALLED));
         }
         wanted.extend(candidates(cfg, &self.last).into_iter().map(|c| (c, CANDIDATE)));
         let mut cgroups = Vec::with_capacity(wanted.len());
         for (last, files) in wanted {
-            let s = match self.fast.read(root, &last.id, last.cgroup_id, files) {
+            let s = match self.fast.read(root, &last.path, last.id.get(), files) {
                 Ok(Some(s)) => s,
                 Ok(None) => continue, // vanished since the periodic sample
                 Err(e) if out_of_descriptors(&e) => {
@@ -593,12 +590,12 @@ impl Sampler {
             c.usage_bytes = s.current.unwrap_or(c.usage_bytes);
             c.current.high = s.high.unwrap_or(c.current.high);
             c.current.max = s.max.unwrap_or(c.current.max);
-            c.events_delta = match (s.events, self.prev_events.get(&c.cgroup_id)) {
+            c.events_delta = match (s.events, self.prev_events.get(&c.id.get())) {
                 (Some(ev), Some(prev)) => ev.delta_since(prev),
                 _ => Default::default(),
             };
             if let Some(psi) = s.pressure {
-                let prev = self.prev_psi_total.get(&c.cgroup_id).copied();
+                let prev = self.prev_psi_total.get(&c.id.get()).copied();
                 c.psi_some_delta_us = prev.map_or(0, |p| psi.some.total_us.saturating_sub(p));
                 c.psi = psi;
             }
@@ -640,7 +637,7 @@ impl Sampler {
         prev_psi_total.insert(c.id, psi.some.total_us);
         let original = originals(journal, c.id, &current);
         let mut obs = CgroupObs::new(id, memqos_policy::TierIndex(0), usage);
-        obs.cgroup_id = c.id;
+        obs.id = memqos_policy::CgroupId(c.id);
         obs.current = current;
         obs.original = original;
         obs.events_delta = delta;

@@ -107,7 +107,7 @@ impl OomAdjuster {
     pub fn plan_new(&mut self, cfg: &Config, cgroups: &[memqos_policy::CgroupObs], act: &mut Actuator) -> Vec<Request> {
         let mut present = HashSet::new();
         let mut writes = self.plan_cgroups(cfg, cgroups, act, &mut present);
-        let looked: HashSet<&str> = cgroups.iter().map(|c| c.id.as_str()).collect();
+        let looked: HashSet<&str> = cgroups.iter().map(|c| c.path.as_str()).collect();
         writes.extend(self.settle(act, |pid, h| looked.contains(h.cgroup.as_str()) && !present.contains(pid)));
         writes
     }
@@ -141,14 +141,14 @@ impl OomAdjuster {
             if dirs.is_none() {
                 dirs = Some(crate::beneath::Root::open(&cfg.cgroup_root).ok());
             }
-            let Some(Ok(pids)) = dirs.as_ref().and_then(|r| Some(r.as_ref()?.cgroup(&c.id).ok()?.procs())) else {
+            let Some(Ok(pids)) = dirs.as_ref().and_then(|r| Some(r.as_ref()?.cgroup(&c.path).ok()?.procs())) else {
                 continue;
             };
             for pid in pids {
                 present.insert(pid);
                 if let Some(h) = self.handled.get_mut(&pid) {
-                    if h.cgroup != c.id {
-                        h.cgroup.clone_from(&c.id);
+                    if h.cgroup != c.path {
+                        h.cgroup.clone_from(&c.path);
                     }
                     continue;
                 }
@@ -164,7 +164,7 @@ impl OomAdjuster {
                     r.original = w.journal_original.map(|o| o.to_string());
                     writes.push(r);
                 }
-                self.handled.insert(pid, Handled { process, cgroup: c.id.clone(), state });
+                self.handled.insert(pid, Handled { process, cgroup: c.path.clone(), state });
             }
         }
         writes
@@ -186,5 +186,5 @@ impl OomAdjuster {
 }
 
 fn target_proc_of(c: &memqos_policy::CgroupObs, process: Process) -> Target {
-    Target::Process { cgroup: c.id.clone(), cgroup_id: c.cgroup_id, process }
+    Target::Process { cgroup: c.path.clone(), cgroup_id: c.id.get(), process }
 }

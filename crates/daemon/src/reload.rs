@@ -13,10 +13,13 @@
 //! afresh under its new tier, if any. SIGHUP (or `Handle::request_reload`) only sets a flag:
 //! the loop reloads between two ticks, where no write is in flight.
 
-use crate::actuator::{Request, Target};
+use crate::actuator::{Actuator, Request, Target};
+use crate::events::{self, Event};
 use crate::journal::Journal;
+use crate::{control, metrics, Options};
 use anyhow::{bail, Result};
-use memqos_policy::{Config, Reason, TierIndex};
+use memqos_cgroupfs::Cgroup;
+use memqos_policy::{Config, Engine, Reason, TierIndex};
 use memqos_schema::KnobFile;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -136,6 +139,70 @@ pub(crate) fn restores_of(journal: &Journal, ids: &[u64], why: &dyn Fn(&str) -> 
 
 fn static_file(file: &str) -> Option<&'static str> {
     KnobFile::from_name(file).filter(|k| k.journaled()).map(KnobFile::name)
+}
+
+/// A reload: validates the config file whole and, if it is acceptable, runs it (see
+/// `Daemon::reload`). Err: rejected, nothing changed. Ok(Some(exporter)): the metrics
+/// exporter to use from now.
+pub(crate) fn reload_config(
+    opts: &Options,
+    cfg: &mut Config,
+    root: &Cgroup,
+    act: &mut Actuator,
+    engine: &mut Engine,
+    exporter: Option<&mut metrics::Exporter>,
+    control: Option<&control::Server>,
+) -> Result<Option<Option<metrics::Exporter>>> {
+    let new = load(&opts.config_path, cfg, opts.state_dir.is_some())?;
+    // What can fail comes first, so a failure leaves the old config running untouched.
+    if new.metrics.listen != cfg.metrics.listen {
+        bail!(
+            "metrics.listen changed from {:?} to {:?}; the listener is bound at start-up, restart the daemon to move it",
+            cfg.metrics.listen,
+            new.metrics.listen
+        );
+    }
+    // The running exporter is changed only once nothing can fail any more (below).
+    let (keep_exporter, new_exporter) = match &exporter {
+        Some(_) if new.metrics.textfile.is_some() || new.metrics.listen.is_some() => (true, None),
+        Some(_) => (false, Some(None)),
+        None => (false, metrics::Exporter::start(&new.metrics)?.map(Some)),
+    };
+    let apply_control = control.map(|c| c.prepare_reload(&new)).transpose()?;
+    let root_path = root.path().to_owned();
+    // All or nothing: the knobs of cgroups that leave their tier are put back first; only if
+    // every one of them was (or its cgroup is gone) does the engine take the new config.
+    let leaving = engine.would_drop(&new, |id| classify(&new, &root_path, id));
+    let (moved, restores) = plan(cfg, &new, &root_path, act.journal(), &leaving);
+    let wrote = act.apply(restores)?;
+    let failed: Vec<String> = wrote
+        .iter()
+        .filter_map(|w| match &w.outcome {
+            events::Outcome::Error(e) => Some(format!("{}/{}: {e}", w.cgroup, w.file)),
+            _ => None,
+        })
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "the knobs of cgroups leaving their tier could not all be put back ({}); the old config runs on",
+            failed.join("; ")
+        );
+    }
+    let dropped = engine.reconfigure(new.clone(), |id| classify(&new, &root_path, id));
+    debug_assert_eq!(dropped.len(), leaving.len(), "would_drop and reconfigure agree");
+    let restored = wrote.iter().filter(|w| w.outcome == events::Outcome::Ok).count();
+    if let (true, Some(e)) = (keep_exporter, exporter) {
+        e.set_textfile(new.metrics.textfile.clone());
+    }
+    if let Some(apply) = apply_control {
+        if let Err(e) = apply() {
+            act.emit(Event::Degraded { message: format!("control socket after reload: {e:#}") });
+        }
+    }
+    let tiers = new.tiers.iter().map(|(_, t)| t.name.clone()).collect();
+    *cfg = new;
+    act.emit(Event::Reloaded { config: opts.config_path.clone(), tiers, moved, restored });
+    Ok(new_exporter)
 }
 
 #[cfg(test)]

@@ -9,90 +9,61 @@
 //! restored. Nothing is written while the host has no active swap (the knob would change
 //! nothing) or on a kernel without swap accounting (no such file); each is said once.
 
-use crate::actuator::{Actuator, Request, Target};
-use crate::beneath::FileError;
-use memqos_policy::knobs::{swap_max, StaticDecision, TierStatic};
-use memqos_policy::{Config, Observation};
+use crate::actuator::Actuator;
+use crate::tier_static::{Missing, StaticKnob, TierStatics};
+use memqos_policy::knobs::TierStatic;
+use memqos_policy::{CgroupObs, Config};
 use memqos_schema::KnobFile;
-use std::collections::HashSet;
 use std::path::PathBuf;
 
 pub const FILE: &str = KnobFile::SwapMax.name();
 const PROC_SWAPS: &str = "/proc/swaps";
 
-pub struct SwapMaxes {
+/// memory.swap.max on every cgroup of a tier that does not keep it.
+pub type SwapMaxes = TierStatics<SwapMax>;
+
+pub struct SwapMax {
     swaps: PathBuf,
     /// Whether the last look at /proc/swaps found active swap (None: not looked yet).
     swap_on: Option<bool>,
     /// The kernel has no memory.swap.max: nothing more to do for this run.
     unsupported: bool,
-    /// Cgroups already reported as unreadable: one message each, not one per tick.
-    reported: HashSet<u64>,
-    pub notes: Vec<String>,
 }
 
-impl SwapMaxes {
-    /// None when every tier keeps memory.swap.max as found.
-    pub fn new(cfg: &Config) -> Option<SwapMaxes> {
-        cfg.tiers.iter().any(|(_, t)| t.swap_max.target().is_some()).then(|| SwapMaxes {
-            swaps: PathBuf::from(PROC_SWAPS),
-            swap_on: None,
-            unsupported: false,
-            reported: HashSet::new(),
-            notes: Vec::new(),
-        })
+impl Default for SwapMax {
+    fn default() -> Self {
+        SwapMax { swaps: PathBuf::from(PROC_SWAPS), swap_on: None, unsupported: false }
+    }
+}
+
+impl StaticKnob for SwapMax {
+    const KNOB: TierStatic = TierStatic::SwapMax;
+
+    fn active(&mut self, notes: &mut Vec<String>) -> bool {
+        !self.unsupported && self.swap_active(notes)
     }
 
-    /// The writes that bring each observed cgroup's memory.swap.max to its tier's value, on
-    /// the periodic path (/proc/swaps and one small file per cgroup of such a tier).
-    pub fn plan(&mut self, cfg: &Config, obs: &Observation, act: &mut Actuator) -> Vec<Request> {
-        if self.unsupported || !self.swap_active() {
-            return Vec::new();
+    // The cgroup is there but has no memory.swap.max: the kernel does not account swap per
+    // cgroup. Gone with its directory: a short-lived cgroup, nothing to say.
+    fn missing(&mut self, cfg: &Config, c: &CgroupObs, _: bool, act: &mut Actuator) -> Missing {
+        if act.read(&c.path, c.id.get(), "memory.current").is_err() {
+            return Missing::Gone;
         }
-        let mut writes = Vec::new();
-        for c in &obs.cgroups {
-            let Some(tier) = cfg.tiers.get(c.tier).filter(|t| TierStatic::SwapMax.target(t).is_some()) else {
-                continue;
-            };
-            let current = match act.read(&c.id, c.cgroup_id, FILE) {
-                Ok(v) => v,
-                // The cgroup is there but has no memory.swap.max: the kernel does not account
-                // swap per cgroup. Gone with its directory: a short-lived cgroup, nothing to say.
-                Err(FileError::Vanished) => {
-                    if act.read(&c.id, c.cgroup_id, "memory.current").is_ok() {
-                        self.unsupported = true;
-                        self.notes.push(format!(
-                            "swap_max not applied: {} has no {FILE} (a kernel without swap accounting: CONFIG_MEMCG_SWAP off, or swapaccount=0 on its command line)",
-                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id).display()
-                        ));
-                        return Vec::new();
-                    }
-                    continue;
-                }
-                Err(FileError::Io(e)) => {
-                    if self.reported.insert(c.cgroup_id) {
-                        self.notes.push(format!(
-                            "swap_max not applied to {}: cannot read {FILE}: {e}",
-                            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.id).display()
-                        ));
-                    }
-                    continue;
-                }
-            };
-            // Journaled: memqos wrote it, so a value other than the kernel's is not foreign.
-            let ours = act.journal().original(c.cgroup_id, FILE).is_some();
-            if let Some(StaticDecision::Write { value, reason }) =
-                swap_max(tier, &current, ours, cfg.policy.foreign_knobs)
-            {
-                let target = Target::Cgroup { path: c.id.clone(), id: c.cgroup_id };
-                writes.push(Request::new(target, FILE, value, reason));
-            }
-        }
-        writes
+        self.unsupported = true;
+        Missing::Unsupported(format!(
+            "swap_max not applied: {} has no {FILE} (a kernel without swap accounting: CONFIG_MEMCG_SWAP off, or swapaccount=0 on its command line)",
+            memqos_cgroupfs::name::fs_path(&cfg.cgroup_root, &c.path).display()
+        ))
     }
 
+    fn unreadable(path: &std::path::Path, why: &str) -> String {
+        format!("swap_max not applied to {}: cannot read {FILE}: {why}", path.display())
+    }
+}
+
+impl SwapMax {
     /// Reads /proc/swaps; notes when swap goes off or on (and that swap_max waits for it).
-    fn swap_active(&mut self) -> bool {
+    fn swap_active(&mut self, notes: &mut Vec<String>) -> bool {
         let on = match std::fs::read_to_string(&self.swaps) {
             Ok(text) => active(&text),
             Err(e) => Err(format!("{}: {e}", self.swaps.display())),
@@ -111,7 +82,7 @@ impl SwapMaxes {
                     .to_string(),
             ),
         };
-        self.notes.extend(note);
+        notes.extend(note);
         self.swap_on = Some(on);
         on
     }
@@ -145,17 +116,17 @@ mod tests {
         )
         .unwrap();
         let mut s = SwapMaxes::new(&cfg).expect("a protected tier sets 0 by default");
-        s.swaps = swaps.clone();
+        s.knob.swaps = swaps.clone();
         std::fs::write(&swaps, header).unwrap();
-        assert!(!s.swap_active() && !s.swap_active());
+        assert!(!s.knob.swap_active(&mut s.notes) && !s.knob.swap_active(&mut s.notes));
         assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
         assert!(s.notes[0].contains("no active swap"), "{:?}", s.notes);
         std::fs::write(&swaps, format!("{header}/swap file 1024 0 -2\n")).unwrap();
-        assert!(s.swap_active() && s.swap_active());
+        assert!(s.knob.swap_active(&mut s.notes) && s.knob.swap_active(&mut s.notes));
         assert_eq!(s.notes.len(), 2);
         assert!(s.notes[1].contains("active now"), "{:?}", s.notes);
         std::fs::remove_file(&swaps).unwrap();
-        assert!(!s.swap_active());
+        assert!(!s.knob.swap_active(&mut s.notes));
         assert!(s.notes[2].contains("cannot tell"), "{:?}", s.notes);
 
         let keep = Config::from_str(

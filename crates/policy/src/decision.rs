@@ -34,7 +34,7 @@ pub struct Decision {
 impl Decision {
     /// A decision for observed cgroup `c`: its path and its id.
     pub fn for_cgroup(c: &CgroupObs, action: Action, reason: Reason) -> Decision {
-        Decision { cgroup: c.id.clone(), id: c.cgroup(), action, reason }
+        Decision { cgroup: c.path.clone(), id: c.id, action, reason }
     }
 
     /// The knob this decision writes.

@@ -67,7 +67,8 @@ impl HostDirty {
 /// One managed cgroup, from memory.stat / memory.current / memory.max.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DirtyObs {
-    pub id: String,
+    /// Path relative to `cgroup_root`, as the inputs were read.
+    pub path: String,
     pub tier: TierIndex,
     /// memory.current.
     pub usage_bytes: u64,
@@ -82,7 +83,8 @@ pub struct DirtyObs {
 /// What to do for one cgroup.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cap {
-    pub id: String,
+    /// The capped cgroup's path (its [`DirtyObs::path`]).
+    pub path: String,
     /// The dirty ceiling this tick (its tier's `dirty.max`, scaled down when the ceilings
     /// and floors do not fit under the host's freerun ceiling).
     pub cap_bytes: u64,
@@ -128,7 +130,7 @@ pub fn plan(cfg: &Config, host: &HostDirty, cgroups: &[DirtyObs]) -> Plan {
                 if own_freerun < min {
                     p.warnings.push(format!(
                         "{}: dirty.min {} cannot hold: its memory.max {} gives it a memcg freerun ceiling of only ~{} (memqos does not raise memory.max)",
-                        c.id, crate::size::human(min), crate::size::human(max), crate::size::human(own_freerun)
+                        c.path, crate::size::human(min), crate::size::human(max), crate::size::human(own_freerun)
                     ));
                 }
             }
@@ -157,7 +159,7 @@ pub fn plan(cfg: &Config, host: &HostDirty, cgroups: &[DirtyObs]) -> Plan {
             Limit::Bytes(max) if max <= high => None,
             _ => Some(high),
         };
-        p.caps.push(Cap { id: c.id.clone(), cap_bytes: cap, high });
+        p.caps.push(Cap { path: c.path.clone(), cap_bytes: cap, high });
     }
     p
 }
@@ -195,11 +197,11 @@ impl Ceilings {
         // Caps name cgroups by path (the plan's inputs are read by path): each is matched
         // to its observation once, and everything after works by id.
         let capped: Vec<(&Cap, &CgroupObs)> =
-            p.caps.iter().filter_map(|cap| obs.cgroups.iter().find(|c| c.id == cap.id).map(|c| (cap, c))).collect();
-        let capped_ids: HashSet<CgroupId> = capped.iter().map(|(_, c)| c.cgroup()).collect();
+            p.caps.iter().filter_map(|cap| obs.cgroups.iter().find(|c| c.path == cap.path).map(|c| (cap, c))).collect();
+        let capped_ids: HashSet<CgroupId> = capped.iter().map(|(_, c)| c.id).collect();
         self.engine_high.retain(|id, _| capped_ids.contains(id));
         for (cap, c) in capped {
-            let id = c.cgroup();
+            let id = c.id;
             let engine_decision = decisions.iter().position(|d| d.id == id && matches!(d.action, Action::High(_)));
             let engine_reason = engine_decision.map(|i| {
                 let d = decisions.remove(i);
@@ -215,7 +217,7 @@ impl Ceilings {
                     Limit::Bytes(h),
                     Reason::DirtyCeiling {
                         cap_bytes: cap.cap_bytes,
-                        dirty_bytes: observed.iter().find(|o| o.id == cap.id).map(|o| o.dirty_bytes).unwrap_or(0),
+                        dirty_bytes: observed.iter().find(|o| o.path == cap.path).map(|o| o.dirty_bytes).unwrap_or(0),
                         budget_bytes: p.budget_bytes,
                     },
                 ),
@@ -301,9 +303,9 @@ mod tests {
         HostDirty { thresh_pages: 8192, bg_thresh_pages: 4096, dirtyable_pages: 487_000 }
     }
 
-    fn obs(id: &str, tier: usize, usage: u64, file: u64, dirty: u64) -> DirtyObs {
+    fn obs(path: &str, tier: usize, usage: u64, file: u64, dirty: u64) -> DirtyObs {
         DirtyObs {
-            id: id.into(),
+            path: path.into(),
             tier: TierIndex(tier),
             usage_bytes: usage,
             file_bytes: file,
@@ -322,7 +324,7 @@ mod tests {
         assert_eq!(p.reserved_bytes, 16 * MIB);
         assert_eq!(p.budget_bytes, 24 * MIB - 16 * MIB);
         let cap = &p.caps[0];
-        assert_eq!((cap.id.as_str(), cap.cap_bytes), ("noisy", 4 * MIB));
+        assert_eq!((cap.path.as_str(), cap.cap_bytes), ("noisy", 4 * MIB));
         let high = cap.high.unwrap();
         // 6 MiB of non-file memory plus what makes the memcg threshold 4 MiB.
         let avail = high - 6 * MIB;

@@ -1,6 +1,6 @@
 //! The engine: one `tick` per observation, knob decisions out, no I/O and no clock.
 //!
-//! Per-cgroup state is keyed by the kernel's cgroup id (`CgroupObs::cgroup`); paths are
+//! Per-cgroup state is keyed by the kernel's cgroup id (`CgroupObs::id`); paths are
 //! where a cgroup is, for decisions, reasons and status. Per tick, in this order:
 //! 1. forget cgroups that vanished (or changed tier, or were re-created under their path:
 //!    another id), start tracking new ones;
@@ -294,9 +294,9 @@ fn usable<'a>(cfg: &Config, obs: &'a Observation, known: impl Fn(&CgroupObs) -> 
         .cgroups
         .iter()
         .filter(|c| cfg.tiers.get(c.tier).is_some() && known(c))
-        .filter(|c| ids.insert(c.cgroup()) && paths.insert(c.id.as_str()))
+        .filter(|c| ids.insert(c.id) && paths.insert(c.path.as_str()))
         .collect();
-    cgs.sort_by(|a, b| a.id.cmp(&b.id));
+    cgs.sort_by(|a, b| a.path.cmp(&b.path));
     cgs
 }
 
@@ -304,15 +304,15 @@ fn usable<'a>(cfg: &Config, obs: &'a Observation, known: impl Fn(&CgroupObs) -> 
 /// (`usable`); the state of vanished cgroups is dropped.
 fn sync<'a>(states: &mut States, cfg: &Config, obs: &'a Observation, now: u64) -> Vec<&'a CgroupObs> {
     let cgs = usable(cfg, obs, |_| true);
-    let seen: HashMap<CgroupId, &CgroupObs> = cgs.iter().map(|c| (c.cgroup(), *c)).collect();
+    let seen: HashMap<CgroupId, &CgroupObs> = cgs.iter().map(|c| (c.id, *c)).collect();
     // Keyed by the kernel id: a cgroup removed and re-created under the same name is
     // another key, and starts from scratch; so does one whose tier changed.
     states.retain(|id, s| seen.get(id).is_some_and(|c| c.tier == s.tier));
     for c in &cgs {
-        let s = states
-            .entry(c.cgroup())
-            .or_insert_with(|| CgState::new(c.tier, c.id.clone(), cfg.policy.ws_window_ms, c.original, c.current, now));
-        s.path.clone_from(&c.id);
+        let s = states.entry(c.id).or_insert_with(|| {
+            CgState::new(c.tier, c.path.clone(), cfg.policy.ws_window_ms, c.original, c.current, now)
+        });
+        s.path.clone_from(&c.path);
         s.original = c.original;
         s.current = c.current;
         s.has_run |= c.is_populated();
@@ -344,9 +344,9 @@ fn not_yet_run(states: &States, cfg: &Config, now: u64) -> BTreeSet<CgroupId> {
 /// The fast path's sync: updates the knobs of cgroups already tracked (same id, same tier)
 /// and returns them, sorted by path; everything else is left alone.
 fn sync_known<'a>(states: &mut States, cfg: &Config, obs: &'a Observation) -> Vec<&'a CgroupObs> {
-    let cgs = usable(cfg, obs, |c| states.get(&c.cgroup()).is_some_and(|s| s.tier == c.tier));
+    let cgs = usable(cfg, obs, |c| states.get(&c.id).is_some_and(|s| s.tier == c.tier));
     for c in &cgs {
-        if let Some(s) = states.get_mut(&c.cgroup()) {
+        if let Some(s) = states.get_mut(&c.id) {
             s.current = c.current;
         }
     }
@@ -374,7 +374,7 @@ impl<'a> Ctx<'a> {
         cgs: Vec<&'a CgroupObs>,
         not_yet_run: &'a BTreeSet<CgroupId>,
     ) -> Ctx<'a> {
-        let by_id = cgs.iter().enumerate().map(|(i, c)| (c.cgroup(), i)).collect();
+        let by_id = cgs.iter().enumerate().map(|(i, c)| (c.id, i)).collect();
         Ctx { cfg, now, parent, cgs, by_id, not_yet_run }
     }
 
@@ -385,7 +385,7 @@ impl<'a> Ctx<'a> {
 
     /// The cgroup at `path` this tick (reasons name cgroups by path).
     pub fn get(&self, path: &str) -> Option<&'a CgroupObs> {
-        self.cgs.binary_search_by(|c| c.id.as_str().cmp(path)).ok().map(|i| self.cgs[i])
+        self.cgs.binary_search_by(|c| c.path.as_str().cmp(path)).ok().map(|i| self.cgs[i])
     }
 
     /// The cgroup with kernel id `id` this tick.
@@ -396,7 +396,7 @@ impl<'a> Ctx<'a> {
     /// True when `c`'s declared room counts: it runs, or it has not run yet (a cgroup made
     /// and declared before its task starts). One that ran and emptied reserves nothing.
     pub fn reserving(&self, c: &CgroupObs) -> bool {
-        c.is_populated() || self.not_yet_run.contains(&c.cgroup())
+        c.is_populated() || self.not_yet_run.contains(&c.id)
     }
 
     /// `min_high`, rounded up to a page.
@@ -413,12 +413,27 @@ impl<'a> Ctx<'a> {
 /// Writes proposed in one tick, before rate limiting.
 #[derive(Default)]
 pub(crate) struct Plan {
-    items: Vec<(String, Action, Reason)>,
+    items: Vec<Proposal>,
+}
+
+/// One proposed write: matched to its cgroup by id; the path only orders the writes (as it
+/// always has: within a rank, by path).
+struct Proposal {
+    id: CgroupId,
+    path: String,
+    action: Action,
+    reason: Reason,
+}
+
+impl Proposal {
+    fn is(&self, c: &CgroupObs) -> bool {
+        self.id == c.id
+    }
 }
 
 impl Plan {
     pub fn push(&mut self, c: &CgroupObs, action: Action, reason: Reason) {
-        self.items.push((c.id.clone(), action, reason));
+        self.items.push(Proposal { id: c.id, path: c.path.clone(), action, reason });
     }
 
     /// Proposes lowering memory.high. Cuts never raise: values not below the current high are
@@ -428,9 +443,9 @@ impl Plan {
         if new >= c.current.high {
             return;
         }
-        let existing = self.items.iter_mut().find(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)));
+        let existing = self.items.iter_mut().find(|p| p.is(c) && matches!(p.action, Action::High(_)));
         match existing {
-            Some((_, Action::High(old), r)) if new < *old => {
+            Some(Proposal { action: Action::High(old), reason: r, .. }) if new < *old => {
                 *old = new;
                 *r = reason;
             }
@@ -445,22 +460,22 @@ impl Plan {
 
     /// True when a memory.high write of `c` is already proposed.
     pub fn has_high(&self, c: &CgroupObs) -> bool {
-        self.items.iter().any(|(id, a, _)| *id == c.id && matches!(a, Action::High(_)))
+        self.items.iter().any(|p| p.is(c) && matches!(p.action, Action::High(_)))
     }
 
     /// True when a cgroup.freeze write of `c` is already proposed (escalation's or a thaw).
     pub fn has_freeze(&self, c: &CgroupObs) -> bool {
-        self.items.iter().any(|(id, a, _)| *id == c.id && matches!(a, Action::Freeze(_)))
+        self.items.iter().any(|p| p.is(c) && matches!(p.action, Action::Freeze(_)))
     }
 
     /// Withdraws every proposed memory.high write of `c`.
     pub fn drop_highs(&mut self, c: &CgroupObs) {
-        self.items.retain(|(id, a, _)| !(*id == c.id && matches!(a, Action::High(_))));
+        self.items.retain(|p| !(p.is(c) && matches!(p.action, Action::High(_))));
     }
 
     /// Withdraws every proposed lowering of `c`'s memory.high.
     pub fn drop_cuts(&mut self, c: &CgroupObs) {
-        self.items.retain(|(id, a, _)| !(*id == c.id && matches!(a, Action::High(l) if *l < c.current.high)));
+        self.items.retain(|p| !(p.is(c) && matches!(p.action, Action::High(l) if l < c.current.high)));
     }
 }
 
@@ -474,12 +489,14 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut States) -> Vec<Decision> {
         Action::Kill => 4,
     };
     let mut items = plan.items;
-    items.sort_by(|a, b| (rank(&a.1), &a.0).cmp(&(rank(&b.1), &b.0)));
+    // The order of a tick's writes: by rank, then by path (stable: a cgroup's proposals of
+    // one rank keep the order they were made in).
+    items.sort_by(|a, b| (rank(&a.action), &a.path).cmp(&(rank(&b.action), &b.path)));
     let interval = ctx.cfg.policy.min_write_interval_ms;
     let mut out = Vec::new();
-    for (id, action, reason) in items {
-        let Some(c) = ctx.get(&id) else { continue };
-        let Some(s) = states.get_mut(&c.cgroup()) else { continue };
+    for Proposal { id, action, reason, .. } in items {
+        let Some(c) = ctx.get_id(id) else { continue };
+        let Some(s) = states.get_mut(&c.id) else { continue };
         let unchanged = match action {
             Action::High(l) => c.current.high == l,
             Action::Low(l) => c.current.low == l,

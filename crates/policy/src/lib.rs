@@ -11,7 +11,7 @@
 //! of the text ([`Config::from_str`]).
 //!
 //! ```
-//! use memqos_policy::{Action, CgroupObs, Config, Engine, Limit, Observation, ParentObs};
+//! use memqos_policy::{Action, CgroupId, CgroupObs, Config, Engine, Limit, Observation, ParentObs};
 //!
 //! let text = r#"
 //!     cgroup_root = "/sys/fs/cgroup/agents"
@@ -29,7 +29,7 @@
 //! for (inode, path, usage) in [(101, "prod/db", 500 << 20), (102, "jobs/etl", 400 << 20)] {
 //!     let tier = cfg.tiers.classify(path).expect("every cgroup matches some tier");
 //!     let mut c = CgroupObs::new(path, tier, usage);
-//!     c.cgroup_id = inode; // the engine knows a cgroup by its kernel id
+//!     c.id = CgroupId(inode); // the engine knows a cgroup by its kernel id
 //!     cgroups.push(c);
 //! }
 //! cgroups[0].psi.some.avg10 = 20.0; // prod/db stalls on memory

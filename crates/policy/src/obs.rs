@@ -81,14 +81,15 @@ impl Default for ParentObs {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CgroupObs {
     /// Path relative to `cgroup_root`, e.g. `"batch/job-7"`: where the cgroup is (reads,
-    /// writes, the log, tier matching), not which one it is.
-    pub id: String,
-    /// The kernel's cgroup id (the directory's inode, [`CgroupObs::cgroup`]): the key for
-    /// all engine state. Ids must be distinct within an observation (0 is an id like any
-    /// other: tests and replays that have none use [`CgroupObs::named`]). A cgroup whose id
-    /// changes under the same path was removed and re-created: it is a new one.
-    #[serde(default)]
-    pub cgroup_id: u64,
+    /// writes, the log, tier matching), not which one it is. On the wire: `id`.
+    #[serde(rename = "id")]
+    pub path: String,
+    /// The kernel's cgroup id (the directory's inode): the key for all engine state. Ids
+    /// must be distinct within an observation (0 is an id like any other: tests and replays
+    /// that have none use [`CgroupObs::named`]). A cgroup whose id changes under the same
+    /// path was removed and re-created: it is a new one. On the wire: `cgroup_id`.
+    #[serde(rename = "cgroup_id", default)]
+    pub id: CgroupId,
     /// From `Tiers::classify(id)`; cgroups matching no tier should not be passed. A cgroup
     /// whose tier changes is treated as a new cgroup. An out-of-range index is ignored.
     pub tier: TierIndex,
@@ -146,17 +147,12 @@ impl CgroupObs {
         self.populated != Some(false)
     }
 
-    /// The kernel's id, as the engine keys its state.
-    pub fn cgroup(&self) -> CgroupId {
-        CgroupId(self.cgroup_id)
-    }
-
     /// [`CgroupObs::new`] with an id made up from the path (the same path, the same id), for
     /// tests and replays that have no kernel: cgroups named apart are distinct cgroups. Made
     /// up ids have the top bit set, which no inode number of cgroupfs reaches.
     pub fn named(path: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
         let mut c = CgroupObs::new(path, tier, usage_bytes);
-        c.cgroup_id = CgroupObs::made_up_id(&c.id).0;
+        c.id = CgroupObs::made_up_id(&c.path);
         c
     }
 
@@ -168,11 +164,11 @@ impl CgroupObs {
     }
 
     /// A cgroup with kernel-default knobs and no pressure, its kernel id unknown (0: set
-    /// `cgroup_id`, or use [`CgroupObs::named`]).
-    pub fn new(id: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
+    /// `id`, or use [`CgroupObs::named`]).
+    pub fn new(path: impl Into<String>, tier: TierIndex, usage_bytes: u64) -> CgroupObs {
         CgroupObs {
-            id: id.into(),
-            cgroup_id: 0,
+            path: path.into(),
+            id: CgroupId(0),
             tier,
             usage_bytes,
             working_set_bytes: None,
@@ -209,4 +205,20 @@ pub enum SignalEvent {
     },
     /// memory.events changed (inotify). Only a wakeup: `events_delta` carries the counts.
     EventsChanged,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields were renamed (`path`, `id`), their names on the wire were not: an
+    /// observation journaled or replayed reads and writes as before, in the same order.
+    #[test]
+    fn a_cgroup_keeps_its_wire_names() {
+        let mut c = CgroupObs::new("batch/a", TierIndex(1), 5);
+        c.id = CgroupId(42);
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(text.starts_with(r#"{"id":"batch/a","cgroup_id":42,"tier":1,"#), "{text}");
+        assert_eq!(serde_json::from_str::<CgroupObs>(&text).unwrap(), c);
+    }
 }

@@ -99,14 +99,14 @@ fn cgroup_recreated_between_ticks_is_a_new_cgroup() {
     let mut sim = Sim::new(config(THREE_TIERS, "min_write_interval_ms = 5000"));
     sim.add("critical/db", 500 * MB);
     sim.add("batch/a", 400 * MB);
-    sim.cg("batch/a").cgroup_id = 7;
+    sim.cg("batch/a").id = memqos_policy::CgroupId(7);
     sim.run(1_000, |s| s.set_stall("critical/db", 20.0));
     assert_eq!(sim.high_trail_mb("batch/a"), vec![360]);
     // Removed and created again under the same name before the next sample: only the
     // kernel id tells. The engine forgets the old one's rate limit and originals.
     sim.remove("batch/a");
     sim.add("batch/a", 100 * MB);
-    sim.cg("batch/a").cgroup_id = 8;
+    sim.cg("batch/a").id = memqos_policy::CgroupId(8);
     let d = sim.tick();
     let cut: Vec<_> = d.iter().filter(|d| d.cgroup == "batch/a").map(|d| d.action).collect();
     assert_eq!(cut, vec![Action::High(Limit::Bytes(90 * MB))]);

@@ -5,15 +5,15 @@
 mod common;
 
 use common::{config, MB, THREE_TIERS};
-use memqos_policy::{Action, CgroupObs, Config, Engine, Limit, Observation, ParentObs, Reason, SignalEvent};
+use memqos_policy::{Action, CgroupId, CgroupObs, Config, Engine, Limit, Observation, ParentObs, Reason, SignalEvent};
 
 fn cfg() -> Config {
     config(&format!("[signals]\nbpf = true\n{THREE_TIERS}"), "")
 }
 
-fn cg(cfg: &Config, id: &str, cgroup_id: u64, usage_mb: u64) -> CgroupObs {
-    let mut c = CgroupObs::new(id, cfg.tiers.classify(id).unwrap(), usage_mb * MB);
-    c.cgroup_id = cgroup_id;
+fn cg(cfg: &Config, path: &str, id: u64, usage_mb: u64) -> CgroupObs {
+    let mut c = CgroupObs::new(path, cfg.tiers.classify(path).unwrap(), usage_mb * MB);
+    c.id = CgroupId(id);
     c
 }
 

@@ -183,7 +183,7 @@ mod dirty {
 
     fn noisy(usage: u64, file: u64, dirty: u64) -> (DirtyObs, Observation) {
         let d = DirtyObs {
-            id: "noisy".into(),
+            path: "noisy".into(),
             tier: TierIndex(0),
             usage_bytes: usage,
             file_bytes: file,
@@ -245,7 +245,7 @@ mod dirty {
         // The cgroup is removed and made again under its name: a new id, its own original
         // (max). The old one's 8 MiB is not its wish: the ceiling applies.
         let mut again = obs.clone();
-        again.cgroups[0].cgroup_id = 4242;
+        again.cgroups[0].id = memqos_policy::CgroupId(4242);
         let cap = plan(&cfg(), &host(), std::slice::from_ref(&d)).caps[0].high.unwrap();
         let (out, _) = c.decide(&cfg(), &host(), &[d], &again, Vec::new());
         assert_eq!(out.len(), 1, "{out:?}");

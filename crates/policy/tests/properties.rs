@@ -163,12 +163,12 @@ fn place(slot: usize, mut c: CgroupObs, tiers: usize) -> CgroupObs {
     let t = slot % (PREFIXES.len() + 1);
     if t == PREFIXES.len() {
         c.tier = TierIndex(tiers + slot);
-        c.id = format!("x/{slot}");
+        c.path = format!("x/{slot}");
     } else {
         c.tier = TierIndex(t);
-        c.id = format!("{}/{slot}", PREFIXES[t]);
+        c.path = format!("{}/{slot}", PREFIXES[t]);
     }
-    c.cgroup_id = slot as u64 + 1;
+    c.id = memqos_policy::CgroupId(slot as u64 + 1);
     c
 }
 
@@ -181,7 +181,7 @@ fn check(cfg: &Config, obs: &Observation, decisions: &[Decision], fast: bool) ->
     let mut knobs_written = HashSet::new();
     for d in decisions {
         // The first cgroup of an id is the one the engine reads.
-        let c = obs.cgroups.iter().find(|c| c.id == d.cgroup);
+        let c = obs.cgroups.iter().find(|c| c.path == d.cgroup);
         prop_assert!(c.is_some(), "decision for a cgroup not in the observation: {}", d);
         let c = c.unwrap();
         let tier = cfg.tiers.get(c.tier);
@@ -227,7 +227,7 @@ fn drive(policy: &str, start_ms: u64, ticks: Vec<Tick>) -> Result<Vec<Decision>,
             .map(|(slot, c)| {
                 let mut c = place(slot, c, cfg.tiers.len());
                 for ((id, _), a) in &written {
-                    if *id == c.id {
+                    if *id == c.path {
                         match *a {
                             Action::High(l) => c.current.high = l,
                             Action::Low(l) => c.current.low = l,

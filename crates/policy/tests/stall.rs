@@ -182,7 +182,7 @@ fn a_cgroup_recreated_under_a_relieved_ones_path_does_not_inherit_its_grace() {
     assert!(sim.now < relieved_at + 30_000, "the old low/a's grace still runs");
     sim.remove("low/a");
     sim.add("low/a", 300 * MB);
-    sim.cg("low/a").cgroup_id = 1;
+    sim.cg("low/a").id = memqos_policy::CgroupId(1);
     sim.set_stall("critical/db", 20.0);
     let d = sim.tick();
     assert!(d.iter().any(|d| d.cgroup == "low/a" && matches!(d.action, Action::High(_))), "{d:?}");

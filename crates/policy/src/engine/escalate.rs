@@ -12,7 +12,7 @@ use crate::obs::CgroupObs;
 /// Thaw what we froze once its stall is over, or when the stalling cgroup is gone.
 pub(crate) fn thaw(ctx: &Ctx, p: &Pressure, states: &States, plan: &mut Plan) {
     for &c in &ctx.cgs {
-        let Some(by) = &states[&c.cgroup()].frozen_by else {
+        let Some(by) = &states[&c.id].frozen_by else {
             continue;
         };
         let reason = if ctx.get(by).is_none() {
@@ -39,7 +39,7 @@ pub(crate) struct Ladder {
 pub(crate) fn escalate(ctx: &Ctx, top: &Pressured, since_ms: u64, ladder: &Ladder, states: &States, plan: &mut Plan) {
     let policy = &ctx.cfg.policy;
     let stalled_for_ms = ctx.now.saturating_sub(since_ms);
-    let reason = Reason::Stalled { by: top.cg.id.clone(), stalled_for_ms };
+    let reason = Reason::Stalled { by: top.cg.path.clone(), stalled_for_ms };
     let due = |after: u64, last: Option<u64>| {
         stalled_for_ms >= after && last.is_none_or(|t| ctx.now.saturating_sub(t) >= after)
     };
@@ -50,9 +50,9 @@ pub(crate) fn escalate(ctx: &Ctx, top: &Pressured, since_ms: u64, ladder: &Ladde
             .iter()
             .copied()
             .filter(|c| c.tier > top.cg.tier && flag(ctx.tier(c)))
-            .filter(|c| states[&c.cgroup()].may_write(knob, ctx.now, interval))
+            .filter(|c| states[&c.id].may_write(knob, ctx.now, interval))
             .collect();
-        v.sort_by(|a, b| (b.tier, b.usage_bytes, &a.id).cmp(&(a.tier, a.usage_bytes, &b.id)));
+        v.sort_by(|a, b| (b.tier, b.usage_bytes, &a.path).cmp(&(a.tier, a.usage_bytes, &b.path)));
         v
     };
     if due(policy.freeze_after_ms, ladder.last_freeze_ms) {

@@ -91,7 +91,7 @@ impl Parking {
         let now = ctx.now;
         for d in decisions {
             // Decisions come from this tick's cgroups (`commit`).
-            let Some(id) = ctx.get(&d.cgroup).map(CgroupObs::cgroup) else { continue };
+            let Some(id) = ctx.get_id(d.id).map(|c| c.id) else { continue };
             match (&d.action, &d.reason) {
                 (Action::Freeze(true), Reason::Parked { by, .. }) => {
                     self.frozen.insert(id, (now, by.clone()));
@@ -128,7 +128,7 @@ impl Parking {
             if !tier.freeze || plan.has_freeze(c) {
                 continue;
             }
-            match self.frozen.get(&c.cgroup()) {
+            match self.frozen.get(&c.id) {
                 Some(&(since, _)) if ctx.now.saturating_sub(since) >= tier.stall.after_ms => {
                     let bound = Reason::StallBound {
                         stalled_for_ms: ctx.now - since,
@@ -140,14 +140,14 @@ impl Parking {
                     plan.push(c, Action::Freeze(false), bound);
                 }
                 Some(_) => {}
-                None if !c.current.frozen && !self.no_freeze_until.contains_key(&c.cgroup()) => {
+                None if !c.current.frozen && !self.no_freeze_until.contains_key(&c.id) => {
                     plan.push(c, Action::Freeze(true), reason.clone());
                 }
                 None => {}
             }
         }
         for c in running {
-            if self.frozen.contains_key(&c.cgroup()) && !plan.has_freeze(c) {
+            if self.frozen.contains_key(&c.id) && !plan.has_freeze(c) {
                 plan.push(c, Action::Freeze(false), admitted.clone());
             }
         }
@@ -158,11 +158,11 @@ impl Parking {
         let room = ctx.cfg.policy.park_room;
         let (mut running, idle): (Vec<&CgroupObs>, Vec<&CgroupObs>) =
             r.members.iter().copied().partition(|c| c.is_populated());
-        let age = |c: &CgroupObs| states.get(&c.cgroup()).map_or(ctx.now, |s| s.first_seen_ms);
-        running.sort_by(|a, b| (age(a), &a.id).cmp(&(age(b), &b.id)));
+        let age = |c: &CgroupObs| states.get(&c.id).map_or(ctx.now, |s| s.first_seen_ms);
+        running.sort_by(|a, b| (age(a), &a.path).cmp(&(age(b), &b.path)));
         let held: u64 = r.members.iter().map(|c| c.usage_bytes).fold(0, u64::saturating_add);
         let free = r.budget.saturating_sub(held);
-        let before = running.iter().filter(|c| self.admitted.contains(&c.cgroup())).count();
+        let before = running.iter().filter(|c| self.admitted.contains(&c.id)).count();
         let k = admit_count(running.len(), free, room, before);
         let (admitted, parked) = running.split_at(k);
 
@@ -172,7 +172,7 @@ impl Parking {
         let mut why_parked = Vec::new();
         for (i, c) in parked.iter().enumerate() {
             let reason = Reason::Parked {
-                by: r.by.id.clone(),
+                by: r.by.path.clone(),
                 expected_bytes: r.by_expected,
                 source: r.by_source,
                 place: i + 1,
@@ -184,7 +184,7 @@ impl Parking {
             why_parked.push((*c, reason));
         }
         let admitted_why = Reason::Reservation {
-            by: r.by.id.clone(),
+            by: r.by.path.clone(),
             declared_bytes: r.declared,
             budget_bytes: r.budget,
             members: admitted.len(),
@@ -198,8 +198,8 @@ impl Parking {
         let sharing: Vec<&CgroupObs> = admitted.iter().chain(idle.iter()).copied().collect();
         cap_at_shares(ctx, r, &sharing, r.budget.saturating_sub(parked_caps), pressed, plan);
 
-        self.admitted = admitted.iter().map(|c| c.cgroup()).collect();
-        self.parked = parked.iter().map(|c| c.id.clone()).collect();
+        self.admitted = admitted.iter().map(|c| c.id).collect();
+        self.parked = parked.iter().map(|c| c.path.clone()).collect();
     }
 }
 

@@ -69,7 +69,7 @@ pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a>
         .filter(|c| ctx.tier(c).is_protected())
         .filter_map(|&c| trigger(ctx, c, elapsed_ms).map(|trigger| Pressured { cg: c, trigger }))
         .collect();
-    protected.sort_by(|a, b| (a.cg.tier, &a.cg.id).cmp(&(b.cg.tier, &b.cg.id)));
+    protected.sort_by(|a, b| (a.cg.tier, &a.cg.path).cmp(&(b.cg.tier, &b.cg.path)));
 
     let guard = match (ctx.parent_limit(), ctx.cfg.policy.headroom_guard) {
         (Limit::Bytes(limit), guard) if guard > 0 => {

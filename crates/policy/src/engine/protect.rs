@@ -23,7 +23,7 @@ pub(crate) fn plan(ctx: &Ctx, states: &States, plan: &mut Plan) {
         if protect == Protect::None {
             continue;
         }
-        let peak = states[&c.cgroup()].ws.max();
+        let peak = states[&c.id].ws.max();
         let target = target(ctx, c, peak, protect);
         let (current, action) = match protect {
             Protect::Low => (c.current.low, Action::Low(target)),

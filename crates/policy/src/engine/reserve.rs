@@ -103,7 +103,7 @@ pub(crate) fn find<'a>(ctx: &Ctx<'a>) -> Option<Reservation<'a>> {
         ctx.cgs.iter().filter(|c| ctx.reserving(c)).filter_map(|&c| expectation(ctx, c).map(|d| (c, d))).collect();
     let top: TierIndex = declaring.iter().map(|(c, _)| c.tier).min()?;
     let (by, (by_expected, by_source)) =
-        declaring.iter().max_by_key(|(c, (d, _))| (*d, std::cmp::Reverse(&c.id))).map(|(c, d)| (*c, *d))?;
+        declaring.iter().max_by_key(|(c, (d, _))| (*d, std::cmp::Reverse(&c.path))).map(|(c, d)| (*c, *d))?;
     let members: Vec<&CgroupObs> = ctx.cgs.iter().copied().filter(|c| c.tier > top && ctx.tier(c).throttle).collect();
     if members.is_empty() {
         return None;
@@ -130,7 +130,7 @@ pub(crate) fn cap_at_shares(
     let floor = ctx.floor();
     let usage: Vec<u64> = members.iter().map(|c| c.usage_bytes).collect();
     let reason = Reason::Reservation {
-        by: r.by.id.clone(),
+        by: r.by.path.clone(),
         declared_bytes: r.declared,
         budget_bytes: budget,
         members: members.len(),

@@ -72,7 +72,7 @@ impl Stalls {
     /// itself moves only on periodic ticks).
     pub(crate) fn drop_cuts_in_grace(&self, ctx: &Ctx, plan: &mut Plan) {
         for &c in &ctx.cgs {
-            let in_grace = self.by_id.get(&c.cgroup()).and_then(|t| t.no_cuts_until_ms).is_some_and(|u| ctx.now < u);
+            let in_grace = self.by_id.get(&c.id).and_then(|t| t.no_cuts_until_ms).is_some_and(|u| ctx.now < u);
             if in_grace {
                 plan.drop_cuts(c);
             }
@@ -90,7 +90,7 @@ impl Stalls {
             if !tier.throttle {
                 continue;
             }
-            let t = self.by_id.entry(c.cgroup()).or_default();
+            let t = self.by_id.entry(c.id).or_default();
             if t.no_cuts_until_ms.is_some_and(|u| ctx.now < u) {
                 plan.drop_cuts(c);
             }
@@ -131,7 +131,7 @@ impl Stalls {
             let Reason::StallBound { bound_ms, .. } = d.reason else {
                 continue;
             };
-            let Some(id) = ctx.get(&d.cgroup).map(CgroupObs::cgroup) else { continue };
+            let Some(id) = ctx.get_id(d.id).map(|c| c.id) else { continue };
             if let Some(t) = self.by_id.get_mut(&id) {
                 t.since_ms = Some(ctx.now);
                 if matches!(d.action, Action::High(_)) {

@@ -54,7 +54,7 @@ pub(crate) fn cut(ctx: &Ctx, p: &Pressure, plan: &mut Plan) {
         guard_cut(ctx, g, &tiers, plan);
     }
     let reason = match (p.top(), &p.parent_events) {
-        (Some(top), _) => Reason::ProtectedPressure { by: top.cg.id.clone(), trigger: top.trigger },
+        (Some(top), _) => Reason::ProtectedPressure { by: top.cg.path.clone(), trigger: top.trigger },
         (None, Some(ev)) => Reason::ParentLimitEvents { max: ev.max, oom: ev.oom },
         (None, None) => return, // the guard alone computes an exact target, no extra step
     };
@@ -148,7 +148,7 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 /// step): from then on it is an ordinary cgroup that the guard watches like any other.
 pub(crate) fn release(ctx: &Ctx, why: Reason, states: &States, plan: &mut Plan) {
     // Only what memqos may have lowered: a tighter high on another tier is someone else's.
-    let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.cgroup()].ever_wrote(Knob::High);
+    let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.id].ever_wrote(Knob::High);
     let throttled: Vec<&CgroupObs> =
         ctx.cgs.iter().copied().filter(|c| c.current.high < c.original.high && ours(c)).collect();
     let Some(top) = throttled.iter().map(|c| c.tier).min() else {
