@@ -140,6 +140,9 @@ pub(super) struct Spec {
 const PEER_ARMS: &[&str] =
     &["none", "memqos", "static-adj", "static-reserve", "kube-memoryqos", "oomd", "systemd-oomd"];
 
+/// The sweeps' arms, in the docs' usual order (baselines first, memqos last).
+const SWEEP_ARMS: &[&str] = &["none", "static-max", "static-adj", "static-reserve", "kube-memoryqos", "memqos"];
+
 pub(super) fn spec(name: &str) -> Option<Spec> {
     use Col::*;
     let peers = &[
@@ -277,13 +280,13 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             ],
         },
         "sweep" => Spec { scenarios: &["sweep"], kernel: None, arms: &["none", "memqos"], cols: kill_cols },
-        "sweep-tight" => Spec { scenarios: &["sweep-tight"], kernel: None, arms: &["none", "memqos"], cols: kill_cols },
+        // Every arm a series ran (issue 29.3's baselines where they exist); a series without
+        // an arm has no row for it.
+        "sweep-tight" => Spec { scenarios: &["sweep-tight"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
         "sweep-tight-declared" => {
-            Spec { scenarios: &["sweep-tight-declared"], kernel: None, arms: &["none", "memqos"], cols: kill_cols }
+            Spec { scenarios: &["sweep-tight-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols }
         }
-        "sweep-declared" => {
-            Spec { scenarios: &["sweep-declared"], kernel: None, arms: &["none", "memqos"], cols: kill_cols }
-        }
+        "sweep-declared" => Spec { scenarios: &["sweep-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
         _ => return None,
     })
 }
