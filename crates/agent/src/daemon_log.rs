@@ -10,28 +10,11 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
+pub use memqos_schema::call::StallAction;
 use memqos_schema::events::{Event, LogLine, WriteEvent};
-use memqos_schema::KnobFile;
-use serde::Serialize;
 
 /// How much of the end of the log is read: a call's own events are recent.
 const TAIL_BYTES: u64 = 512 << 10;
-
-/// One stall action the daemon took on the call.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct StallAction {
-    /// The file written: memory.high (relieved) or cgroup.kill.
-    pub file: String,
-    pub value: String,
-    /// The daemon's reason, in words.
-    pub why: String,
-}
-
-impl StallAction {
-    fn is_kill(&self) -> bool {
-        KnobFile::from_name(&self.file) == Some(KnobFile::CgroupKill)
-    }
-}
 
 /// The stall actions on `cgroup` (relative to the root) in the tail of `events`.
 pub fn stall_actions(events: &Path, cgroup: &str) -> Vec<StallAction> {
@@ -79,6 +62,7 @@ mod tests {
     use super::*;
     use memqos_policy::Reason;
     use memqos_schema::events::Outcome;
+    use memqos_schema::KnobFile;
 
     /// A write event line as the daemon logs it.
     fn line(cgroup: &str, file: KnobFile, value: &str, outcome: Outcome, reason: Reason, why: &str) -> String {

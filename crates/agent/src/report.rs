@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use memqos_policy::size::human;
-use serde::Serialize;
 
 use crate::spawn::Exit;
+
+/// The report's types are the schema crate's, so readers of `memqos run --json` share them.
+pub use memqos_schema::call::{CallEvents, CallReport, Holder, LimitHit, OomAccount};
 
 /// memory.events.local of the call and each ancestor that has one, deepest first.
 #[derive(Clone, Debug)]
@@ -51,77 +53,6 @@ impl Ancestry {
 fn local_events(cg: &Cgroup) -> Option<MemoryEvents> {
     let text = cg.read_string("memory.events.local").ok()?;
     MemoryEvents::parse(&text).ok()
-}
-
-/// The call's memory.events counters (the cgroup is new, so totals are the call's own).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct CallEvents {
-    /// Times it went over memory.high and was throttled.
-    pub high: u64,
-    /// Times it hit a memory.max (its own or an ancestor's).
-    pub max: u64,
-    /// Processes of the call killed by the OOM killer.
-    pub oom_kill: u64,
-}
-
-/// One cgroup holding memory, for the account.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Holder {
-    pub cgroup: String,
-    pub bytes: u64,
-}
-
-/// The limit that was reached.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LimitHit {
-    /// Path of the cgroup whose memory.max was reached.
-    pub cgroup: String,
-    /// What that cgroup is to the call: "this call", "its session", "the managed root", or
-    /// "an ancestor of the managed root".
-    pub role: String,
-    /// Its memory.max, None if unlimited (then its memory.high is not an OOM source either,
-    /// so this only happens when the file changed since).
-    pub max_bytes: Option<u64>,
-}
-
-/// Why the call lost a process to the OOM killer, and what to try.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct OomAccount {
-    /// Processes of the call the OOM killer killed.
-    pub killed: u64,
-    /// The command itself died of SIGKILL (else only one of its processes did).
-    pub command_killed: bool,
-    /// None: no cgroup limit was reached: the host ran out of memory.
-    pub limit: Option<LimitHit>,
-    /// The largest other holders under the limiting cgroup (or the managed root), now.
-    pub others: Vec<Holder>,
-    /// Suggestions, most useful first.
-    pub advice: Vec<String>,
-}
-
-/// What `memqos run --json` prints (one line on stderr) and the text report is made from.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CallReport {
-    pub cgroup: String,
-    pub session: String,
-    pub tier: String,
-    /// The exit status memqos run returns: the code, or 128 + signal.
-    pub status: u8,
-    /// The signal that ended the command, if one did.
-    pub signal: Option<i32>,
-    pub wall_ms: u64,
-    /// memory.peak of the call's cgroup (Linux 5.19+).
-    pub peak_bytes: Option<u64>,
-    pub events: CallEvents,
-    /// The size the call declared with `--hint SIZE`.
-    pub hint_bytes: Option<u64>,
-    /// Processes of the call still ran when the command exited, so its cgroup was left in
-    /// place (a later `memqos run` in the session removes it once they are gone).
-    pub kept: bool,
-    pub oom: Option<OomAccount>,
-    /// What the memqos daemon did because the call stalled at its memory.high (from its event
-    /// log; only when `memqos run` knows the daemon's config).
-    pub daemon_stall_actions: Vec<crate::daemon_log::StallAction>,
 }
 
 /// What the caller knows about the call, for [`collect`].

@@ -3,9 +3,9 @@
 //! those are copied to `OUT/runs/<scenario>/<kernel>/`, and everything under `OUT/runs` is
 //! summarized into summary.json, report.md and the plots.
 
-use crate::provenance::{sha256_hex, Provenance};
 use crate::runner::{self, RunnerOptions};
 use crate::scenario::{Scenario, Workload};
+use crate::series::guest;
 use crate::summary;
 use anyhow::{bail, Context, Result};
 use memqos_vmtest::{kernels, self_run};
@@ -184,26 +184,18 @@ fn run_in_guest(
     );
     // The parsed scenario travels in the environment: the file may live where the guest
     // cannot see it (its /tmp is its own).
-    let args_in_guest = [
-        "experiment",
-        "--in-guest",
-        "--runs",
-        &args.runs.to_string(),
-        "--first-run",
-        &args.first_run.to_string(),
-        "--traces",
-        &traces.to_string_lossy(),
-    ]
-    .map(String::from);
+    let args_in_guest = guest::in_guest_args(&["experiment"], args.runs, args.first_run, traces);
     let timeout = Duration::from_secs_f64(600.0 + est_secs * 4.0);
     // The guest shares two host cores with whatever else runs; the host's load goes with the
     // results (in the provenance) so a noisy run can be recognized as one.
-    let mut provenance = Provenance::collect(Path::new("."), &kernel.release());
-    provenance.scenario_sha256 =
-        Some(sha256_hex(&std::fs::read(&s.file).with_context(|| s.file.display().to_string())?)?);
-    provenance.daemon_config_sha256 = s.memqos_config.as_deref().map(|c| sha256_hex(c.as_bytes())).transpose()?;
-    provenance.oomd_config_sha256 = s.oomd_config.as_deref().map(|c| sha256_hex(c.as_bytes())).transpose()?;
-    provenance.speed = Some(s.speed);
+    let scenario_file = std::fs::read(&s.file).with_context(|| s.file.display().to_string())?;
+    let provenance = guest::provenance(
+        &kernel.release(),
+        &scenario_file,
+        s.memqos_config.as_deref(),
+        s.oomd_config.as_deref(),
+        s.speed,
+    )?;
     let scenario_json = serde_json::to_string(s)?;
     let run = self_run::run_self(kernel, &args_in_guest, |g| {
         let g = match s.swap_mb {
@@ -229,7 +221,7 @@ fn run_in_guest(
     }
     let from = run.results_dir.join("experiment");
     let to = args.out.join("runs").join(&s.name).join(kernel.release());
-    keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
+    guest::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
     eprintln!(
         "=== {} on {}: done in {:.1} min, results in {} ===",
         s.name,
@@ -240,62 +232,8 @@ fn run_in_guest(
     Ok(())
 }
 
-/// Copies a guest's results from `from` to `to`: a series starting at run 1 replaces what was
-/// there, a later chunk adds its runs. Beside them, the series' provenance with the host's
-/// load before and after the guest (the guest shares two host cores with whatever else runs,
-/// so a noisy run can be recognized).
-pub(crate) fn keep_results(
-    from: &Path,
-    to: &Path,
-    first_run: usize,
-    runs: usize,
-    provenance: &Provenance,
-    wall_secs: f64,
-) -> Result<()> {
-    if to.exists() && first_run == 1 {
-        std::fs::remove_dir_all(to).with_context(|| format!("replacing {}", to.display()))?;
-    }
-    copy_tree(from, to)?;
-    let mut p = provenance.clone();
-    p.host_load_after = Some(std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string());
-    p.guest_wall_s = Some(wall_secs);
-    // JSON in a .txt: the results' readers (summary, agent-host summary, plot scripts) take
-    // every *.json under runs/ for an arm result.
-    let file = match first_run {
-        1 => "provenance.txt".to_string(),
-        n => format!("provenance-runs{n:02}-{:02}.txt", n + runs - 1),
-    };
-    std::fs::write(to.join(file), serde_json::to_string_pretty(&p)? + "\n")?;
-    Ok(())
-}
-
-/// Inside a guest: the scenario the host passed in `$MEMQOS_SCENARIO` and the guest's results
-/// directory (`$MEMQOS_RESULTS`).
-pub(crate) fn guest_inputs<T: serde::de::DeserializeOwned>() -> Result<(T, PathBuf)> {
-    let json =
-        std::env::var("MEMQOS_SCENARIO").context("--in-guest needs MEMQOS_SCENARIO (set by memqos-lab experiment)")?;
-    let scenario: T = serde_json::from_str(&json).context("MEMQOS_SCENARIO")?;
-    let results =
-        std::env::var_os("MEMQOS_RESULTS").context("--in-guest runs inside a memqos guest (MEMQOS_RESULTS unset)")?;
-    Ok((scenario, PathBuf::from(results)))
-}
-
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target).with_context(|| format!("copying to {}", target.display()))?;
-        }
-    }
-    Ok(())
-}
-
 fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
-    let (scenario, results): (Scenario, PathBuf) = guest_inputs()?;
+    let (scenario, results): (Scenario, PathBuf) = guest::guest_inputs()?;
     let opts = RunnerOptions {
         scenario,
         traces_dir: traces.to_path_buf(),
@@ -396,33 +334,4 @@ pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     }
     println!("report: {}", out.join("report.md").display());
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kept_results_carry_provenance_the_readers_skip() {
-        let guest = tempfile::tempdir().unwrap();
-        let out = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(guest.path().join("seed")).unwrap();
-        let to = out.path().join("runs/oom/7.2");
-        let p = Provenance {
-            commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
-            dirty: Some(false),
-            speed: Some(10.0),
-            kernel: "7.2".into(),
-            ..Default::default()
-        };
-        keep_results(guest.path(), &to, 1, 5, &p, 12.5).unwrap();
-        let text = std::fs::read_to_string(to.join("provenance.txt")).unwrap();
-        let back: Provenance = serde_json::from_str(&text).unwrap();
-        assert_eq!((back.commit, back.speed, back.guest_wall_s), (p.commit.clone(), Some(10.0), Some(12.5)));
-        assert!(back.host_load_after.is_some());
-        // A later chunk gets its own file, and the arm-result reader is not confused by either.
-        keep_results(guest.path(), &to, 6, 2, &p, 1.0).unwrap();
-        assert!(to.join("provenance-runs06-07.txt").is_file());
-        assert!(summary::load_results(&out.path().join("runs")).unwrap().is_empty());
-    }
 }

@@ -14,6 +14,8 @@
 //! - [`provenance`]: the commit, config digests, speed, kernel and host load of a series;
 //! - [`agent_host`]: many agent sessions under one host budget, a cgroup per tool call
 //!   (`memqos-lab experiment agent-host`, its own runner and report);
+//! - [`series`]: what both pipelines share: a series' guest, provenance and results, the
+//!   memqos arm's daemon, the arm's cgroup tree torn down, result files read back;
 //! - [`host`]: the host side of `memqos-lab experiment` (a guest per scenario and kernel, the
 //!   copy of its results, the report and plots).
 
@@ -28,6 +30,7 @@ pub mod oomd;
 pub use memqos_lab::provenance;
 pub mod runner;
 pub mod scenario;
+pub mod series;
 pub mod static_arms;
 pub mod stats;
 pub mod summary;

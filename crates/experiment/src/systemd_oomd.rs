@@ -237,7 +237,7 @@ pub fn tear_down() -> Result<()> {
                 let mut all = cg.descendants().unwrap_or_default();
                 all.sort_by_key(|c| std::cmp::Reverse(c.path().components().count()));
                 for c in all {
-                    crate::runner::remove_tree(&c)?;
+                    crate::series::remove_tree(&c)?;
                 }
             }
         }

@@ -8,15 +8,20 @@
 //! - [`split`]: a trace cut into its runtime's memory and its calls' (pure);
 //! - [`scenario`]: the scenario file (`experiments/agent-host/scenario.toml`);
 //! - [`session`]: one session as a closed loop, as an agent drives its calls (pure);
-//! - [`runner`]: the in-guest loop (runs × levels × arms, one JSON per arm);
-//! - [`summary`]: per level and arm, densities, the target, the markdown report.
+//! - [`runner`]: the in-guest loop (runs × levels × arms, one JSON per arm), each host's
+//!   sessions driven by `drive` and written as `result`'s types;
+//! - [`summary`]: per level and arm, densities, the target; `report` renders it as markdown.
 
+mod drive;
+mod report;
+mod result;
 pub mod runner;
 pub mod scenario;
 pub mod session;
 pub mod split;
 pub mod summary;
 
+use crate::series::guest;
 use anyhow::{bail, Context, Result};
 use memqos_vmtest::self_run;
 use runner::HostRunnerOptions;
@@ -124,22 +129,9 @@ fn run_in_guest(
     est: f64,
 ) -> Result<()> {
     eprintln!("=== agent-host on {}: {} run(s), guest {} MiB ===", kernel.release(), args.runs, s.guest_memory_mb);
-    let argv = [
-        "experiment",
-        "agent-host",
-        "--in-guest",
-        "--runs",
-        &args.runs.to_string(),
-        "--first-run",
-        &args.first_run.to_string(),
-        "--traces",
-        &traces.to_string_lossy(),
-    ]
-    .map(String::from);
-    let mut provenance = crate::provenance::Provenance::collect(Path::new("."), &kernel.release());
-    provenance.scenario_sha256 = Some(crate::provenance::sha256_hex(&std::fs::read(&args.scenario)?)?);
-    provenance.daemon_config_sha256 = Some(crate::provenance::sha256_hex(s.memqos_config.as_bytes())?);
-    provenance.speed = Some(s.speed);
+    let argv = guest::in_guest_args(&["experiment", "agent-host"], args.runs, args.first_run, traces);
+    let provenance =
+        guest::provenance(&kernel.release(), &std::fs::read(&args.scenario)?, Some(&s.memqos_config), None, s.speed)?;
     let run = self_run::run_self(kernel, &argv, |g| {
         g.memory_mb(s.guest_memory_mb)
             .timeout(Duration::from_secs_f64(600.0 + est * 3.0))
@@ -156,13 +148,13 @@ fn run_in_guest(
     }
     let to = args.out.join("runs").join(kernel.release());
     let from = run.results_dir.join("agent-host");
-    crate::host::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
+    guest::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
     eprintln!("=== agent-host on {}: done in {:.1} min ===", kernel.release(), run.wall_secs / 60.0);
     Ok(())
 }
 
 fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
-    let (scenario, results): (HostScenario, PathBuf) = crate::host::guest_inputs()?;
+    let (scenario, results): (HostScenario, PathBuf) = guest::guest_inputs()?;
     let opts = HostRunnerOptions {
         scenario,
         traces_dir: traces.to_path_buf(),

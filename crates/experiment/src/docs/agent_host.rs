@@ -1,6 +1,7 @@
 //! The agent-host experiment's tables: levels and density per kernel.
 
 use super::{kernel_rank, short_kernel};
+use crate::series::figures::ratio_range;
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -9,11 +10,6 @@ fn agent_host(root: &Path) -> Result<crate::agent_host::summary::HostSummary> {
     let path = root.join("docs/agent-host/summary.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
-}
-
-/// Median [min–max] of a per-session ratio.
-fn range(e: &Option<crate::stats::Estimate>) -> String {
-    e.map(|e| format!("{:.2}x [{:.2}–{:.2}]", e.median, e.min, e.max)).unwrap_or_else(|| "–".into())
 }
 
 /// The agent-host experiment's levels on one kernel (`kernel` is a release prefix).
@@ -39,8 +35,8 @@ pub(super) fn render_agent_levels(root: &Path, kernel: &str) -> Result<String> {
             l.calls_started,
             l.parent_oom_kills,
             l.session_limit_ooms.map(|x| x.to_string()).unwrap_or_else(|| "–".into()),
-            range(&l.runtime_p95_vs_solo),
-            range(&l.call_time_vs_solo),
+            ratio_range(&l.runtime_p95_vs_solo),
+            ratio_range(&l.call_time_vs_solo),
         );
     }
     Ok(out)

@@ -1,11 +1,10 @@
 //! An arm's measurement: the tasks started at once and sampled until they end, their
 //! results, and the daemon's writes read back from its event log.
 
-use super::{
-    epoch_now, trace_path, DecisionMark, RunnerOptions, SwapFigures, TaskResult, Timeline, SAMPLE_EVERY, WORK_DIR,
-};
+use super::{trace_path, DecisionMark, RunnerOptions, SwapFigures, TaskResult, Timeline, SAMPLE_EVERY, WORK_DIR};
 use crate::oomd::OomdProcess;
 use crate::scenario::{Tier, Workload};
+use crate::series::epoch_now;
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use memqos_replay::report::Report;

@@ -17,15 +17,15 @@ pub use result::{ArmResult, DecisionMark, SwapFigures, TaskResult, Timeline};
 use crate::kube;
 use crate::oomd::OomdProcess;
 use crate::scenario::{ParentMax, Policy, Scenario, Tier, Variant, Workload};
+use crate::series::daemon::{knobs_at_defaults, ArmDaemon};
+use crate::series::{epoch_now, kernel_release, remove_tree};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit};
-use memqos_lab::daemon_process::DaemonProcess;
 use memqos_policy::size::MIB;
 use memqos_policy::{EXPECTED_PEAK_XATTR, WORKLOAD_XATTR};
 use memqos_replay::Outcome;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const PARENT: &str = "/sys/fs/cgroup/memqos-exp";
 pub(crate) const STATE_DIR: &str = "/run/memqos-exp/state";
@@ -115,8 +115,7 @@ pub fn parent_max_bytes(s: &Scenario, v: &Variant, traces_dir: &Path) -> Result<
 
 /// Runs every run of every variant; returns how many arm results were written.
 pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").context("reading the kernel release")?;
-    let kernel = kernel.trim().to_string();
+    let kernel = kernel_release()?;
     let s = &opts.scenario;
     for v in s.variants.iter().filter(|_| s.workload == Workload::Replay) {
         for (_, _, trace) in v.tasks() {
@@ -198,10 +197,6 @@ pub fn short_outcome(o: &Outcome) -> &'static str {
         Outcome::Killed { .. } => "killed",
         Outcome::Failed { .. } => "failed",
     }
-}
-
-pub(crate) fn epoch_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 fn run_arm(
@@ -364,7 +359,12 @@ fn run_arm(
             cgroups.push(cg);
         }
         let daemon = match arm {
-            Arm::Policy(Policy::Memqos) => Some(Daemon::start(opts, &parent)?),
+            Arm::Policy(Policy::Memqos) => {
+                let template = s.memqos_config.as_deref().expect("validated");
+                let config =
+                    crate::scenario::render_memqos_config(template, &parent.path().display().to_string(), STATE_DIR);
+                Some(ArmDaemon::start(&opts.exe, Path::new(STATE_DIR), &config)?)
+            }
             _ => None,
         };
         let mut oomd = match arm {
@@ -397,19 +397,14 @@ fn run_arm(
         };
         let (decisions, knobs_restored, daemon_cpu_s) = match daemon {
             Some(d) => {
-                let (log, stopped_ok, cpu_s) = d.stop()?;
+                let stopped = d.stop()?;
                 // Task cgroups are gone by now (removed as their tasks ended); what must hold is
                 // that the daemon exited cleanly and left no journal of unrestored knobs, and
                 // that any cgroup still there is back to max / 0 / 0.
-                let journal_left = Path::new(STATE_DIR).join(memqos_schema::state::JOURNAL_FILE).exists();
-                let restored = !journal_left
-                    && cgroups.iter().all(|cg| {
-                        !cg.exists()
-                            || (cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(false)
-                                && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(false)
-                                && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(false))
-                    });
-                (log, Some(restored && stopped_ok), cpu_s)
+                let restored =
+                    !stopped.journal_left && cgroups.iter().all(|cg| !cg.exists() || knobs_at_defaults(cg, false));
+                // The knob writes it logged, with absolute `t_s`.
+                (parse_write_events(&stopped.log), Some(restored && stopped.clean_exit), stopped.cpu_s)
             }
             None => (Vec::new(), None, None),
         };
@@ -467,48 +462,6 @@ fn run_arm(
 fn replayed_sizes(opts: &RunnerOptions, trace: &str) -> Result<Vec<u64>> {
     let t = memqos_replay::trace::load_trace(&trace_path(&opts.traces_dir, trace))?;
     Ok(t.samples.iter().map(|x| x.used_bytes + opts.scenario.baseline_mb * MIB).collect())
-}
-
-/// Removes `root` and every cgroup below it, deepest first, waiting for exiting tasks to
-/// leave them (the experiments' task cgroups, and the agent host's sessions and their calls).
-pub(crate) fn remove_tree(root: &Cgroup) -> Result<()> {
-    let t0 = Instant::now();
-    while root.exists() {
-        let mut all = root.descendants().unwrap_or_default();
-        all.sort_by_key(|c| std::cmp::Reverse(c.path().components().count()));
-        for c in all {
-            let _ = c.remove();
-        }
-        if root.remove().is_ok() || !root.exists() {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(20) {
-            bail!("cannot remove {} after 20 s: tasks still inside?", root.path().display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
-struct Daemon(DaemonProcess);
-
-impl Daemon {
-    fn start(opts: &RunnerOptions, parent: &Cgroup) -> Result<Daemon> {
-        let _ = std::fs::remove_dir_all(STATE_DIR);
-        std::fs::create_dir_all(STATE_DIR)?;
-        let text = opts.scenario.memqos_config.as_deref().expect("validated");
-        let text = crate::scenario::render_memqos_config(text, &parent.path().display().to_string(), STATE_DIR);
-        let config = Path::new(STATE_DIR).join("memqos.toml");
-        std::fs::write(&config, text)?;
-        DaemonProcess::start(&opts.exe, &config, Path::new(STATE_DIR), &[], Stdio::null()).map(Daemon)
-    }
-
-    /// SIGTERM, wait, and the knob writes it logged (with absolute `t_s`).
-    fn stop(self) -> Result<(Vec<DecisionMark>, bool, Option<f64>)> {
-        let cpu_s = self.0.cpu_seconds();
-        let (status, log) = self.0.stop()?;
-        Ok((parse_write_events(&log), status.success(), cpu_s))
-    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 mod report;
 mod verdicts;
 
+pub(crate) use crate::series::figures::{est, ratio, ratio_median};
 pub use report::render_markdown;
-pub(crate) use report::{est, ratio, ratio_median};
 pub use verdicts::{verdicts, Verdict};
 
 use crate::avoidability::{ParkDeadline, Proof};
@@ -12,7 +12,7 @@ use crate::kills::{task_kills, userspace_kills, KillBounds};
 use crate::runner::{ArmResult, SwapFigures, TaskResult};
 use crate::scenario::{Tier, Workload};
 use crate::stats::{estimate, fisher_exact, Estimate, KILLED};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use memqos_replay::Outcome;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -153,22 +153,7 @@ pub struct GroupSummary {
 
 /// Reads every `*.json` under `dir` that is an arm result.
 pub fn load_results(dir: &Path) -> Result<Vec<ArmResult>> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
-            let path = entry?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "json") {
-                let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-                let r: ArmResult =
-                    serde_json::from_slice(&bytes).with_context(|| format!("{}: not an arm result", path.display()))?;
-                out.push(r);
-            }
-        }
-    }
-    Ok(out)
+    crate::series::load_results(dir, "an arm result")
 }
 
 fn task(r: &ArmResult, tier: Tier) -> impl Iterator<Item = &TaskResult> {

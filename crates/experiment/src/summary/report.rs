@@ -1,57 +1,11 @@
-//! The markdown report, and the formatting of estimates the docs' tables share.
+//! The markdown report.
 
 use super::{GroupSummary, Verdict};
 use crate::avoidability::ParkDeadline;
 use crate::scenario::Workload;
-use crate::stats::{Estimate, KILLED};
+use crate::series::figures::{est, ratio};
+use crate::stats::Estimate;
 use std::fmt::Write as _;
-
-/// A number, or "killed" for a killed run's +infinity.
-fn num(x: f64, digits: usize, unit: &str) -> String {
-    if x == KILLED {
-        "killed".into()
-    } else {
-        format!("{x:.digits$}{unit}")
-    }
-}
-
-/// How many of the runs were killed, where any were.
-fn killed_note(e: &Estimate) -> String {
-    if e.killed > 0 {
-        format!(" ({} of {} killed)", e.killed, e.n)
-    } else {
-        String::new()
-    }
-}
-
-pub(crate) fn est(e: &Option<Estimate>, digits: usize) -> String {
-    match e {
-        Some(e) if e.n > 1 => format!(
-            "{} [{}–{}]{}",
-            num(e.median, digits, ""),
-            num(e.ci_low, digits, ""),
-            num(e.ci_high, digits, ""),
-            killed_note(e)
-        ),
-        Some(e) => format!("{}{}", num(e.median, digits, ""), killed_note(e)),
-        None => "–".into(),
-    }
-}
-
-pub(crate) fn ratio(e: &Option<Estimate>) -> String {
-    match e {
-        Some(e) if e.n > 1 => {
-            format!("{} [{}–{}]{}", num(e.median, 2, "x"), num(e.ci_low, 2, ""), num(e.ci_high, 2, ""), killed_note(e))
-        }
-        Some(e) => format!("{}{}", num(e.median, 2, "x"), killed_note(e)),
-        None => "–".into(),
-    }
-}
-
-/// The median alone, as a ratio ("1.05x", "killed").
-pub(crate) fn ratio_median(e: &Option<Estimate>) -> String {
-    e.map(|e| num(e.median, 2, "x")).unwrap_or_else(|| "–".into())
-}
 
 pub fn render_markdown(groups: &[GroupSummary], verdicts: &[Verdict], plots: &[String]) -> String {
     let mut s = String::new();

@@ -1,8 +1,8 @@
 //! The targets checked against each group's memqos arm.
 
-use super::report::ratio;
 use super::GroupSummary;
 use crate::scenario::Workload;
+use crate::series::figures::ratio;
 use crate::stats::Estimate;
 use serde::{Deserialize, Serialize};
 

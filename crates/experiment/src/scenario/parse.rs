@@ -1,203 +1,12 @@
-//! Scenario files (`experiments/*.toml`): which traces run in which tier, under which parent
-//! limit, at which speed, and which policies are compared. Adding a scenario is adding a file.
-//!
-//! ```toml
-//! description = "OOM pressure: ..."
-//! parent_max = "1100M"          # or "90%": that share of the variant's total peak demand
-//! speed = 50
-//! baseline_mb = 100
-//! policies = ["none", "static-max", "static-high", "memqos"]
-//! static_high = "400M"          # memory.high of low-tier cgroups under static-high
-//! memqos_config = "memqos-experiment.toml"   # daemon config, relative to this file
-//! solo = true                   # also run each distinct trace alone
-//! [[variant]]
-//! name = "dask+github3"
-//! high = "dask__dask-11628"
-//! low = ["sigmavirus24__github3.py-673", "sigmavirus24__github3.py-673"]
-//! ```
+//! A scenario file parsed and validated: the raw TOML shape, then every rule a runnable
+//! scenario keeps (which arms need which settings), with errors that name the field and line.
 
+use super::{
+    default_compression_ratio, render_memqos_config, ParentMax, Policy, Scenario, ScenarioError, Variant, Workload,
+};
 use memqos_policy::size::{parse_size, ByteSize};
 use serde::Deserialize;
-use std::fmt;
 use std::path::{Path, PathBuf};
-
-/// How the cgroups are set up for one arm of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Policy {
-    /// Children unlimited; only the parent's memory.max.
-    None,
-    /// Each child's memory.max = parent memory.max / number of children.
-    StaticMax,
-    /// The seed's static memory.high on the low tier, no daemon.
-    StaticHigh,
-    /// The memqos daemon manages the children (nothing set up front).
-    Memqos,
-    /// Diagnostic, not a memory policy: no memory knobs, the protected tier gets cpu.weight
-    /// 10000 and the others 1. Shows how much of the protected task's slowdown is CPU (the
-    /// replays fault in and zero every page they grow by) rather than memory.
-    CpuWeight,
-    /// The knobs a v1.37 kubelet writes with MemoryQoS, throttling factor 0.9 and tiered
-    /// reservation: protected = Guaranteed, lows = Burstable (see kube.rs).
-    KubeMemoryqos,
-    /// Meta's oomd (the Debian package) with the scenario's ruleset: a userspace killer that
-    /// kills from the low tier when the protected tier's memory pressure rises (see oomd.rs).
-    Oomd,
-    /// systemd's systemd-oomd (the Debian package) on a systemd host: the tiers are slices,
-    /// the low slice has `ManagedOOMMemoryPressure=kill` (see systemd_oomd.rs). Its scenarios
-    /// boot their guests with systemd as PID 1, every arm alike.
-    SystemdOomd,
-    /// Each task's `oom_score_adj` as memqos's config gives its tier, no daemon, no memory
-    /// knob (see static_arms.rs).
-    StaticAdj,
-    /// The protected task's memory.min at its declared size (peak + 10%), the lows sharing the
-    /// rest of the parent as memory.max (see static_arms.rs).
-    StaticReserve,
-}
-
-impl Policy {
-    /// The policies a scenario without a `policies` list runs (the diagnostic is opt-in).
-    pub const ALL: [Policy; 4] = [Policy::None, Policy::StaticMax, Policy::StaticHigh, Policy::Memqos];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::None => "none",
-            Policy::StaticMax => "static-max",
-            Policy::StaticHigh => "static-high",
-            Policy::Memqos => "memqos",
-            Policy::CpuWeight => "cpu-weight",
-            Policy::KubeMemoryqos => "kube-memoryqos",
-            Policy::Oomd => "oomd",
-            Policy::SystemdOomd => "systemd-oomd",
-            Policy::StaticAdj => "static-adj",
-            Policy::StaticReserve => "static-reserve",
-        }
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The parent's memory.max: fixed, a share of what the variant's tasks need at peak, or none
-/// (`"max"`: the tasks share the whole guest, as in the RFC cover letter's demo).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, Deserialize)]
-pub enum ParentMax {
-    Bytes(u64),
-    ShareOfDemand(f64),
-    Unlimited,
-}
-
-/// What each task runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Workload {
-    /// `memqos-lab replay` of the task's agent trace.
-    #[default]
-    Replay,
-    /// `stress-ng` with the scenario's `stress_args` (the task's trace name is only a label):
-    /// the RFC cover letter's demo. Its throughput is stress-ng's bogo-ops/s.
-    StressNg,
-}
-
-#[derive(Clone, Debug, PartialEq, serde::Serialize, Deserialize)]
-pub struct Variant {
-    pub name: String,
-    pub high: String,
-    pub low: Vec<String>,
-}
-
-impl Variant {
-    /// (cgroup name, tier, trace) of each task: `high`, `low1`, `low2`, ...
-    pub fn tasks(&self) -> Vec<(String, Tier, String)> {
-        let mut v = vec![("high".to_string(), Tier::High, self.high.clone())];
-        for (i, t) in self.low.iter().enumerate() {
-            v.push((format!("low{}", i + 1), Tier::Low, t.clone()));
-        }
-        v
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    High,
-    Low,
-}
-
-/// Serializable so the host can hand a parsed scenario to a guest (whose /tmp is its own).
-#[derive(Clone, Debug, serde::Serialize, Deserialize)]
-pub struct Scenario {
-    /// File stem: `experiments/oom.toml` is scenario `oom`.
-    pub name: String,
-    pub file: PathBuf,
-    pub description: String,
-    pub parent_max: ParentMax,
-    pub speed: f64,
-    pub baseline_mb: u64,
-    pub policies: Vec<Policy>,
-    pub static_high: Option<u64>,
-    /// Daemon config text; `cgroup_root` and `state_dir` are set by the runner.
-    pub memqos_config: Option<String>,
-    /// oomd ruleset (JSON) text for the oomd arm; its placeholders are filled by the runner.
-    #[serde(default)]
-    pub oomd_config: Option<String>,
-    /// oomd's `--interval` (seconds; `oomd_interval_s`, default 1: what the Debian package's
-    /// /etc/default/oomd passes to it, and the least oomd takes; its binary's
-    /// default is 5).
-    pub oomd_interval_s: u64,
-    /// The systemd-oomd arm's settings (`[systemd_oomd]`).
-    #[serde(default)]
-    pub systemd_oomd: Option<crate::systemd_oomd::Settings>,
-    /// Enable the cpu controller for the task cgroups in every arm (so arms differ only in
-    /// what they set), for scenarios whose memqos config sets `cpu_weight`. Otherwise only the
-    /// cpu-weight arm enables it.
-    #[serde(default)]
-    pub cpu_controller: bool,
-    pub solo: bool,
-    /// Guest RAM; default: the largest parent limit plus 1 GiB for the kernel and tools.
-    pub guest_memory_mb: Option<u64>,
-    #[serde(default)]
-    pub workload: Workload,
-    /// stress-ng's arguments for every task (`workload = "stress-ng"`).
-    #[serde(default)]
-    pub stress_args: Vec<String>,
-    /// A swap disk of this size in the guest (none by default), and zswap in front of it.
-    #[serde(default)]
-    pub swap_mb: Option<u64>,
-    #[serde(default)]
-    pub zswap: bool,
-    /// How compressible the replayed pages are (`memqos-lab replay --compression-ratio`): page
-    /// size over what zswap stores. Default 3, the middle of the 2–4:1 zram reports for
-    /// runtime heaps; results from before this field replayed a stamp and zeros (~100:1).
-    #[serde(default = "default_compression_ratio")]
-    pub compression_ratio: f64,
-    /// In the memqos arm, the protected task's cgroup declares its expected peak
-    /// (`user.memqos.expected_peak`): its replayed peak plus 10%, the request the
-    /// kube-memoryqos arm gives its Guaranteed pod. Off: memqos learns from the working set.
-    #[serde(default)]
-    pub memqos_declares_peak: bool,
-    /// In the memqos arm, every task's cgroup names its workload (`user.memqos.workload` =
-    /// its trace), and the daemon config (which must set `learn_peak` on a tier and
-    /// `history_file` to the runner's [`crate::runner::HISTORY_FILE`]) learns the protected
-    /// task's peak: run 1 learns, later runs of the same guest boot reserve what it learned.
-    #[serde(default)]
-    pub memqos_learns_peak: bool,
-    pub variants: Vec<Variant>,
-}
-
-fn default_compression_ratio() -> f64 {
-    memqos_replay::memory::PageFill::DEFAULT_RATIO
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{file}: {message}")]
-pub struct ScenarioError {
-    pub file: String,
-    pub message: String,
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -254,27 +63,6 @@ struct RawVariant {
 }
 
 impl Scenario {
-    /// The guests of this scenario boot systemd as PID 1 (the systemd-oomd arm needs it).
-    pub fn boots_systemd(&self) -> bool {
-        self.policies.contains(&Policy::SystemdOomd)
-    }
-
-    pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {
-        let err = |message: String| ScenarioError { file: file.display().to_string(), message };
-        let text = std::fs::read_to_string(file).map_err(|e| err(format!("cannot read: {e}")))?;
-        let name = file
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".toml"))
-            .ok_or_else(|| err("a scenario file must be named NAME.toml".into()))?
-            .to_string();
-        let config_text = |rel: &Path| {
-            let path = file.parent().unwrap_or(Path::new(".")).join(rel);
-            std::fs::read_to_string(&path).map_err(|e| err(format!("{}: {e}", path.display())))
-        };
-        Scenario::parse(&name, file, &text, &config_text)
-    }
-
     /// Parses and validates `text`; `read_config` reads the `memqos_config` file it names.
     pub fn parse(
         name: &str,
@@ -471,50 +259,6 @@ impl Scenario {
     }
 }
 
-impl Scenario {
-    /// How often `policy` looks and how long it waits before it acts in this scenario, in
-    /// wall time, for the report: a comparison of peers at different speeds is only fair to
-    /// read with these beside it.
-    pub fn timing(&self, policy: Policy) -> Result<String, String> {
-        let per_trace_s = 1.0 / self.speed;
-        Ok(match policy {
-            Policy::Memqos => {
-                let text =
-                    render_memqos_config(self.memqos_config.as_deref().unwrap_or(""), "/sys/fs/cgroup/x", "/run/x");
-                let c = memqos_policy::Config::from_str(&text, "memqos_config").map_err(|e| e.to_string())?;
-                format!(
-                    "memqos: samples every {} ms (shipped default 500), PSI trigger wakeups {}, releases a throttle after {} ms without pressure, writes a cgroup's knob at most every {} ms",
-                    c.signals.sampling_interval_ms,
-                    if c.signals.psi { "on" } else { "off" },
-                    c.policy.hold_ms,
-                    c.policy.min_write_interval_ms
-                )
-            }
-            Policy::Oomd => {
-                let ruleset = self.oomd_config.as_deref().unwrap_or("");
-                format!(
-                    "oomd: --interval {} s (its binary's default 5 s; the Debian package's /etc/default/oomd passes 1 s, the least it takes); the ruleset's {}",
-                    self.oomd_interval_s,
-                    crate::oomd::durations(ruleset).unwrap_or_else(|e| format!("durations unreadable: {e}"))
-                )
-            }
-            Policy::SystemdOomd => {
-                let st = self.systemd_oomd.as_ref().ok_or("no [systemd_oomd] settings")?;
-                format!(
-                    "systemd-oomd: ManagedOOMMemoryPressureLimit={}% for DefaultMemoryPressureDurationSec={} s on the low slice (systemd's defaults: 60%, and 20 s from Debian 252's oomd.conf.d drop-in, 30 s compiled in); it reads PSI once a second (fixed) and compares its avg10, a 10 s average the replay's speed does not shorten",
-                    st.memory_pressure_limit_percent, st.memory_pressure_duration_s
-                )
-            }
-            p => format!("{p}: knobs set before the tasks start; nothing acts during the run"),
-        } + &format!(" (speed {}x: a trace second is {:.3} s here)", self.speed, per_trace_s))
-    }
-}
-
-/// The memqos daemon config of an arm: the template with its placeholders filled in.
-pub fn render_memqos_config(template: &str, cgroup_root: &str, state_dir: &str) -> String {
-    template.replace("@CGROUP_ROOT@", cgroup_root).replace("@STATE_DIR@", state_dir)
-}
-
 fn parse_parent_max(s: &str) -> Result<ParentMax, String> {
     if s.trim() == "max" {
         return Ok(ParentMax::Unlimited);
@@ -546,6 +290,7 @@ fn located_toml_error(text: &str, e: &toml::de::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::Tier;
 
     fn no_config(_: &Path) -> Result<String, ScenarioError> {
         Ok("cgroup_root = \"/x\"".into())
@@ -711,92 +456,6 @@ low = ["b"]
         assert!(e.message.contains("static-reserve"), "{e}");
         assert_eq!(Policy::StaticAdj.name(), "static-adj");
         assert_eq!(Policy::StaticReserve.name(), "static-reserve");
-    }
-
-    #[test]
-    fn each_arm_states_its_intervals_from_what_it_is_given() {
-        let text = r#"
-description = "d"
-parent_max = "1100M"
-speed = 50
-policies = ["none", "memqos", "oomd", "systemd-oomd"]
-memqos_config = "m.toml"
-oomd_config = "o.json"
-oomd_interval_s = 5
-[systemd_oomd]
-memory_pressure_limit_percent = 60
-memory_pressure_duration_s = 20
-[[variant]]
-name = "v"
-high = "a"
-"#;
-        let read = |p: &Path| -> Result<String, ScenarioError> {
-            Ok(match p.to_str().unwrap() {
-                "o.json" => r#"{"rulesets": [{"name": "r", "detectors": [["g", {"name": "pressure_above", "args": {"cgroup": "x", "resource": "memory", "threshold": "60", "duration": "30"}}]], "actions": [{"name": "kill_by_memory_size_or_growth", "args": {"cgroup": "x/low*"}}]}]}"#.into(),
-                _ => "cgroup_root = \"@CGROUP_ROOT@\"\nstate_dir = \"@STATE_DIR@\"\n[[tier]]\nname = \"c\"\nmatch = [\"high*\"]\nprotect = \"low\"\n".into(),
-            })
-        };
-        let s = Scenario::parse("t", Path::new("t.toml"), text, &read).unwrap_or_else(|e| panic!("{e}"));
-        let memqos = s.timing(Policy::Memqos).unwrap();
-        assert!(memqos.starts_with("memqos: samples every 500 ms") && memqos.contains("speed 50x"), "{memqos}");
-        let oomd = s.timing(Policy::Oomd).unwrap();
-        assert!(oomd.contains("--interval 5 s") && oomd.contains("pressure_above 30 s"), "{oomd}");
-        let sd = s.timing(Policy::SystemdOomd).unwrap();
-        assert!(sd.contains("Limit=60%") && sd.contains("DurationSec=20 s"), "{sd}");
-        assert!(s.timing(Policy::None).unwrap().starts_with("none: knobs set before"));
-    }
-
-    /// Issue 29.2: the real-time scenarios run at 1x with every arm at its shipped defaults;
-    /// compressed ones give each peer the shortest interval it takes.
-    #[test]
-    fn real_time_scenarios_use_the_defaults_and_compressed_ones_the_shortest_intervals() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
-        let mut realtime = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            if !name.ends_with(".toml") || name.starts_with("memqos-") {
-                continue;
-            }
-            let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
-            if s.workload == Workload::StressNg {
-                continue;
-            }
-            let detector_waits = || {
-                let v: serde_json::Value = serde_json::from_str(s.oomd_config.as_deref().unwrap()).unwrap();
-                let mut waits = Vec::new();
-                for r in v["rulesets"].as_array().unwrap() {
-                    for g in r["detectors"].as_array().unwrap() {
-                        for p in g.as_array().unwrap().iter().skip(1) {
-                            waits.extend(p["args"]["duration"].as_str().map(str::to_string));
-                        }
-                    }
-                }
-                waits
-            };
-            if name.ends_with("-realtime.toml") {
-                realtime += 1;
-                assert_eq!(s.speed, 1.0, "{name}");
-                let memqos = s.timing(Policy::Memqos).unwrap();
-                assert!(memqos.contains("every 500 ms") && memqos.contains("after 5000 ms"), "{name}: {memqos}");
-                if s.policies.contains(&Policy::Oomd) {
-                    assert_eq!(s.oomd_interval_s, 1, "{name}: the Debian package's --interval");
-                    assert!(detector_waits().contains(&"30".to_string()), "{name}: the shipped 30 s pressure trigger");
-                }
-                if let Some(st) = s.systemd_oomd {
-                    assert_eq!((st.memory_pressure_limit_percent, st.memory_pressure_duration_s), (60.0, 20), "{name}");
-                }
-            } else if s.speed > 1.0 {
-                if s.policies.contains(&Policy::Oomd) {
-                    assert_eq!(s.oomd_interval_s, 1, "{name}");
-                    assert!(detector_waits().iter().all(|w| w == "1"), "{name}: {:?}", detector_waits());
-                }
-                if let Some(st) = s.systemd_oomd {
-                    assert_eq!(st.memory_pressure_duration_s, 1, "{name}");
-                }
-            }
-        }
-        assert!(realtime >= 2, "oom-realtime and sweep-tight-realtime at least, found {realtime}");
     }
 
     #[test]

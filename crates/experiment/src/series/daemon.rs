@@ -1,0 +1,56 @@
+//! The memqos arm's daemon, as both pipelines run it: the arm's config written into a fresh
+//! state directory, the daemon started with the runner's own binary, and after the arm
+//! stopped with SIGTERM and checked for what it must leave behind (a clean exit, no journal
+//! of unrestored knobs, every cgroup's protection knobs back at their defaults).
+
+use anyhow::Result;
+use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_lab::daemon_process::DaemonProcess;
+use memqos_schema::state::JOURNAL_FILE;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+pub(crate) struct ArmDaemon {
+    process: DaemonProcess,
+    state_dir: PathBuf,
+}
+
+/// What the daemon left when it was stopped.
+pub(crate) struct Stopped {
+    /// Its event log.
+    pub log: String,
+    /// It exited with status 0.
+    pub clean_exit: bool,
+    /// A journal of knobs it had not restored is still in its state directory.
+    pub journal_left: bool,
+    /// CPU time it used (user + system, s) up to just before it was stopped.
+    pub cpu_s: Option<f64>,
+}
+
+impl ArmDaemon {
+    /// Wipes `state_dir`, writes `config` there as memqos.toml and starts `exe daemon` on it.
+    pub(crate) fn start(exe: &Path, state_dir: &Path, config: &str) -> Result<ArmDaemon> {
+        let _ = std::fs::remove_dir_all(state_dir);
+        std::fs::create_dir_all(state_dir)?;
+        let file = state_dir.join("memqos.toml");
+        std::fs::write(&file, config)?;
+        let process = DaemonProcess::start(exe, &file, state_dir, &[], Stdio::null())?;
+        Ok(ArmDaemon { process, state_dir: state_dir.to_path_buf() })
+    }
+
+    /// SIGTERM and wait.
+    pub(crate) fn stop(self) -> Result<Stopped> {
+        let cpu_s = self.process.cpu_seconds();
+        let (status, log) = self.process.stop()?;
+        let journal_left = self.state_dir.join(JOURNAL_FILE).exists();
+        Ok(Stopped { log, clean_exit: status.success(), journal_left, cpu_s })
+    }
+}
+
+/// `cg`'s memory.high is max and its memory.low and memory.min 0, as the daemon must leave
+/// them; a knob that cannot be read counts as `unreadable`.
+pub(crate) fn knobs_at_defaults(cg: &Cgroup, unreadable: bool) -> bool {
+    cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(unreadable)
+        && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(unreadable)
+        && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(unreadable)
+}

@@ -1,0 +1,134 @@
+//! What `memqos run --json` prints on stderr after a call (one line): its exit, time, peak,
+//! memory events, the account of an OOM kill and the daemon's stall actions on it. The agent
+//! writes it; the agent-host experiment reads it back.
+
+use crate::KnobFile;
+use serde::{Deserialize, Serialize};
+
+/// The call's memory.events counters (the cgroup is new, so totals are the call's own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallEvents {
+    /// Times it went over memory.high and was throttled.
+    pub high: u64,
+    /// Times it hit a memory.max (its own or an ancestor's).
+    pub max: u64,
+    /// Processes of the call killed by the OOM killer.
+    pub oom_kill: u64,
+}
+
+/// One cgroup holding memory, for the account.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Holder {
+    pub cgroup: String,
+    pub bytes: u64,
+}
+
+/// The limit that was reached.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LimitHit {
+    /// Path of the cgroup whose memory.max was reached.
+    pub cgroup: String,
+    /// What that cgroup is to the call: "this call", "its session", "the managed root", or
+    /// "an ancestor of the managed root".
+    pub role: String,
+    /// Its memory.max, None if unlimited (then its memory.high is not an OOM source either,
+    /// so this only happens when the file changed since).
+    pub max_bytes: Option<u64>,
+}
+
+/// Why the call lost a process to the OOM killer, and what to try.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OomAccount {
+    /// Processes of the call the OOM killer killed.
+    pub killed: u64,
+    /// The command itself died of SIGKILL (else only one of its processes did).
+    pub command_killed: bool,
+    /// None: no cgroup limit was reached: the host ran out of memory.
+    pub limit: Option<LimitHit>,
+    /// The largest other holders under the limiting cgroup (or the managed root), now.
+    pub others: Vec<Holder>,
+    /// Suggestions, most useful first.
+    pub advice: Vec<String>,
+}
+
+/// What `memqos run --json` prints (one line on stderr) and the text report is made from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallReport {
+    pub cgroup: String,
+    pub session: String,
+    pub tier: String,
+    /// The exit status memqos run returns: the code, or 128 + signal.
+    pub status: u8,
+    /// The signal that ended the command, if one did.
+    pub signal: Option<i32>,
+    pub wall_ms: u64,
+    /// memory.peak of the call's cgroup (Linux 5.19+).
+    pub peak_bytes: Option<u64>,
+    pub events: CallEvents,
+    /// The size the call declared with `--hint SIZE`.
+    pub hint_bytes: Option<u64>,
+    /// Processes of the call still ran when the command exited, so its cgroup was left in
+    /// place (a later `memqos run` in the session removes it once they are gone).
+    pub kept: bool,
+    pub oom: Option<OomAccount>,
+    /// What the memqos daemon did because the call stalled at its memory.high (from its event
+    /// log; only when `memqos run` knows the daemon's config).
+    pub daemon_stall_actions: Vec<StallAction>,
+}
+
+/// One stall action the daemon took on the call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StallAction {
+    /// The file written: memory.high (relieved) or cgroup.kill.
+    pub file: String,
+    pub value: String,
+    /// The daemon's reason, in words.
+    pub why: String,
+}
+
+impl StallAction {
+    /// The call was killed (else its memory.high was raised).
+    pub fn is_kill(&self) -> bool {
+        KnobFile::from_name(&self.file) == Some(KnobFile::CgroupKill)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_reads_back_as_written() {
+        let r = CallReport {
+            cgroup: "/sys/fs/cgroup/agents/s0/tool.7".into(),
+            session: "s0".into(),
+            tier: "tool".into(),
+            status: 137,
+            signal: Some(9),
+            wall_ms: 1200,
+            peak_bytes: Some(400 << 20),
+            events: CallEvents { high: 4, max: 9, oom_kill: 1 },
+            hint_bytes: None,
+            kept: false,
+            oom: Some(OomAccount {
+                killed: 1,
+                command_killed: true,
+                limit: Some(LimitHit {
+                    cgroup: "/sys/fs/cgroup/agents/s0".into(),
+                    role: "its session".into(),
+                    max_bytes: Some(1 << 30),
+                }),
+                others: vec![Holder { cgroup: "runtime".into(), bytes: 300 << 20 }],
+                advice: vec!["run it with less memory".into()],
+            }),
+            daemon_stall_actions: vec![StallAction {
+                file: "cgroup.kill".into(),
+                value: "1".into(),
+                why: "stalled".into(),
+            }],
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<CallReport>(&line).unwrap(), r);
+        assert!(r.daemon_stall_actions[0].is_kill());
+    }
+}
