@@ -114,17 +114,7 @@ pub fn run(a: FaultsArgs) -> Result<u8> {
         // A kill cycle takes a few seconds under TCG; 10,000 cgroups a few minutes.
         let timeout = Duration::from_secs(900 + 15 * a.kills as u64 + a.cgroups as u64 / 10);
         let run = self_run::run_self(&kernel, &args, |g| g.memory_mb(3072).timeout(timeout).stream_console(true))?;
-        let file = run.results_dir.join("faults.json");
-        let text = std::fs::read_to_string(&file).with_context(|| {
-            let lines: Vec<&str> = run.console.lines().collect();
-            format!(
-                "guest on {} wrote no {} (exit {}); console:\n{}",
-                kernel.release(),
-                file.display(),
-                run.exit_code,
-                lines[lines.len().saturating_sub(40)..].join("\n")
-            )
-        })?;
+        let text = super::guest_result(&kernel, &run, "faults.json")?;
         let mut r: KernelResult = serde_json::from_str(&text)?;
         r.provenance = Some(crate::provenance::Provenance {
             kernel: r.kernel.clone(),

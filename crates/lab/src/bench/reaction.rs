@@ -135,16 +135,7 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         let run = self_run::run_self(&kernel, &args, |g| {
             g.scratch_mb(512, None).memory_mb(3072).timeout(Duration::from_secs(3600)).stream_console(!a.json)
         })?;
-        let file = run.results_dir.join("reaction.json");
-        let text = std::fs::read_to_string(&file).with_context(|| {
-            format!(
-                "guest on {} wrote no {} (exit {}); console:\n{}",
-                kernel.release(),
-                file.display(),
-                run.exit_code,
-                tail(&run.console, 40)
-            )
-        })?;
+        let text = super::guest_result(&kernel, &run, "reaction.json")?;
         let r: KernelResult = serde_json::from_str(&text)?;
         print_table(&r);
         for c in &r.cpu_cost {
@@ -183,11 +174,6 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
 
 fn join(v: &[usize]) -> String {
     v.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 fn print_table(r: &KernelResult) {
