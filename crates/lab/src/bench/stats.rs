@@ -27,7 +27,7 @@ use memqos_stats::{CgroupStats, Snapshot, StatsSource, TextBackend, Walker};
 use report::{finish, render, Cost, Report, Series, TreeResult};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use trees::{fake_tree, LiveTree, TempDir, TEMPLATE_FILES};
+use trees::{dirs_below, fake_tree, LiveTree, TempDir, TEMPLATE_FILES};
 
 #[derive(Args, Debug)]
 pub struct BenchStatsArgs {
@@ -65,6 +65,19 @@ fn thread_cpu() -> (f64, f64) {
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
+/// `measure` of `n` calls of `op` in a row.
+fn measure_n<T, E>(n: u64, mut op: impl FnMut() -> std::result::Result<T, E>) -> Result<Cost>
+where
+    anyhow::Error: From<E>,
+{
+    measure(|| {
+        for _ in 0..n {
+            op()?;
+        }
+        Ok(())
+    })
 }
 
 fn measure(mut f: impl FnMut() -> Result<()>) -> Result<Cost> {
@@ -182,47 +195,15 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     let started = Instant::now();
     for b in 0..a.batches {
         s_control.add(per_batch, control.run(per_batch, std::slice::from_ref(&stat_file))?);
-        s_text_stat.add(
-            per_batch,
-            measure(|| {
-                for _ in 0..per_batch {
-                    text.read_stat_only(0, &mut out)?;
-                }
-                Ok(())
-            })?,
-        );
+        s_text_stat.add(per_batch, measure_n(per_batch, || text.read_stat_only(0, &mut out))?);
         if live {
-            s_text_full.add(
-                per_batch,
-                measure(|| {
-                    for _ in 0..per_batch {
-                        text.read_one(0, &mut out)?;
-                    }
-                    Ok(())
-                })?,
-            );
+            s_text_full.add(per_batch, measure_n(per_batch, || text.read_one(0, &mut out))?);
         }
         if let Ok(bpf) = &mut bpf {
-            s_bpf.add(
-                per_batch,
-                measure(|| {
-                    for _ in 0..per_batch {
-                        bpf.refresh(&mut snap)?;
-                    }
-                    Ok(())
-                })?,
-            );
+            s_bpf.add(per_batch, measure_n(per_batch, || bpf.refresh(&mut snap))?);
         }
         if let Ok(bpf) = &mut bpf_iter {
-            s_bpf_iter.add(
-                per_batch,
-                measure(|| {
-                    for _ in 0..per_batch {
-                        bpf.refresh(&mut snap)?;
-                    }
-                    Ok(())
-                })?,
-            );
+            s_bpf_iter.add(per_batch, measure_n(per_batch, || bpf.refresh(&mut snap))?);
         }
         progress(&format!("  batch {}/{} done, {:.0} s elapsed", b + 1, a.batches, started.elapsed().as_secs_f64()));
     }
@@ -256,16 +237,7 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
             continue;
         };
         progress(&format!("tree of {size} cgroups: {} snapshots per method", per * a.batches));
-        let mut files = Vec::new();
-        let mut stack = vec![dir.clone()];
-        while let Some(d) = stack.pop() {
-            files.push(d.join("memory.stat"));
-            if let Ok(rd) = std::fs::read_dir(&d) {
-                stack.extend(
-                    rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()),
-                );
-            }
-        }
+        let files: Vec<PathBuf> = dirs_below(&dir).into_iter().map(|d| d.join("memory.stat")).collect();
         let mut text = if live { TextBackend::open(&dir)? } else { TextBackend::open_unchecked(&dir) };
         let open_bpf = |w| {
             if live {
@@ -295,35 +267,11 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
         }
         for _ in 0..a.batches {
             s_control.add(per, control.run(per, &files)?);
-            s_text_stat.add(
-                per,
-                measure(|| {
-                    for _ in 0..per {
-                        text_stat.refresh(&mut snap)?;
-                    }
-                    Ok(())
-                })?,
-            );
-            s_text.add(
-                per,
-                measure(|| {
-                    for _ in 0..per {
-                        text.refresh(&mut snap)?;
-                    }
-                    Ok(())
-                })?,
-            );
+            s_text_stat.add(per, measure_n(per, || text_stat.refresh(&mut snap))?);
+            s_text.add(per, measure_n(per, || text.refresh(&mut snap))?);
             for (b, series) in [(&mut bpf, &mut s_bpf), (&mut bpf_iter, &mut s_bpf_iter)] {
                 let Ok(b) = b else { continue };
-                series.add(
-                    per,
-                    measure(|| {
-                        for _ in 0..per {
-                            b.refresh(&mut snap)?;
-                        }
-                        Ok(())
-                    })?,
-                );
+                series.add(per, measure_n(per, || b.refresh(&mut snap))?);
                 if snap.cgroups.len() != size {
                     bail!("BPF snapshot of {} has {} cgroups, expected {size}", dir.display(), snap.cgroups.len());
                 }

@@ -80,20 +80,24 @@ impl LiveTree {
 impl Drop for LiveTree {
     fn drop(&mut self) {
         let _ = std::fs::write(self.original_cgroup.join("cgroup.procs"), std::process::id().to_string());
-        let mut dirs = Vec::new();
-        let mut stack = vec![self.base.clone()];
-        while let Some(d) = stack.pop() {
-            if let Ok(rd) = std::fs::read_dir(&d) {
-                stack.extend(
-                    rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()),
-                );
-            }
-            dirs.push(d);
-        }
-        for d in dirs.iter().rev() {
+        for d in dirs_below(&self.base).iter().rev() {
             let _ = std::fs::remove_dir(d);
         }
     }
+}
+
+/// `root` and every directory below it, each before its subdirectories (a directory that
+/// cannot be read counts, without what is below it).
+pub(super) fn dirs_below(root: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            stack.extend(rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()));
+        }
+        dirs.push(d);
+    }
+    dirs
 }
 
 /// The files a template cgroup of the fake trees holds: the ones the text backend reads.
