@@ -10,6 +10,7 @@ use memqos_daemon::events::{self, Event, LogLine, Outcome, WriteEvent};
 use memqos_daemon::journal::Journal;
 use memqos_daemon::lock::StateLock;
 use memqos_daemon::mono_ns;
+use memqos_policy::size::MIB;
 use memqos_policy::EXPECTED_PEAK_XATTR;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
@@ -44,7 +45,6 @@ const ROOT: &str = "/sys/fs/cgroup/faults";
 const FAKE_ENV: &str = "MEMQOS_FAULTS_FAKE_ROOT";
 const STATE: &str = "/run/memqos-faults";
 const CONFIG: &str = "/run/memqos-faults.toml";
-const MIB: u64 = 1 << 20;
 const PARENT_LIMIT: u64 = 512 * MIB;
 /// Names reused by the churn: `low/tool.{k % SLOTS}`.
 const SLOTS: u64 = 50;
