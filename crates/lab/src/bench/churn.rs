@@ -148,17 +148,7 @@ pub fn run(a: ChurnArgs) -> Result<u8> {
         let run = self_run::run_self(&kernel, &args, |g| {
             g.memory_mb(2048).timeout(Duration::from_secs(a.duration * 3 + 600)).stream_console(!a.json)
         })?;
-        let file = run.results_dir.join("churn.json");
-        let text = std::fs::read_to_string(&file).with_context(|| {
-            let lines: Vec<&str> = run.console.lines().collect();
-            format!(
-                "guest on {} wrote no {} (exit {}); console:\n{}",
-                kernel.release(),
-                file.display(),
-                run.exit_code,
-                lines[lines.len().saturating_sub(40)..].join("\n")
-            )
-        })?;
+        let text = super::guest_result(&kernel, &run, "churn.json")?;
         let r: KernelResult = serde_json::from_str(&text)?;
         print_summary(&r);
         all.push(r);

@@ -6,6 +6,27 @@ pub mod reaction;
 pub mod run;
 pub mod stats;
 
+/// The file `name` a guest wrote into its results directory; if it wrote none, an error
+/// naming the kernel and the guest's exit with the console's last 40 lines.
+pub(crate) fn guest_result(
+    kernel: &memqos_vmtest::Kernel,
+    run: &memqos_vmtest::GuestRun,
+    name: &str,
+) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let file = run.results_dir.join(name);
+    std::fs::read_to_string(&file).with_context(|| {
+        let lines: Vec<&str> = run.console.lines().collect();
+        format!(
+            "guest on {} wrote no {} (exit {}); console:\n{}",
+            kernel.release(),
+            file.display(),
+            run.exit_code,
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        )
+    })
+}
+
 /// A per-kernel result of a bench that writes one JSON file for every kernel it measured.
 pub(crate) trait PerKernel: serde::Serialize + serde::de::DeserializeOwned {
     fn kernel(&self) -> &str;

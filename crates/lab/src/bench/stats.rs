@@ -16,13 +16,18 @@
 //! controller is on cgroup v1) it measures control and text on --stat-file and, with
 //! --fake-tree-template, on fake trees in /dev/shm whose files are copies of a live cgroup's.
 
+mod control;
+mod report;
+mod trees;
+
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use control::Control;
 use memqos_stats::{CgroupStats, Snapshot, StatsSource, TextBackend, Walker};
-use serde::Serialize;
+use report::{finish, render, Cost, Report, Series, TreeResult};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
+use trees::{dirs_below, fake_tree, LiveTree, TempDir, TEMPLATE_FILES};
 
 #[derive(Args, Debug)]
 pub struct BenchStatsArgs {
@@ -54,139 +59,25 @@ pub struct BenchStatsArgs {
     out: PathBuf,
 }
 
-/// The seed's control method, written fresh: stdio + scanf family, seek back each time.
-const CONTROL_C: &str = r#"
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-#include <sys/resource.h>
-
-/* control ITERATIONS FILE...: per iteration, read every FILE line by line with fgets,
- * convert "key value" with sscanf into numbers, then fseek back to the start. */
-int main(int argc, char **argv)
-{
-	if (argc < 3) { fprintf(stderr, "usage: control ITERATIONS FILE...\n"); return 2; }
-	long iters = atol(argv[1]);
-	int n = argc - 2;
-	FILE **f = calloc(n, sizeof(*f));
-	for (int i = 0; i < n; i++) {
-		f[i] = fopen(argv[2 + i], "r");
-		if (!f[i]) { perror(argv[2 + i]); return 2; }
-	}
-	static unsigned long long vals[512];
-	char line[512], key[256];
-	unsigned long long checksum = 0, lines = 0;
-	struct timespec t0, t1;
-	struct rusage r0, r1;
-	getrusage(RUSAGE_SELF, &r0);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (long it = 0; it < iters; it++) {
-		for (int i = 0; i < n; i++) {
-			int k = 0;
-			while (k < 512 && fgets(line, sizeof(line), f[i]))
-				if (sscanf(line, "%255s %llu", key, &vals[k]) == 2)
-					k++;
-			checksum += vals[0];
-			lines += k;
-			if (fseek(f[i], 0, SEEK_SET)) { perror("fseek"); return 2; }
-		}
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	getrusage(RUSAGE_SELF, &r1);
-#define TV(a, b) ((b.tv_sec - a.tv_sec) + (b.tv_usec - a.tv_usec) / 1e6)
-	printf("{\"wall_s\":%.6f,\"user_s\":%.6f,\"sys_s\":%.6f,\"lines\":%llu,\"checksum\":%llu}\n",
-	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
-	       TV(r0.ru_utime, r1.ru_utime), TV(r0.ru_stime, r1.ru_stime), lines, checksum);
-	return 0;
-}
-"#;
-
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-struct Cost {
-    wall_s: f64,
-    user_s: f64,
-    sys_s: f64,
-}
-
-impl std::ops::AddAssign for Cost {
-    fn add_assign(&mut self, o: Cost) {
-        self.wall_s += o.wall_s;
-        self.user_s += o.user_s;
-        self.sys_s += o.sys_s;
-    }
-}
-
-/// One method measured in batches.
-#[derive(Debug, Default, Serialize)]
-struct Series {
-    method: String,
-    /// What one operation is.
-    op: String,
-    ops: u64,
-    total: Cost,
-    per_op_us_median: f64,
-    per_op_us_min: f64,
-    per_op_us_max: f64,
-    /// control per-op median / this per-op median (>1: faster than the control).
-    speedup_vs_control: Option<f64>,
-    #[serde(skip)]
-    batches: Vec<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    unavailable: Option<String>,
-}
-
-impl Series {
-    fn new(method: &str, op: &str) -> Series {
-        Series { method: method.into(), op: op.into(), ..Default::default() }
-    }
-
-    fn add(&mut self, ops: u64, c: Cost) {
-        self.ops += ops;
-        self.total += c;
-        self.batches.push(c.wall_s / ops as f64 * 1e6);
-    }
-
-    fn finish(&mut self) {
-        let mut b = self.batches.clone();
-        b.sort_by(f64::total_cmp);
-        if b.is_empty() {
-            return;
-        }
-        self.per_op_us_median =
-            if b.len() % 2 == 1 { b[b.len() / 2] } else { (b[b.len() / 2 - 1] + b[b.len() / 2]) / 2.0 };
-        self.per_op_us_min = b[0];
-        self.per_op_us_max = b[b.len() - 1];
-    }
-}
-
-#[derive(Debug, Serialize)]
-struct TreeResult {
-    size: usize,
-    iterations: u64,
-    series: Vec<Series>,
-}
-
-#[derive(Debug, Serialize)]
-struct Report {
-    kernel: String,
-    machine: String,
-    cpus: usize,
-    mode: String,
-    /// What the single-cgroup runs read.
-    single_target: String,
-    iterations: u64,
-    batches: u64,
-    single: Vec<Series>,
-    trees: Vec<TreeResult>,
-    notes: Vec<String>,
-}
-
 fn thread_cpu() -> (f64, f64) {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we pass.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
+/// `measure` of `n` calls of `op` in a row.
+fn measure_n<T, E>(n: u64, mut op: impl FnMut() -> std::result::Result<T, E>) -> Result<Cost>
+where
+    anyhow::Error: From<E>,
+{
+    measure(|| {
+        for _ in 0..n {
+            op()?;
+        }
+        Ok(())
+    })
 }
 
 fn measure(mut f: impl FnMut() -> Result<()>) -> Result<Cost> {
@@ -197,163 +88,6 @@ fn measure(mut f: impl FnMut() -> Result<()>) -> Result<Cost> {
     let (u1, s1) = thread_cpu();
     Ok(Cost { wall_s, user_s: u1 - u0, sys_s: s1 - s0 })
 }
-
-struct Control {
-    exe: PathBuf,
-    _dir: TempDir,
-}
-
-impl Control {
-    fn build() -> Result<Control> {
-        let dir = TempDir::new("memqos-bench-control")?;
-        let src = dir.0.join("control.c");
-        std::fs::write(&src, CONTROL_C)?;
-        let exe = dir.0.join("control");
-        let out = Command::new("cc")
-            .args(["-O2", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .output()
-            .context("running cc to build the C control (install gcc)")?;
-        if !out.status.success() {
-            bail!("cc failed building the C control:\n{}", String::from_utf8_lossy(&out.stderr));
-        }
-        Ok(Control { exe, _dir: dir })
-    }
-
-    fn run(&self, iterations: u64, files: &[PathBuf]) -> Result<Cost> {
-        let out = Command::new(&self.exe)
-            .arg(iterations.to_string())
-            .args(files)
-            .output()
-            .context("running the C control")?;
-        if !out.status.success() {
-            bail!("C control failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("C control output")?;
-        let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
-        if v["lines"].as_u64().unwrap_or(0) == 0 {
-            bail!("C control parsed no lines from {files:?}");
-        }
-        Ok(Cost { wall_s: f("wall_s"), user_s: f("user_s"), sys_s: f("sys_s") })
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Result<TempDir> {
-        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let dir = base.join(format!("{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(TempDir(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The benchmark's cgroups in live mode; removed on drop (the process moved back first).
-struct LiveTree {
-    base: PathBuf,
-    original_cgroup: PathBuf,
-    /// Touched memory charged to memqos-bench/one for the benchmark's duration.
-    #[allow(dead_code)]
-    ballast: Vec<u8>,
-}
-
-impl LiveTree {
-    fn create(root: &Path, sizes: &[usize]) -> Result<LiveTree> {
-        let base = root.join("memqos-bench");
-        let cg = |p: &Path| -> Result<()> {
-            match std::fs::create_dir(p) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-                Err(e) => Err(e).with_context(|| format!("creating cgroup {}", p.display())),
-            }
-        };
-        let enable = |p: &Path| {
-            std::fs::write(p.join("cgroup.subtree_control"), "+memory")
-                .with_context(|| format!("enabling memory in {}", p.display()))
-        };
-        let own = std::fs::read_to_string("/proc/self/cgroup")?;
-        let rel = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/").trim_start_matches('/').to_owned();
-        let mut tree = LiveTree { base: base.clone(), original_cgroup: root.join(rel), ballast: Vec::new() };
-        cg(&base)?;
-        enable(&base)?;
-        cg(&base.join("one"))?;
-        for &n in sizes {
-            let t = base.join(format!("t{n}"));
-            cg(&t)?;
-            if n > 1 {
-                enable(&t)?;
-                for i in 1..n {
-                    cg(&t.join(format!("c{i:04}")))?;
-                }
-            }
-        }
-        // The process itself in "one", so its counters are a real process's, not zeros:
-        // charges do not move with a process, so allocate and touch memory after joining.
-        std::fs::write(base.join("one/cgroup.procs"), std::process::id().to_string())
-            .context("joining memqos-bench/one")?;
-        let mut ballast = vec![0u8; 16 << 20];
-        for (i, b) in ballast.iter_mut().enumerate().step_by(4096) {
-            *b = i as u8 | 1;
-        }
-        let cache = std::env::temp_dir().join(format!("memqos-bench-cache-{}", std::process::id()));
-        std::fs::write(&cache, &ballast[..4 << 20])?;
-        let _ = std::fs::remove_file(&cache);
-        tree.ballast = ballast;
-        Ok(tree)
-    }
-}
-
-impl Drop for LiveTree {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.original_cgroup.join("cgroup.procs"), std::process::id().to_string());
-        let mut dirs = Vec::new();
-        let mut stack = vec![self.base.clone()];
-        while let Some(d) = stack.pop() {
-            if let Ok(rd) = std::fs::read_dir(&d) {
-                stack.extend(
-                    rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()),
-                );
-            }
-            dirs.push(d);
-        }
-        for d in dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
-/// The files a template cgroup of the fake trees holds: the ones the text backend reads.
-const TEMPLATE_FILES: [&str; 9] = memqos_stats::FILES;
-
-/// A fake tree of `n` cgroups (root + n-1 children) whose files are copies of `template`.
-fn fake_tree(dir: &Path, template: &Path, n: usize) -> Result<()> {
-    let fill = |d: &Path| -> Result<()> {
-        std::fs::create_dir_all(d)?;
-        for f in TEMPLATE_FILES {
-            let src = template.join(f);
-            std::fs::copy(&src, d.join(f)).with_context(|| format!("copying {}", src.display()))?;
-        }
-        Ok(())
-    };
-    fill(dir)?;
-    for i in 1..n {
-        fill(&dir.join(format!("c{i:04}")))?;
-    }
-    // What a kernel's cgroup.stat says, so the text backend skips the directory walk as it
-    // does on a live tree whose shape has not changed.
-    std::fs::write(dir.join("cgroup.stat"), format!("nr_descendants {}\nnr_dying_descendants 0\n", n - 1))?;
-    Ok(())
-}
-
 fn progress(msg: &str) {
     eprintln!("[bench stats] {msg}");
 }
@@ -461,47 +195,15 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     let started = Instant::now();
     for b in 0..a.batches {
         s_control.add(per_batch, control.run(per_batch, std::slice::from_ref(&stat_file))?);
-        s_text_stat.add(
-            per_batch,
-            measure(|| {
-                for _ in 0..per_batch {
-                    text.read_stat_only(0, &mut out)?;
-                }
-                Ok(())
-            })?,
-        );
+        s_text_stat.add(per_batch, measure_n(per_batch, || text.read_stat_only(0, &mut out))?);
         if live {
-            s_text_full.add(
-                per_batch,
-                measure(|| {
-                    for _ in 0..per_batch {
-                        text.read_one(0, &mut out)?;
-                    }
-                    Ok(())
-                })?,
-            );
+            s_text_full.add(per_batch, measure_n(per_batch, || text.read_one(0, &mut out))?);
         }
         if let Ok(bpf) = &mut bpf {
-            s_bpf.add(
-                per_batch,
-                measure(|| {
-                    for _ in 0..per_batch {
-                        bpf.refresh(&mut snap)?;
-                    }
-                    Ok(())
-                })?,
-            );
+            s_bpf.add(per_batch, measure_n(per_batch, || bpf.refresh(&mut snap))?);
         }
         if let Ok(bpf) = &mut bpf_iter {
-            s_bpf_iter.add(
-                per_batch,
-                measure(|| {
-                    for _ in 0..per_batch {
-                        bpf.refresh(&mut snap)?;
-                    }
-                    Ok(())
-                })?,
-            );
+            s_bpf_iter.add(per_batch, measure_n(per_batch, || bpf.refresh(&mut snap))?);
         }
         progress(&format!("  batch {}/{} done, {:.0} s elapsed", b + 1, a.batches, started.elapsed().as_secs_f64()));
     }
@@ -535,16 +237,7 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
             continue;
         };
         progress(&format!("tree of {size} cgroups: {} snapshots per method", per * a.batches));
-        let mut files = Vec::new();
-        let mut stack = vec![dir.clone()];
-        while let Some(d) = stack.pop() {
-            files.push(d.join("memory.stat"));
-            if let Ok(rd) = std::fs::read_dir(&d) {
-                stack.extend(
-                    rd.flatten().filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false)).map(|e| e.path()),
-                );
-            }
-        }
+        let files: Vec<PathBuf> = dirs_below(&dir).into_iter().map(|d| d.join("memory.stat")).collect();
         let mut text = if live { TextBackend::open(&dir)? } else { TextBackend::open_unchecked(&dir) };
         let open_bpf = |w| {
             if live {
@@ -574,35 +267,11 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
         }
         for _ in 0..a.batches {
             s_control.add(per, control.run(per, &files)?);
-            s_text_stat.add(
-                per,
-                measure(|| {
-                    for _ in 0..per {
-                        text_stat.refresh(&mut snap)?;
-                    }
-                    Ok(())
-                })?,
-            );
-            s_text.add(
-                per,
-                measure(|| {
-                    for _ in 0..per {
-                        text.refresh(&mut snap)?;
-                    }
-                    Ok(())
-                })?,
-            );
+            s_text_stat.add(per, measure_n(per, || text_stat.refresh(&mut snap))?);
+            s_text.add(per, measure_n(per, || text.refresh(&mut snap))?);
             for (b, series) in [(&mut bpf, &mut s_bpf), (&mut bpf_iter, &mut s_bpf_iter)] {
                 let Ok(b) = b else { continue };
-                series.add(
-                    per,
-                    measure(|| {
-                        for _ in 0..per {
-                            b.refresh(&mut snap)?;
-                        }
-                        Ok(())
-                    })?,
-                );
+                series.add(per, measure_n(per, || b.refresh(&mut snap))?);
                 if snap.cgroups.len() != size {
                     bail!("BPF snapshot of {} has {} cgroups, expected {size}", dir.display(), snap.cgroups.len());
                 }
@@ -630,60 +299,4 @@ pub fn run(a: BenchStatsArgs) -> Result<u8> {
     print!("{}", render(&report));
     println!("wrote {}", path.display());
     Ok(0)
-}
-
-fn finish(series: &mut [Series]) {
-    for s in series.iter_mut() {
-        s.finish();
-    }
-    let control = series[0].per_op_us_median;
-    for s in series.iter_mut() {
-        if s.ops > 0 && s.per_op_us_median > 0.0 {
-            s.speedup_vs_control = Some(control / s.per_op_us_median);
-        }
-    }
-}
-
-fn render(r: &Report) -> String {
-    use std::fmt::Write as _;
-    let mut o = String::new();
-    let _ = writeln!(o, "kernel {} on {} ({} CPUs), {}", r.kernel, r.machine, r.cpus, r.mode);
-    let row = |o: &mut String, s: &Series| {
-        if let Some(why) = &s.unavailable {
-            let _ = writeln!(o, "  {:<40} unavailable: {why}", s.method);
-            return;
-        }
-        let _ = writeln!(
-            o,
-            "  {:<40} n={:<8} {:>9.2} us/op (min {:.2}, max {:.2})  wall {:.2} s user {:.2} s sys {:.2} s  x{:.1} vs control",
-            s.method,
-            s.ops,
-            s.per_op_us_median,
-            s.per_op_us_min,
-            s.per_op_us_max,
-            s.total.wall_s,
-            s.total.user_s,
-            s.total.sys_s,
-            s.speedup_vs_control.unwrap_or(0.0)
-        );
-    };
-    let _ = writeln!(
-        o,
-        "single cgroup ({}), {} iterations in {} batches, median per op over batches:",
-        r.single_target, r.iterations, r.batches
-    );
-    for s in &r.single {
-        row(&mut o, s);
-    }
-    for t in &r.trees {
-        let _ =
-            writeln!(o, "tree of {} cgroups, {} snapshots (per op = one whole-tree snapshot):", t.size, t.iterations);
-        for s in &t.series {
-            row(&mut o, s);
-        }
-    }
-    for n in &r.notes {
-        let _ = writeln!(o, "note: {n}");
-    }
-    o
 }
