@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every generated table in the docs from the committed data: rebuilds
 # docs/experiments/summary.json and report.md from docs/experiments/runs (kill bounds from
-# traces/, plots left as they are), then the regions between "<!-- generated: NAME" and
-# "<!-- end generated: NAME -->" in README.md and docs/experiments.md.
-# `bash scripts/docs.sh --check` only checks (the unit test docs_match_the_committed_data does too).
+# traces/) and docs/agent-host/summary.json and report.md from docs/agent-host/runs (plots left
+# as they are), then the regions between "<!-- generated: NAME" and
+# "<!-- end generated: NAME -->" in README.md and docs/*.md.
+# `bash scripts/docs.sh --check` only checks and writes nothing (the unit tests
+# report_files_match_the_committed_runs and docs_match_the_committed_data do too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo run --quiet -p memqos-experiment --bin memqos-docs -- "$@"

@@ -271,12 +271,28 @@ fn summary_json(groups: &[summary::GroupSummary], verdicts: &[summary::Verdict])
     Ok(serde_json::to_string_pretty(&serde_json::json!({"groups": groups, "targets": verdicts}))?)
 }
 
-/// Whether `out/summary.json` is what the runs under `out/runs` give (the report step's output,
-/// recomputed and compared, so a summary edited by hand or left stale is caught).
-pub fn summary_is_current(out: &Path, traces: &Path) -> Result<bool> {
+/// summary.json and report.md as the report step writes them from `out/runs`, linking the plots
+/// already in `out`: what `--report-only` leaves behind, computed without writing anything, so
+/// `memqos-docs --check` can compare the committed files with it.
+pub fn rendered(out: &Path, traces: &Path) -> Result<[(&'static str, String); 2]> {
     let (groups, verdicts) = summarize_runs(out, traces)?;
-    let committed = std::fs::read_to_string(out.join("summary.json"))?;
-    Ok(committed == summary_json(&groups, &verdicts)?)
+    Ok([
+        ("summary.json", summary_json(&groups, &verdicts)?),
+        ("report.md", summary::render_markdown(&groups, &verdicts, &plot_files(out)?)),
+    ])
+}
+
+/// The plots (PNGs) in `out`, sorted: the report links each.
+pub(crate) fn plot_files(out: &Path) -> Result<Vec<String>> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".png") {
+            files.push(name);
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// Summary, report and plots from everything under `out/runs`. Without `plots` the plots
@@ -284,7 +300,6 @@ pub fn summary_is_current(out: &Path, traces: &Path) -> Result<bool> {
 pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     let (groups, verdicts) = summarize_runs(out, traces)?;
     std::fs::write(out.join("summary.json"), summary_json(&groups, &verdicts)?)?;
-    let mut plot_files = Vec::new();
     if plots {
         let script = Path::new("scripts/plots/experiment.py");
         let status =
@@ -297,22 +312,8 @@ pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
         if !status.success() {
             bail!("{} failed with {status}", script.display());
         }
-        for e in std::fs::read_dir(out)? {
-            let name = e?.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".png") {
-                plot_files.push(name);
-            }
-        }
     }
-    if !plots {
-        for e in std::fs::read_dir(out)? {
-            let name = e?.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".png") {
-                plot_files.push(name);
-            }
-        }
-    }
-    plot_files.sort();
+    let plot_files = plot_files(out)?;
     std::fs::write(out.join("report.md"), summary::render_markdown(&groups, &verdicts, &plot_files))?;
     // The checkout's own results: the docs' generated tables follow the new summary at once.
     let docs_dir = std::fs::canonicalize("docs/experiments").ok();

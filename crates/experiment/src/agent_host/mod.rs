@@ -168,13 +168,29 @@ fn in_guest(args: &Options, traces: &Path) -> Result<u8> {
     Ok(0)
 }
 
-/// summary.json, report.md and the plots from everything under `out/runs`.
-fn report(out: &Path, s: &HostScenario, plots: bool) -> Result<u8> {
+/// summary.json and report.md as the report step writes them from `out/runs` for the scenario
+/// file `scenario` (its description heads the report), linking the plots already in `out`:
+/// computed without writing anything, so `memqos-docs --check` can compare the committed files.
+pub fn rendered(out: &Path, scenario: &Path) -> Result<[(&'static str, String); 2]> {
+    let s = HostScenario::load(scenario)?;
+    let sum = summarize_runs(out)?;
+    Ok([
+        ("summary.json", serde_json::to_string_pretty(&sum)?),
+        ("report.md", summary::render_markdown(&sum, &s.description, &crate::host::plot_files(out)?)),
+    ])
+}
+
+fn summarize_runs(out: &Path) -> Result<summary::HostSummary> {
     let results = summary::load(&out.join("runs"))?;
     if results.is_empty() {
         bail!("no results under {}", out.join("runs").display());
     }
-    let sum = summary::summarize(&results);
+    Ok(summary::summarize(&results))
+}
+
+/// summary.json, report.md and the plots from everything under `out/runs`.
+fn report(out: &Path, s: &HostScenario, plots: bool) -> Result<u8> {
+    let sum = summarize_runs(out)?;
     std::fs::write(out.join("summary.json"), serde_json::to_string_pretty(&sum)?)?;
     let mut files = Vec::new();
     if plots {

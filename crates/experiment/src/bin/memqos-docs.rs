@@ -1,9 +1,10 @@
-//! `memqos-docs [--check]`: rebuilds docs/experiments/summary.json and report.md from the
-//! committed runs (the report step of `memqos-lab experiment --report-only`, plots left as they
-//! are), then every generated table in the docs from them. `--check` rebuilds nothing and
-//! exits 1 if the committed summary.json is not what the committed runs give, or a doc's
-//! tables differ from what the summary gives. Run from the checkout's root; `scripts/docs.sh`
-//! does.
+//! `memqos-docs [--check]`: rebuilds docs/experiments/summary.json and report.md and
+//! docs/agent-host/summary.json and report.md from the committed runs (the report step of
+//! `memqos-lab experiment --report-only` and `experiment agent-host --report-only`, plots left
+//! as they are and linked), then every generated table in the docs from them. `--check` writes
+//! nothing and exits 1 if one of those files is not what the committed runs give (naming its
+//! first differing line), or a doc's tables differ from what the summary gives. Run from the
+//! checkout's root; `scripts/docs.sh` does.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -19,17 +20,17 @@ fn main() -> ExitCode {
     };
     let root = Path::new(".");
     let result = (|| -> anyhow::Result<Vec<String>> {
-        let (out, traces) = (root.join("docs/experiments"), root.join("traces/agent-haiku"));
-        if !check {
-            memqos_experiment::host::report(&out, &traces, false)?;
-        } else if !memqos_experiment::host::summary_is_current(&out, &traces)? {
-            return Ok(vec!["docs/experiments/summary.json (not what the runs give)".to_string()]);
-        }
-        memqos_experiment::docs::update(root, !check)
+        // The files first: in update mode the tables are then made from the new summary.
+        let mut stale = memqos_experiment::docs::files::update(root, !check)?;
+        stale.extend(memqos_experiment::docs::update(root, !check)?);
+        Ok(stale)
     })();
     match result {
         Ok(stale) if check && !stale.is_empty() => {
-            eprintln!("memqos-docs: out of date (run bash scripts/docs.sh): {}", stale.join(", "));
+            eprintln!("memqos-docs: out of date (run bash scripts/docs.sh):");
+            for s in &stale {
+                eprintln!("  {s}");
+            }
             ExitCode::from(1)
         }
         Ok(stale) => {

@@ -11,10 +11,12 @@
 //! and [`update`] rewrites every such region from `docs/experiments/summary.json` (itself
 //! rebuilt from the runs by the report step) and `docs/experiments/builds.toml` (which build
 //! made each series). `scripts/docs.sh` runs both; the `docs_match_the_committed_data` test
-//! fails when a region differs from what the data gives.
+//! fails when a region differs from what the data gives, and [`files`]'
+//! `report_files_match_the_committed_runs` when a committed summary.json or report.md does.
 
 mod agent_host;
 mod bench;
+pub mod files;
 mod regions;
 mod scenarios;
 mod spec;

@@ -1,0 +1,111 @@
+//! The report step's own files in the checkout (summary.json and report.md of
+//! docs/experiments and of docs/agent-host), rebuilt in memory from the committed runs by the
+//! functions `--report-only` writes them with, so a file committed by an older build, or
+//! edited by hand, is caught. The plots are PNGs and are not compared.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// Every such file, relative to `root`, with the text the committed runs give.
+pub fn expected(root: &Path) -> Result<Vec<(String, String)>> {
+    let experiments = root.join("docs/experiments");
+    let agent_host = root.join("docs/agent-host");
+    let mut out = Vec::new();
+    for (name, text) in crate::host::rendered(&experiments, &root.join("traces/agent-haiku"))? {
+        out.push((format!("docs/experiments/{name}"), text));
+    }
+    // The scenario file `memqos-lab experiment agent-host` reads by default.
+    for (name, text) in crate::agent_host::rendered(&agent_host, &root.join("experiments/agent-host/scenario.toml"))? {
+        out.push((format!("docs/agent-host/{name}"), text));
+    }
+    Ok(out)
+}
+
+/// Rewrites (or, with `write` false, only checks) each file of [`expected`] under `root`;
+/// returns one line per file that was (or would be) changed, naming its first differing line.
+pub fn update(root: &Path, write: bool) -> Result<Vec<String>> {
+    let mut stale = Vec::new();
+    for (rel, text) in expected(root)? {
+        let path = root.join(&rel);
+        let committed = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        if let Some(diff) = first_difference(&committed, &text) {
+            stale.push(format!("{rel}: {diff}"));
+            if write {
+                std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+    }
+    Ok(stale)
+}
+
+/// Where `committed` first differs from `expected`, by line (1-based); `None` if they are equal.
+pub fn first_difference(committed: &str, expected: &str) -> Option<String> {
+    if committed == expected {
+        return None;
+    }
+    let (mut a, mut b) = (committed.split('\n'), expected.split('\n'));
+    let mut line = 1;
+    loop {
+        match (a.next(), b.next()) {
+            (Some(x), Some(y)) if x == y => line += 1,
+            (Some(x), Some(y)) => {
+                return Some(format!("line {line} is {:?}, the runs give {:?}", clip(x), clip(y)));
+            }
+            (Some(_), None) => return Some(format!("has lines from {line} on that the runs do not give")),
+            (None, Some(y)) => return Some(format!("ends before line {line}, which the runs give as {:?}", clip(y))),
+            // Equal line by line but not as text: cannot happen with one separator.
+            (None, None) => return Some("differs".into()),
+        }
+    }
+}
+
+/// A report's table row can be long; the start of it is enough to find it.
+fn clip(line: &str) -> String {
+    const MAX: usize = 160;
+    match line.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}...", &line[..i]),
+        None => line.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed summaries and reports are what the committed runs give: a file committed
+    /// by an older build, or edited by hand, fails here.
+    #[test]
+    fn report_files_match_the_committed_runs() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let stale = update(&root, false).unwrap();
+        assert!(
+            stale.is_empty(),
+            "committed summary/report files differ from what the runs give (run bash scripts/docs.sh): {stale:?}"
+        );
+        // The check can fail: every file is compared, and a changed figure in one is caught.
+        let files = expected(&root).unwrap();
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "docs/experiments/summary.json",
+                "docs/experiments/report.md",
+                "docs/agent-host/summary.json",
+                "docs/agent-host/report.md"
+            ]
+        );
+        for (_, text) in &files {
+            assert!(first_difference(&text.replacen('1', "2", 1), text).is_some());
+        }
+    }
+
+    #[test]
+    fn first_difference_names_the_line() {
+        assert_eq!(first_difference("a\nb\n", "a\nb\n"), None);
+        assert_eq!(first_difference("a\nb\nc", "a\nx\nc"), Some(r#"line 2 is "b", the runs give "x""#.into()));
+        assert_eq!(first_difference("a\nb", "a"), Some("has lines from 2 on that the runs do not give".into()));
+        assert_eq!(first_difference("a", "a\nb"), Some(r#"ends before line 2, which the runs give as "b""#.into()));
+        assert_eq!(first_difference("a", "a\n"), Some(r#"ends before line 2, which the runs give as """#.into()));
+        assert!(first_difference(&"x".repeat(500), "y").unwrap().contains("..."));
+    }
+}
