@@ -188,11 +188,12 @@ fn summarize_runs(out: &Path) -> Result<summary::HostSummary> {
     Ok(summary::summarize(&results))
 }
 
-/// summary.json, report.md and the plots from everything under `out/runs`.
+/// summary.json, report.md and the plots from everything under `out/runs`. Without `plots`
+/// the plots already in `out` are left as they are and linked, as the scenario pipeline's
+/// report step does (so the report matches what `memqos-docs --check` expects either way).
 fn report(out: &Path, s: &HostScenario, plots: bool) -> Result<u8> {
     let sum = summarize_runs(out)?;
     std::fs::write(out.join("summary.json"), serde_json::to_string_pretty(&sum)?)?;
-    let mut files = Vec::new();
     if plots {
         let script = Path::new("scripts/plots/agent_host.py");
         let status =
@@ -202,14 +203,8 @@ fn report(out: &Path, s: &HostScenario, plots: bool) -> Result<u8> {
         if !status.success() {
             bail!("{} failed with {status}", script.display());
         }
-        for e in std::fs::read_dir(out)? {
-            let name = e?.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".png") {
-                files.push(name);
-            }
-        }
-        files.sort();
     }
+    let files = crate::host::plot_files(out)?;
     std::fs::write(out.join("report.md"), summary::render_markdown(&sum, &s.description, &files))?;
     for v in &sum.targets {
         println!("{:<4} agent-host {}: {} — {}", if v.met { "MET" } else { "MISS" }, v.kernel, v.target, v.measured);
