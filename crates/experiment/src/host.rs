@@ -295,23 +295,24 @@ pub(crate) fn plot_files(out: &Path) -> Result<Vec<String>> {
     Ok(files)
 }
 
+/// Runs a plot script of `scripts/plots/` on a results folder (both pipelines' report steps).
+pub(crate) fn draw_plots(script: &Path, out: &Path) -> Result<()> {
+    let status = std::process::Command::new("/usr/bin/python3").arg(script).arg(out).status().with_context(|| {
+        format!("running /usr/bin/python3 {} (install python3-matplotlib, or pass --no-plots)", script.display())
+    })?;
+    if !status.success() {
+        bail!("{} failed with {status}", script.display());
+    }
+    Ok(())
+}
+
 /// Summary, report and plots from everything under `out/runs`. Without `plots` the plots
 /// already in `out` are left as they are and linked.
 pub fn report(out: &Path, traces: &Path, plots: bool) -> Result<u8> {
     let (groups, verdicts) = summarize_runs(out, traces)?;
     std::fs::write(out.join("summary.json"), summary_json(&groups, &verdicts)?)?;
     if plots {
-        let script = Path::new("scripts/plots/experiment.py");
-        let status =
-            std::process::Command::new("/usr/bin/python3").arg(script).arg(out).status().with_context(|| {
-                format!(
-                    "running /usr/bin/python3 {} (install python3-matplotlib, or pass --no-plots)",
-                    script.display()
-                )
-            })?;
-        if !status.success() {
-            bail!("{} failed with {status}", script.display());
-        }
+        draw_plots(Path::new("scripts/plots/experiment.py"), out)?;
     }
     let plot_files = plot_files(out)?;
     std::fs::write(out.join("report.md"), summary::render_markdown(&groups, &verdicts, &plot_files))?;

@@ -195,14 +195,7 @@ fn report(out: &Path, s: &HostScenario, plots: bool) -> Result<u8> {
     let sum = summarize_runs(out)?;
     std::fs::write(out.join("summary.json"), serde_json::to_string_pretty(&sum)?)?;
     if plots {
-        let script = Path::new("scripts/plots/agent_host.py");
-        let status =
-            std::process::Command::new("/usr/bin/python3").arg(script).arg(out).status().with_context(|| {
-                format!("running {} (install python3-matplotlib, or pass --no-plots)", script.display())
-            })?;
-        if !status.success() {
-            bail!("{} failed with {status}", script.display());
-        }
+        crate::host::draw_plots(Path::new("scripts/plots/agent_host.py"), out)?;
     }
     let files = crate::host::plot_files(out)?;
     std::fs::write(out.join("report.md"), summary::render_markdown(&sum, &s.description, &files))?;
