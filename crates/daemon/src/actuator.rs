@@ -21,7 +21,7 @@ use anyhow::Result;
 use memqos_cgroupfs::fds::{Kept, Use};
 use memqos_policy::Reason;
 use memqos_schema::KnobFile;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 
 /// What a write is aimed at.
@@ -92,6 +92,10 @@ pub struct Actuator {
     /// The value memqos last wrote to each journaled memory knob: a different value found
     /// later was written by someone else ([`Actuator::taken_over`]).
     written: HashMap<Key, String>,
+    /// Knobs taken over by someone else whose journal forget has not reached disk yet (the
+    /// commit failed: a full disk). A failed commit puts the forget back, so it is staged
+    /// again before every commit and before a restore, until one commit succeeds.
+    taken: HashSet<Key>,
 }
 
 enum Dir {
@@ -120,6 +124,7 @@ impl Actuator {
             restored: false,
             journal_failing: None,
             written: HashMap::new(),
+            taken: HashSet::new(),
         }
     }
 
@@ -189,6 +194,8 @@ impl Actuator {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
+        // A taken-over knob's original must not be staged again as if still ours.
+        self.restage_taken();
         // 1. Open and read; stage originals.
         let mut prepared = Vec::with_capacity(batch.len());
         for req in batch {
@@ -229,6 +236,7 @@ impl Actuator {
         // already journaled are still managed (and restorable), new ones wait until it can.
         let unjournaled = match self.journal.commit() {
             Ok(()) => {
+                self.taken.clear();
                 if let Some(was) = self.journal_failing.take() {
                     self.log.emit(Event::Degraded {
                         message: format!(
@@ -239,6 +247,7 @@ impl Actuator {
                 None
             }
             Err(e) => {
+                self.restage_taken();
                 let why = format!("{e:#}");
                 if self.journal_failing.is_none() {
                     self.log.emit(Event::Degraded {
@@ -356,11 +365,22 @@ impl Actuator {
         self.journal.stage_forget(&key);
         // Durable now, not at the next batch (which may be long in coming): a crash in
         // between would have the next start "restore" the stale original over their value.
-        // A failed commit puts the entry back; staged again, the next batch's commit retries.
-        if self.journal.commit().is_err() {
-            self.journal.stage_forget(&key);
+        // A failed commit puts the entry back: it stays in `taken` and is forgotten again
+        // before every later commit and before a restore, until a commit succeeds.
+        self.taken.insert(key);
+        if self.journal.commit().is_ok() {
+            self.taken.clear();
+        } else {
+            self.restage_taken();
         }
         Some((wrote, original))
+    }
+
+    /// Stages the forget of every taken-over knob whose forget is not durable yet.
+    fn restage_taken(&mut self) {
+        for key in &self.taken {
+            self.journal.stage_forget(key);
+        }
     }
 
     /// After a restore, the actuator is used again (the loop starts afresh): an exit
@@ -371,6 +391,9 @@ impl Actuator {
 
     /// Writes every journaled original back (see `Journal::restore`).
     pub fn restore(&mut self) -> Result<RestoreReport> {
+        // Never put a stale original back over a value someone else set.
+        self.restage_taken();
+        self.taken.clear();
         self.restored = true;
         self.dirs.clear();
         self.written.clear();
@@ -428,5 +451,65 @@ mod tests {
         // A crash now: no restore on the way out, no further batch.
         std::mem::forget(act);
         assert_eq!(Journal::open(&state, &root).unwrap().original(id, "memory.high"), None);
+    }
+
+    /// On a full disk the forget cannot reach the journal: it is retried with every later
+    /// commit (not only the next), and a restore meanwhile leaves their value alone.
+    #[test]
+    fn a_taken_over_knob_whose_forget_keeps_failing_is_never_restored() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, state) = (dir.path().join("cg"), dir.path().join("state"));
+        for c in ["low/a", "low/b", "low/c"] {
+            std::fs::create_dir_all(root.join(c)).unwrap();
+            std::fs::write(root.join(c).join("memory.high"), "max\n").unwrap();
+        }
+        let ino = |c: &str| std::fs::metadata(root.join(c)).unwrap().ino();
+        let target = |c: &str| Target::Cgroup { path: c.into(), id: ino(c) };
+        let journal = Journal::open(&state, &root).unwrap();
+        let log = EventLog::open(&state, 1 << 20, false);
+        let mut act = Actuator::new(Root::open(&root).unwrap(), journal, log, false);
+        act.apply(vec![Request::new(target("low/a"), "memory.high", "1048576", "test")]).unwrap();
+
+        // The disk fills; then someone else sets the knob.
+        let full = std::fs::OpenOptions::new().append(true).open("/dev/full").unwrap();
+        let real = act.journal.swap_file_for_test(full).unwrap();
+        std::fs::write(root.join("low/a/memory.high"), "2097152\n").unwrap();
+        let taken = act.taken_over(ino("low/a"), "memory.high", memqos_policy::Limit::Bytes(2 << 20));
+        assert_eq!(taken, Some(("1048576".to_string(), "max".to_string())));
+        // A second batch whose commit fails too (its own write is refused: not journaled).
+        let wrote = act.apply(vec![Request::new(target("low/b"), "memory.high", "1048576", "test")]).unwrap();
+        assert!(matches!(wrote[0].outcome, Outcome::Error(_)), "{:?}", wrote[0].outcome);
+        assert_eq!(act.journal.original(ino("low/a"), "memory.high"), None, "forgotten again before the commit");
+
+        // The disk has room again: the next commit makes the forget durable.
+        act.journal.swap_file_for_test(real);
+        act.apply(vec![Request::new(target("low/c"), "memory.high", "1048576", "test")]).unwrap();
+        assert_eq!(Journal::open(&state, &root).unwrap().original(ino("low/a"), "memory.high"), None);
+        let report = act.restore().unwrap();
+        assert!(report.failed.is_empty(), "{:?}", report.failures());
+        assert_eq!(std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(), "2097152\n", "their value stays");
+        assert_eq!(std::fs::read_to_string(root.join("low/c/memory.high")).unwrap(), "max", "ours is put back");
+    }
+
+    /// A restore while the forget is still not durable leaves their value alone too.
+    #[test]
+    fn a_restore_before_the_forget_is_durable_leaves_their_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, state) = (dir.path().join("cg"), dir.path().join("state"));
+        std::fs::create_dir_all(root.join("low/a")).unwrap();
+        std::fs::write(root.join("low/a/memory.high"), "max\n").unwrap();
+        let id = std::fs::metadata(root.join("low/a")).unwrap().ino();
+        let journal = Journal::open(&state, &root).unwrap();
+        let log = EventLog::open(&state, 1 << 20, false);
+        let mut act = Actuator::new(Root::open(&root).unwrap(), journal, log, false);
+        act.apply(vec![Request::new(Target::Cgroup { path: "low/a".into(), id }, "memory.high", "1048576", "test")])
+            .unwrap();
+        let full = std::fs::OpenOptions::new().append(true).open("/dev/full").unwrap();
+        act.journal.swap_file_for_test(full);
+        std::fs::write(root.join("low/a/memory.high"), "2097152\n").unwrap();
+        assert!(act.taken_over(id, "memory.high", memqos_policy::Limit::Bytes(2 << 20)).is_some());
+        let report = act.restore().unwrap();
+        assert!(report.restored.is_empty(), "{:?}", report.restored);
+        assert_eq!(std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(), "2097152\n");
     }
 }

@@ -305,6 +305,12 @@ impl Journal {
         result
     }
 
+    /// Tests: swaps the open journal file (for one that fails every write, as a full disk).
+    #[cfg(test)]
+    pub(crate) fn swap_file_for_test(&mut self, file: std::fs::File) -> Option<std::fs::File> {
+        self.file.replace(file)
+    }
+
     /// Undoes the staged records after a failed commit.
     fn unstage(&mut self) {
         for r in self.pending.drain(..) {
