@@ -33,6 +33,17 @@ pub struct Provenance {
     pub host_load_after: Option<String>,
     #[serde(default)]
     pub guest_wall_s: Option<f64>,
+    /// The commit the running memqos-lab binary was built from, and whether tracked files
+    /// differed from it then (`build.rs`); absent in results from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_commit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_dirty: Option<bool>,
+}
+
+/// The commit this binary was built from, and whether the tree was dirty then.
+pub fn this_build() -> (Option<&'static str>, Option<bool>) {
+    (option_env!("MEMQOS_BUILD_COMMIT"), option_env!("MEMQOS_BUILD_DIRTY").map(|d| d == "true"))
 }
 
 impl Provenance {
@@ -42,19 +53,43 @@ impl Provenance {
             let out = Command::new("git").arg("-C").arg(repo).args(args).output().ok()?;
             out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
         };
-        Provenance {
+        let (build_commit, build_dirty) = this_build();
+        let p = Provenance {
             commit: git(&["rev-parse", "HEAD"]),
             dirty: git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty()),
             kernel: kernel.to_string(),
             host_load_before: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
+            build_commit: build_commit.map(str::to_owned),
+            build_dirty,
             ..Provenance::default()
+        };
+        if let Some(warning) = p.mismatch() {
+            eprintln!("memqos-lab: {warning}");
         }
+        p
     }
 
-    /// The build as a table shows it: the short commit, "+dirty" if the tree was.
+    /// Why the checkout and the binary's build disagree, if they do: the results record both,
+    /// and the build column names the binary's.
+    pub fn mismatch(&self) -> Option<String> {
+        let (built, at) = (self.build_commit.as_deref()?, self.commit.as_deref()?);
+        (built != at).then(|| {
+            format!(
+                "this binary was built from {} but the checkout is at {}: the results record both, and their build is the binary's",
+                &built[..built.len().min(7)],
+                &at[..at.len().min(7)]
+            )
+        })
+    }
+
+    /// The build as a table shows it: the short commit the binary was built from (the
+    /// checkout's, for results from before builds were recorded), "+dirty" if the tree was.
     pub fn build(&self) -> Option<String> {
-        let c = self.commit.as_deref()?;
-        Some(format!("{}{}", &c[..c.len().min(7)], if self.dirty == Some(true) { "+dirty" } else { "" }))
+        let (c, dirty) = match self.build_commit.as_deref() {
+            Some(b) => (b, self.build_dirty),
+            None => (self.commit.as_deref()?, self.dirty),
+        };
+        Some(format!("{}{}", &c[..c.len().min(7)], if dirty == Some(true) { "+dirty" } else { "" }))
     }
 }
 
@@ -106,5 +141,32 @@ mod tests {
         assert_eq!(p.kernel, "7.2.13");
         let dirty = Provenance { commit: Some("0123456789abcdef".into()), dirty: Some(true), ..Default::default() };
         assert_eq!(dirty.build().as_deref(), Some("0123456+dirty"));
+        assert_eq!(dirty.mismatch(), None, "no build recorded: nothing to compare");
+    }
+
+    #[test]
+    fn the_binarys_build_wins_over_the_checkout_and_a_mismatch_is_named() {
+        // This crate's build.rs ran in a git checkout (CI and the build machines).
+        let (built, _) = this_build();
+        if let Some(b) = built {
+            assert_eq!(b.len(), 40, "{b}");
+        }
+        let p = Provenance {
+            commit: Some("aaaaaaaaaaaaaaaa".into()),
+            dirty: Some(true),
+            build_commit: Some("bbbbbbbbbbbbbbbb".into()),
+            build_dirty: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(p.build().as_deref(), Some("bbbbbbb"));
+        let m = p.mismatch().expect("they differ");
+        assert!(m.contains("built from bbbbbbb") && m.contains("checkout is at aaaaaaa"), "{m}");
+        let same = Provenance { build_commit: p.commit.clone(), ..p.clone() };
+        assert_eq!(same.mismatch(), None);
+        // Older files have no build fields and keep their exact serialized form.
+        let old = Provenance { commit: Some("c".into()), ..Default::default() };
+        let json = serde_json::to_string(&old).unwrap();
+        assert!(!json.contains("build_"), "{json}");
+        assert_eq!(serde_json::from_str::<Provenance>(&json).unwrap(), old);
     }
 }
