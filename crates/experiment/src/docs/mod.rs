@@ -111,6 +111,7 @@ pub fn render(name: &str, src: &Sources) -> Result<String> {
         "kill-tests" => scenarios::render_kill_tests(src),
         "realtime-ranking" => scenarios::render_ranking(src, "oom", "oom-realtime"),
         "realtime-ranking-tight" => scenarios::render_ranking(src, "sweep-tight", "sweep-tight-dask-realtime"),
+        "realtime-ranking-tight-rest" => scenarios::render_ranking(src, "sweep-tight", "sweep-tight-realtime"),
         "run-overhead" => bench::render_run_overhead(&src.root)?,
         "margins" => scenarios::render_margins(src),
         "targets" => scenarios::render_targets(src, false),

@@ -5,6 +5,7 @@ use super::{kernel_rank, short_kernel, Sources};
 use crate::scenario::Workload;
 use crate::stats::KILLED;
 use crate::summary::{ratio_median, ArmSummary, GroupSummary, Verdict};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 /// An arm's place in a ranking: fewer runs with the protected task killed first, then fewer
@@ -25,9 +26,17 @@ fn ranking<'a>(g: &'a GroupSummary, arms: &[&str]) -> Vec<&'a ArmSummary> {
 /// Whether the arms rank the same at the traces' own speed as in the compressed scenario, per
 /// kernel where both ran: issue 29's "does the ranking hold at 1x".
 pub(super) fn render_ranking(src: &Sources, compressed: &str, realtime: &str) -> String {
+    // A scenario of several variants (triples) ranks each on its own: name it in every row.
+    let variants = groups_of(src, &[realtime], None).iter().map(|g| g.variant.clone()).collect::<BTreeSet<_>>();
+    let by_variant = variants.len() > 1;
     let mut out = String::new();
-    let _ = writeln!(out, "| kernel | speed | build | runs | ranking (best first) |");
-    let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
+    if by_variant {
+        let _ = writeln!(out, "| kernel | variant | speed | build | runs | ranking (best first) |");
+        let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- |");
+    } else {
+        let _ = writeln!(out, "| kernel | speed | build | runs | ranking (best first) |");
+        let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
+    }
     let mut verdicts = Vec::new();
     for slow in groups_of(src, &[realtime], None) {
         let Some(fast) = groups_of(src, &[compressed], None)
@@ -58,9 +67,10 @@ pub(super) fn render_ranking(src: &Sources, compressed: &str, realtime: &str) ->
                 })
                 .collect();
             let runs = order.first().map_or(0, |a| a.runs);
+            let variant = if by_variant { format!(" {} |", g.variant) } else { String::new() };
             let _ = writeln!(
                 out,
-                "| {} | {}x | {} | {runs} | {} |",
+                "| {} |{variant} {}x | {} | {runs} | {} |",
                 short_kernel(&g.kernel),
                 g.speed,
                 src.build(g),
@@ -90,12 +100,16 @@ pub(super) fn render_ranking(src: &Sources, compressed: &str, realtime: &str) ->
             significant(slow)
         );
         let moved: Vec<&String> = orders[1].iter().zip(&orders[0]).filter(|(s, f)| s != f).map(|(s, _)| s).collect();
+        let what = if by_variant {
+            format!("{} {}", short_kernel(&slow.kernel), slow.variant)
+        } else {
+            short_kernel(&slow.kernel).to_string()
+        };
         verdicts.push(if moved.is_empty() {
-            format!("{}: the ranking holds at 1x.{tested}", short_kernel(&slow.kernel))
+            format!("{what}: the ranking holds at 1x.{tested}")
         } else {
             format!(
-                "{}: the ranking does not hold at 1x; arms in other places: {}. memqos is {} of {} at 1x and {} of {} compressed.{tested}",
-                short_kernel(&slow.kernel),
+                "{what}: the ranking does not hold at 1x; arms in other places: {}. memqos is {} of {} at 1x and {} of {} compressed.{tested}",
                 moved.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
                 orders[1].iter().position(|a| a == "memqos").map_or(0, |i| i + 1),
                 orders[1].len(),
