@@ -114,6 +114,7 @@ pub fn render(name: &str, src: &Sources) -> Result<String> {
         "realtime-ranking-tight-rest" => scenarios::render_ranking(src, "sweep-tight", "sweep-tight-realtime"),
         "run-overhead" => bench::render_run_overhead(&src.root)?,
         "margins" => scenarios::render_margins(src),
+        "series-builds" => scenarios::render_series_builds(src),
         "targets" => scenarios::render_targets(src, false),
         "peer-targets" => scenarios::render_targets(src, true),
         _ => match spec::spec(name) {

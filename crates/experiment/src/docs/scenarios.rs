@@ -284,6 +284,81 @@ pub(super) fn render_kill_tests(src: &Sources) -> String {
     out
 }
 
+/// Which build made each committed series, with its runs, speed and the host's load around
+/// its guests (from the provenance files beside the runs; "not recorded" before they existed).
+pub(super) fn render_series_builds(src: &Sources) -> String {
+    let mut out = String::from(
+        "| scenario | kernel | speed | runs | build | host load (1 min) before → after each guest |\n| --- | --- | --- | --- | --- | --- |\n",
+    );
+    let mut seen = BTreeSet::new();
+    let mut gs: Vec<&GroupSummary> = src.groups.iter().collect();
+    gs.sort_by_key(|g| (g.scenario.clone(), kernel_rank(&g.kernel), g.variant.clone()));
+    for g in gs {
+        if !seen.insert((g.scenario.clone(), g.kernel.clone())) {
+            continue;
+        }
+        // Variants of one scenario and kernel run in the same guests.
+        let runs = src
+            .groups
+            .iter()
+            .filter(|o| o.scenario == g.scenario && o.kernel == g.kernel)
+            .flat_map(|o| o.arms.iter().map(|a| a.runs))
+            .max()
+            .unwrap_or(0);
+        let dir = src.root.join("docs/experiments/runs").join(&g.scenario).join(&g.kernel);
+        let loads = host_loads(&dir);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {}x | {runs} | {} | {} |",
+            g.scenario,
+            short_kernel(&g.kernel),
+            g.speed,
+            src.build(g),
+            if loads.is_empty() { "not recorded".to_string() } else { loads.join("; ") }
+        );
+    }
+    out
+}
+
+/// "0.09 → 1.74" for each guest of the series in `dir`, in run order: from its provenance
+/// file, or for series from before provenance, its `host-load*.txt` (the same two lines of
+/// /proc/loadavg as text).
+fn host_loads(dir: &std::path::Path) -> Vec<String> {
+    let named = |prefix: &'static str| {
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)))
+            .collect();
+        // The first guest's file has no run range in its name (runs from 1); later ones do.
+        files.sort_by_key(|p| (p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains("-runs")), p.clone()));
+        files
+    };
+    let first = |l: &str| l.split_whitespace().next().unwrap_or("?").to_owned();
+    let mut loads: Vec<String> = named("provenance")
+        .iter()
+        .filter_map(|f| {
+            let p: crate::provenance::Provenance = serde_json::from_str(&std::fs::read_to_string(f).ok()?).ok()?;
+            Some(format!("{} → {}", first(&p.host_load_before), p.host_load_after.as_deref().map_or("?".into(), first)))
+        })
+        .collect();
+    if loads.is_empty() {
+        loads = named("host-load")
+            .iter()
+            .filter_map(|f| {
+                let text = std::fs::read_to_string(f).ok()?;
+                let after_colon = |tag: &str| {
+                    text.lines().find(|l| l.contains(tag)).and_then(|l| l.split_once(':')).map(|(_, v)| first(v))
+                };
+                Some(format!("{} → {}", after_colon("before")?, after_colon("after")?))
+            })
+            .collect();
+    }
+    loads
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,5 +419,26 @@ mod tests {
         );
         assert!(moved.contains("does not hold at 1x; arms in other places: oomd, memqos"), "{moved}");
         assert!(moved.contains("memqos is 2 of 3 at 1x and 1 of 3 compressed"), "{moved}");
+    }
+
+    #[test]
+    fn host_loads_come_from_provenance_or_the_older_text_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |before: &str, after: &str| {
+            serde_json::json!({"commit": null, "dirty": null, "scenario_sha256": null, "daemon_config_sha256": null,
+                "speed": 1.0, "kernel": "7.2", "host_load_before": before, "host_load_after": after})
+            .to_string()
+        };
+        std::fs::write(dir.path().join("provenance-runs02-02.txt"), p("4.92 1 1 1/2 3", "3.00 1 1 1/2 3")).unwrap();
+        std::fs::write(dir.path().join("provenance.txt"), p("1.05 1 1 1/2 3", "4.74 1 1 1/2 3")).unwrap();
+        assert_eq!(host_loads(dir.path()), ["1.05 → 4.74", "4.92 → 3.00"]);
+        let old = tempfile::tempdir().unwrap();
+        std::fs::write(
+            old.path().join("host-load.txt"),
+            "host /proc/loadavg before the guest: 0.91 0.83 0.99 1/81 12961\nhost /proc/loadavg after the guest:  0.72 0.75 0.89 1/80 13163\nguest wall time: 403.0 s\n",
+        )
+        .unwrap();
+        assert_eq!(host_loads(old.path()), ["0.91 → 0.72"]);
+        assert!(host_loads(&old.path().join("absent")).is_empty());
     }
 }
