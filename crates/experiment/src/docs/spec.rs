@@ -268,6 +268,7 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             ],
             cols: &[
                 Scenario,
+                Variant,
                 Kernel,
                 Build,
                 Arm,
