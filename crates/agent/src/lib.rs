@@ -11,6 +11,7 @@
 //! See docs/agent-hosts.md for the session layout and a daemon config that protects the agent
 //! runtime and keeps tool calls best-effort.
 
+pub mod armed;
 pub mod daemon_log;
 mod error;
 pub mod hint;

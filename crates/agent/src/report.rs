@@ -115,6 +115,7 @@ pub fn collect(info: &CallInfo) -> CallReport {
         kept: false,
         oom,
         daemon_stall_actions: Vec::new(),
+        armed: Default::default(),
     }
 }
 
@@ -223,6 +224,28 @@ pub fn oom_text(r: &CallReport, command: &str) -> String {
     }
     for a in &o.advice {
         t.push_str(&format!("memqos: try: {a}.\n"));
+    }
+    t
+}
+
+/// The stderr lines about the armed ceiling (`armed`): that the call was held by it, always
+/// (the agent reads why its call was slow); with `verbose`, also that memqos run lifted it,
+/// and why none was armed.
+pub fn armed_text(a: &memqos_schema::call::Armed, verbose: bool) -> String {
+    let mut t = String::new();
+    if let (Some(b), true) = (a.high_bytes, a.held) {
+        t.push_str(&format!(
+            "memqos: this call was held at its memory ceiling (memory.high armed at {} before it started: the room the memqos daemon had left for a new call, raised as room frees); it waited for memory instead of pushing the host into an OOM kill.\n",
+            human(b)
+        ));
+    }
+    if verbose {
+        if let Some(why) = &a.lifted {
+            t.push_str(&format!("memqos: the armed ceiling was lifted to max while the call ran: {why}.\n"));
+        }
+        if let Some(why) = &a.skipped {
+            t.push_str(&format!("memqos: no memory ceiling was armed: {why}.\n"));
+        }
     }
     t
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_policy::Config;
 
+use crate::armed;
 use crate::error::SetupError;
 use crate::hint::{resolve_tier, Hint};
 use crate::layout::{self, Position, Root, RUNTIME};
@@ -44,6 +45,11 @@ pub struct Request {
     pub json: bool,
     /// `--stats`: a one-line summary on stderr.
     pub stats: bool,
+    /// `--verbose`: say on stderr what was set up (the armed ceiling, or why none).
+    pub verbose: bool,
+    /// `--state-dir`: the daemon's state directory, where its allowances for new calls are
+    /// (else $MEMQOS_STATE_DIR, else the config's `state_dir`, else /var/lib/memqos).
+    pub state_dir: Option<PathBuf>,
     pub command: Vec<OsString>,
 }
 
@@ -52,7 +58,7 @@ pub fn run(req: &Request) -> u8 {
     let fallback = std::env::var("MEMQOS_FALLBACK").is_ok_and(|v| v == "exec");
     match prepare(req) {
         Ok(Prepared::Nested) => exec_here(&req.command),
-        Ok(Prepared::Call(call)) => call.run(req),
+        Ok(Prepared::Call(call)) => (*call).run(req),
         Err(e) if fallback => {
             eprintln!("memqos run: {e}; running the command without a cgroup (MEMQOS_FALLBACK=exec)");
             exec_here(&req.command)
@@ -67,7 +73,7 @@ pub fn run(req: &Request) -> u8 {
 enum Prepared {
     /// Already inside a tool call: run the command there, in the outer call's cgroup.
     Nested,
-    Call(Call),
+    Call(Box<Call>),
 }
 
 /// A created call cgroup, ready for the command.
@@ -80,6 +86,8 @@ struct Call {
     before: Ancestry,
     /// The daemon's event log, when a config named its state_dir.
     events_log: Option<PathBuf>,
+    /// The armed ceiling (`armed`), or why there is none.
+    ceiling: Result<armed::Ceiling, String>,
     /// A tool call's creator lock (`layout::CallCgroup`), held until the call is dropped,
     /// after its cgroup is removed; the runtime's shared cgroup has none.
     _lock: Option<std::os::fd::OwnedFd>,
@@ -128,6 +136,12 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         .or_else(|| std::env::var("MEMQOS_SESSION").ok().filter(|s| !s.is_empty()))
         .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
     let session = root.session(&session_name)?;
+    let state_dir = req
+        .state_dir
+        .clone()
+        .or_else(|| std::env::var_os("MEMQOS_STATE_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
+        .or_else(|| config.as_ref().map(|c| c.1.state_dir.clone()))
+        .unwrap_or_else(|| PathBuf::from(armed::DEFAULT_STATE_DIR));
     let (cg, lock) = if req.runtime {
         (layout::runtime(&session)?, None)
     } else {
@@ -144,6 +158,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         cg,
         hint_bytes: hint.and_then(Hint::low_bytes),
         events_log: config.as_ref().map(|c| c.1.state_dir.join(memqos_schema::state::EVENTS_FILE)),
+        ceiling: Err("not armed yet".into()),
     };
     if let Some(cfg) = &config {
         call.check_tier(cfg.0.as_path(), &cfg.1, expect.is_some(), req.workload.is_some());
@@ -171,7 +186,24 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
             }
         }
     }
-    Ok(Prepared::Call(call))
+    let mut call = call;
+    call.ceiling = if req.runtime {
+        Err("the runtime is not armed (it is protected, not throttled)".into())
+    } else {
+        // The tier the daemon will see the call in: its config's, when known.
+        let tier = match &config {
+            Some((_, cfg)) => {
+                let rel = call.cg.path().strip_prefix(&call.root).unwrap_or(call.cg.path()).display().to_string();
+                cfg.tiers.classify(&rel).and_then(|i| cfg.tiers.get(i)).map_or(call.tier.clone(), |t| t.name.clone())
+            }
+            None => call.tier.clone(),
+        };
+        armed::arm(&call.cg, &state_dir, &call.root, &tier)
+    };
+    if req.verbose {
+        eprintln!("memqos run: {}", armed_line(&call.ceiling));
+    }
+    Ok(Prepared::Call(Box::new(call)))
 }
 
 /// The root from --root, --config, $MEMQOS_ROOT, $MEMQOS_CONFIG, or the default; the config
@@ -196,6 +228,17 @@ fn resolve_root(req: &Request) -> Result<(PathBuf, Option<(PathBuf, Config)>), S
         .or_else(|| std::env::var_os("MEMQOS_ROOT").filter(|v| !v.is_empty()).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
     Ok((root, config))
+}
+
+/// What `--verbose` says about the armed ceiling.
+fn armed_line(c: &Result<armed::Ceiling, String>) -> String {
+    match c {
+        Ok(c) => format!(
+            "armed memory.high at {} (the memqos daemon's allowance for a new call of this tier)",
+            memqos_cgroupfs::units::human(c.bytes)
+        ),
+        Err(why) => format!("no memory ceiling armed: {why}"),
+    }
 }
 
 impl Call {
@@ -230,15 +273,21 @@ impl Call {
         }
     }
 
-    fn run(self, req: &Request) -> u8 {
+    fn run(mut self, req: &Request) -> u8 {
         let env = [
             ("MEMQOS_ROOT".to_owned(), self.root.display().to_string()),
             ("MEMQOS_SESSION".to_owned(), self.session.clone()),
             ("MEMQOS_CGROUP".to_owned(), self.cg.path().display().to_string()),
         ];
-        let spawn = || spawn::run_in(self.cg.path(), &req.command, &env, SpawnMode::IntoCgroup);
+        let (cg, ceiling) = (&self.cg, &mut self.ceiling);
+        let mut watch = || {
+            if let Ok(c) = ceiling.as_mut() {
+                c.watch(cg);
+            }
+        };
+        let spawn = || spawn::run_in_watching(cg.path(), &req.command, &env, SpawnMode::IntoCgroup, &mut watch);
         let shared = self.tier == RUNTIME;
-        let (exit, wall) = match join_retrying(shared, || self.cg.create(), spawn) {
+        let (exit, wall) = match join_retrying(shared, || cg.create(), spawn) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("memqos run: {e}");
@@ -260,11 +309,21 @@ impl Call {
             let rel = self.cg.path().strip_prefix(&self.root).unwrap_or(self.cg.path()).display().to_string();
             r.daemon_stall_actions = crate::daemon_log::stall_actions(log, &rel);
         }
+        r.armed = match &self.ceiling {
+            Ok(c) => memqos_schema::call::Armed {
+                high_bytes: Some(c.bytes),
+                skipped: None,
+                held: r.events.high > 0,
+                lifted: c.lifted.clone(),
+            },
+            Err(why) => memqos_schema::call::Armed { skipped: Some(why.clone()), ..Default::default() },
+        };
         r.kept = !self.remove();
         let command = req.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
         let mut err = std::io::stderr().lock();
         let mut text = report::oom_text(&r, &command);
         text.push_str(&crate::daemon_log::stall_text(&r.daemon_stall_actions));
+        text.push_str(&report::armed_text(&r.armed, req.verbose));
         if req.stats {
             text.push_str(&report::stats_text(&r));
         }

@@ -35,4 +35,12 @@ mod tests {
         assert_eq!(tier_of("s1/runtime-not").name, "tool-low");
         assert_eq!(tier_of("s1/tool-low.9").stall.action, StallAction::Kill);
     }
+
+    #[test]
+    fn arming_is_off_and_its_commented_switch_turns_it_on() {
+        let on = SESSION_EXAMPLE.replace("# [policy]\n# admission = true", "[policy]\nadmission = true");
+        assert_ne!(on, SESSION_EXAMPLE);
+        assert!(Config::from_str(&on, "on.toml").unwrap().policy.admission);
+        assert!(!Config::from_str(SESSION_EXAMPLE, "session.example.toml").unwrap().policy.admission);
+    }
 }

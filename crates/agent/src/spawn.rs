@@ -83,6 +83,18 @@ pub fn run_in(
     extra_env: &[(String, String)],
     mode: SpawnMode,
 ) -> Result<(Exit, Duration), SpawnError> {
+    run_in_watching(cgroup, argv, extra_env, mode, &mut || {})
+}
+
+/// [`run_in`], calling `watch` while the command runs (about every 50 ms, and at each signal):
+/// `memqos run` looks after its armed ceiling there.
+pub fn run_in_watching(
+    cgroup: &Path,
+    argv: &[OsString],
+    extra_env: &[(String, String)],
+    mode: SpawnMode,
+    watch: &mut dyn FnMut(),
+) -> Result<(Exit, Duration), SpawnError> {
     let cmd_name = argv.first().map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
     let program = resolve(argv.first().map(OsString::as_os_str).unwrap_or_default())
         .ok_or_else(|| SpawnError::NotFound { cmd: cmd_name.clone() })?;
@@ -106,7 +118,7 @@ pub fn run_in(
             _ => SpawnError::Exec { cmd: cmd_name, source },
         });
     }
-    let exit = wait_forwarding(pid, &mask.set)?;
+    let exit = wait_forwarding(pid, &mask.set, watch)?;
     Ok((exit, start.elapsed()))
 }
 
@@ -293,7 +305,7 @@ fn reap(pid: libc::pid_t) {
 /// Waits for `pid`, passing on the forwarded signals that processes send to us. SIGCHLD is in
 /// the blocked set, so its arrival wakes the wait at once; the timeout only matters where
 /// SIGCHLD is taken by another thread (tests run in a threaded harness).
-fn wait_forwarding(pid: libc::pid_t, set: &libc::sigset_t) -> Result<Exit, SpawnError> {
+fn wait_forwarding(pid: libc::pid_t, set: &libc::sigset_t, watch: &mut dyn FnMut()) -> Result<Exit, SpawnError> {
     let timeout = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
     loop {
         let mut status = 0;
@@ -309,6 +321,7 @@ fn wait_forwarding(pid: libc::pid_t, set: &libc::sigset_t) -> Result<Exit, Spawn
         if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return Err(SpawnError::Sys { what: "waitpid", source: io::Error::last_os_error() });
         }
+        watch();
         // SAFETY: siginfo is plain data filled by the kernel.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         let sig = unsafe { libc::sigtimedwait(set, &mut info, &timeout) };

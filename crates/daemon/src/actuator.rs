@@ -383,6 +383,39 @@ impl Actuator {
         }
     }
 
+    /// Takes knobs someone set on memqos's behalf as memqos's own, without writing them:
+    /// each `(path, id, file, original, found)` gets `original` journaled (what a stop or a
+    /// crash restore puts back) and `found` remembered as memqos's write, so a later change
+    /// by someone else is noticed ([`Actuator::taken_over`]). One commit for all; false (and
+    /// nothing taken) when it fails. `memqos run`'s armed memory.high (`admission`).
+    pub fn adopt(&mut self, knobs: &[(String, CgroupId, &str, String, String)]) -> bool {
+        if self.dry_run {
+            return false;
+        }
+        // A taken-over knob's original must not be committed again as if still ours.
+        self.restage_taken();
+        let mut staged = Vec::new();
+        for (path, id, file, original, found) in knobs {
+            let entry = Entry {
+                cgroup: path.clone(),
+                cgroup_id: *id,
+                file: (*file).to_owned(),
+                original: original.clone(),
+                process: None,
+            };
+            if self.journal.stage(entry) {
+                staged.push((Key::Cgroup(*id, (*file).to_owned()), found.clone()));
+            }
+        }
+        if self.journal.commit().is_err() {
+            self.restage_taken();
+            return false;
+        }
+        self.taken.clear();
+        self.written.extend(staged);
+        true
+    }
+
     /// After a restore, the actuator is used again (the loop starts afresh): an exit
     /// without the orderly restore restores what it writes from now.
     pub fn resume(&mut self) {

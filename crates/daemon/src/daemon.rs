@@ -19,6 +19,7 @@ mod adopting;
 
 use self::adopting::{Adopting, ADOPT_FOR};
 use crate::actuator::{Actuator, Request, Target};
+use crate::admission::Admissions;
 use crate::events::{Event, WriteEvent};
 use crate::handle::Handle;
 use crate::observe::{self, Sampler};
@@ -58,6 +59,8 @@ pub(crate) struct Daemon<'r> {
     control: Option<control::Server>,
     mount: Option<mounts::Cgroup2Mount>,
     oom: oom_report::OomReporter,
+    /// Allowances for `memqos run`, and its armed ceilings taken over (`policy.admission`).
+    admissions: Admissions,
     /// The root's descriptor the fast path and the calm check read through.
     fast_root: beneath::Root,
     hierarchy_root: bool,
@@ -161,6 +164,7 @@ impl<'r> Daemon<'r> {
             control,
             mount,
             oom,
+            admissions: Admissions::default(),
             fast_root,
             hierarchy_root,
             pending: Vec::new(),
@@ -201,6 +205,9 @@ impl<'r> Daemon<'r> {
             } else {
                 if periodic {
                     self.last_periodic = Some(tick_started); // a light tick
+                    if let Some(parent) = self.sampler.calm_parent.take() {
+                        self.publish_admission(&parent);
+                    }
                 }
                 if !self.pending.is_empty() {
                     self.react(tick_started)?;
@@ -349,8 +356,11 @@ impl<'r> Daemon<'r> {
             // Memory knobs are the periodic sample's: a new protected cgroup (its
             // declaration reserves at once) or a new throttle-tier cgroup beside a declared
             // one (it must be capped before it grows) wants that sample now, not at the calm
-            // path's next one.
-            if t.is_protected() || (t.throttle && self.sampler.reservation_possible(cfg)) {
+            // path's next one. So does a new throttle-tier cgroup under `admission`: `memqos
+            // run` arms it right after its mkdir, and its ceiling is to be managed (raised,
+            // bounded) from the next tick, not the calm path's next full sample.
+            let armable = t.throttle && cfg.policy.admission;
+            if t.is_protected() || armable || (t.throttle && self.sampler.reservation_possible(cfg)) {
                 self.sampler.full_sample_due = true;
             }
             if t.cpu_weight.is_none() && t.oom_score_adj.is_none() {
@@ -401,6 +411,15 @@ impl<'r> Daemon<'r> {
         let now_ms = self.now_ms();
         let (mut obs, mut seen) = self.sampler.sample(self.cfg, self.root, self.act.journal(), now_ms)?;
         let mut notes: Vec<String> = self.sampler.notes.drain(..).collect();
+        // Before the take-overs: an armed value adopted now is the daemon's own write.
+        notes.extend(self.admissions.adopt_armed(
+            self.cfg,
+            &self.fast_root,
+            self.act,
+            &mut self.sampler,
+            &mut obs,
+            &mut seen,
+        ));
         if !self.act.dry_run() {
             notes.extend(note_takeovers(self.act, &mut obs, &mut seen));
         }
@@ -436,6 +455,10 @@ impl<'r> Daemon<'r> {
             }
         }
         let mut decisions = self.engine.tick_periodic(&obs);
+        let (cfg, act) = (&*self.cfg, &mut *self.act);
+        if let Some(message) = self.admissions.publish(self.state_dir, cfg, &self.engine, &obs.parent, act.dry_run()) {
+            act.emit(Event::Degraded { message });
+        }
         if let Some(d) = self.dirty.as_mut() {
             decisions = d.adjust(cfg, self.root, &obs, decisions);
             notes.append(&mut d.notes);
@@ -483,6 +506,14 @@ impl<'r> Daemon<'r> {
             }
         }
         Ok(())
+    }
+
+    /// The allowances for new cgroups as of `parent` (`policy.admission`), for `memqos run`.
+    fn publish_admission(&mut self, parent: &memqos_policy::ParentObs) {
+        let dry = self.act.dry_run();
+        if let Some(message) = self.admissions.publish(self.state_dir, self.cfg, &self.engine, parent, dry) {
+            self.act.emit(Event::Degraded { message });
+        }
     }
 
     /// Triggers and watches in line with the managed set, and the fast path's descriptors.

@@ -17,6 +17,7 @@
 
 pub use memqos_cgroupfs::mounts;
 pub mod actuator;
+mod admission;
 pub mod beneath;
 mod bpf_source;
 pub mod control;
@@ -233,6 +234,7 @@ pub fn run(opts: Options, handle: Handle) -> Result<()> {
         if handle.stop_requested() || over || !root_is_there(&root) {
             break result;
         }
+        admission::remove(&state_dir);
         let restored = match act.restore() {
             Ok(r) => r.restored.len(),
             Err(e) => {
@@ -256,6 +258,8 @@ pub fn run(opts: Options, handle: Handle) -> Result<()> {
     }
     // Detach the BPF programs before restoring, so the restore's own reclaim is not counted.
     drop(signals);
+    // First: no call is armed against a daemon that is going.
+    admission::remove(&state_dir);
     let report = act.restore();
     let error = match &result {
         Ok(Err(e)) => Some(format!("{e:#}")),

@@ -15,8 +15,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 mod hints;
-pub(crate) use hints::classify;
-use hints::{declaration, owned_key, trusted, workload};
+pub(crate) use hints::{classify, trusted};
+use hints::{declaration, owned_key, workload};
 
 /// Reads the tree through memqos-stats (one snapshot per tick) and keeps the counters
 /// needed to turn totals into deltas between ticks.
@@ -37,6 +37,9 @@ pub struct Sampler {
     /// Protected cgroups' refault count (pages) and when it was read (`now_ms`).
     prev_refaults: HashMap<u64, (u64, u64)>,
     prev_parent_events: Option<MemoryEvents>,
+    /// The parent as the calm path last read it (`parent_needs_look`), for the admission
+    /// allowances of a light tick.
+    pub calm_parent: Option<ParentObs>,
     /// Ids of the managed cgroups of the last sample.
     pub alive: HashSet<u64>,
     /// Each cgroup's tier, classified once (by path and, with xattr hints, its xattrs); a
@@ -195,6 +198,7 @@ impl Sampler {
             prev_psi_total: HashMap::new(),
             prev_refaults: HashMap::new(),
             prev_parent_events: None,
+            calm_parent: None,
             alive: HashSet::new(),
             tiers: HashMap::new(),
             last: Vec::new(),
@@ -253,6 +257,12 @@ impl Sampler {
                 return Ok(true);
             }
         }
+        self.calm_parent = Some(ParentObs {
+            usage_bytes: s.current.unwrap_or(0),
+            max: s.max.unwrap_or(Limit::Max),
+            high: s.high.unwrap_or(Limit::Max),
+            events_delta: MemoryEvents::default(),
+        });
         let limit = s.max.unwrap_or(Limit::Max).min(s.high.unwrap_or(Limit::Max));
         let Limit::Bytes(limit) = limit else { return Ok(false) };
         let guard = cfg.policy.headroom_guard;
@@ -313,6 +323,14 @@ impl Sampler {
             if let Some(c) = self.last.iter_mut().find(|c| c.id.get() == w.cgroup_id && c.path == w.cgroup) {
                 apply_write(&mut c.current, w);
             }
+        }
+    }
+
+    /// An armed memory.high taken over as memqos's own (`admission`): its original is `max`
+    /// in the last full sample's view too, which the fast path's reactions start from.
+    pub fn note_adopted(&mut self, id: u64) {
+        if let Some(c) = self.last.iter_mut().find(|c| c.id.get() == id) {
+            c.original.high = Limit::Max;
         }
     }
 

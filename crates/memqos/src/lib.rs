@@ -97,7 +97,7 @@ pub fn exit(bin: &str, result: anyhow::Result<u8>) -> ExitCode {
 
 #[derive(clap::Args)]
 #[command(
-    after_help = "Environment: MEMQOS_ROOT, MEMQOS_CONFIG, MEMQOS_SESSION (defaults for the options), MEMQOS_FALLBACK=exec (run without a cgroup when none can be set up). Exit status: the command's, 128 + signal if a signal ended it, 125 when memqos could not set the call up, 126/127 when the command cannot be executed or found. See docs/agent-hosts.md."
+    after_help = "Environment: MEMQOS_ROOT, MEMQOS_CONFIG, MEMQOS_SESSION, MEMQOS_STATE_DIR (defaults for the options), MEMQOS_FALLBACK=exec (run without a cgroup when none can be set up). Exit status: the command's, 128 + signal if a signal ended it, 125 when memqos could not set the call up, 126/127 when the command cannot be executed or found. See docs/agent-hosts.md."
 )]
 pub struct RunArgs {
     /// Tier of the call (the first part of its cgroup's name, matched by the daemon config's
@@ -140,6 +140,17 @@ pub struct RunArgs {
     /// After the call, its report as one JSON line on stderr.
     #[arg(long)]
     json: bool,
+    /// Say on stderr whether the call's memory ceiling was armed (and why not), and whether
+    /// memqos run lifted it.
+    #[arg(long, short)]
+    verbose: bool,
+    /// The daemon's state directory, where its allowances for new calls are (default:
+    /// $MEMQOS_STATE_DIR, the config's state_dir, /var/lib/memqos). With `admission = true`
+    /// in the daemon's config, the call's memory.high is armed at its tier's allowance before
+    /// it starts, so a burst waits instead of ending in an OOM kill; without a live daemon
+    /// nothing is armed.
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<std::ffi::OsString>,
@@ -159,6 +170,8 @@ impl From<RunArgs> for memqos_agent::Request {
             workload: a.workload,
             json: a.json,
             stats: a.stats,
+            verbose: a.verbose,
+            state_dir: a.state_dir,
             command: a.command,
         }
     }

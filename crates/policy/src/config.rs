@@ -469,6 +469,22 @@ pub struct Policy {
     /// cgroup (low and min count as one protection); `override` manages it like any other,
     /// restoring the foreign value when done.
     pub foreign_knobs: ForeignKnobs,
+    /// `admission` (default false): publish, on every tick, what a new cgroup of each
+    /// throttle tier may charge before the daemon has seen it (`<state_dir>/admission.json`,
+    /// `engine::admit`); `memqos run` arms a tool call's memory.high at its tier's allowance
+    /// before the call starts, so a burst shorter than a sampling interval is throttled by the
+    /// kernel rather than ending in an OOM kill. The daemon manages an armed memory.high like
+    /// its own cut (raised as room frees, `max` again when it stops; the tier's stall bound
+    /// applies). A call whose burst is larger than its allowance waits; on a swapless host it
+    /// waits until room frees or its stall bound acts.
+    pub admission: bool,
+    /// `admission_share` (default 0.5, 0<x<=1): the part of the room under the guard line
+    /// (after the protected tiers' expected regrowth) that one new cgroup may take: calls that
+    /// start within one sampling interval all see the same allowance.
+    pub admission_share: f64,
+    /// `admission_floor` (default "64M", >= 4K): no allowance is smaller, so a small call is
+    /// never held by its armed ceiling, however full the host.
+    pub admission_floor: u64,
 }
 
 /// `policy.foreign_knobs`.
@@ -499,6 +515,9 @@ impl Default for Policy {
             ws_granularity: 16 << 20,
             park_room: 128 << 20,
             foreign_knobs: ForeignKnobs::Respect,
+            admission: false,
+            admission_share: 0.5,
+            admission_floor: 64 << 20,
         }
     }
 }

@@ -20,8 +20,11 @@
 //! 9. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
 //!    come sooner than `min_write_interval_ms` after the previous write of the same knob,
 //!    and order the rest: thaws, highs, low/min, freezes,
-//!    kills.
+//!    kills;
+//! 10. remember what admission allowances depend on (`admit`: the daemon publishes them for
+//!     `memqos run`, which arms a new cgroup's memory.high before its task starts).
 
+mod admit;
 mod escalate;
 mod park;
 mod pressure;
@@ -39,6 +42,7 @@ use crate::config::{Config, ForeignKnobs, Tier};
 use crate::decision::{Action, Decision, Reason};
 use crate::obs::{CgroupId, CgroupObs, Observation, ParentObs};
 use crate::size::{Limit, PAGE};
+pub use admit::Allowance;
 use escalate::Ladder;
 use state::CgState;
 
@@ -62,6 +66,8 @@ pub struct Engine {
     ladder: Ladder,
     stalls: stall::Stalls,
     parking: park::Parking,
+    /// What admission allowances depend on besides the parent (`engine::admit`).
+    admit: admit::Basis,
 }
 
 /// A summary for the daemon's stats output.
@@ -97,6 +103,7 @@ impl Engine {
             ladder: Ladder::default(),
             stalls: stall::Stalls::default(),
             parking: park::Parking::default(),
+            admit: admit::Basis::default(),
         }
     }
 
@@ -245,6 +252,7 @@ impl Engine {
         let decisions = commit(plan, &ctx, &mut self.cgroups);
         self.stalls.committed(&decisions, &ctx);
         self.parking.committed(&decisions, &ctx);
+        self.admit = admit::Basis::of(&ctx, self.parking.parked());
         for d in &decisions {
             match d.action {
                 Action::Freeze(true) => self.ladder.last_freeze_ms = Some(now),
@@ -266,6 +274,14 @@ impl Engine {
                 .cgroups
                 .values()
                 .all(|s| s.current.high >= s.original.high && s.frozen_by.is_none() && !s.current.frozen)
+    }
+
+    /// What a new cgroup of each throttle tier may charge before a tick has seen it, for a
+    /// parent as `parent` shows it (the last periodic observation's, or a fresher read of the
+    /// parent alone): `engine::admit`. Empty unless `policy.admission` is on and the parent's
+    /// limit is finite.
+    pub fn admission(&self, parent: &ParentObs) -> Vec<Allowance> {
+        admit::allowances(&self.cfg, &self.admit, parent)
     }
 
     /// A summary of the engine's state.

@@ -74,6 +74,26 @@ pub struct CallReport {
     /// What the memqos daemon did because the call stalled at its memory.high (from its event
     /// log; only when `memqos run` knows the daemon's config).
     pub daemon_stall_actions: Vec<StallAction>,
+    /// The memory ceiling `memqos run` armed on the call before it started (the daemon's
+    /// published allowance for its tier), or why none was.
+    #[serde(default)]
+    pub armed: Armed,
+}
+
+/// The armed ceiling of a call (`policy.admission`, docs/agent-hosts.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Armed {
+    /// memory.high written on the call's cgroup before the command started; None: none was.
+    pub high_bytes: Option<u64>,
+    /// Why none was armed (no daemon allowance, a stale one, ...); None when armed.
+    pub skipped: Option<String>,
+    /// The call went over memory.high while armed (memory.events `high` rose): it was held at
+    /// its ceiling, or at a lower one the daemon set, instead of charging on into the host
+    /// budget.
+    pub held: bool,
+    /// Why `memqos run` lifted the ceiling to `max` itself while the call ran (the daemon's
+    /// liveness went stale); None when it did not.
+    pub lifted: Option<String>,
 }
 
 /// One stall action the daemon took on the call.
@@ -126,9 +146,14 @@ mod tests {
                 value: "1".into(),
                 why: "stalled".into(),
             }],
+            armed: Armed { high_bytes: Some(64 << 20), skipped: None, held: true, lifted: None },
         };
         let line = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<CallReport>(&line).unwrap(), r);
         assert!(r.daemon_stall_actions[0].is_kill());
+        // A report from before armed ceilings reads as not armed.
+        let mut old: serde_json::Value = serde_json::from_str(&line).unwrap();
+        old.as_object_mut().unwrap().remove("armed");
+        assert_eq!(serde_json::from_value::<CallReport>(old).unwrap().armed, Armed::default());
     }
 }

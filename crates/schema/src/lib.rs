@@ -12,6 +12,7 @@
 //! where the engine uses them), so this crate depends on nothing of memqos but the value types
 //! of `memqos-cgroupfs` (`Limit`, `MemoryEvents`, and `units` for the reasons' text).
 
+pub mod admission;
 pub mod call;
 pub mod cgroup_id;
 pub mod events;

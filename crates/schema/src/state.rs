@@ -21,3 +21,8 @@ pub const HISTORY_FILE: &str = "history.json";
 /// Recent lifetime peaks per `learn_peak` tier (the tier's own expectation source, after a
 /// workload key's history).
 pub const TIER_PEAKS_FILE: &str = "tier-peaks.json";
+/// The allowances for new cgroups of throttle tiers (`policy.admission`,
+/// [`crate::admission`]), replaced atomically on every tick and removed when the daemon stops.
+pub const ADMISSION_FILE: &str = "admission.json";
+/// The allowance file being written, renamed over [`ADMISSION_FILE`] when complete.
+pub const ADMISSION_TMP_FILE: &str = "admission.json.tmp";

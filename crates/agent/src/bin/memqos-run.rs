@@ -30,6 +30,10 @@ Options:
       --root DIR      the managed root (default: the config's cgroup_root, $MEMQOS_ROOT,
                       /sys/fs/cgroup/agents)
       --config FILE   a daemon config: its cgroup_root is the root; the tier is checked
+      --state-dir DIR the daemon's state directory (default: $MEMQOS_STATE_DIR, the
+                      config's state_dir, /var/lib/memqos): with `admission = true` there,
+                      the call's memory.high is armed at its tier's allowance before it starts
+  -v, --verbose       say whether a memory ceiling was armed (and why not)
       --stats         a one-line summary on stderr after the call
       --json          the call's report as one JSON line on stderr after the call
   -h, --help          this text
@@ -115,6 +119,8 @@ fn parse(args: Vec<OsString>) -> Result<Parsed, String> {
             "--runtime" => req.runtime = flag(name)?,
             "--stats" => req.stats = flag(name)?,
             "--json" => req.json = flag(name)?,
+            "--state-dir" => req.state_dir = Some(value(name)?.into()),
+            "-v" | "--verbose" => req.verbose = flag(name)?,
             "-h" | "--help" => return Ok(Parsed::Help),
             "-V" | "--version" => return Ok(Parsed::Version),
             other if other.starts_with('-') => return Err(format!("unknown option {other}")),

@@ -83,7 +83,7 @@ impl Xattr<'_> {
 /// systemd-oomd does. A tenant given a subtree of its own owns its cgroups and may set
 /// `user.*` xattrs on them; it must not thereby pick its tier or reserve room that holds
 /// everyone else back. `Ok(uid)`: the trusted owner; `Err(uid)`: the untrusted one.
-pub(super) fn trusted(root: &Root, dir: &Dir) -> Result<u32, u32> {
+pub(crate) fn trusted(root: &Root, dir: &Dir) -> Result<u32, u32> {
     match (dir.owner().ok(), root.owner().ok()) {
         (Some(0), _) => Ok(0),
         (Some(uid), Some(root_uid)) if uid == root_uid => Ok(uid),

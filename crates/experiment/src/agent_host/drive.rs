@@ -3,7 +3,7 @@
 //! sampled meanwhile, and each finished `memqos run` read back into a [`ProcResult`].
 
 use super::result::{CallResult, ProcResult, SessionResult};
-use super::runner::{HostRunnerOptions, Session, PARENT, WORK_DIR};
+use super::runner::{HostRunnerOptions, Session, PARENT, STATE_DIR, WORK_DIR};
 use super::session::{Action, CallSpan, SessionLoop};
 use crate::series::epoch_now;
 use anyhow::{bail, Context, Result};
@@ -317,7 +317,7 @@ fn spawn(
     let json = dir.join(format!("{label}.report.json"));
     let stderr = dir.join(format!("{label}.stderr"));
     let mut c = Command::new(&opts.exe);
-    c.args(["run", "--root", PARENT, "--session", &format!("s{k}"), "--json"]);
+    c.args(["run", "--root", PARENT, "--state-dir", STATE_DIR, "--session", &format!("s{k}"), "--json"]);
     if runtime {
         c.arg("--runtime");
     }
@@ -426,6 +426,7 @@ mod tests {
                 advice: Vec::new(),
             }),
             daemon_stall_actions: Vec::new(),
+            armed: Default::default(),
         };
         let stderr = dir.path().join("call0.stderr");
         let text = format!(

@@ -30,7 +30,9 @@ use std::process::Command;
 use std::time::Instant;
 
 pub(super) const PARENT: &str = "/sys/fs/cgroup/memqos-agent-host";
-const STATE_DIR: &str = "/run/memqos-agent-host/state";
+/// The memqos arm's state directory; every arm's `memqos run` is pointed at it (without a
+/// daemon publishing allowances there, nothing is armed).
+pub(super) const STATE_DIR: &str = "/run/memqos-agent-host/state";
 pub(super) const WORK_DIR: &str = "/run/memqos-agent-host/work";
 
 pub struct HostRunnerOptions {

@@ -207,6 +207,9 @@ struct RawPolicy {
     ws_granularity: Option<Spanned<ByteSize>>,
     park_room: Option<Spanned<ByteSize>>,
     foreign_knobs: Option<ForeignKnobs>,
+    admission: Option<bool>,
+    admission_share: Option<Spanned<f64>>,
+    admission_floor: Option<Spanned<ByteSize>>,
 }
 
 pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
@@ -563,6 +566,9 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
         ws_granularity: size(src, r.ws_granularity, &f("ws_granularity"), d.ws_granularity, 4096)?,
         park_room: size(src, r.park_room, &f("park_room"), d.park_room, 0)?,
         foreign_knobs: r.foreign_knobs.unwrap_or(d.foreign_knobs),
+        admission: r.admission.unwrap_or(d.admission),
+        admission_share: ratio(src, r.admission_share, &f("admission_share"), d.admission_share, (0.0, 1.0), true)?,
+        admission_floor: size(src, r.admission_floor, &f("admission_floor"), d.admission_floor, 4096)?,
     })
 }
 

@@ -1,0 +1,180 @@
+//! `policy.admission` in-process on a fake tree: the daemon publishes allowances for new
+//! cgroups, takes a ceiling `memqos run` armed (marked with `user.memqos.armed_high`) as its
+//! own cut (original `max` journaled), raises it as room frees, restores it at stop and
+//! withdraws the allowances; an unmarked memory.high stays an operator's.
+
+mod common;
+
+use common::{poll, poll_for, read_knob, write_cgroup, Daemon, MIB};
+use memqos_daemon::events::{self, Event};
+use memqos_daemon::journal::Journal;
+use memqos_daemon::Options;
+use memqos_policy::Reason;
+use memqos_schema::admission::{Admission, ARMED_HIGH_XATTR};
+use memqos_schema::state::ADMISSION_FILE;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+struct Fake {
+    base: PathBuf,
+    root: PathBuf,
+    state: PathBuf,
+    config: PathBuf,
+}
+
+/// 100M used of 512M: a protected `high` (50M) and a throttle tier `low*`; `hold_ms` as given.
+fn fake(name: &str, hold_ms: u64) -> Fake {
+    let base = std::env::temp_dir().join(format!("memqos-admission-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let root = base.join("qos");
+    write_cgroup(&root, 100 * MIB, &(512 * MIB).to_string());
+    write_cgroup(&root.join("high"), 50 * MIB, "max");
+    let state = base.join("state");
+    let config = base.join("memqos.toml");
+    let text = format!(
+        r#"
+cgroup_root = "{}"
+state_dir = "{}"
+[signals]
+sampling_interval_ms = 50
+psi = false
+events = false
+bpf = false
+[[tier]]
+name = "critical"
+match = ["high*"]
+protect = "low"
+[[tier]]
+name = "batch"
+match = ["low*"]
+throttle = true
+[policy]
+min_write_interval_ms = 100
+hold_ms = {hold_ms}
+admission = true
+"#,
+        root.display(),
+        state.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    Fake { base, root, state, config }
+}
+
+impl Fake {
+    fn start(&self) -> Daemon {
+        Daemon::start(Options {
+            config_path: self.config.clone(),
+            state_dir: None,
+            guardian: false,
+            exe: PathBuf::from("/nonexistent"),
+            duration: None,
+            stats_backend: memqos_stats::BackendChoice::Text,
+            dry_run: false,
+            echo: false,
+            lock_memory: false,
+        })
+    }
+
+    fn knob(&self, cg: &str, file: &str) -> String {
+        read_knob(&self.root.join(cg).join(file))
+    }
+
+    fn id(&self, cg: &str) -> u64 {
+        std::fs::metadata(self.root.join(cg)).unwrap().ino()
+    }
+
+    fn admission(&self) -> Option<Admission> {
+        serde_json::from_slice(&std::fs::read(self.state.join(ADMISSION_FILE)).ok()?).ok()
+    }
+
+    /// What `memqos run` does before the call starts: mark, then arm.
+    fn arm(&self, cg: &str, bytes: u64) {
+        write_cgroup(&self.root.join(cg), 20 * MIB, "max");
+        set_xattr(&self.root.join(cg), ARMED_HIGH_XATTR, &bytes.to_string());
+        std::fs::write(self.root.join(cg).join("memory.high"), format!("{bytes}\n")).unwrap();
+    }
+
+    fn journaled_high(&self, cg: &str) -> Option<String> {
+        let j = Journal::open(&self.state, &self.root).ok()?;
+        j.original(self.id(cg), "memory.high").map(str::to_owned)
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn set_xattr(dir: &Path, name: &str, value: &str) {
+    let p = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: NUL-terminated strings, value pointer and length from one slice.
+    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(rc, 0, "setxattr {name} on {}: {}", dir.display(), std::io::Error::last_os_error());
+}
+
+#[test]
+fn an_armed_ceiling_is_published_adopted_and_restored_at_stop_and_an_unmarked_one_is_left_alone() {
+    let f = fake("armed", 60_000);
+    let daemon = f.start();
+    let a = poll_for("the allowances", Duration::from_secs(5), || f.admission());
+    assert_eq!((a.cgroup_root.as_str(), a.interval_ms, a.pid), (f.root.to_str().unwrap(), 50, std::process::id()));
+    let allowance = a.allowance("batch").expect("the throttle tier has one");
+    assert!(a.allowance("critical").is_none(), "a protected tier is never armed");
+    // (512M - 64M guard) - 100M used - the protected cgroup's room to grow back: at most half.
+    assert!((64 * MIB..=174 * MIB).contains(&allowance), "{allowance}");
+
+    f.arm("low-call", allowance);
+    // An operator's memory.high on another new cgroup: same tier, no mark.
+    write_cgroup(&f.root.join("low-unit"), 20 * MIB, "max");
+    std::fs::write(f.root.join("low-unit/memory.high"), format!("{}\n", 96 * MIB)).unwrap();
+    poll("the armed ceiling journaled as the daemon's own", Duration::from_secs(5), || {
+        f.journaled_high("low-call").as_deref() == Some("max")
+    });
+    // Calm for less than hold_ms: held at its ceiling meanwhile.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(f.knob("low-call", "memory.high"), allowance.to_string());
+    assert_eq!(f.journaled_high("low-unit"), None, "an unmarked value is not the daemon's");
+    daemon.stop().expect("daemon run");
+
+    assert_eq!(f.knob("low-call", "memory.high"), "max", "restored at stop: never left armed");
+    assert_eq!(f.knob("low-unit", "memory.high"), (96 * MIB).to_string(), "the operator's value stays");
+    assert!(!f.state.join(ADMISSION_FILE).exists(), "allowances withdrawn at stop");
+}
+
+#[test]
+fn an_armed_ceiling_is_raised_as_room_frees() {
+    let f = fake("raised", 0);
+    let daemon = f.start();
+    let a = poll_for("the allowances", Duration::from_secs(5), || f.admission());
+    let allowance = a.allowance("batch").unwrap();
+    f.arm("low-call", allowance);
+    // Nothing presses: released (a call far below its ceiling goes straight back to max).
+    poll("the armed ceiling raised", Duration::from_secs(5), || f.knob("low-call", "memory.high") == "max");
+    daemon.stop().expect("daemon run");
+    let raised = events::read(&f.state).into_iter().find_map(|l| match l.event {
+        Event::Write(w) if w.cgroup == "low-call" && w.file == "memory.high" => Some(w),
+        _ => None,
+    });
+    let w = raised.expect("the raise was logged");
+    assert_eq!((w.value.as_str(), w.previous.as_deref()), ("max", Some(allowance.to_string().as_str())));
+    assert!(matches!(w.reason, Some(Reason::Release { .. } | Reason::NothingToProtect { .. })), "{w:?}");
+}
+
+#[test]
+fn a_mark_that_does_not_match_the_value_is_not_taken_over() {
+    let f = fake("mismatch", 0);
+    let daemon = f.start();
+    poll("the allowances", Duration::from_secs(5), || f.admission().is_some());
+    // Marked at one value, holding another (someone changed it since): not the daemon's.
+    write_cgroup(&f.root.join("low-x"), 20 * MIB, "max");
+    set_xattr(&f.root.join("low-x"), ARMED_HIGH_XATTR, &(64 * MIB).to_string());
+    std::fs::write(f.root.join("low-x/memory.high"), format!("{}\n", 80 * MIB)).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(f.journaled_high("low-x"), None);
+    assert_eq!(f.knob("low-x", "memory.high"), (80 * MIB).to_string());
+    daemon.stop().expect("daemon run");
+    assert_eq!(f.knob("low-x", "memory.high"), (80 * MIB).to_string());
+}

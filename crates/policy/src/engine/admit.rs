@@ -1,0 +1,77 @@
+//! Admission allowances: what a new cgroup of each throttle tier may charge before the daemon
+//! has seen it (`policy.admission`).
+//!
+//! A tool call's burst can last less than one sampling interval (40-80 ms in the agent-host
+//! replays at 25x): by the time the next tick sees its cgroup, the subtree has hit its limit
+//! and the kernel has OOM-killed. Only a memory.high already on the cgroup when the call
+//! starts throttles such a burst at kernel speed. The daemon publishes, per throttle tier,
+//! a memory.high for the next new cgroup; `memqos run` writes it before the call starts.
+//!
+//!   room      = (limit - headroom_guard) - parent usage - protected regrowth
+//!   allowance = max(page_down(room * admission_share), admission_floor)
+//!
+//! with `limit` the parent's (the tighter of memory.max and memory.high) and the protected
+//! regrowth the room the guard already keeps for protected cgroups (their protection or
+//! expected peak above what they use: `pressure::protected_regrowth`). `admission_share`
+//! leaves room for other calls starting within the same interval, which all see the same
+//! allowance. While lower cgroups are parked for a reservation (`engine::park`), a new
+//! cgroup of a parked tier, or of a tier below it, gets the floor only: it must not jump
+//! the queue. No finite parent limit: nothing to keep under, no allowances.
+//!
+//! The floor keeps small calls from ever being held. A call larger than its allowance waits
+//! at it (the kernel's over-high penalty) until the daemon raises it as room frees
+//! (`throttle::release`), or its tier's stall bound acts (`engine::stall`): the daemon takes
+//! the armed value as its own cut, original `max`.
+
+use std::collections::BTreeSet;
+
+use super::Ctx;
+use crate::config::{Config, TierIndex};
+use crate::obs::ParentObs;
+use crate::size::{page_down, Limit, PAGE};
+
+/// One throttle tier's allowance for its next new cgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allowance {
+    pub tier: TierIndex,
+    pub bytes: u64,
+}
+
+/// What the allowances depend on besides the parent, as of the last periodic tick: the
+/// daemon recomputes them from a fresher parent read on its calm path.
+#[derive(Debug, Default)]
+pub(crate) struct Basis {
+    /// `pressure::protected_regrowth` of the last periodic tick.
+    pub regrowth: u64,
+    /// Tiers with a parked cgroup.
+    pub parked_tiers: BTreeSet<TierIndex>,
+}
+
+impl Basis {
+    pub fn of(ctx: &Ctx, parked: &[String]) -> Basis {
+        let parked_tiers = parked.iter().filter_map(|p| ctx.get(p)).map(|c| c.tier).collect();
+        Basis { regrowth: super::pressure::protected_regrowth(ctx), parked_tiers }
+    }
+}
+
+/// The allowances for `parent` (see the module doc); empty when `admission` is off or the
+/// parent has no finite limit.
+pub(crate) fn allowances(cfg: &Config, basis: &Basis, parent: &ParentObs) -> Vec<Allowance> {
+    let policy = &cfg.policy;
+    let Limit::Bytes(limit) = parent.max.min(parent.high) else {
+        return Vec::new();
+    };
+    if !policy.admission {
+        return Vec::new();
+    }
+    let floor = policy.admission_floor.div_ceil(PAGE).saturating_mul(PAGE);
+    let line = limit.saturating_sub(policy.headroom_guard);
+    let room = line.saturating_sub(parent.usage_bytes).saturating_sub(basis.regrowth);
+    let free = page_down((room as f64 * policy.admission_share) as u64).max(floor);
+    let queue = basis.parked_tiers.first().copied();
+    cfg.tiers
+        .iter()
+        .filter(|(_, t)| t.throttle)
+        .map(|(tier, _)| Allowance { tier, bytes: if queue.is_some_and(|q| tier >= q) { floor } else { free } })
+        .collect()
+}

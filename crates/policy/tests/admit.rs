@@ -1,0 +1,173 @@
+//! Model tests of admission allowances (`engine::admit`) and of a cgroup armed at one before
+//! the engine saw it: the daemon hands the engine such a cgroup with its memory.high armed
+//! and its original `max` (the daemon journals it so), and the engine treats it as a cgroup
+//! it throttled itself: raised as room frees, bounded by its tier's stall bound.
+
+mod common;
+
+use common::*;
+use memqos_policy::{Action, Allowance, Knob, Limit, PressureLine, Reason};
+
+const ON: &str = "admission = true\n";
+
+fn sim(tiers: &str, policy: &str) -> Sim {
+    let mut sim = Sim::new(config(tiers, policy));
+    sim.parent.max = Limit::Bytes(1024 * MB);
+    sim
+}
+
+fn bytes(a: &[Allowance]) -> Vec<(usize, u64)> {
+    a.iter().map(|a| (a.tier.0, a.bytes / MB)).collect()
+}
+
+#[test]
+fn the_allowance_is_a_share_of_the_room_under_the_guard_line_for_each_throttle_tier() {
+    let mut sim = sim(THREE_TIERS, ON);
+    sim.add("low/a", 200 * MB);
+    sim.add("batch/b", 100 * MB);
+    sim.tick();
+    // (1024 - 64 guard) - 300 used = 660 free; half of it per new cgroup; the protected
+    // tier (not a throttle tier) gets none.
+    assert_eq!(bytes(&sim.engine.admission(&sim.parent)), vec![(1, 330), (2, 330)]);
+    // A fresher parent read (the calm path) moves it without a tick.
+    let mut parent = sim.parent.clone();
+    parent.usage_bytes = 860 * MB;
+    assert_eq!(bytes(&sim.engine.admission(&parent)), vec![(1, 64), (2, 64)], "the floor: 100 free, half is 50");
+    parent.usage_bytes = 2048 * MB;
+    assert_eq!(bytes(&sim.engine.admission(&parent)), vec![(1, 64), (2, 64)], "over the line: the floor");
+}
+
+#[test]
+fn the_share_and_the_floor_are_the_configs() {
+    let mut sim = sim(THREE_TIERS, "admission = true\nadmission_share = 1.0\nadmission_floor = \"16M\"\n");
+    sim.add("low/a", 900 * MB);
+    sim.tick();
+    assert_eq!(bytes(&sim.engine.admission(&sim.parent)), vec![(1, 60), (2, 60)]);
+    sim.cg("low/a").usage_bytes = 950 * MB;
+    sim.tick();
+    assert_eq!(bytes(&sim.engine.admission(&sim.parent)), vec![(1, 16), (2, 16)]);
+}
+
+#[test]
+fn off_or_without_a_finite_parent_limit_there_is_no_allowance() {
+    let mut off = sim(THREE_TIERS, "");
+    off.add("low/a", 0);
+    off.tick();
+    assert!(off.engine.admission(&off.parent).is_empty(), "admission is opt-in");
+    let mut unlimited = Sim::new(config(THREE_TIERS, ON));
+    unlimited.add("low/a", 0);
+    unlimited.tick();
+    assert!(unlimited.engine.admission(&unlimited.parent).is_empty());
+    // memory.high of the parent bounds as memory.max does.
+    unlimited.parent.high = Limit::Bytes(564 * MB);
+    assert_eq!(bytes(&unlimited.engine.admission(&unlimited.parent)), vec![(1, 250), (2, 250)]);
+}
+
+#[test]
+fn the_protected_tiers_expected_regrowth_is_not_offered() {
+    let mut sim = sim(THREE_TIERS, ON);
+    sim.add("critical/agent", 100 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(400 * MB);
+    sim.add("low/a", 60 * MB);
+    sim.tick();
+    // (1024 - 64) - 160 used - (400 reserved - 100 used) = 500 free: 250 each.
+    assert_eq!(bytes(&sim.engine.admission(&sim.parent)), vec![(1, 250), (2, 250)]);
+    // Without the declaration the room is larger by the regrowth, once protection has caught
+    // up with the working set (memory.low 112M = 100M * 1.1 rounded up to 16M): 12M regrowth.
+    let mut plain = self::sim(THREE_TIERS, ON);
+    plain.add("critical/agent", 100 * MB);
+    plain.add("low/a", 60 * MB);
+    plain.tick();
+    plain.tick();
+    assert_eq!(plain.cgs["critical/agent"].current.low, Limit::Bytes(112 * MB));
+    assert_eq!(bytes(&plain.engine.admission(&plain.parent)), vec![(1, 394), (2, 394)]);
+}
+
+#[test]
+fn a_new_cgroup_does_not_jump_the_parking_queue() {
+    let mut sim = sim(THREE_TIERS, "admission = true\nadmission_share = 1.0\n");
+    sim.add("critical/agent", 12 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(330 * MB);
+    sim.add("batch/a", 250 * MB);
+    sim.add("batch/b", 250 * MB);
+    sim.tick();
+    assert_eq!(sim.engine.status().parked, vec!["batch/b".to_owned()]);
+    // (1024 - 64) - 512 used - (336 reserved - 12 used) = 124 free. batch is queued: its new
+    // cgroups (and those of any tier below) get the floor; low, above it, gets the room.
+    assert_eq!(bytes(&sim.engine.admission(&sim.parent)), vec![(1, 124), (2, 64)]);
+}
+
+/// A cgroup as the daemon hands it to the engine after `memqos run` armed it: memory.high
+/// at the allowance, original `max` (journaled so by the daemon).
+fn armed(sim: &mut Sim, id: &str, usage: u64, high: u64) {
+    sim.add(id, usage);
+    let c = sim.cg(id);
+    c.current.high = Limit::Bytes(high);
+    c.original.high = Limit::Max;
+}
+
+#[test]
+fn an_armed_ceiling_is_throttled_state_the_engine_raises_back_to_max_as_room_frees() {
+    let mut sim = sim(THREE_TIERS, ON);
+    armed(&mut sim, "low/call", 60 * MB, 64 * MB);
+    let first = sim.tick();
+    assert!(sim.engine.status().throttled.contains(&"low/call".to_owned()), "armed counts as throttled");
+    assert!(!sim.engine.is_calm(0), "an armed cgroup keeps the tree watched");
+    assert!(first.iter().all(|d| d.knob() != Knob::High), "not released before hold_ms: {first:?}");
+    sim.run(20_000, |_| {});
+    let raises = sim.writes("low/call", Knob::High);
+    assert!(!raises.is_empty(), "never raised");
+    assert!(raises.iter().all(|(_, a)| matches!(a, Action::High(_))));
+    assert_eq!(sim.high("low/call"), Limit::Max, "back at its original: {:?}", sim.high_trail_mb("low/call"));
+    assert!(sim.log.iter().filter(|(_, d)| d.cgroup == "low/call").all(|(_, d)| is_release(&d.reason)));
+}
+
+#[test]
+fn under_respect_an_armed_ceiling_is_managed_only_once_its_original_is_max() {
+    // Not adopted (the daemon took the armed value as found): a foreign memory.high, left alone.
+    let mut foreign = sim(THREE_TIERS, ON);
+    foreign.add("low/call", 60 * MB);
+    foreign.cg("low/call").current.high = Limit::Bytes(64 * MB);
+    foreign.cg("low/call").original.high = Limit::Bytes(64 * MB);
+    foreign.run(20_000, |_| {});
+    assert!(foreign.writes("low/call", Knob::High).is_empty());
+    // Adopted: released like any cut.
+    let mut adopted = sim(THREE_TIERS, ON);
+    armed(&mut adopted, "low/call", 60 * MB, 64 * MB);
+    adopted.run(20_000, |_| {});
+    assert!(!adopted.writes("low/call", Knob::High).is_empty());
+}
+
+#[test]
+fn a_call_held_at_its_armed_ceiling_meets_its_tiers_stall_bound() {
+    let tiers = edit_tier(THREE_TIERS, "batch", |t| {
+        let mut stall = toml::Table::new();
+        stall.insert("after_ms".into(), 20_000.into());
+        stall.insert("action".into(), "kill".into());
+        t.insert("stall".into(), stall.into());
+    });
+    let mut sim = sim(&tiers, ON);
+    sim.add("critical/agent", 800 * MB);
+    sim.set_stall("critical/agent", 20.0);
+    armed(&mut sim, "batch/call", 64 * MB, 64 * MB);
+    let mut killed_at = None;
+    sim.run(30_000, |s| {
+        // Protected pressure throughout: nothing is released; the call wants more than its
+        // ceiling and is pinned there (swapless: high events, PSI full).
+        s.set_stall("critical/agent", 20.0);
+        let c = s.cg("batch/call");
+        if c.usage_bytes > 0 {
+            c.usage_bytes = c.current.high.bytes().unwrap_or(u64::MAX).min(64 * MB);
+            c.events_delta.high = 5;
+            c.psi.full = Some(PressureLine { avg10: 90.0, ..Default::default() });
+        }
+    });
+    for (t, d) in &sim.log {
+        if d.cgroup == "batch/call" && d.action == Action::Kill {
+            assert!(matches!(d.reason, Reason::StallBound { bound_ms: 20_000, .. }), "{d}");
+            killed_at.get_or_insert(*t);
+        }
+    }
+    let t = killed_at.expect("the stall bound killed the held call");
+    assert!((20_000..=21_000).contains(&t), "killed at {t} ms, bound 20 s from the first tick");
+}

@@ -1,0 +1,80 @@
+//! `<state_dir>/admission.json`: what a new cgroup of each throttle tier may charge before the
+//! daemon has seen it (`policy.admission`). The daemon replaces it atomically on every tick;
+//! `memqos run` reads it before it starts a tool call and arms the call's memory.high at its
+//! tier's allowance, so a burst shorter than a sampling interval is throttled by the kernel
+//! instead of running the host budget into an OOM kill. The file is also the daemon's liveness
+//! for armed calls: `memqos run` lifts its armed ceiling when it goes stale.
+
+use serde::{Deserialize, Serialize};
+
+/// The version of this format; a reader ignores a file of another version.
+pub const ADMISSION_VERSION: u32 = 1;
+
+/// The extended attribute `memqos run` marks an armed call's cgroup with (the bytes it wrote
+/// to memory.high, set before that write): the daemon takes that value as a knob of its own
+/// (journaled original `max`), not as an operator's setting.
+pub const ARMED_HIGH_XATTR: &str = "user.memqos.armed_high";
+
+/// The published allowances.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Admission {
+    pub version: u32,
+    /// The daemon's pid.
+    pub pid: u32,
+    /// The managed root the allowances are for (a reader for another root ignores them).
+    pub cgroup_root: String,
+    /// Wall-clock time of the computation, ms since the Unix epoch.
+    pub computed_unix_ms: u64,
+    /// The daemon's sampling interval: the file is rewritten at least this often while it runs.
+    pub interval_ms: u64,
+    /// One entry per throttle tier, in tier order.
+    pub tiers: Vec<TierAllowance>,
+}
+
+/// One throttle tier's allowance for a new cgroup.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TierAllowance {
+    pub tier: String,
+    /// memory.high for a new cgroup of this tier (never below `policy.admission_floor`).
+    pub allowance_bytes: u64,
+}
+
+impl Admission {
+    /// How old the file may be and still be trusted: three sampling intervals, at least 1 s
+    /// (a tick may be late while the daemon writes a large batch).
+    pub fn max_age_ms(&self) -> u64 {
+        self.interval_ms.saturating_mul(3).max(1_000)
+    }
+
+    /// Its age at `now_unix_ms` (0 when computed "in the future": another clock's skew).
+    pub fn age_ms(&self, now_unix_ms: u64) -> u64 {
+        now_unix_ms.saturating_sub(self.computed_unix_ms)
+    }
+
+    /// The allowance of the tier called `tier`.
+    pub fn allowance(&self, tier: &str) -> Option<u64> {
+        self.tiers.iter().find(|t| t.tier == tier).map(|t| t.allowance_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_back_and_ages() {
+        let a = Admission {
+            version: ADMISSION_VERSION,
+            pid: 7,
+            cgroup_root: "/sys/fs/cgroup/agents".into(),
+            computed_unix_ms: 10_000,
+            interval_ms: 100,
+            tiers: vec![TierAllowance { tier: "tool".into(), allowance_bytes: 64 << 20 }],
+        };
+        let text = serde_json::to_string(&a).unwrap();
+        assert_eq!(serde_json::from_str::<Admission>(&text).unwrap(), a);
+        assert_eq!((a.max_age_ms(), a.age_ms(10_500), a.age_ms(9_000)), (1_000, 500, 0));
+        assert_eq!(Admission { interval_ms: 500, ..a.clone() }.max_age_ms(), 1_500);
+        assert_eq!((a.allowance("tool"), a.allowance("runtime")), (Some(64 << 20), None));
+    }
+}
