@@ -119,7 +119,7 @@ fn set_xattr(dir: &Path, name: &str, value: &str) {
 fn an_armed_ceiling_is_published_adopted_and_restored_at_stop_and_an_unmarked_one_is_left_alone() {
     let f = fake("armed", 60_000);
     let daemon = f.start();
-    let a = poll_for("the allowances", Duration::from_secs(5), || f.admission());
+    let a = poll_for("the allowances", Duration::from_secs(20), || f.admission());
     assert_eq!((a.cgroup_root.as_str(), a.interval_ms, a.pid), (f.root.to_str().unwrap(), 50, std::process::id()));
     let allowance = a.allowance("batch").expect("the throttle tier has one");
     assert!(a.allowance("critical").is_none(), "a protected tier is never armed");
@@ -130,7 +130,7 @@ fn an_armed_ceiling_is_published_adopted_and_restored_at_stop_and_an_unmarked_on
     // An operator's memory.high on another new cgroup: same tier, no mark.
     write_cgroup(&f.root.join("low-unit"), 20 * MIB, "max");
     std::fs::write(f.root.join("low-unit/memory.high"), format!("{}\n", 96 * MIB)).unwrap();
-    poll("the armed ceiling journaled as the daemon's own", Duration::from_secs(5), || {
+    poll("the armed ceiling journaled as the daemon's own", Duration::from_secs(20), || {
         f.journaled_high("low-call").as_deref() == Some("max")
     });
     // Calm for less than hold_ms: held at its ceiling meanwhile.
@@ -148,11 +148,11 @@ fn an_armed_ceiling_is_published_adopted_and_restored_at_stop_and_an_unmarked_on
 fn an_armed_ceiling_is_raised_as_room_frees() {
     let f = fake("raised", 0);
     let daemon = f.start();
-    let a = poll_for("the allowances", Duration::from_secs(5), || f.admission());
+    let a = poll_for("the allowances", Duration::from_secs(20), || f.admission());
     let allowance = a.allowance("batch").unwrap();
     f.arm("low-call", allowance);
     // Nothing presses: released (a call far below its ceiling goes straight back to max).
-    poll("the armed ceiling raised", Duration::from_secs(5), || f.knob("low-call", "memory.high") == "max");
+    poll("the armed ceiling raised", Duration::from_secs(20), || f.knob("low-call", "memory.high") == "max");
     daemon.stop().expect("daemon run");
     let raised = events::read(&f.state).into_iter().find_map(|l| match l.event {
         Event::Write(w) if w.cgroup == "low-call" && w.file == "memory.high" => Some(w),
@@ -167,7 +167,7 @@ fn an_armed_ceiling_is_raised_as_room_frees() {
 fn a_mark_that_does_not_match_the_value_is_not_taken_over() {
     let f = fake("mismatch", 0);
     let daemon = f.start();
-    poll("the allowances", Duration::from_secs(5), || f.admission().is_some());
+    poll("the allowances", Duration::from_secs(20), || f.admission().is_some());
     // Marked at one value, holding another (someone changed it since): not the daemon's.
     write_cgroup(&f.root.join("low-x"), 20 * MIB, "max");
     set_xattr(&f.root.join("low-x"), ARMED_HIGH_XATTR, &(64 * MIB).to_string());
