@@ -212,3 +212,54 @@ guest_test!(memqos_shell_puts_each_tool_call_in_its_own_cgroup, |g| g, {
     assert_eq!(&lines[3..], ["status 5", "status 143"]);
     assert!(children(&root.child("agent")).is_empty(), "{:?}", children(&root.child("agent")));
 });
+
+guest_test!(an_armed_ceiling_is_on_the_call_when_it_starts_and_gone_after_the_daemon_stops, |g| g, {
+    use memqos_lab::daemon_process::DaemonProcess;
+    let root = agents_root("agents-armed");
+    set(&root, "memory.max", 512 * MIB);
+    // The shipped session config with its admission switch on, for this root.
+    let dir = std::path::Path::new("/tmp/armed");
+    std::fs::create_dir_all(dir).unwrap();
+    let state = dir.join("state");
+    let config = include_str!("../../agent/session.example.toml")
+        .replace("cgroup_root = \"/sys/fs/cgroup/agents\"", &format!("cgroup_root = {:?}", root.path()))
+        .replace("# [policy]\n# admission = true", "[policy]\nadmission = true");
+    assert!(config.contains("admission = true\n") && !config.contains("# admission"), "{config}");
+    std::fs::write(dir.join("memqos.toml"), &config).unwrap();
+    let daemon =
+        DaemonProcess::start(std::path::Path::new(memqos_bin()), &dir.join("memqos.toml"), &state, &[], Stdio::null())
+            .unwrap();
+    poll("the daemon's allowances", Duration::from_secs(60), || state.join("admission.json").exists());
+
+    // The call reads its own memory.high first thing: armed before exec, at what the report says.
+    let own_high = "cat /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/memory.high";
+    let state_arg = state.to_str().unwrap();
+    let out = run(&root, &["--session", "s", "--state-dir", state_arg, "--json", "--", "sh", "-c", own_high]);
+    let r = report(&out);
+    println!("armed call: stdout {:?}, report {r}", text(&out.stdout));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let seen: u64 = text(&out.stdout).trim().parse().unwrap_or_else(|_| panic!("not armed: {}", text(&out.stdout)));
+    assert_eq!(r["armed"]["high_bytes"].as_u64(), Some(seen), "{r}");
+    assert!((16 * MIB..=512 * MIB).contains(&seen), "{seen}");
+
+    // A call running when the daemon stops is not left with a ceiling.
+    let mut call = Command::new(memqos_bin())
+        .arg("run")
+        .arg("--root")
+        .arg(root.path())
+        .args(["--session", "s", "--state-dir", state_arg, "--", "sleep", "300"])
+        .spawn()
+        .unwrap();
+    let session = root.child("s");
+    let running = || session.children().unwrap().into_iter().find(|c| c.is_populated().unwrap_or(false));
+    poll("the call to run", Duration::from_secs(60), || running().is_some());
+    let cg = running().unwrap();
+    let (status, log) = daemon.stop().unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+    poll("the call's memory.high back at max", Duration::from_secs(30), || {
+        std::fs::read_to_string(cg.path().join("memory.high")).is_ok_and(|v| v.trim() == "max")
+    });
+    assert!(!state.join("admission.json").exists(), "the allowances are withdrawn at stop");
+    unsafe { libc::kill(call.id() as i32, libc::SIGTERM) };
+    wait_timeout(&mut call, Duration::from_secs(60)).expect("the call did not end");
+});
