@@ -208,6 +208,9 @@ pub(super) fn drive(
                 return Ok(());
             }
             if t0.elapsed() > DEADLINE {
+                // What each unfinished session was doing, for the console: a hang must say
+                // where it is (a call held at its memory.high, a runtime paused for a call).
+                eprintln!("{}", hang_report(&parent, &live));
                 bail!("sessions still running after {} s", DEADLINE.as_secs());
             }
             std::thread::sleep(TICK);
@@ -394,6 +397,41 @@ fn read_back(
         high_events: call.as_ref().map_or(0, |c| c.events.high),
         explanation,
     }
+}
+
+/// The state of every session that has not ended, with the memory files of its cgroups and
+/// of the host budget's: what a level that ran past its deadline was waiting on.
+fn hang_report(parent: &Cgroup, live: &[Live]) -> String {
+    let files = ["memory.current", "memory.high", "memory.max", "memory.events", "memory.pressure", "cgroup.events"];
+    let show = |cg: &Cgroup| -> String {
+        let mut out = format!("    {}:", cg.path().display());
+        for f in files {
+            let v = std::fs::read_to_string(cg.path().join(f)).unwrap_or_else(|e| format!("({e})"));
+            out.push_str(&format!(" [{f}: {}]", v.split_whitespace().collect::<Vec<_>>().join(" ")));
+        }
+        let procs = std::fs::read_to_string(cg.path().join("cgroup.procs")).unwrap_or_default();
+        out.push_str(&format!(" [procs: {}]", procs.split_whitespace().collect::<Vec<_>>().join(" ")));
+        out
+    };
+    let mut out = format!("agent-host: hung level; the host budget:\n{}\n", show(parent));
+    for l in live {
+        let running = l.runtime.is_some() || l.call.is_some() || l.plan_loop.fate().is_none();
+        if !running {
+            continue;
+        }
+        out.push_str(&format!(
+            "  {}: runtime {}, call {:?}, loop {:?}\n",
+            l.cgroup.path().display(),
+            if l.runtime.is_some() { "running" } else { "ended" },
+            l.call.as_ref().map(|(j, attempt, _)| (j, attempt)),
+            l.plan_loop
+        ));
+        for child in l.cgroup.children().unwrap_or_default() {
+            out.push_str(&show(&child));
+            out.push('\n');
+        }
+    }
+    out
 }
 
 #[cfg(test)]
