@@ -6,7 +6,7 @@ use super::result::{CallResult, ProcResult, SessionResult};
 use super::runner::{HostRunnerOptions, Session, PARENT, STATE_DIR, WORK_DIR};
 use super::session::{Action, CallSpan, SessionLoop};
 use crate::series::epoch_now;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use memqos_cgroupfs::Cgroup;
 use memqos_replay::report::Report;
 use memqos_replay::Outcome;
@@ -211,7 +211,14 @@ pub(super) fn drive(
                 // What each unfinished session was doing, for the console: a hang must say
                 // where it is (a call held at its memory.high, a runtime paused for a call).
                 eprintln!("{}", hang_report(&parent, &live));
-                bail!("sessions still running after {} s", DEADLINE.as_secs());
+                eprintln!(
+                    "agent-host: sessions still running after {} s: recorded as hung (lost), the level goes on",
+                    DEADLINE.as_secs()
+                );
+                for (k, l) in live.iter_mut().enumerate() {
+                    end_hung(opts, l, &mut calls[k]);
+                }
+                return Ok(());
             }
             std::thread::sleep(TICK);
         }
@@ -397,6 +404,29 @@ fn read_back(
         high_events: call.as_ref().map_or(0, |c| c.events.high),
         explanation,
     }
+}
+
+/// Ends a session still running at the deadline: every process in its cgroups is killed
+/// (`cgroup.kill`, as a stall bound would), what ran is collected, the rest is lost.
+fn end_hung(opts: &HostRunnerOptions, l: &mut Live, calls: &mut [CallResult]) {
+    if l.plan_loop.fate().is_some() && l.runtime.is_none() && l.call.is_none() {
+        return;
+    }
+    for child in l.cgroup.children().unwrap_or_default() {
+        let _ = child.write_string("cgroup.kill", "1");
+    }
+    if let Some(mut r) = l.runtime.take() {
+        let status = r.child.wait().ok().and_then(|s| s.code());
+        l.runtime_done = Some(collect(r, status, &opts.exe, true));
+    }
+    if let Some((j, _, mut r)) = l.call.take() {
+        let status = r.child.wait().ok().and_then(|s| s.code());
+        let done = collect(r, status, &opts.exe, false);
+        if let Some(previous) = calls[j].result.replace(done) {
+            calls[j].failed_attempt = Some(previous);
+        }
+    }
+    l.plan_loop.hang();
 }
 
 /// The state of every session that has not ended, with the memory files of its cgroups and

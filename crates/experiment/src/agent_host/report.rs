@@ -96,6 +96,19 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
                 l.kernel, l.level, l.arm, l.sessions_failed, l.sessions, l.calls_retried, l.calls_lost, l.calls_planned
             );
         }
+        let hung: Vec<String> = s
+            .levels
+            .iter()
+            .filter(|l| l.sessions_hung > 0)
+            .map(|l| format!("{} {} at {}: {} of {}", l.kernel, l.arm, l.level, l.sessions_hung, l.sessions))
+            .collect();
+        if !hung.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nSessions still running at their level's deadline (hung: killed by the runner, counted as lost for the density; the console has what each was doing): {}.",
+                hung.join("; ")
+            );
+        }
     }
     if !s.example_explanations.is_empty() {
         let _ = writeln!(out, "\n## What a killed tool call told its agent\n");

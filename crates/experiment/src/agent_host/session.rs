@@ -38,6 +38,9 @@ pub enum SessionFate {
     Failed,
     /// Its runtime was killed.
     RuntimeKilled,
+    /// Still running when its level's deadline passed: the runner killed what was left. A
+    /// session lost as surely as a killed one, and a hang to explain.
+    Hung,
 }
 
 /// What the runner must do now.
@@ -176,6 +179,17 @@ impl SessionLoop {
         out
     }
 
+    /// The level's deadline passed with this session still running: what had not ended is
+    /// lost with it (the runner kills its processes).
+    pub fn hang(&mut self) {
+        if self.fate.is_none() {
+            self.running = None;
+            self.paused = false;
+            self.lose_the_rest();
+            self.fate = Some(SessionFate::Hung);
+        }
+    }
+
     fn lose_the_rest(&mut self) {
         for f in self.fates.iter_mut().filter(|f| f.is_none()) {
             *f = Some(CallFate::Lost);
@@ -292,5 +306,21 @@ mod tests {
         assert_eq!(s.tick(0.0), [Action::StartCall { call: 1, attempt: 1 }]);
         s.call_ended(1, true);
         assert_eq!(s.fate(), Some(SessionFate::Finished));
+    }
+
+    #[test]
+    fn a_session_past_the_deadline_hangs_and_loses_what_had_not_ended() {
+        let mut s =
+            SessionLoop::new(vec![CallSpan { start_s: 0.0, end_s: 1.0 }, CallSpan { start_s: 5.0, end_s: 6.0 }]);
+        assert_eq!(s.tick(0.0), [Action::StartCall { call: 0, attempt: 1 }]);
+        s.hang();
+        assert_eq!(s.fate(), Some(SessionFate::Hung));
+        assert_eq!((s.call_fate(0), s.call_fate(1)), (Some(CallFate::Lost), Some(CallFate::Lost)));
+        assert!(s.tick(10.0).is_empty() && s.call_ended(0, true).is_empty(), "nothing runs after a hang");
+        // A session that had ended keeps its fate.
+        let mut done = SessionLoop::new(vec![]);
+        done.runtime_ended(false);
+        done.hang();
+        assert_eq!(done.fate(), Some(SessionFate::Finished));
     }
 }

@@ -38,6 +38,10 @@ pub struct LevelSummary {
     pub calls_retried: usize,
     #[serde(default)]
     pub calls_lost: usize,
+    /// Closed loop: sessions still running at the level's deadline (killed by the runner;
+    /// lost, like a killed runtime, for the density).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sessions_hung: usize,
     pub parent_oom_kills: u64,
     /// OOMs triggered at a session's own limit (static-peak), summed; `None` where a run did
     /// not record them.
@@ -52,6 +56,10 @@ pub struct LevelSummary {
     /// memqos: knobs restored after every run.
     pub knobs_restored: Option<bool>,
     pub daemon_cpu_s: Option<Estimate>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -135,6 +143,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             calls_not_started: 0,
             closed_loop: rs.iter().all(|r| r.closed_loop),
             sessions_failed: 0,
+            sessions_hung: 0,
             calls_retried: 0,
             calls_lost: 0,
             parent_oom_kills: 0,
@@ -166,6 +175,9 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
                 }
                 if s.fate == Some(SessionFate::Failed) {
                     g.sessions_failed += 1;
+                }
+                if s.fate == Some(SessionFate::Hung) {
+                    g.sessions_hung += 1;
                 }
                 let alone = solo.get(&(kernel.as_str(), r.run, s.trace.as_str())).and_then(|a| a.sessions.first());
                 if let (Some(a), Some(mine)) = (alone.and_then(|a| p95(&a.runtime)), p95(&s.runtime)) {
@@ -239,9 +251,11 @@ fn density(levels: &[LevelSummary]) -> Vec<Density> {
         .map(|(kernel, arm)| {
             let mut mine: Vec<&LevelSummary> = levels.iter().filter(|l| l.kernel == kernel && l.arm == arm).collect();
             mine.sort_by_key(|l| l.level);
-            let sessions = mine.iter().take_while(|l| l.runtimes_killed == 0).last().map_or(0, |l| l.level);
-            let highest_clean = mine.iter().filter(|l| l.runtimes_killed == 0).map(|l| l.level).max();
-            let lowest_lost = mine.iter().find(|l| l.runtimes_killed > 0).map(|l| l.level);
+            // A hung session is lost as surely as one whose runtime was killed.
+            let lost = |l: &&LevelSummary| l.runtimes_killed + l.sessions_hung > 0;
+            let sessions = mine.iter().take_while(|l| !lost(l)).last().map_or(0, |l| l.level);
+            let highest_clean = mine.iter().filter(|l| !lost(l)).map(|l| l.level).max();
+            let lowest_lost = mine.iter().find(|l| lost(l)).map(|l| l.level);
             let admitted_by_limits = (arm == "static-peak")
                 .then(|| mine.iter().take_while(|l| l.static_limits_fit == Some(true)).last().map_or(0, |l| l.level));
             let levels_run = mine.iter().map(|l| l.level).collect();
@@ -504,6 +518,26 @@ mod tests {
         let mut odd = refined.clone();
         odd.push(ok("none", 13));
         assert_eq!(bracket(&d(&summarize(&odd), "none")), "10 (a runtime lost at 11, none at 13)");
+    }
+
+    #[test]
+    fn a_hung_session_is_lost_for_the_density_and_named_in_the_report() {
+        let ok = |n: usize| arm("memqos", n, (0..n).map(|_| session("a", false, false, None)).collect());
+        let mut hung: Vec<SessionResult> = (0..5).map(|_| session("a", false, false, None)).collect();
+        hung[4].fate = Some(SessionFate::Hung);
+        let results =
+            vec![arm("solo", 1, vec![session("a", false, false, None)]), ok(3), arm("memqos", 5, hung), ok(7)];
+        let s = summarize(&results);
+        let d = s.density.iter().find(|d| d.arm == "memqos").unwrap();
+        assert_eq!((d.sessions, d.lowest_lost), (3, Some(5)), "no runtime was OOM-killed, yet level 5 lost one");
+        let l5 = s.levels.iter().find(|l| l.level == 5).unwrap();
+        assert_eq!((l5.sessions_hung, l5.runtimes_killed, l5.sessions_finished), (1, 0, 4));
+        // Older summaries (no hang anywhere) keep their exact form.
+        assert!(!serde_json::to_string(&s.levels[0]).unwrap().contains("sessions_hung"));
+        let mut closed_loop = s.clone();
+        closed_loop.levels.iter_mut().for_each(|l| l.closed_loop = true);
+        let md = render_markdown(&closed_loop, "d", &[]);
+        assert!(md.contains("(hung: killed by the runner") && md.contains("memqos at 5: 1 of 5"), "{md}");
     }
 
     #[test]
