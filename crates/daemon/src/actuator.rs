@@ -457,20 +457,47 @@ impl Drop for Actuator {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+    use std::path::PathBuf;
+
+    /// A fake root with `cgroups` (each memory.high `max`), its state dir and an actuator on
+    /// them.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        root: PathBuf,
+        state: PathBuf,
+        act: Actuator,
+    }
+
+    impl Fixture {
+        fn new(cgroups: &[&str]) -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let (root, state) = (dir.path().join("cg"), dir.path().join("state"));
+            for c in cgroups {
+                std::fs::create_dir_all(root.join(c)).unwrap();
+                std::fs::write(root.join(c).join("memory.high"), "max\n").unwrap();
+            }
+            let journal = Journal::open(&state, &root).unwrap();
+            let log = EventLog::open(&state, 1 << 20, false);
+            let act = Actuator::new(Root::open(&root).unwrap(), journal, log, false);
+            Fixture { _dir: dir, root, state, act }
+        }
+
+        fn id(&self, c: &str) -> CgroupId {
+            std::fs::metadata(self.root.join(c)).unwrap().ino()
+        }
+
+        fn target(&self, c: &str) -> Target {
+            Target::Cgroup { path: c.into(), id: self.id(c) }
+        }
+    }
 
     /// A knob someone else took over is forgotten on disk at once: a crash before the next
     /// batch (none may come for a long time) must not leave the stale original for the next
     /// start to "restore" over the value they set.
     #[test]
     fn a_taken_over_knob_is_forgotten_on_disk_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let (root, state) = (dir.path().join("cg"), dir.path().join("state"));
-        std::fs::create_dir_all(root.join("low/a")).unwrap();
-        std::fs::write(root.join("low/a/memory.high"), "max\n").unwrap();
+        let Fixture { _dir, root, state, mut act } = Fixture::new(&["low/a"]);
         let id = std::fs::metadata(root.join("low/a")).unwrap().ino();
-        let journal = Journal::open(&state, &root).unwrap();
-        let log = EventLog::open(&state, 1 << 20, false);
-        let mut act = Actuator::new(Root::open(&root).unwrap(), journal, log, false);
         let target = Target::Cgroup { path: "low/a".into(), id };
         let wrote = act.apply(vec![Request::new(target, "memory.high", "1048576", "test")]).unwrap();
         assert_eq!(wrote[0].outcome, Outcome::Ok);
@@ -490,34 +517,27 @@ mod tests {
     /// commit (not only the next), and a restore meanwhile leaves their value alone.
     #[test]
     fn a_taken_over_knob_whose_forget_keeps_failing_is_never_restored() {
-        let dir = tempfile::tempdir().unwrap();
-        let (root, state) = (dir.path().join("cg"), dir.path().join("state"));
-        for c in ["low/a", "low/b", "low/c"] {
-            std::fs::create_dir_all(root.join(c)).unwrap();
-            std::fs::write(root.join(c).join("memory.high"), "max\n").unwrap();
-        }
-        let ino = |c: &str| std::fs::metadata(root.join(c)).unwrap().ino();
-        let target = |c: &str| Target::Cgroup { path: c.into(), id: ino(c) };
-        let journal = Journal::open(&state, &root).unwrap();
-        let log = EventLog::open(&state, 1 << 20, false);
-        let mut act = Actuator::new(Root::open(&root).unwrap(), journal, log, false);
-        act.apply(vec![Request::new(target("low/a"), "memory.high", "1048576", "test")]).unwrap();
+        let mut f = Fixture::new(&["low/a", "low/b", "low/c"]);
+        let (root, state) = (f.root.clone(), f.state.clone());
+        let (a, b, c, a_id) = (f.target("low/a"), f.target("low/b"), f.target("low/c"), f.id("low/a"));
+        let act = &mut f.act;
+        act.apply(vec![Request::new(a, "memory.high", "1048576", "test")]).unwrap();
 
         // The disk fills; then someone else sets the knob.
         let full = std::fs::OpenOptions::new().append(true).open("/dev/full").unwrap();
         let real = act.journal.swap_file_for_test(full).unwrap();
         std::fs::write(root.join("low/a/memory.high"), "2097152\n").unwrap();
-        let taken = act.taken_over(ino("low/a"), "memory.high", memqos_policy::Limit::Bytes(2 << 20));
+        let taken = act.taken_over(a_id, "memory.high", memqos_policy::Limit::Bytes(2 << 20));
         assert_eq!(taken, Some(("1048576".to_string(), "max".to_string())));
         // A second batch whose commit fails too (its own write is refused: not journaled).
-        let wrote = act.apply(vec![Request::new(target("low/b"), "memory.high", "1048576", "test")]).unwrap();
+        let wrote = act.apply(vec![Request::new(b, "memory.high", "1048576", "test")]).unwrap();
         assert!(matches!(wrote[0].outcome, Outcome::Error(_)), "{:?}", wrote[0].outcome);
-        assert_eq!(act.journal.original(ino("low/a"), "memory.high"), None, "forgotten again before the commit");
+        assert_eq!(act.journal.original(a_id, "memory.high"), None, "forgotten again before the commit");
 
         // The disk has room again: the next commit makes the forget durable.
         act.journal.swap_file_for_test(real);
-        act.apply(vec![Request::new(target("low/c"), "memory.high", "1048576", "test")]).unwrap();
-        assert_eq!(Journal::open(&state, &root).unwrap().original(ino("low/a"), "memory.high"), None);
+        act.apply(vec![Request::new(c, "memory.high", "1048576", "test")]).unwrap();
+        assert_eq!(Journal::open(&state, &root).unwrap().original(a_id, "memory.high"), None);
         let report = act.restore().unwrap();
         assert!(report.failed.is_empty(), "{:?}", report.failures());
         assert_eq!(std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(), "2097152\n", "their value stays");
@@ -527,14 +547,8 @@ mod tests {
     /// A restore while the forget is still not durable leaves their value alone too.
     #[test]
     fn a_restore_before_the_forget_is_durable_leaves_their_value() {
-        let dir = tempfile::tempdir().unwrap();
-        let (root, state) = (dir.path().join("cg"), dir.path().join("state"));
-        std::fs::create_dir_all(root.join("low/a")).unwrap();
-        std::fs::write(root.join("low/a/memory.high"), "max\n").unwrap();
+        let Fixture { _dir, root, state: _, mut act } = Fixture::new(&["low/a"]);
         let id = std::fs::metadata(root.join("low/a")).unwrap().ino();
-        let journal = Journal::open(&state, &root).unwrap();
-        let log = EventLog::open(&state, 1 << 20, false);
-        let mut act = Actuator::new(Root::open(&root).unwrap(), journal, log, false);
         act.apply(vec![Request::new(Target::Cgroup { path: "low/a".into(), id }, "memory.high", "1048576", "test")])
             .unwrap();
         let full = std::fs::OpenOptions::new().append(true).open("/dev/full").unwrap();
