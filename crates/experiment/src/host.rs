@@ -210,17 +210,20 @@ fn run_in_guest(
             .share_path(traces)
             .stream_console(true)
     })?;
+    let from = run.results_dir.join("experiment");
+    let to = args.out.join("runs").join(&s.name).join(kernel.release());
     if run.exit_code != 0 {
+        let kept = args.out.join("failed").join(&s.name).join(kernel.release());
+        let n = guest::salvage(&from, &kept)?;
         bail!(
-            "{} on {}: the in-guest experiment exited with {} (console: {})",
+            "{} on {}: the in-guest experiment exited with {} (console: {}); the {n} result file(s) it wrote are in {}, outside the series",
             s.name,
             kernel.release(),
             run.exit_code,
-            run.results_dir.join("console.log").display()
+            run.results_dir.join("console.log").display(),
+            kept.display()
         );
     }
-    let from = run.results_dir.join("experiment");
-    let to = args.out.join("runs").join(&s.name).join(kernel.release());
     guest::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
     eprintln!(
         "=== {} on {}: done in {:.1} min, results in {} ===",

@@ -139,15 +139,18 @@ fn run_in_guest(
             .share_path(traces)
             .stream_console(true)
     })?;
-    if run.exit_code != 0 {
-        bail!(
-            "the in-guest experiment exited with {} (console: {})",
-            run.exit_code,
-            run.results_dir.join("console.log").display()
-        );
-    }
     let to = args.out.join("runs").join(kernel.release());
     let from = run.results_dir.join("agent-host");
+    if run.exit_code != 0 {
+        let kept = args.out.join("failed").join(kernel.release());
+        let n = guest::salvage(&from, &kept)?;
+        bail!(
+            "the in-guest experiment exited with {} (console: {}); the {n} result file(s) it wrote are in {}, outside the series",
+            run.exit_code,
+            run.results_dir.join("console.log").display(),
+            kept.display()
+        );
+    }
     guest::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
     eprintln!("=== agent-host on {}: done in {:.1} min ===", kernel.release(), run.wall_secs / 60.0);
     Ok(())

@@ -70,6 +70,29 @@ pub(crate) fn keep_results(
     Ok(())
 }
 
+/// A failed guest's results, copied to `to` (outside the series' `runs/`, so no report reads
+/// them) instead of being lost with the guest: the levels or runs it finished can be looked
+/// at, and rerun. Returns how many files were kept (0 when the guest wrote none).
+pub(crate) fn salvage(from: &Path, to: &Path) -> Result<usize> {
+    if !from.is_dir() {
+        return Ok(0);
+    }
+    if to.exists() {
+        std::fs::remove_dir_all(to).with_context(|| format!("replacing {}", to.display()))?;
+    }
+    copy_tree(from, to)?;
+    Ok(count_files(to))
+}
+
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| if e.file_type().is_ok_and(|t| t.is_dir()) { count_files(&e.path()) } else { 1 })
+            .sum()
+    })
+}
+
 /// Inside a guest: the scenario the host passed in `$MEMQOS_SCENARIO` and the guest's results
 /// directory (`$MEMQOS_RESULTS`).
 pub(crate) fn guest_inputs<T: serde::de::DeserializeOwned>() -> Result<(T, PathBuf)> {
@@ -121,5 +144,22 @@ mod tests {
         keep_results(guest.path(), &to, 6, 2, &p, 1.0).unwrap();
         assert!(to.join("provenance-runs06-07.txt").is_file());
         assert!(crate::summary::load_results(&out.path().join("runs")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_failed_guests_results_are_kept_outside_the_series() {
+        let guest = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(guest.path().join("run01")).unwrap();
+        std::fs::write(guest.path().join("run01/06-none.json"), "{}").unwrap();
+        std::fs::write(guest.path().join("console.txt"), "x").unwrap();
+        let to = out.path().join("failed/7.2");
+        assert_eq!(salvage(guest.path(), &to).unwrap(), 2);
+        assert!(to.join("run01/06-none.json").is_file());
+        // A second failure replaces the first; a guest that wrote nothing keeps nothing.
+        std::fs::remove_file(guest.path().join("console.txt")).unwrap();
+        assert_eq!(salvage(guest.path(), &to).unwrap(), 1);
+        assert_eq!(salvage(&guest.path().join("absent"), &out.path().join("failed/6.12")).unwrap(), 0);
+        assert!(!out.path().join("failed/6.12").exists());
     }
 }
