@@ -6,15 +6,19 @@ use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 
-fn agent_host(root: &Path) -> Result<crate::agent_host::summary::HostSummary> {
-    let path = root.join("docs/agent-host/summary.json");
+/// The open-loop series (docs/agent-host) and the closed-loop one (docs/agent-host-closed).
+pub(super) const OPEN_LOOP: &str = "docs/agent-host";
+pub(super) const CLOSED_LOOP: &str = "docs/agent-host-closed";
+
+fn agent_host(root: &Path, dir: &str) -> Result<crate::agent_host::summary::HostSummary> {
+    let path = root.join(dir).join("summary.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
 }
 
-/// The agent-host experiment's levels on one kernel (`kernel` is a release prefix).
-pub(super) fn render_agent_levels(root: &Path, kernel: &str) -> Result<String> {
-    let h = agent_host(root)?;
+/// The agent-host series in `dir`: its levels on one kernel (`kernel` is a release prefix).
+pub(super) fn render_agent_levels(root: &Path, dir: &str, kernel: &str) -> Result<String> {
+    let h = agent_host(root, dir)?;
     let mut out = String::from(
         "| sessions | arm | sessions finished | runtimes killed (runs) | calls OOM-killed / started | OOM kills under the host (OOM events at a session's own limit) | runtime p95 vs solo | call time vs solo |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
@@ -42,10 +46,38 @@ pub(super) fn render_agent_levels(root: &Path, kernel: &str) -> Result<String> {
     Ok(out)
 }
 
+/// The closed-loop columns of the series in `dir` on one kernel: what a killed call or
+/// runtime cost its session (a call is retried once; a second failure fails the session).
+pub(super) fn render_agent_closed(root: &Path, dir: &str, kernel: &str) -> Result<String> {
+    let h = agent_host(root, dir)?;
+    let mut out = String::from(
+        "| sessions | arm | runs | sessions failed (a call failed twice) | sessions hung | calls finished on their retry | calls lost with their session |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    let rank = |a: &str| ["none", "static-peak", "memqos"].iter().position(|x| *x == a).unwrap_or(9);
+    let mut ls: Vec<_> = h.levels.iter().filter(|l| l.kernel.starts_with(kernel) && l.closed_loop).collect();
+    ls.sort_by_key(|l| (l.level, rank(&l.arm), l.arm.clone()));
+    for l in ls {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {}/{} | {} | {} | {}/{} |",
+            l.level,
+            l.arm,
+            l.runs,
+            l.sessions_failed,
+            l.sessions,
+            l.sessions_hung,
+            l.calls_retried,
+            l.calls_lost,
+            l.calls_planned,
+        );
+    }
+    Ok(out)
+}
+
 /// Each arm's density with the bracket the levels run allow, and the ratios the brackets
 /// support: a density of 9 where the next level run is 12 says "9 to 11", not 9.
-pub(super) fn render_agent_density(root: &Path) -> Result<String> {
-    let h = agent_host(root)?;
+pub(super) fn render_agent_density(root: &Path, dir: &str) -> Result<String> {
+    let h = agent_host(root, dir)?;
     let mut out = String::new();
     let mut kernels: Vec<&str> = h.density.iter().map(|d| d.kernel.as_str()).collect();
     kernels.sort_by_key(|k| (kernel_rank(k), k.to_string()));
@@ -120,7 +152,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("docs/agent-host")).unwrap();
         std::fs::write(dir.path().join("docs/agent-host/summary.json"), serde_json::to_string(&h).unwrap()).unwrap();
         assert_eq!(
-            render_agent_density(dir.path()).unwrap(),
+            render_agent_density(dir.path(), OPEN_LOOP).unwrap(),
             "- 7.2.13: density memqos ≥ 14 (the largest level run), none 10; memqos/none ≥ 14/10 = 1.40x.\n"
         );
     }
