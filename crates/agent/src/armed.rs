@@ -29,6 +29,14 @@ const CHECK_EVERY: Duration = Duration::from_millis(200);
 /// The allowance of `tier` in the file at `state_dir`, at `now_unix_ms`, for calls below
 /// `root`; Err says why there is none.
 pub fn allowance(state_dir: &Path, root: &Path, tier: &str, now_unix_ms: u64) -> Result<(u64, u32), String> {
+    let a = current(state_dir, root, now_unix_ms)?;
+    let bytes = a.allowance(tier).ok_or_else(|| format!("the daemon publishes no allowance for tier {tier:?}"))?;
+    Ok((bytes.max(MIN_CEILING), a.pid))
+}
+
+/// The file at `state_dir` if a live daemon published it for `root` recently enough to be
+/// trusted at `now_unix_ms`; Err says why not.
+pub(crate) fn current(state_dir: &Path, root: &Path, now_unix_ms: u64) -> Result<Admission, String> {
     let a = read(state_dir)?;
     if Path::new(&a.cgroup_root) != root {
         return Err(format!("the daemon's allowances are for {}, not {}", a.cgroup_root, root.display()));
@@ -40,8 +48,7 @@ pub fn allowance(state_dir: &Path, root: &Path, tier: &str, now_unix_ms: u64) ->
     if !alive(a.pid) {
         return Err(format!("the daemon (pid {}) is gone", a.pid));
     }
-    let bytes = a.allowance(tier).ok_or_else(|| format!("the daemon publishes no allowance for tier {tier:?}"))?;
-    Ok((bytes.max(MIN_CEILING), a.pid))
+    Ok(a)
 }
 
 fn read(state_dir: &Path) -> Result<Admission, String> {
@@ -148,18 +155,10 @@ impl Ceiling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memqos_schema::admission::TierAllowance;
 
     fn publish(dir: &Path, root: &str, at: u64, pid: u32, tiers: &[(&str, u64)]) {
-        let a = Admission {
-            version: ADMISSION_VERSION,
-            pid,
-            cgroup_root: root.into(),
-            computed_unix_ms: at,
-            interval_ms: 100,
-            tiers: tiers.iter().map(|(t, b)| TierAllowance { tier: (*t).into(), allowance_bytes: *b }).collect(),
-        };
-        std::fs::write(dir.join(ADMISSION_FILE), serde_json::to_vec(&a).unwrap()).unwrap();
+        let tiers: Vec<_> = tiers.iter().map(|&(t, b)| (t, b, false)).collect();
+        crate::testutil::publish(dir, root, at, pid, &tiers, 1, 0);
     }
 
     #[test]

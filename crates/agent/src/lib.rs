@@ -23,6 +23,7 @@ pub mod shell;
 pub mod spawn;
 #[cfg(test)]
 mod testutil;
+pub mod wait;
 
 pub use error::SetupError;
 pub use run::{run, Request};

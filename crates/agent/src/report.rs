@@ -229,10 +229,18 @@ pub fn oom_text(r: &CallReport, command: &str) -> String {
 }
 
 /// The stderr lines about the armed ceiling (`armed`): that the call was held by it, always
-/// (the agent reads why its call was slow); with `verbose`, also that memqos run lifted it,
+/// (the agent reads why its call was slow); that it waited for room before it started, when
+/// it was `killed` anyway or with `verbose`; with `verbose`, also that memqos run lifted it,
 /// and why none was armed.
-pub fn armed_text(a: &memqos_schema::call::Armed, verbose: bool) -> String {
+pub fn armed_text(a: &memqos_schema::call::Armed, killed: bool, verbose: bool) -> String {
     let mut t = String::new();
+    if a.waited_ms > 0 && (killed || verbose) {
+        t.push_str(&format!(
+            "memqos: this call waited {:.1} s for room before it started ({}).\n",
+            a.waited_ms as f64 / 1000.0,
+            a.wait_ended.as_deref().unwrap_or("room")
+        ));
+    }
     if let (Some(b), true) = (a.high_bytes, a.held) {
         t.push_str(&format!(
             "memqos: this call was held at its memory ceiling (memory.high armed at {} before it started: the room the memqos daemon had left for a new call, raised as room frees); it waited for memory instead of pushing the host into an OOM kill.\n",
@@ -380,5 +388,21 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["peak_bytes"], 200u64 << 20);
         assert_eq!(json["events"]["high"], 3);
+    }
+
+    #[test]
+    fn a_wait_before_the_call_is_told_when_it_was_killed_anyway_or_asked() {
+        let waited = memqos_schema::call::Armed {
+            high_bytes: Some(64 << 20),
+            waited_ms: 2_500,
+            wait_ended: Some("limit".into()),
+            ..Default::default()
+        };
+        let line = "memqos: this call waited 2.5 s for room before it started (limit).\n";
+        assert_eq!(armed_text(&waited, true, false), line);
+        assert_eq!(armed_text(&waited, false, true), line);
+        assert_eq!(armed_text(&waited, false, false), "", "not killed: the agent need not hear of it");
+        let no_wait = memqos_schema::call::Armed { high_bytes: Some(64 << 20), ..Default::default() };
+        assert_eq!(armed_text(&no_wait, true, true), "");
     }
 }

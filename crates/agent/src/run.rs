@@ -14,6 +14,7 @@ use crate::hint::{resolve_tier, Hint};
 use crate::layout::{self, Position, Root, RUNTIME};
 use crate::report::{self, Ancestry, CallInfo};
 use crate::spawn::{self, SpawnError, SpawnMode};
+use crate::wait;
 
 /// The default managed root, as in the daemon's example config.
 pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup/agents";
@@ -88,6 +89,8 @@ struct Call {
     events_log: Option<PathBuf>,
     /// The armed ceiling (`armed`), or why there is none.
     ceiling: Result<armed::Ceiling, String>,
+    /// The wait for room before the call started (`wait`), if it had to wait.
+    waited: Option<wait::Waited>,
     /// A tool call's creator lock (`layout::CallCgroup`), held until the call is dropped,
     /// after its cgroup is removed; the runtime's shared cgroup has none.
     _lock: Option<std::os::fd::OwnedFd>,
@@ -142,6 +145,15 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         .or_else(|| std::env::var_os("MEMQOS_STATE_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
         .or_else(|| config.as_ref().map(|c| c.1.state_dir.clone()))
         .unwrap_or_else(|| PathBuf::from(armed::DEFAULT_STATE_DIR));
+    let waited = if req.runtime {
+        None
+    } else {
+        // Before the call's cgroup exists: a waiting call holds no memory and leaves the
+        // daemon no empty cgroup to track.
+        let planned = session.child(&format!("{tier}.{}", std::process::id()));
+        let tier = daemon_tier(config.as_ref().map(|c| &c.1), root.path(), &planned, &tier);
+        wait::for_room(&state_dir, root.path(), &tier, req.verbose)
+    };
     let (cg, lock) = if req.runtime {
         (layout::runtime(&session)?, None)
     } else {
@@ -159,6 +171,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         hint_bytes: hint.and_then(Hint::low_bytes),
         events_log: config.as_ref().map(|c| c.1.state_dir.join(memqos_schema::state::EVENTS_FILE)),
         ceiling: Err("not armed yet".into()),
+        waited,
     };
     if let Some(cfg) = &config {
         call.check_tier(cfg.0.as_path(), &cfg.1, expect.is_some(), req.workload.is_some());
@@ -190,18 +203,11 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
     call.ceiling = if req.runtime {
         Err("the runtime is not armed (it is protected, not throttled)".into())
     } else {
-        // The tier the daemon will see the call in: its config's, when known.
-        let tier = match &config {
-            Some((_, cfg)) => {
-                let rel = call.cg.path().strip_prefix(&call.root).unwrap_or(call.cg.path()).display().to_string();
-                cfg.tiers.classify(&rel).and_then(|i| cfg.tiers.get(i)).map_or(call.tier.clone(), |t| t.name.clone())
-            }
-            None => call.tier.clone(),
-        };
+        let tier = daemon_tier(config.as_ref().map(|c| &c.1), &call.root, &call.cg, &call.tier);
         armed::arm(&call.cg, &state_dir, &call.root, &tier)
     };
     if req.verbose {
-        eprintln!("memqos run: {}", armed_line(&call.ceiling));
+        eprintln!("memqos run: {}", armed_line(&call.ceiling, call.waited.as_ref()));
     }
     Ok(Prepared::Call(Box::new(call)))
 }
@@ -230,8 +236,28 @@ fn resolve_root(req: &Request) -> Result<(PathBuf, Option<(PathBuf, Config)>), S
     Ok((root, config))
 }
 
-/// What `--verbose` says about the armed ceiling.
-fn armed_line(c: &Result<armed::Ceiling, String>) -> String {
+/// The tier the daemon sees the call at `cg` in: its config's, when known, else `asked`.
+fn daemon_tier(config: Option<&Config>, root: &Path, cg: &Cgroup, asked: &str) -> String {
+    let Some(cfg) = config else { return asked.to_owned() };
+    let rel = cg.path().strip_prefix(root).unwrap_or(cg.path()).display().to_string();
+    cfg.tiers.classify(&rel).and_then(|i| cfg.tiers.get(i)).map_or(asked.to_owned(), |t| t.name.clone())
+}
+
+/// What `--verbose` says about the armed ceiling, and the wait before it.
+fn armed_line(c: &Result<armed::Ceiling, String>, waited: Option<&wait::Waited>) -> String {
+    let ceiling = armed_ceiling_line(c);
+    match waited {
+        Some(w) => format!(
+            "{ceiling}; after waiting {:.1} s for room ({}{})",
+            w.ms as f64 / 1000.0,
+            w.ended.as_str(),
+            w.why.as_deref().map_or(String::new(), |y| format!(": {y}"))
+        ),
+        None => ceiling,
+    }
+}
+
+fn armed_ceiling_line(c: &Result<armed::Ceiling, String>) -> String {
     match c {
         Ok(c) => format!(
             "armed memory.high at {} (the memqos daemon's allowance for a new call of this tier)",
@@ -315,15 +341,21 @@ impl Call {
                 skipped: None,
                 held: r.events.high > 0,
                 lifted: c.lifted.clone(),
+                ..Default::default()
             },
             Err(why) => memqos_schema::call::Armed { skipped: Some(why.clone()), ..Default::default() },
         };
+        if let Some(w) = &self.waited {
+            r.armed.waited_ms = w.ms;
+            r.armed.wait_ended = Some(w.ended.as_str().to_owned());
+        }
         r.kept = !self.remove();
         let command = req.command.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
         let mut err = std::io::stderr().lock();
         let mut text = report::oom_text(&r, &command);
         text.push_str(&crate::daemon_log::stall_text(&r.daemon_stall_actions));
-        text.push_str(&report::armed_text(&r.armed, req.verbose));
+        let killed = r.oom.is_some() || r.signal == Some(libc::SIGKILL);
+        text.push_str(&report::armed_text(&r.armed, killed, req.verbose));
         if req.stats {
             text.push_str(&report::stats_text(&r));
         }

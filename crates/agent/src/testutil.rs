@@ -21,3 +21,32 @@ pub fn fake_session(root: &Root, name: &str) -> memqos_cgroupfs::Cgroup {
     std::fs::write(p.join("cgroup.subtree_control"), "").unwrap();
     root.session(name).unwrap()
 }
+
+/// Writes `<dir>/admission.json` as a daemon with `pid` would have at `at` (ms since the
+/// epoch) for `root`: one `(tier, allowance, wait)` per throttle tier, the tick `seq` and the
+/// wait limit.
+pub fn publish(
+    dir: &std::path::Path,
+    root: &str,
+    at: u64,
+    pid: u32,
+    tiers: &[(&str, u64, bool)],
+    seq: u64,
+    wait_limit_ms: u64,
+) {
+    use memqos_schema::admission::{Admission, TierAllowance, ADMISSION_VERSION};
+    let a = Admission {
+        version: ADMISSION_VERSION,
+        pid,
+        cgroup_root: root.into(),
+        computed_unix_ms: at,
+        interval_ms: 100,
+        tiers: tiers.iter().map(|&(t, b, wait)| TierAllowance { tier: t.into(), allowance_bytes: b, wait }).collect(),
+        seq,
+        wait_limit_ms,
+    };
+    // Atomically, as the daemon does: a waiter polling it never reads half a file.
+    let tmp = dir.join("admission.json.test-tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&a).unwrap()).unwrap();
+    std::fs::rename(&tmp, dir.join(memqos_schema::state::ADMISSION_FILE)).unwrap();
+}

@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use memqos_cgroupfs::Limit;
 use memqos_policy::{Config, Engine, Observation, ParentObs};
 use memqos_schema::admission::{Admission, TierAllowance, ADMISSION_VERSION, ARMED_HIGH_XATTR};
-use memqos_schema::state::{ADMISSION_FILE, ADMISSION_TMP_FILE};
+use memqos_schema::state::{ADMISSION_CLAIM_FILE, ADMISSION_FILE, ADMISSION_TMP_FILE};
 use memqos_schema::KnobFile;
 
 use crate::actuator::Actuator;
@@ -35,6 +35,8 @@ pub(crate) struct Admissions {
     /// Cgroups with a memory.high below max found not armed (no mark, another value, an
     /// untrusted owner): not read again.
     not_armed: HashSet<u64>,
+    /// The last publication's `seq`: waiting calls start one per publication.
+    seq: u64,
 }
 
 impl Admissions {
@@ -52,12 +54,14 @@ impl Admissions {
         if dry_run || !cfg.policy.admission {
             return None;
         }
+        // Counted whether or not the write lands: no seq is published twice.
+        self.seq += 1;
         let tiers = engine
             .admission(parent)
             .into_iter()
             .filter_map(|a| {
                 let t = cfg.tiers.get(a.tier)?;
-                Some(TierAllowance { tier: t.name.clone(), allowance_bytes: a.bytes })
+                Some(TierAllowance { tier: t.name.clone(), allowance_bytes: a.bytes, wait: a.wait })
             })
             .collect();
         let file = Admission {
@@ -67,6 +71,8 @@ impl Admissions {
             computed_unix_ms: unix_ms(),
             interval_ms: cfg.signals.sampling_interval_ms,
             tiers,
+            seq: self.seq,
+            wait_limit_ms: cfg.policy.admission_wait_ms,
         };
         match write(state_dir, &file) {
             Ok(()) => self.failing.take().map(|was| format!("admission.json is written again (it was not: {was})")),
@@ -162,9 +168,10 @@ fn write(state_dir: &Path, a: &Admission) -> Result<()> {
 }
 
 /// Withdraws the allowances (a stop, a restart of the loop): no new call is armed against a
-/// daemon that is not there to manage it.
+/// daemon that is not there to manage it. The claim goes too: the next run counts `seq` from 1.
 pub(crate) fn remove(state_dir: &Path) {
     let _ = std::fs::remove_file(state_dir.join(ADMISSION_FILE));
+    let _ = std::fs::remove_file(state_dir.join(ADMISSION_CLAIM_FILE));
 }
 
 /// Wall-clock ms since the Unix epoch: `memqos run`, another process, compares it with its own.

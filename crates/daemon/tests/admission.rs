@@ -1,7 +1,8 @@
 //! `policy.admission` in-process on a fake tree: the daemon publishes allowances for new
 //! cgroups, takes a ceiling `memqos run` armed (marked with `user.memqos.armed_high`) as its
 //! own cut (original `max` journaled), raises it as room frees, restores it at stop and
-//! withdraws the allowances; an unmarked memory.high stays an operator's.
+//! withdraws the allowances; an unmarked memory.high stays an operator's. A full parent makes
+//! the allowances say `wait`, and the claim waiting calls take goes with the allowances.
 
 mod common;
 
@@ -11,7 +12,7 @@ use memqos_daemon::journal::Journal;
 use memqos_daemon::Options;
 use memqos_policy::Reason;
 use memqos_schema::admission::{Admission, ARMED_HIGH_XATTR};
-use memqos_schema::state::ADMISSION_FILE;
+use memqos_schema::state::{ADMISSION_CLAIM_FILE, ADMISSION_FILE};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -177,4 +178,28 @@ fn a_mark_that_does_not_match_the_value_is_not_taken_over() {
     assert_eq!(f.knob("low-x", "memory.high"), (80 * MIB).to_string());
     daemon.stop().expect("daemon run");
     assert_eq!(f.knob("low-x", "memory.high"), (80 * MIB).to_string());
+}
+
+#[test]
+fn a_full_parent_asks_new_calls_to_wait_each_tick_is_counted_and_the_claim_goes_at_stop() {
+    let f = fake("wait", 60_000);
+    // [policy] is the fixture config's last table.
+    let mut text = std::fs::read_to_string(&f.config).unwrap();
+    text.push_str("admission_wait_ms = 1234\n");
+    std::fs::write(&f.config, text).unwrap();
+    let daemon = f.start();
+    let a = poll_for("the allowances", Duration::from_secs(20), || f.admission());
+    assert!(!a.wait("batch"), "100M of 512M used: room");
+    assert_eq!(a.wait_limit_ms, 1234, "the config's");
+    let later = poll_for("a later tick", Duration::from_secs(20), || f.admission().filter(|b| b.seq > a.seq));
+    assert!(later.seq > a.seq && a.seq >= 1);
+    // The parent at its limit: no room for a new call, only the floor.
+    std::fs::write(f.root.join("memory.current"), format!("{}\n", 512 * MIB)).unwrap();
+    let full = poll_for("wait published", Duration::from_secs(20), || f.admission().filter(|b| b.wait("batch")));
+    assert_eq!(full.allowance("batch"), Some(64 * MIB));
+    // A waiter took a tick.
+    std::fs::write(f.state.join(ADMISSION_CLAIM_FILE), format!("{} {}\n", full.seq, full.pid)).unwrap();
+    daemon.stop().expect("daemon run");
+    assert!(!f.state.join(ADMISSION_FILE).exists(), "allowances withdrawn at stop");
+    assert!(!f.state.join(ADMISSION_CLAIM_FILE).exists(), "the claim with them");
 }

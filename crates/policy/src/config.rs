@@ -485,6 +485,10 @@ pub struct Policy {
     /// `admission_floor` (default "64M", >= 4K): no allowance is smaller, so a small call is
     /// never held by its armed ceiling, however full the host.
     pub admission_floor: u64,
+    /// `admission_wait_ms` (default 30000, 0: never wait): how long `memqos run` holds back a
+    /// call whose tier's allowance says there is no room for it (`engine::admit`) before it
+    /// starts it anyway, armed at the allowance of that moment.
+    pub admission_wait_ms: u64,
 }
 
 /// `policy.foreign_knobs`.
@@ -518,6 +522,7 @@ impl Default for Policy {
             admission: false,
             admission_share: 0.5,
             admission_floor: 64 << 20,
+            admission_wait_ms: 30_000,
         }
     }
 }

@@ -171,3 +171,44 @@ fn a_call_held_at_its_armed_ceiling_meets_its_tiers_stall_bound() {
     let t = killed_at.expect("the stall bound killed the held call");
     assert!((20_000..=21_000).contains(&t), "killed at {t} ms, bound 20 s from the first tick");
 }
+
+fn waits(a: &[Allowance]) -> Vec<(usize, bool)> {
+    a.iter().map(|a| (a.tier.0, a.wait)).collect()
+}
+
+#[test]
+fn a_new_call_waits_when_the_rooms_share_is_below_the_floor_or_its_tier_is_queued() {
+    let mut sim = sim(THREE_TIERS, ON);
+    sim.add("low/a", 200 * MB);
+    sim.add("batch/b", 100 * MB);
+    sim.tick();
+    // 660 free, half is 330: room for a new call.
+    assert_eq!(waits(&sim.engine.admission(&sim.parent)), vec![(1, false), (2, false)]);
+    let mut parent = sim.parent.clone();
+    // 128 free, half is exactly the floor: still room.
+    parent.usage_bytes = 832 * MB;
+    assert_eq!(waits(&sim.engine.admission(&parent)), vec![(1, false), (2, false)]);
+    // 100 free, half is 50: below the floor, so the floor would be offered on a full host.
+    parent.usage_bytes = 860 * MB;
+    let full = sim.engine.admission(&parent);
+    assert_eq!((bytes(&full), waits(&full)), (vec![(1, 64), (2, 64)], vec![(1, true), (2, true)]));
+    parent.usage_bytes = 2048 * MB;
+    assert_eq!(waits(&sim.engine.admission(&parent)), vec![(1, true), (2, true)], "over the line");
+    // No finite limit: no allowance, so nothing to wait on.
+    parent.max = Limit::Max;
+    assert!(sim.engine.admission(&parent).is_empty());
+}
+
+#[test]
+fn a_new_call_of_a_queued_tier_waits_however_much_room_is_left() {
+    let mut sim = sim(THREE_TIERS, "admission = true\nadmission_share = 1.0\n");
+    sim.add("critical/agent", 12 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(330 * MB);
+    sim.add("batch/a", 250 * MB);
+    sim.add("batch/b", 250 * MB);
+    sim.tick();
+    assert_eq!(sim.engine.status().parked, vec!["batch/b".to_owned()]);
+    // 124 free (as in the parking test above): low, above the queue, starts; batch waits.
+    let a = sim.engine.admission(&sim.parent);
+    assert_eq!((bytes(&a), waits(&a)), (vec![(1, 124), (2, 64)], vec![(1, false), (2, true)]));
+}

@@ -205,6 +205,7 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}[policy]\nws_margin = 0.5\n"), "memqos.toml:6:13: policy.ws_margin: 0.5 is out of range [1, 4]"),
         (format!("{ROOT}{tier}[policy]\nmin_high = \"1K\"\n"), "memqos.toml:6:12: policy.min_high: 1024 bytes is too small (at least 4096)"),
         (format!("{ROOT}{tier}[policy]\nfreeze_after_ms = 0\n"), "memqos.toml:6:19: policy.freeze_after_ms: 0 is out of range 1..=86400000"),
+        (format!("{ROOT}{tier}[policy]\nadmission_wait_ms = 3600001\n"), "memqos.toml:6:21: policy.admission_wait_ms: 3600001 is out of range 0..=3600000"),
         (format!("{ROOT}[signals]\nsampling_interval_ms = 1\n{tier}"), "memqos.toml:3:24: signals.sampling_interval_ms: 1 is out of range 10..=60000"),
         (
             format!("{ROOT}[signals]\nsampling_interval_ms = 1000\ncalm_interval_ms = 500\n{tier}"),

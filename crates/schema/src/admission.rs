@@ -4,6 +4,14 @@
 //! tier's allowance, so a burst shorter than a sampling interval is throttled by the kernel
 //! instead of running the host budget into an OOM kill. The file is also the daemon's liveness
 //! for armed calls: `memqos run` lifts its armed ceiling when it goes stale.
+//!
+//! A tier whose allowance says `wait` has no room for a new call: `memqos run` holds the call
+//! back (it has no cgroup and no memory yet, so it cannot be killed) until a tick has room,
+//! for at most `wait_limit_ms`. Waiters start one per published tick: the one that takes
+//! [`crate::state::ADMISSION_CLAIM_FILE`] for the tick's `seq` starts, the others wait for the next tick.
+//!
+//! Fields added since version 1 default when absent, so an older file still reads (as "no
+//! wait"); readers ignore fields they do not know, so older readers read a newer file.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +37,13 @@ pub struct Admission {
     pub interval_ms: u64,
     /// One entry per throttle tier, in tier order.
     pub tiers: Vec<TierAllowance>,
+    /// Counts the daemon's publications (from 1 in each run of its loop): one waiting call
+    /// starts per `seq`.
+    #[serde(default)]
+    pub seq: u64,
+    /// `policy.admission_wait_ms`: how long a call may wait for room; 0: it does not wait.
+    #[serde(default)]
+    pub wait_limit_ms: u64,
 }
 
 /// One throttle tier's allowance for a new cgroup.
@@ -37,6 +52,10 @@ pub struct TierAllowance {
     pub tier: String,
     /// memory.high for a new cgroup of this tier (never below `policy.admission_floor`).
     pub allowance_bytes: u64,
+    /// No room for a new call of this tier now (its share of the room is below the floor, or
+    /// the tier is queued behind a parked one): a call should wait before it starts.
+    #[serde(default)]
+    pub wait: bool,
 }
 
 impl Admission {
@@ -55,6 +74,11 @@ impl Admission {
     pub fn allowance(&self, tier: &str) -> Option<u64> {
         self.tiers.iter().find(|t| t.tier == tier).map(|t| t.allowance_bytes)
     }
+
+    /// Whether a new call of the tier called `tier` should wait (false for a tier not listed).
+    pub fn wait(&self, tier: &str) -> bool {
+        self.tiers.iter().any(|t| t.tier == tier && t.wait)
+    }
 }
 
 #[cfg(test)]
@@ -69,12 +93,23 @@ mod tests {
             cgroup_root: "/sys/fs/cgroup/agents".into(),
             computed_unix_ms: 10_000,
             interval_ms: 100,
-            tiers: vec![TierAllowance { tier: "tool".into(), allowance_bytes: 64 << 20 }],
+            tiers: vec![TierAllowance { tier: "tool".into(), allowance_bytes: 64 << 20, wait: true }],
+            seq: 3,
+            wait_limit_ms: 30_000,
         };
         let text = serde_json::to_string(&a).unwrap();
         assert_eq!(serde_json::from_str::<Admission>(&text).unwrap(), a);
         assert_eq!((a.max_age_ms(), a.age_ms(10_500), a.age_ms(9_000)), (1_000, 500, 0));
         assert_eq!(Admission { interval_ms: 500, ..a.clone() }.max_age_ms(), 1_500);
         assert_eq!((a.allowance("tool"), a.allowance("runtime")), (Some(64 << 20), None));
+        assert_eq!((a.wait("tool"), a.wait("runtime")), (true, false));
+    }
+
+    #[test]
+    fn a_file_from_before_waiting_reads_as_no_wait() {
+        let old = r#"{"version":1,"pid":7,"cgroup_root":"/sys/fs/cgroup/agents","computed_unix_ms":10000,
+            "interval_ms":100,"tiers":[{"tier":"tool","allowance_bytes":67108864}]}"#;
+        let a: Admission = serde_json::from_str(old).unwrap();
+        assert_eq!((a.seq, a.wait_limit_ms, a.wait("tool"), a.allowance("tool")), (0, 0, false, Some(64 << 20)));
     }
 }

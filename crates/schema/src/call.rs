@@ -94,6 +94,19 @@ pub struct Armed {
     /// Why `memqos run` lifted the ceiling to `max` itself while the call ran (the daemon's
     /// liveness went stale); None when it did not.
     pub lifted: Option<String>,
+    /// How long the call waited for room before it started (its tier's allowance said
+    /// `wait`); 0, and absent from the JSON, when it did not.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waited_ms: u64,
+    /// Why the wait ended: "room" (a tick had room for it), "limit" (`admission_wait_ms`
+    /// passed), "daemon gone" (started as without a daemon), "no claim" (the claim file could
+    /// not be taken); absent when it did not wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ended: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One stall action the daemon took on the call.
@@ -146,7 +159,7 @@ mod tests {
                 value: "1".into(),
                 why: "stalled".into(),
             }],
-            armed: Armed { high_bytes: Some(64 << 20), skipped: None, held: true, lifted: None },
+            armed: Armed { high_bytes: Some(64 << 20), skipped: None, held: true, lifted: None, ..Default::default() },
         };
         let line = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<CallReport>(&line).unwrap(), r);
@@ -155,5 +168,13 @@ mod tests {
         let mut old: serde_json::Value = serde_json::from_str(&line).unwrap();
         old.as_object_mut().unwrap().remove("armed");
         assert_eq!(serde_json::from_value::<CallReport>(old).unwrap().armed, Armed::default());
+        // Not waiting adds nothing to the JSON; a wait reads back.
+        assert!(!line.contains("waited_ms") && !line.contains("wait_ended"), "{line}");
+        let waited = CallReport {
+            armed: Armed { waited_ms: 1_200, wait_ended: Some("room".into()), ..r.armed.clone() },
+            ..r.clone()
+        };
+        let line = serde_json::to_string(&waited).unwrap();
+        assert_eq!(serde_json::from_str::<CallReport>(&line).unwrap(), waited);
     }
 }

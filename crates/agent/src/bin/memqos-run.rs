@@ -32,8 +32,9 @@ Options:
       --config FILE   a daemon config: its cgroup_root is the root; the tier is checked
       --state-dir DIR the daemon's state directory (default: $MEMQOS_STATE_DIR, the
                       config's state_dir, /var/lib/memqos): with `admission = true` there,
-                      the call's memory.high is armed at its tier's allowance before it starts
-  -v, --verbose       say whether a memory ceiling was armed (and why not)
+                      the call's memory.high is armed at its tier's allowance before it starts,
+                      and a call with no room waits for some first (admission_wait_ms)
+  -v, --verbose       say whether a memory ceiling was armed (and why not) and any wait
       --stats         a one-line summary on stderr after the call
       --json          the call's report as one JSON line on stderr after the call
   -h, --help          this text

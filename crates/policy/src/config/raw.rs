@@ -210,6 +210,7 @@ struct RawPolicy {
     admission: Option<bool>,
     admission_share: Option<Spanned<f64>>,
     admission_floor: Option<Spanned<ByteSize>>,
+    admission_wait_ms: Option<Spanned<u64>>,
 }
 
 pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
@@ -569,6 +570,7 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
         admission: r.admission.unwrap_or(d.admission),
         admission_share: ratio(src, r.admission_share, &f("admission_share"), d.admission_share, (0.0, 1.0), true)?,
         admission_floor: size(src, r.admission_floor, &f("admission_floor"), d.admission_floor, 4096)?,
+        admission_wait_ms: int(src, r.admission_wait_ms, &f("admission_wait_ms"), d.admission_wait_ms, 0..=3_600_000)?,
     })
 }
 

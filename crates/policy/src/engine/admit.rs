@@ -18,6 +18,12 @@
 //! cgroup of a parked tier, or of a tier below it, gets the floor only: it must not jump
 //! the queue. No finite parent limit: nothing to keep under, no allowances.
 //!
+//! An allowance also says whether a new call should wait before it starts: when the room's
+//! share is below the floor, or its tier is queued behind a parked one. A call started then
+//! is armed at the floor on a host with no room for it, held there, and still OOM-killed
+//! once the protected tiers grow (docs/agent-host-admission); one that has not started yet
+//! holds no memory, so it cannot be killed. `memqos run` waits while `wait` is set.
+//!
 //! The floor keeps small calls from ever being held. A call larger than its allowance waits
 //! at it (the kernel's over-high penalty) until the daemon raises it as room frees
 //! (`throttle::release`), or its tier's stall bound acts (`engine::stall`): the daemon takes
@@ -35,6 +41,8 @@ use crate::size::{page_down, Limit, PAGE};
 pub struct Allowance {
     pub tier: TierIndex,
     pub bytes: u64,
+    /// No room for a new cgroup of this tier now: a call should not start yet.
+    pub wait: bool,
 }
 
 /// What the allowances depend on besides the parent, as of the last periodic tick: the
@@ -67,11 +75,17 @@ pub(crate) fn allowances(cfg: &Config, basis: &Basis, parent: &ParentObs) -> Vec
     let floor = policy.admission_floor.div_ceil(PAGE).saturating_mul(PAGE);
     let line = limit.saturating_sub(policy.headroom_guard);
     let room = line.saturating_sub(parent.usage_bytes).saturating_sub(basis.regrowth);
-    let free = page_down((room as f64 * policy.admission_share) as u64).max(floor);
+    let share = page_down((room as f64 * policy.admission_share) as u64);
     let queue = basis.parked_tiers.first().copied();
     cfg.tiers
         .iter()
         .filter(|(_, t)| t.throttle)
-        .map(|(tier, _)| Allowance { tier, bytes: if queue.is_some_and(|q| tier >= q) { floor } else { free } })
+        .map(|(tier, _)| {
+            if queue.is_some_and(|q| tier >= q) {
+                Allowance { tier, bytes: floor, wait: true }
+            } else {
+                Allowance { tier, bytes: share.max(floor), wait: share < floor }
+            }
+        })
         .collect()
 }
