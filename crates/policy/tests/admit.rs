@@ -212,3 +212,25 @@ fn a_new_call_of_a_queued_tier_waits_however_much_room_is_left() {
     let a = sim.engine.admission(&sim.parent);
     assert_eq!((bytes(&a), waits(&a)), (vec![(1, 124), (2, 64)], vec![(1, false), (2, true)]));
 }
+
+#[test]
+fn a_ceiling_of_ours_above_usage_is_room_already_promised() {
+    let mut first = sim(THREE_TIERS, ON);
+    first.add("low/a", 200 * MB);
+    // Armed a tick ago at 200M, holding 20M so far: 180M of the room is promised to it.
+    armed(&mut first, "low/call", 20 * MB, 200 * MB);
+    first.tick();
+    // (1024 - 64 guard) - 220 used - 180 promised = 560; half of it.
+    assert_eq!(bytes(&first.engine.admission(&first.parent)), vec![(1, 280), (2, 280)]);
+    // A ceiling below what the cgroup holds (a cut) promises nothing, nor does an
+    // operator's memory.high (its original is not max).
+    let mut cut = sim(THREE_TIERS, ON);
+    cut.add("low/a", 200 * MB);
+    armed(&mut cut, "low/call", 220 * MB, 200 * MB);
+    cut.add("batch/own", 20 * MB);
+    cut.cg("batch/own").current.high = Limit::Bytes(500 * MB);
+    cut.cg("batch/own").original.high = Limit::Bytes(500 * MB);
+    cut.tick();
+    // (1024 - 64) - 440 used = 520; half of it.
+    assert_eq!(bytes(&cut.engine.admission(&cut.parent)), vec![(1, 260), (2, 260)]);
+}

@@ -7,12 +7,16 @@
 //! starts throttles such a burst at kernel speed. The daemon publishes, per throttle tier,
 //! a memory.high for the next new cgroup; `memqos run` writes it before the call starts.
 //!
-//!   room      = (limit - headroom_guard) - parent usage - protected regrowth
+//!   room      = (limit - headroom_guard) - parent usage - protected regrowth - promised
 //!   allowance = max(page_down(room * admission_share), admission_floor)
 //!
 //! with `limit` the parent's (the tighter of memory.max and memory.high) and the protected
 //! regrowth the room the guard already keeps for protected cgroups (their protection or
-//! expected peak above what they use: `pressure::protected_regrowth`). `admission_share`
+//! expected peak above what they use: `pressure::protected_regrowth`) and `promised` what
+//! throttle-tier cgroups under a ceiling of ours may still grow to (memory.high above usage,
+//! original `max`): a call armed a tick ago holds almost nothing yet, but its allowance is
+//! promised, and without counting it every waiting call would start on the same room one
+//! tick after another. `admission_share`
 //! leaves room for other calls starting within the same interval, which all see the same
 //! allowance. While lower cgroups are parked for a reservation (`engine::park`), a new
 //! cgroup of a parked tier, or of a tier below it, gets the floor only: it must not jump
@@ -53,13 +57,25 @@ pub(crate) struct Basis {
     pub regrowth: u64,
     /// Tiers with a parked cgroup.
     pub parked_tiers: BTreeSet<TierIndex>,
+    /// [`promised`] of the last periodic tick.
+    pub promised: u64,
 }
 
 impl Basis {
     pub fn of(ctx: &Ctx, parked: &[String]) -> Basis {
         let parked_tiers = parked.iter().filter_map(|p| ctx.get(p)).map(|c| c.tier).collect();
-        Basis { regrowth: super::pressure::protected_regrowth(ctx), parked_tiers }
+        Basis { regrowth: super::pressure::protected_regrowth(ctx), parked_tiers, promised: promised(ctx) }
     }
+}
+
+/// What throttle-tier cgroups may still charge under a memory.high of ours (original `max`:
+/// an armed call, or a cut raised as room freed): the room already given away.
+fn promised(ctx: &Ctx) -> u64 {
+    ctx.cgs
+        .iter()
+        .filter(|c| ctx.tier(c).throttle && c.original.high == Limit::Max)
+        .filter_map(|c| Some(c.current.high.bytes()?.saturating_sub(c.usage_bytes)))
+        .fold(0, u64::saturating_add)
 }
 
 /// The allowances for `parent` (see the module doc); empty when `admission` is off or the
@@ -74,7 +90,7 @@ pub(crate) fn allowances(cfg: &Config, basis: &Basis, parent: &ParentObs) -> Vec
     }
     let floor = policy.admission_floor.div_ceil(PAGE).saturating_mul(PAGE);
     let line = limit.saturating_sub(policy.headroom_guard);
-    let room = line.saturating_sub(parent.usage_bytes).saturating_sub(basis.regrowth);
+    let room = line.saturating_sub(parent.usage_bytes).saturating_sub(basis.regrowth).saturating_sub(basis.promised);
     let share = page_down((room as f64 * policy.admission_share) as u64);
     let queue = basis.parked_tiers.first().copied();
     cfg.tiers
