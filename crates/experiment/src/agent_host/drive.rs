@@ -403,6 +403,7 @@ fn read_back(
         oom_kills,
         high_events: call.as_ref().map_or(0, |c| c.events.high),
         explanation,
+        armed: call.map(|c| c.armed).filter(|a| a.high_bytes.is_some() || a.waited_ms > 0),
     }
 }
 

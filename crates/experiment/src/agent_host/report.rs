@@ -110,6 +110,28 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
             );
         }
     }
+    let armed: Vec<&LevelSummary> = s.levels.iter().filter(|l| l.calls_armed + l.calls_waited > 0).collect();
+    if !armed.is_empty() {
+        let _ = writeln!(out, "\n## Armed ceilings\n");
+        let _ = writeln!(
+            out,
+            "Call attempts (a retry counts again) that `memqos run` armed with the daemon's allowance, that were held at their ceiling (memory.events `high` rose), and that waited for room before they started, with how long.\n"
+        );
+        let _ = writeln!(
+            out,
+            "| kernel | sessions | arm | attempts armed | held at their ceiling | waited for room | waits that reached admission_wait_ms | wait, ms: median [min–max] |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+        for l in armed {
+            let wait =
+                l.wait_ms.as_ref().map_or("–".into(), |e| format!("{:.0} [{:.0}–{:.0}]", e.median, e.min, e.max));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                l.kernel, l.level, l.arm, l.calls_armed, l.calls_held, l.calls_waited, l.waits_at_limit, wait
+            );
+        }
+    }
     if !s.example_explanations.is_empty() {
         let _ = writeln!(out, "\n## What a killed tool call told its agent\n");
         for (key, text) in &s.example_explanations {

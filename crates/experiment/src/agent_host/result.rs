@@ -91,6 +91,9 @@ pub struct ProcResult {
     pub high_events: u64,
     /// The plain-language account `memqos run` printed for an OOM kill.
     pub explanation: Option<String>,
+    /// From `memqos run --json`, when the call was armed or waited for room (policy.admission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub armed: Option<memqos_schema::call::Armed>,
 }
 
 impl ProcResult {

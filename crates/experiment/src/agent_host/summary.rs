@@ -42,6 +42,19 @@ pub struct LevelSummary {
     /// lost, like a killed runtime, for the density).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub sessions_hung: usize,
+    /// policy.admission: call attempts armed with a ceiling, held at it, made to wait for
+    /// room before they started, and waits that ended at `admission_wait_ms`; how long the
+    /// waits were (ms).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls_armed: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls_held: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls_waited: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waits_at_limit: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<Estimate>,
     pub parent_oom_kills: u64,
     /// OOMs triggered at a session's own limit (static-peak), summed; `None` where a run did
     /// not record them.
@@ -144,6 +157,11 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             closed_loop: rs.iter().all(|r| r.closed_loop),
             sessions_failed: 0,
             sessions_hung: 0,
+            calls_armed: 0,
+            calls_held: 0,
+            calls_waited: 0,
+            waits_at_limit: 0,
+            wait_ms: None,
             calls_retried: 0,
             calls_lost: 0,
             parent_oom_kills: 0,
@@ -157,6 +175,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
         let mut p95_ratios = Vec::new();
         let mut call_ratios = Vec::new();
         let mut cpu = Vec::new();
+        let mut waits = Vec::new();
         for r in rs {
             let mut killed_here = 0;
             for s in &r.sessions {
@@ -189,6 +208,15 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
                         Some(CallFate::FinishedOnRetry) => g.calls_retried += 1,
                         Some(CallFate::Lost) => g.calls_lost += 1,
                         _ => {}
+                    }
+                    for a in [&c.failed_attempt, &c.result].into_iter().flatten().filter_map(|p| p.armed.as_ref()) {
+                        g.calls_armed += usize::from(a.high_bytes.is_some());
+                        g.calls_held += usize::from(a.held);
+                        if a.waited_ms > 0 {
+                            g.calls_waited += 1;
+                            g.waits_at_limit += usize::from(a.wait_ended.as_deref() == Some("limit"));
+                            waits.push(a.waited_ms as f64);
+                        }
                     }
                     // A retried call was started (and killed) once before its last attempt.
                     if let Some(p) = &c.failed_attempt {
@@ -238,6 +266,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
         g.runtime_p95_vs_solo = estimate(&p95_ratios);
         g.call_time_vs_solo = estimate(&call_ratios);
         g.daemon_cpu_s = estimate(&cpu);
+        g.wait_ms = estimate(&waits);
         levels.push(g);
     }
     let density = density(&levels);
@@ -365,6 +394,7 @@ mod tests {
             oom_kills: u64::from(killed),
             high_events: 0,
             explanation: killed.then(|| "memqos: killed".to_string()),
+            armed: None,
         }
     }
 
@@ -413,6 +443,35 @@ mod tests {
             cpu_controller: None,
             closed_loop: false,
         }
+    }
+
+    #[test]
+    fn armed_held_and_waiting_attempts_are_counted_with_their_waits() {
+        use memqos_schema::call::Armed;
+        let armed = |held: bool, waited_ms: u64, ended: Option<&str>| Armed {
+            high_bytes: Some(64 << 20),
+            held,
+            waited_ms,
+            wait_ended: ended.map(str::to_string),
+            ..Default::default()
+        };
+        let mut s = session("a", false, false, None);
+        // A retried call: its first attempt waited until the limit and was held; the retry
+        // waited for room.
+        s.calls[0].failed_attempt =
+            Some(ProcResult { armed: Some(armed(true, 1200, Some("limit"))), ..proc(true, 2.0, 1.0) });
+        s.calls[0].result.as_mut().unwrap().armed = Some(armed(false, 300, Some("room")));
+        let plain = session("a", false, false, None);
+        let out =
+            summarize(&[arm("solo", 1, vec![session("a", false, false, None)]), arm("memqos", 2, vec![s, plain])]);
+        let l = out.levels.iter().find(|l| l.arm == "memqos").unwrap();
+        assert_eq!((l.calls_armed, l.calls_held, l.calls_waited, l.waits_at_limit), (2, 1, 2, 1));
+        let w = l.wait_ms.as_ref().unwrap();
+        assert_eq!((w.n, w.min, w.max), (2, 300.0, 1200.0));
+        // Without admission the summary keeps its exact form.
+        let none = summarize(&[arm("none", 2, vec![session("a", false, false, None)])]);
+        let text = serde_json::to_string(&none.levels[0]).unwrap();
+        assert!(!text.contains("calls_armed") && !text.contains("wait_ms"), "{text}");
     }
 
     #[test]
