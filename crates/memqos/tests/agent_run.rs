@@ -263,3 +263,70 @@ guest_test!(an_armed_ceiling_is_on_the_call_when_it_starts_and_gone_after_the_da
     unsafe { libc::kill(call.id() as i32, libc::SIGTERM) };
     wait_timeout(&mut call, Duration::from_secs(60)).expect("the call did not end");
 });
+
+guest_test!(a_call_with_no_room_waits_at_the_door_and_starts_when_room_frees, |g| g, {
+    use memqos_lab::daemon_process::DaemonProcess;
+    let root = agents_root("agents-wait");
+    set(&root, "memory.max", 512 * MIB);
+    let dir = std::path::Path::new("/tmp/wait");
+    std::fs::create_dir_all(dir).unwrap();
+    let state = dir.join("state");
+    // The shipped session config, admission on, waits long enough that only room ends one.
+    let config = include_str!("../../agent/session.example.toml")
+        .replace("cgroup_root = \"/sys/fs/cgroup/agents\"", &format!("cgroup_root = {:?}", root.path()))
+        .replace("# [policy]\n# admission = true", "[policy]\nadmission = true\nadmission_wait_ms = 300000");
+    assert!(config.contains("admission_wait_ms = 300000"), "{config}");
+    std::fs::write(dir.join("memqos.toml"), &config).unwrap();
+    let daemon =
+        DaemonProcess::start(std::path::Path::new(memqos_bin()), &dir.join("memqos.toml"), &state, &[], Stdio::null())
+            .unwrap();
+
+    // A full host: 470M held under the 512M limit, above the guard line.
+    let hog_cg = make_cgroup("agents-wait/hog");
+    let mut hog = spawn_workload(&hog_cg, "alloc", &["--mb", "470", "--hold-ms", "600000"]);
+    poll("the hog to fill the host", Duration::from_secs(120), || {
+        hog_cg.memory_current().is_ok_and(|b| b >= 440 * MIB)
+    });
+    let allowances = || -> serde_json::Value {
+        std::fs::read(state.join("admission.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    poll("the daemon to say wait", Duration::from_secs(60), || {
+        allowances()["tiers"].as_array().is_some_and(|t| !t.is_empty() && t.iter().all(|a| a["wait"] == true))
+    });
+
+    let state_arg = state.to_str().unwrap();
+    let mut call = Command::new(memqos_bin())
+        .arg("run")
+        .arg("--root")
+        .arg(root.path())
+        .args(["--session", "s", "--state-dir", state_arg, "--json", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It waits, and before its cgroup exists.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(call.try_wait().unwrap().is_none(), "the call started on a full host");
+    let session = root.child("s");
+    let calls = || session.children().map(|c| c.len()).unwrap_or(0);
+    assert_eq!(calls(), 0, "a waiting call has no cgroup yet");
+
+    // Room frees: the call starts, armed, and says it waited for room.
+    hog.kill().unwrap();
+    hog.wait().unwrap();
+    let status = wait_timeout(&mut call, Duration::from_secs(120)).expect("the call never started");
+    let out = call.wait_with_output().unwrap();
+    assert!(status.success(), "{status:?}: {}", text(&out.stderr));
+    let r = report(&out);
+    println!("waited call: {r}");
+    assert_eq!(r["armed"]["wait_ended"], "room", "{r}");
+    assert!(r["armed"]["waited_ms"].as_u64().is_some_and(|ms| ms >= 3000), "{r}");
+    assert!(r["armed"]["high_bytes"].as_u64().is_some(), "{r}");
+    assert!(state.join("admission.claim").exists(), "a waiter that started took the tick's claim");
+
+    let (status, log) = daemon.stop().unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(!state.join("admission.claim").exists(), "the claim is withdrawn at stop");
+});
