@@ -234,3 +234,23 @@ fn a_ceiling_of_ours_above_usage_is_room_already_promised() {
     // (1024 - 64) - 440 used = 520; half of it.
     assert_eq!(bytes(&cut.engine.admission(&cut.parent)), vec![(1, 260), (2, 260)]);
 }
+
+#[test]
+fn on_a_busy_host_an_armed_ceiling_rises_with_the_room_instead_of_being_lifted_before_the_burst() {
+    // 700M of the 960M guard line held by others: more than half of it.
+    let mut busy = sim(THREE_TIERS, ON);
+    busy.add("low/a", 700 * MB);
+    armed(&mut busy, "low/call", 10 * MB, 64 * MB);
+    busy.run(20_000, |_| {});
+    let high = busy.high("low/call");
+    assert_ne!(high, Limit::Max, "lifted before its burst: {:?}", busy.high_trail_mb("low/call"));
+    // Raised, but never past what the room under the guard line allows it: 960 - 710 = 250M.
+    assert!(high > Limit::Bytes(64 * MB) && high <= Limit::Bytes(260 * MB), "{:?}", busy.high_trail_mb("low/call"));
+    // With admission off the same ceiling is lifted as before (an ordinary throttled cgroup
+    // that no longer presses on its limit).
+    let mut off = sim(THREE_TIERS, "");
+    off.add("low/a", 700 * MB);
+    armed(&mut off, "low/call", 10 * MB, 64 * MB);
+    off.run(20_000, |_| {});
+    assert_eq!(off.high("low/call"), Limit::Max, "{:?}", off.high_trail_mb("low/call"));
+}

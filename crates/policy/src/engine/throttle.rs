@@ -146,6 +146,11 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 /// still holds its memory. A cgroup goes back to its original value when the step reaches it,
 /// or as soon as it clearly no longer presses on its limit (usage at most half the uncapped
 /// step): from then on it is an ordinary cgroup that the guard watches like any other.
+/// With `policy.admission` on, that shortcut waits until the parent holds at most half its
+/// guard line: an armed call's ceiling is meant not to press until the call bursts, and
+/// lifting it on a busy host because the call has not burst yet let the burst run the
+/// budget into an OOM kill (docs/agent-host-admission-wait); meanwhile it rises only with
+/// the room, step by step.
 pub(crate) fn release(ctx: &Ctx, why: Reason, states: &States, plan: &mut Plan) {
     // Only what memqos may have lowered: a tighter high on another tier is someone else's.
     let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.id].ever_wrote(Knob::High);
@@ -155,13 +160,14 @@ pub(crate) fn release(ctx: &Ctx, why: Reason, states: &States, plan: &mut Plan) 
         return;
     };
     let released: Vec<&CgroupObs> = throttled.into_iter().filter(|c| c.tier == top).collect();
-    let room = match ctx.parent_limit() {
+    let (room, busy) = match ctx.parent_limit() {
         Limit::Bytes(limit) => {
             let line = limit.saturating_sub(ctx.cfg.policy.headroom_guard);
-            line.saturating_sub(ctx.parent.usage_bytes) / released.len() as u64
+            (line.saturating_sub(ctx.parent.usage_bytes) / released.len() as u64, ctx.parent.usage_bytes > line / 2)
         }
-        Limit::Max => u64::MAX,
+        Limit::Max => (u64::MAX, false),
     };
+    let may_lift = !(ctx.cfg.policy.admission && busy);
     let grow = 1.0 + ctx.cfg.policy.release_ratio;
     for c in released {
         let Limit::Bytes(cur) = c.current.high else {
@@ -169,7 +175,7 @@ pub(crate) fn release(ctx: &Ctx, why: Reason, states: &States, plan: &mut Plan) 
         };
         let usage = c.usage_bytes;
         let stepped = ((cur as f64 * grow) as u64).max(usage);
-        let target = if usage.saturating_mul(2) <= stepped {
+        let target = if may_lift && usage.saturating_mul(2) <= stepped {
             c.original.high
         } else {
             let cap = page_down(usage.saturating_add(room));
