@@ -121,7 +121,25 @@ pub(super) fn render_agent_density(root: &Path, dir: &str) -> Result<String> {
                 }
             }
         }
-        let _ = writeln!(out, "- {}: density {}; {}.", short_kernel(k), parts.join(", "), ratios.join(", "));
+        // Density counts runtimes only; an arm can keep every runtime and fail the sessions
+        // instead (a call killed twice). What finished is the other half of the picture.
+        let mut finished = Vec::new();
+        for arm in ["memqos", "none", "static-peak"] {
+            let best = h
+                .levels
+                .iter()
+                .filter(|l| l.kernel == k && l.arm == arm && l.runs > 0)
+                .map(|l| (l.sessions_finished as f64 / l.runs as f64, l.level))
+                .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+            if let Some((per_run, level)) = best {
+                finished.push(format!("{arm} {per_run:.1} (at {level})"));
+            }
+        }
+        let finished = match finished.is_empty() {
+            true => String::new(),
+            false => format!("; most sessions finished per run: {}", finished.join(", ")),
+        };
+        let _ = writeln!(out, "- {}: density {}; {}{finished}.", short_kernel(k), parts.join(", "), ratios.join(", "));
     }
     Ok(out)
 }
@@ -155,5 +173,44 @@ mod tests {
             render_agent_density(dir.path(), OPEN_LOOP).unwrap(),
             "- 7.2.13: density memqos ≥ 14 (the largest level run), none 10; memqos/none ≥ 14/10 = 1.40x.\n"
         );
+    }
+
+    #[test]
+    fn the_density_line_says_how_many_sessions_finished_per_run_at_best() {
+        use crate::agent_host::summary::{Density, HostSummary, LevelSummary};
+        let level = |arm: &str, level: usize, runs: usize, finished: usize| -> LevelSummary {
+            let mut l: LevelSummary = serde_json::from_value(serde_json::json!({
+                "kernel": "7.2.13+deb14-amd64", "level": level, "arm": arm, "runs": runs, "sessions": level * runs,
+                "sessions_finished": finished, "runtimes_killed": 0, "runs_with_runtime_killed": 0,
+                "calls_planned": 0, "calls_started": 0, "calls_killed": 0, "calls_not_started": 0,
+                "parent_oom_kills": 0, "runtime_p95_vs_solo": null, "call_time_vs_solo": null,
+                "static_limits_fit": null, "knobs_restored": null, "daemon_cpu_s": null
+            }))
+            .unwrap();
+            l.closed_loop = true;
+            l
+        };
+        let density = |arm: &str, sessions: usize| Density {
+            kernel: "7.2.13+deb14-amd64".into(),
+            arm: arm.into(),
+            sessions,
+            highest_clean: Some(sessions),
+            lowest_lost: None,
+            levels_run: vec![sessions],
+            admitted_by_limits: None,
+        };
+        // memqos keeps every runtime at 17 but finishes fewer sessions there than at 12.
+        let h = HostSummary {
+            levels: vec![level("memqos", 12, 3, 31), level("memqos", 17, 3, 25), level("none", 9, 3, 24)],
+            density: vec![density("memqos", 17), density("none", 9)],
+            targets: Vec::new(),
+            example_explanations: Default::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("docs/agent-host-closed")).unwrap();
+        std::fs::write(dir.path().join("docs/agent-host-closed/summary.json"), serde_json::to_string(&h).unwrap())
+            .unwrap();
+        let text = render_agent_density(dir.path(), CLOSED_LOOP).unwrap();
+        assert!(text.ends_with("; most sessions finished per run: memqos 10.3 (at 12), none 8.0 (at 9).\n"), "{text}");
     }
 }
