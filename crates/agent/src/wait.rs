@@ -192,8 +192,17 @@ mod tests {
 
         /// A new tick with room (or without).
         fn tick(&self, wait: bool) {
-            self.wait.store(wait, Ordering::SeqCst);
-            self.seq.fetch_add(1, Ordering::SeqCst);
+            tick(&self.wait, &self.seq, wait);
+        }
+
+        /// A tick with room [`BEFORE_THE_TICK`] from now, from another thread (the test's
+        /// own thread is the waiter).
+        fn room_later(&self) -> std::thread::JoinHandle<()> {
+            let (wait, seq) = (self.wait.clone(), self.seq.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(BEFORE_THE_TICK);
+                tick(&wait, &seq, false);
+            })
         }
 
         fn stop(&mut self) {
@@ -206,6 +215,11 @@ mod tests {
         fn claimed(&self) -> Option<(u64, u32)> {
             parse_claim(&std::fs::read_to_string(self.state.join(ADMISSION_CLAIM_FILE)).ok()?)
         }
+    }
+
+    fn tick(wait: &AtomicBool, seq: &AtomicU64, waiting: bool) {
+        wait.store(waiting, Ordering::SeqCst);
+        seq.fetch_add(1, Ordering::SeqCst);
     }
 
     impl Drop for FakeDaemon {
@@ -222,14 +236,7 @@ mod tests {
     fn a_call_waits_until_a_tick_has_room_and_claims_that_tick() {
         let d = tempfile::tempdir().unwrap();
         let daemon = FakeDaemon::start(d.path(), PATIENCE);
-        let opener = std::thread::spawn({
-            let (seq, wait) = (daemon.seq.clone(), daemon.wait.clone());
-            move || {
-                std::thread::sleep(BEFORE_THE_TICK);
-                wait.store(false, Ordering::SeqCst);
-                seq.fetch_add(1, Ordering::SeqCst);
-            }
-        });
+        let opener = daemon.room_later();
         let w = wait(d.path()).expect("it had to wait");
         opener.join().unwrap();
         assert_eq!((w.ended, w.why.as_deref()), (Ended::Room, None));
@@ -328,14 +335,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join(ADMISSION_CLAIM_FILE)).unwrap();
         let daemon = FakeDaemon::start(d.path(), PATIENCE);
-        let opener = std::thread::spawn({
-            let (seq, wait) = (daemon.seq.clone(), daemon.wait.clone());
-            move || {
-                std::thread::sleep(BEFORE_THE_TICK);
-                wait.store(false, Ordering::SeqCst);
-                seq.fetch_add(1, Ordering::SeqCst);
-            }
-        });
+        let opener = daemon.room_later();
         let w = wait(d.path()).expect("waited");
         opener.join().unwrap();
         assert_eq!(w.ended, Ended::NoClaim);

@@ -83,8 +83,9 @@ fn the_protected_tiers_expected_regrowth_is_not_offered() {
     assert_eq!(bytes(&plain.engine.admission(&plain.parent)), vec![(1, 394), (2, 394)]);
 }
 
-#[test]
-fn a_new_cgroup_does_not_jump_the_parking_queue() {
+/// An agent expecting 330M beside two 250M batch cgroups, all of the room shared: batch/b
+/// is parked for the agent's reservation, leaving 124M free.
+fn batch_parked_for_an_agent() -> Sim {
     let mut sim = sim(THREE_TIERS, "admission = true\nadmission_share = 1.0\n");
     sim.add("critical/agent", 12 * MB);
     sim.cg("critical/agent").expected_peak_bytes = Some(330 * MB);
@@ -92,6 +93,12 @@ fn a_new_cgroup_does_not_jump_the_parking_queue() {
     sim.add("batch/b", 250 * MB);
     sim.tick();
     assert_eq!(sim.engine.status().parked, vec!["batch/b".to_owned()]);
+    sim
+}
+
+#[test]
+fn a_new_cgroup_does_not_jump_the_parking_queue() {
+    let sim = batch_parked_for_an_agent();
     // (1024 - 64) - 512 used - (336 reserved - 12 used) = 124 free. batch is queued: its new
     // cgroups (and those of any tier below) get the floor; low, above it, gets the room.
     assert_eq!(bytes(&sim.engine.admission(&sim.parent)), vec![(1, 124), (2, 64)]);
@@ -201,13 +208,7 @@ fn a_new_call_waits_when_the_rooms_share_is_below_the_floor_or_its_tier_is_queue
 
 #[test]
 fn a_new_call_of_a_queued_tier_waits_however_much_room_is_left() {
-    let mut sim = sim(THREE_TIERS, "admission = true\nadmission_share = 1.0\n");
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(330 * MB);
-    sim.add("batch/a", 250 * MB);
-    sim.add("batch/b", 250 * MB);
-    sim.tick();
-    assert_eq!(sim.engine.status().parked, vec!["batch/b".to_owned()]);
+    let sim = batch_parked_for_an_agent();
     // 124 free (as in the parking test above): low, above the queue, starts; batch waits.
     let a = sim.engine.admission(&sim.parent);
     assert_eq!((bytes(&a), waits(&a)), (vec![(1, 124), (2, 64)], vec![(1, false), (2, true)]));

@@ -1,6 +1,7 @@
 //! The agent-host experiment's tables: levels and density per kernel.
 
 use super::{kernel_rank, short_kernel};
+use crate::agent_host::summary::{HostSummary, LevelSummary};
 use crate::series::figures::ratio_range;
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
@@ -10,10 +11,19 @@ use std::path::Path;
 pub(super) const OPEN_LOOP: &str = "docs/agent-host";
 pub(super) const CLOSED_LOOP: &str = "docs/agent-host-closed";
 
-fn agent_host(root: &Path, dir: &str) -> Result<crate::agent_host::summary::HostSummary> {
+fn agent_host(root: &Path, dir: &str) -> Result<HostSummary> {
     let path = root.join(dir).join("summary.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// The levels on one kernel (`kernel` is a release prefix), by session count, then none,
+/// static-peak, memqos (then any other arm by name).
+fn levels_in_order<'a>(h: &'a HostSummary, kernel: &str) -> Vec<&'a LevelSummary> {
+    let rank = |a: &str| ["none", "static-peak", "memqos"].iter().position(|x| *x == a).unwrap_or(9);
+    let mut ls: Vec<_> = h.levels.iter().filter(|l| l.kernel.starts_with(kernel)).collect();
+    ls.sort_by_key(|l| (l.level, rank(&l.arm), l.arm.clone()));
+    ls
 }
 
 /// The agent-host series in `dir`: its levels on one kernel (`kernel` is a release prefix).
@@ -22,10 +32,7 @@ pub(super) fn render_agent_levels(root: &Path, dir: &str, kernel: &str) -> Resul
     let mut out = String::from(
         "| sessions | arm | sessions finished | runtimes killed (runs) | calls OOM-killed / started | OOM kills under the host (OOM events at a session's own limit) | runtime p95 vs solo | call time vs solo |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
-    let rank = |a: &str| ["none", "static-peak", "memqos"].iter().position(|x| *x == a).unwrap_or(9);
-    let mut ls: Vec<_> = h.levels.iter().filter(|l| l.kernel.starts_with(kernel)).collect();
-    ls.sort_by_key(|l| (l.level, rank(&l.arm), l.arm.clone()));
-    for l in ls {
+    for l in levels_in_order(&h, kernel) {
         let _ = writeln!(
             out,
             "| {} | {} | {}/{} | {} ({}) | {}/{} | {} ({}) | {} | {} |",
@@ -53,10 +60,7 @@ pub(super) fn render_agent_closed(root: &Path, dir: &str, kernel: &str) -> Resul
     let mut out = String::from(
         "| sessions | arm | runs | sessions failed (a call failed twice) | sessions hung | calls finished on their retry | calls lost with their session |\n| --- | --- | --- | --- | --- | --- | --- |\n",
     );
-    let rank = |a: &str| ["none", "static-peak", "memqos"].iter().position(|x| *x == a).unwrap_or(9);
-    let mut ls: Vec<_> = h.levels.iter().filter(|l| l.kernel.starts_with(kernel) && l.closed_loop).collect();
-    ls.sort_by_key(|l| (l.level, rank(&l.arm), l.arm.clone()));
-    for l in ls {
+    for l in levels_in_order(&h, kernel).into_iter().filter(|l| l.closed_loop) {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {}/{} | {} | {} | {}/{} |",
