@@ -213,22 +213,36 @@ guest_test!(memqos_shell_puts_each_tool_call_in_its_own_cgroup, |g| g, {
     assert!(children(&root.child("agent")).is_empty(), "{:?}", children(&root.child("agent")));
 });
 
-guest_test!(an_armed_ceiling_is_on_the_call_when_it_starts_and_gone_after_the_daemon_stops, |g| g, {
-    use memqos_lab::daemon_process::DaemonProcess;
-    let root = agents_root("agents-armed");
+/// A root `agents-<name>` with memory.max 512M and a daemon on it with the shipped session
+/// config, its commented `[policy]` replaced by `policy` (admission on); the daemon's state dir
+/// is /tmp/<name>/state.
+fn admission_daemon(
+    name: &str,
+    policy: &str,
+) -> (Cgroup, std::path::PathBuf, memqos_lab::daemon_process::DaemonProcess) {
+    let root = agents_root(&format!("agents-{name}"));
     set(&root, "memory.max", 512 * MIB);
-    // The shipped session config with its admission switch on, for this root.
-    let dir = std::path::Path::new("/tmp/armed");
-    std::fs::create_dir_all(dir).unwrap();
+    let dir = std::path::Path::new("/tmp").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
     let state = dir.join("state");
     let config = include_str!("../../agent/session.example.toml")
         .replace("cgroup_root = \"/sys/fs/cgroup/agents\"", &format!("cgroup_root = {:?}", root.path()))
-        .replace("# [policy]\n# admission = true", "[policy]\nadmission = true");
-    assert!(config.contains("admission = true\n") && !config.contains("# admission"), "{config}");
+        .replace("# [policy]\n# admission = true", &format!("[policy]\n{policy}"));
+    assert!(config.contains(&format!("{policy}\n")) && !config.contains("# admission"), "{config}");
     std::fs::write(dir.join("memqos.toml"), &config).unwrap();
-    let daemon =
-        DaemonProcess::start(std::path::Path::new(memqos_bin()), &dir.join("memqos.toml"), &state, &[], Stdio::null())
-            .unwrap();
+    let daemon = memqos_lab::daemon_process::DaemonProcess::start(
+        std::path::Path::new(memqos_bin()),
+        &dir.join("memqos.toml"),
+        &state,
+        &[],
+        Stdio::null(),
+    )
+    .unwrap();
+    (root, state, daemon)
+}
+
+guest_test!(an_armed_ceiling_is_on_the_call_when_it_starts_and_gone_after_the_daemon_stops, |g| g, {
+    let (root, state, daemon) = admission_daemon("armed", "admission = true");
     poll("the daemon's allowances", Duration::from_secs(60), || state.join("admission.json").exists());
 
     // The call reads its own memory.high first thing: armed before exec, at what the report says.
@@ -265,21 +279,8 @@ guest_test!(an_armed_ceiling_is_on_the_call_when_it_starts_and_gone_after_the_da
 });
 
 guest_test!(a_call_with_no_room_waits_at_the_door_and_starts_when_room_frees, |g| g, {
-    use memqos_lab::daemon_process::DaemonProcess;
-    let root = agents_root("agents-wait");
-    set(&root, "memory.max", 512 * MIB);
-    let dir = std::path::Path::new("/tmp/wait");
-    std::fs::create_dir_all(dir).unwrap();
-    let state = dir.join("state");
-    // The shipped session config, admission on, waits long enough that only room ends one.
-    let config = include_str!("../../agent/session.example.toml")
-        .replace("cgroup_root = \"/sys/fs/cgroup/agents\"", &format!("cgroup_root = {:?}", root.path()))
-        .replace("# [policy]\n# admission = true", "[policy]\nadmission = true\nadmission_wait_ms = 300000");
-    assert!(config.contains("admission_wait_ms = 300000"), "{config}");
-    std::fs::write(dir.join("memqos.toml"), &config).unwrap();
-    let daemon =
-        DaemonProcess::start(std::path::Path::new(memqos_bin()), &dir.join("memqos.toml"), &state, &[], Stdio::null())
-            .unwrap();
+    // Waits long enough that only room ends one.
+    let (root, state, daemon) = admission_daemon("wait", "admission = true\nadmission_wait_ms = 300000");
 
     // A full host: 470M held under the 512M limit, above the guard line.
     let hog_cg = make_cgroup("agents-wait/hog");
