@@ -6,85 +6,24 @@
 
 mod common;
 
-use common::{poll, poll_for, read_knob, write_cgroup, Daemon, MIB};
+use common::{poll, poll_for, set_xattr, write_cgroup, FakeTree, MIB};
 use memqos_daemon::events::{self, Event};
 use memqos_daemon::journal::Journal;
-use memqos_daemon::Options;
 use memqos_policy::Reason;
 use memqos_schema::admission::{Admission, ARMED_HIGH_XATTR};
 use memqos_schema::state::{ADMISSION_CLAIM_FILE, ADMISSION_FILE};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-struct Fake {
-    base: PathBuf,
-    root: PathBuf,
-    state: PathBuf,
-    config: PathBuf,
-}
-
 /// 100M used of 512M: a protected `high` (50M) and a throttle tier `low*`; `hold_ms` as given.
-fn fake(name: &str, hold_ms: u64) -> Fake {
-    let base = std::env::temp_dir().join(format!("memqos-admission-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let root = base.join("qos");
-    write_cgroup(&root, 100 * MIB, &(512 * MIB).to_string());
-    write_cgroup(&root.join("high"), 50 * MIB, "max");
-    let state = base.join("state");
-    let config = base.join("memqos.toml");
-    let text = format!(
-        r#"
-cgroup_root = "{}"
-state_dir = "{}"
-[signals]
-sampling_interval_ms = 50
-psi = false
-events = false
-bpf = false
-[[tier]]
-name = "critical"
-match = ["high*"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["low*"]
-throttle = true
-[policy]
-min_write_interval_ms = 100
-hold_ms = {hold_ms}
-admission = true
-"#,
-        root.display(),
-        state.display()
-    );
-    std::fs::write(&config, text).unwrap();
-    Fake { base, root, state, config }
+fn fake(name: &str, hold_ms: u64) -> FakeTree {
+    let policy = format!("min_write_interval_ms = 100\nhold_ms = {hold_ms}\nadmission = true\n");
+    let f = FakeTree::new(&format!("admission-{name}"), &policy);
+    write_cgroup(&f.root, 100 * MIB, &(512 * MIB).to_string());
+    write_cgroup(&f.root.join("high"), 50 * MIB, "max");
+    f
 }
 
-impl Fake {
-    fn start(&self) -> Daemon {
-        Daemon::start(Options {
-            config_path: self.config.clone(),
-            state_dir: None,
-            guardian: false,
-            exe: PathBuf::from("/nonexistent"),
-            duration: None,
-            stats_backend: memqos_stats::BackendChoice::Text,
-            dry_run: false,
-            echo: false,
-            lock_memory: false,
-        })
-    }
-
-    fn knob(&self, cg: &str, file: &str) -> String {
-        read_knob(&self.root.join(cg).join(file))
-    }
-
-    fn id(&self, cg: &str) -> u64 {
-        std::fs::metadata(self.root.join(cg)).unwrap().ino()
-    }
-
+impl FakeTree {
     fn admission(&self) -> Option<Admission> {
         serde_json::from_slice(&std::fs::read(self.state.join(ADMISSION_FILE)).ok()?).ok()
     }
@@ -100,20 +39,6 @@ impl Fake {
         let j = Journal::open(&self.state, &self.root).ok()?;
         j.original(self.id(cg), "memory.high").map(str::to_owned)
     }
-}
-
-impl Drop for Fake {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.base);
-    }
-}
-
-fn set_xattr(dir: &Path, name: &str, value: &str) {
-    let p = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings, value pointer and length from one slice.
-    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(rc, 0, "setxattr {name} on {}: {}", dir.display(), std::io::Error::last_os_error());
 }
 
 #[test]
@@ -183,10 +108,7 @@ fn a_mark_that_does_not_match_the_value_is_not_taken_over() {
 #[test]
 fn a_full_parent_asks_new_calls_to_wait_each_tick_is_counted_and_the_claim_goes_at_stop() {
     let f = fake("wait", 60_000);
-    // [policy] is the fixture config's last table.
-    let mut text = std::fs::read_to_string(&f.config).unwrap();
-    text.push_str("admission_wait_ms = 1234\n");
-    std::fs::write(&f.config, text).unwrap();
+    f.set("policy.admission_wait_ms", 1234);
     let daemon = f.start();
     let a = poll_for("the allowances", Duration::from_secs(20), || f.admission());
     assert!(!a.wait("batch"), "100M of 512M used: room");

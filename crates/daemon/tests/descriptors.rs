@@ -11,11 +11,10 @@
 
 mod common;
 
-use common::{write_cgroup, MIB};
+use common::{write_cgroup, FakeTree, MIB};
 use memqos_daemon::events::{self, Event};
-use memqos_daemon::{status, Options};
+use memqos_daemon::status;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a number")))
@@ -33,63 +32,24 @@ fn thousands_of_cgroups_run_at_an_open_file_limit_far_below_what_caching_them_ne
     let limit = setting("MEMQOS_FD_LIMIT", 256);
     // A tree of tens of thousands of files: in memory where the host has /dev/shm.
     let tmp = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    let base = tmp.join(format!("memqos-fds-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let root = base.join("qos");
+    let f = FakeTree::new_in(&tmp, "fds", "headroom_guard = \"64M\"\nhold_ms = 60000\n");
+    // A tick a second over the large tree; the batch tier's cpu.weight is the write that
+    // every cgroup must get.
+    f.set("signals.sampling_interval_ms", 1000);
+    f.set("tier.1.cpu_weight", 50);
+    let root = &f.root;
     // The parent within the 64M guard of its limit: the guard must still cut the largest low.
-    write_cgroup(&root, 1000 * MIB, &(1024 * MIB).to_string());
+    write_cgroup(root, 1000 * MIB, &(1024 * MIB).to_string());
     write_cgroup(&root.join("high"), 100 * MIB, "max");
     for i in 0..cgroups {
         write_cgroup(&root.join(format!("low{i:05}")), if i == 7 { 300 * MIB } else { MIB }, "max");
     }
-    let state = base.join("state");
-    let config = base.join("memqos.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-cgroup_root = "{}"
-state_dir = "{}"
-[signals]
-sampling_interval_ms = 1000
-psi = false
-events = false
-bpf = false
-[[tier]]
-name = "critical"
-match = ["high*"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["low*"]
-throttle = true
-cpu_weight = 50
-[policy]
-headroom_guard = "64M"
-hold_ms = 60000
-"#,
-            root.display(),
-            state.display()
-        ),
-    )
-    .unwrap();
     let t0 = std::time::Instant::now();
     lower_open_file_limit(limit);
-    let opts = Options {
-        config_path: config,
-        state_dir: None,
-        guardian: false,
-        exe: PathBuf::from("/nonexistent"),
-        duration: Some(Duration::from_secs(5)),
-        stats_backend: memqos_stats::BackendChoice::Text,
-        dry_run: false,
-        echo: false,
-        lock_memory: false,
-    };
-    memqos_daemon::run(opts, memqos_daemon::Handle::new())
+    memqos_daemon::run(f.options_for(5.0), memqos_daemon::Handle::new())
         .expect("the daemon runs its whole duration at a low open-file limit");
     eprintln!("{cgroups} cgroups at {limit} open files: the daemon ran {:?} (asked: 5 s)", t0.elapsed());
-    let evs: Vec<Event> = events::read(&state).into_iter().map(|l| l.event).collect();
+    let evs = f.events();
     let weights = evs
         .iter()
         .filter(|e| matches!(e, Event::Write(w) if w.file == "cpu.weight" && w.outcome == events::Outcome::Ok))
@@ -111,10 +71,9 @@ hold_ms = 60000
     assert!(cut, "the guard still acts on the largest holder");
     let emfile: Vec<&Event> = evs.iter().filter(|e| format!("{e:?}").contains("Too many open files")).take(3).collect();
     assert!(emfile.is_empty(), "no EMFILE anywhere: {emfile:?}");
-    assert!(status::read(&state).is_ok(), "status.json was written and parses");
+    assert!(status::read(&f.state).is_ok(), "status.json was written and parses");
     let budget_said =
         evs.iter().any(|e| matches!(e, Event::Degraded { message } if message.starts_with("descriptor budget")));
     assert!(budget_said, "the operator is told what the limit allows");
     assert_eq!(std::fs::read_to_string(root.join("low00007/memory.high")).unwrap().trim(), "max", "restored");
-    let _ = std::fs::remove_dir_all(&base);
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{poll, read_knob, write_cgroup, Daemon, MIB};
+use common::{poll, set_xattr, write_cgroup, Daemon, FakeTree, GUARD_POLICY, MIB};
 use memqos_daemon::actuator::{Actuator, Request, Target};
 use memqos_daemon::events::{self, Event, Outcome};
 use memqos_daemon::journal::{Journal, JOURNAL_FILE};
@@ -15,118 +15,17 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-struct Fake {
-    base: PathBuf,
-    root: PathBuf,
-    state: PathBuf,
-    config: PathBuf,
-}
-
 /// A root with `parent_current` bytes used of 512M, a protected `high` and a throttleable
 /// `low1` (300M). With the parent within 64M of its max the headroom guard cuts low1.
-fn fake(name: &str, parent_current: u64) -> Fake {
-    let base = std::env::temp_dir().join(format!("memqos-inproc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let root = base.join("qos");
-    write_cgroup(&root, parent_current, &(512 * MIB).to_string());
-    write_cgroup(&root.join("high"), 150 * MIB, "max");
-    write_cgroup(&root.join("low1"), 300 * MIB, "max");
-    let state = base.join("state");
-    let config = base.join("memqos.toml");
-    let text = format!(
-        r#"
-cgroup_root = "{}"
-state_dir = "{}"
-[signals]
-sampling_interval_ms = 50
-psi = false
-events = false
-bpf = false
-[[tier]]
-name = "critical"
-match = ["high*"]
-protect = "low"
-[[tier]]
-name = "batch"
-match = ["low*"]
-throttle = true
-[policy]
-headroom_guard = "64M"
-min_write_interval_ms = 100
-hold_ms = 60000
-"#,
-        root.display(),
-        state.display()
-    );
-    std::fs::write(&config, text).unwrap();
-    Fake { base, root, state, config }
+fn fake(name: &str, parent_current: u64) -> FakeTree {
+    let f = FakeTree::new(&format!("inproc-{name}"), GUARD_POLICY);
+    write_cgroup(&f.root, parent_current, &(512 * MIB).to_string());
+    write_cgroup(&f.root.join("high"), 150 * MIB, "max");
+    write_cgroup(&f.root.join("low1"), 300 * MIB, "max");
+    f
 }
 
-impl Fake {
-    /// A run of `secs` (tests that look only at what it did once it stopped).
-    fn options(&self, secs: f64, dry_run: bool) -> Options {
-        Options { duration: Some(Duration::from_secs_f64(secs)), ..self.until_stopped(dry_run) }
-    }
-
-    /// A run without end: stopped when asked (`Daemon::stop`).
-    fn until_stopped(&self, dry_run: bool) -> Options {
-        Options {
-            config_path: self.config.clone(),
-            state_dir: None,
-            guardian: false,
-            exe: PathBuf::from("/nonexistent"),
-            duration: None,
-            stats_backend: memqos_stats::BackendChoice::Text,
-            dry_run,
-            echo: false,
-            lock_memory: false,
-        }
-    }
-
-    /// A daemon on this fake in a thread of the test, until asked to stop.
-    fn start(&self, dry_run: bool) -> Daemon {
-        Daemon::start(self.until_stopped(dry_run))
-    }
-
-    /// Changes one value of the fake's config, as data: `set("signals.calm_interval_ms",
-    /// 60000)`; a number in the path indexes an array (`tier.1.oom_score_adj`).
-    fn set(&self, path: &str, value: impl Into<toml::Value>) {
-        let mut config: toml::Value =
-            std::fs::read_to_string(&self.config).unwrap().parse::<toml::Table>().unwrap().into();
-        let mut at = &mut config;
-        for key in path.split('.') {
-            at = match key.parse::<usize>() {
-                Ok(i) => &mut at.as_array_mut().unwrap_or_else(|| panic!("{path}: {key} indexes no array"))[i],
-                Err(_) => at
-                    .as_table_mut()
-                    .unwrap_or_else(|| panic!("{path}: no table at {key}"))
-                    .entry(key)
-                    .or_insert_with(|| toml::Value::Table(Default::default())),
-            };
-        }
-        *at = value.into();
-        std::fs::write(&self.config, toml::to_string(&config).unwrap()).unwrap();
-    }
-
-    /// Appends a tier to the fake's config.
-    fn add_tier(&self, tier: toml::Table) {
-        let mut config = std::fs::read_to_string(&self.config).unwrap().parse::<toml::Table>().unwrap();
-        config.get_mut("tier").and_then(toml::Value::as_array_mut).unwrap().push(tier.into());
-        std::fs::write(&self.config, toml::to_string(&config).unwrap()).unwrap();
-    }
-
-    fn knob(&self, cg: &str, file: &str) -> String {
-        read_knob(&self.root.join(cg).join(file))
-    }
-
-    fn id(&self, cg: &str) -> u64 {
-        std::fs::metadata(self.root.join(cg)).unwrap().ino()
-    }
-
-    fn events(&self) -> Vec<Event> {
-        events::read(&self.state).into_iter().map(|l| l.event).collect()
-    }
-
+impl FakeTree {
     /// What a daemon killed by SIGKILL leaves: knobs written, a journal, no restore.
     fn crash_after_writing(&self, cg: &str, file: &'static str, value: &str) {
         let journal = Journal::open(&self.state, &self.root).unwrap();
@@ -139,17 +38,11 @@ impl Fake {
     }
 }
 
-impl Drop for Fake {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.base);
-    }
-}
-
 #[test]
 fn samples_decides_journals_writes_and_restores() {
     let f = fake("loop", 480 * MIB);
-    let daemon = f.start(false);
-    poll("low1 throttled", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    let daemon = f.start();
+    poll("low1 throttled", Duration::from_secs(10), || f.capped("low1"));
     let throttled: u64 = f.knob("low1", "memory.high").parse().unwrap();
     assert!(throttled < 300 * MIB, "cut below its usage: {throttled}");
     // Journal first: the original is durable before the knob changed.
@@ -158,9 +51,7 @@ fn samples_decides_journals_writes_and_restores() {
     // The lock is held while the daemon runs: a manual restore is refused.
     let err = StateLock::try_acquire(&f.state, "memqos restore").err().expect("lock held").to_string();
     assert!(err.contains("memqos restore") && err.contains("stop it first"), "{err}");
-    poll("status.json", Duration::from_secs(5), || {
-        status::read(&f.state).ok().flatten().is_some_and(|s| !s.cgroups.is_empty())
-    });
+    poll("status.json", Duration::from_secs(5), || f.status().is_some_and(|s| !s.cgroups.is_empty()));
     let snap = status::read(&f.state).unwrap().unwrap();
     assert!(!snap.dry_run);
     let low1 = snap.cgroups.iter().find(|c| c.cgroup == "low1").unwrap();
@@ -187,7 +78,7 @@ fn samples_decides_journals_writes_and_restores() {
 
 /// The last event says the daemon stopped without error and restored what it wrote, and its
 /// state lock is free again.
-fn assert_stopped_cleanly(f: &Fake, evs: &[Event]) {
+fn assert_stopped_cleanly(f: &FakeTree, evs: &[Event]) {
     assert!(
         matches!(evs.last(), Some(Event::Stopped { restored: 1.., failed, error: None, .. }) if failed.is_empty()),
         "{:?}",
@@ -202,9 +93,9 @@ fn assert_stopped_cleanly(f: &Fake, evs: &[Event]) {
 fn a_daemon_asked_to_stop_stops_and_restores_its_knobs() {
     let f = fake("stop", 480 * MIB);
     f.set("signals.sampling_interval_ms", 60000);
-    let daemon = f.start(false);
-    poll("low1 throttled", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
-    poll("status.json", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let daemon = f.start();
+    poll("low1 throttled", Duration::from_secs(10), || f.capped("low1"));
+    poll("status.json", Duration::from_secs(5), || f.status().is_some());
     assert!(daemon.is_running());
     let asker = daemon.handle().clone();
     asker.request_stop();
@@ -224,12 +115,12 @@ fn a_protected_cgroups_memory_events_wake_the_fast_path() {
     let f = fake("wakeup", 300 * MIB);
     f.set("signals.sampling_interval_ms", 60000);
     f.set("signals.events", true);
-    let daemon = f.start(false);
-    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let daemon = f.start();
+    poll("the first sample", Duration::from_secs(5), || f.status().is_some());
     assert_eq!(f.knob("low1", "memory.high"), "max", "no pressure yet");
     std::fs::write(f.root.join("high/memory.events"), "low 5\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
         .unwrap();
-    poll("low1 throttled by the reaction", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    poll("low1 throttled by the reaction", Duration::from_secs(5), || f.capped("low1"));
     daemon.stop().expect("daemon run");
     let evs = f.events();
     let reaction = evs.iter().find_map(|e| match e {
@@ -261,8 +152,8 @@ fn a_protected_cgroup_made_again_under_its_name_wakes_the_fast_path_too() {
     let f = fake("rewatch", 300 * MIB);
     f.set("signals.sampling_interval_ms", 60000);
     f.set("signals.events", true);
-    let daemon = f.start(false);
-    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let daemon = f.start();
+    poll("the first sample", Duration::from_secs(5), || f.status().is_some());
     let old = f.id("high");
     std::fs::remove_dir_all(f.root.join("high")).unwrap();
     write_cgroup(&f.base.join("pad"), 0, "max"); // so the old inode is not reused at once
@@ -273,13 +164,13 @@ fn a_protected_cgroup_made_again_under_its_name_wakes_the_fast_path_too() {
     // A reload (the same config) makes the next tick a periodic one, a minute early.
     daemon.handle().request_reload();
     poll("a sample of the new high", Duration::from_secs(5), || {
-        status::read(&f.state).ok().flatten().is_some_and(|s| s.cgroups.iter().any(|c| c.cgroup_id == f.id("high")))
+        f.status().is_some_and(|s| s.cgroups.iter().any(|c| c.cgroup_id == f.id("high")))
     });
     // Past any wakeup the old one's end caused (its watch's IN_IGNORED, its files closed).
     std::thread::sleep(Duration::from_millis(300));
     std::fs::write(f.root.join("high/memory.events"), "low 5\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
         .unwrap();
-    poll("low1 throttled by the reaction", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    poll("low1 throttled by the reaction", Duration::from_secs(5), || f.capped("low1"));
     daemon.stop().expect("daemon run");
     let evs = f.events();
     assert!(evs.iter().any(|e| matches!(e, Event::Reloaded { .. })), "{evs:?}");
@@ -294,7 +185,7 @@ fn restart_restores_a_left_journal_and_logs_recovered() {
     let f = fake("recover", 100 * MIB); // no pressure: the new run writes nothing itself
     f.crash_after_writing("low1", "memory.high", "12345678");
     assert_eq!(f.knob("low1", "memory.high"), "12345678");
-    memqos_daemon::run(f.options(0.3, false), Handle::new()).expect("daemon run");
+    memqos_daemon::run(f.options_for(0.3), Handle::new()).expect("daemon run");
     assert_eq!(f.knob("low1", "memory.high"), "max");
     let evs = f.events();
     assert!(
@@ -314,7 +205,7 @@ fn a_recreated_name_is_not_restored_into() {
     write_cgroup(&f.root.join("low1"), 300 * MIB, "max");
     std::fs::write(f.root.join("low1/memory.high"), "777\n").unwrap();
     assert_ne!(f.id("low1"), old);
-    memqos_daemon::run(f.options(0.3, false), Handle::new()).expect("daemon run");
+    memqos_daemon::run(f.options_for(0.3), Handle::new()).expect("daemon run");
     assert_eq!(f.knob("low1", "memory.high"), "777", "the new low1 is another cgroup");
     let evs = f.events();
     assert!(evs.iter().any(|e| matches!(e, Event::Recovered { restored: 0, vanished: 1, .. })), "{evs:?}");
@@ -339,7 +230,7 @@ fn a_tampered_journal_is_refused_and_nothing_is_written() {
         );
     }
     std::fs::write(f.state.join(JOURNAL_FILE), text).unwrap();
-    let err = format!("{:#}", memqos_daemon::run(f.options(1.0, false), Handle::new()).expect_err("refused"));
+    let err = format!("{:#}", memqos_daemon::run(f.options_for(1.0), Handle::new()).expect_err("refused"));
     for what in
         ["\"..\" component", "symbolic link", "absolute path", "could not restore knobs left by the previous run"]
     {
@@ -353,11 +244,11 @@ fn a_tampered_journal_is_refused_and_nothing_is_written() {
 #[test]
 fn dry_run_decides_logs_and_writes_nothing() {
     let f = fake("dry", 480 * MIB);
-    let daemon = f.start(true);
+    let daemon = Daemon::start(Options { dry_run: true, ..f.options() });
     poll("a dry write event", Duration::from_secs(10), || {
         f.events().iter().any(|e| matches!(e, Event::Write(w) if w.cgroup == "low1"))
     });
-    poll("status.json", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    poll("status.json", Duration::from_secs(5), || f.status().is_some());
     let snap = status::read(&f.state).unwrap().unwrap();
     assert!(snap.dry_run);
     assert!(status::render(&snap, true).contains("DRY RUN"));
@@ -419,7 +310,7 @@ fn children_that_inherited_oom_score_adj_get_the_original_back() {
     assert!(original < 500, "the test needs a parent below 500, found {original}");
     std::fs::write(f.root.join("low1/cgroup.procs"), format!("{ppid}\n")).unwrap();
 
-    let daemon = f.start(false);
+    let daemon = f.start();
     poll("parent adjusted", Duration::from_secs(10), || adj(ppid) == 500);
     std::fs::write(&go, "").unwrap();
     let children = format!("/proc/{ppid}/task/{ppid}/children");
@@ -456,8 +347,8 @@ fn a_new_cgroup_gets_its_tiers_cpu_weight_without_waiting_for_a_sample() {
     // A minute between periodic samples: only the tree watch can explain a prompt write.
     f.set("signals.sampling_interval_ms", 60000);
     f.add_tier(toml::toml! { name = "tools" match = ["tool*"] throttle = true cpu_weight = 25 });
-    let daemon = f.start(false);
-    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let daemon = f.start();
+    poll("the first sample", Duration::from_secs(5), || f.status().is_some());
     // Made elsewhere and moved in whole (a fake cgroup needs its files before the daemon
     // looks; mkdir in cgroupfs makes them atomically).
     let staged = f.base.join("staged");
@@ -487,8 +378,8 @@ fn a_process_leaving_an_emptied_or_removed_cgroup_gets_its_original_back_at_once
     let pids: Vec<u32> = sleepers.iter().map(|c| c.id()).collect();
     let original = adj(pids[0]);
     assert!(original < 500, "the test needs processes below 500, found {original}");
-    let daemon = f.start(false);
-    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let daemon = f.start();
+    poll("the first sample", Duration::from_secs(5), || f.status().is_some());
     for (i, pid) in pids.iter().enumerate() {
         let staged = f.base.join(format!("staged{i}"));
         write_cgroup(&staged, 0, "max");
@@ -519,14 +410,14 @@ fn a_calm_daemon_reads_the_parent_and_samples_everything_when_it_nears_its_limit
     let f = fake("calm", 100 * MIB);
     // A full sample once a minute while calm; the parent every 50 ms.
     f.set("signals.calm_interval_ms", 60000);
-    let daemon = f.start(false);
-    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let daemon = f.start();
+    poll("the first sample", Duration::from_secs(5), || f.status().is_some());
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(f.knob("low1", "memory.high"), "max", "calm: nothing to do");
     // The parent fills up to within the 64M guard of its 512M: the parent check sees it and
     // the full sample that follows lets the guard cut low1, long before a minute is up.
     std::fs::write(f.root.join("memory.current"), format!("{}\n", 480 * MIB)).unwrap();
-    poll("low1 throttled", Duration::from_secs(3), || f.knob("low1", "memory.high") != "max");
+    poll("low1 throttled", Duration::from_secs(3), || f.capped("low1"));
     daemon.stop().expect("daemon run");
     assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
 }
@@ -536,7 +427,7 @@ fn a_calm_daemon_sees_a_protected_burst_past_its_protection_at_once() {
     // The parent stays far from its limit; only the protected cgroup's usage moves.
     let f = fake("burst", 100 * MIB);
     f.set("signals.calm_interval_ms", 60000);
-    let daemon = f.start(false);
+    let daemon = f.start();
     // 150M used: protection 150M x 1.1 rounded up to 16M steps.
     poll("the first protection", Duration::from_secs(3), || f.knob("high", "memory.low") == (176 * MIB).to_string());
     std::thread::sleep(Duration::from_millis(300));
@@ -557,28 +448,19 @@ fn a_cgroup_losing_its_files_is_skipped_and_one_without_the_memory_controller_is
     let dying = f.root.join("low2");
     std::fs::create_dir_all(&dying).unwrap();
     std::fs::write(dying.join("cgroup.controllers"), "memory cpu\n").unwrap();
-    memqos_daemon::run(f.options(0.5, false), Handle::new()).expect("a vanishing cgroup is not an error");
+    memqos_daemon::run(f.options_for(0.5), Handle::new()).expect("a vanishing cgroup is not an error");
     // Still there, memory controller not enabled (any tenant who may `mkdir -p a/b` makes
     // one): named once, left alone, and everyone else is managed as before.
     std::fs::write(dying.join("cgroup.controllers"), "cpu\n").unwrap();
-    let daemon = f.start(false);
-    poll("low1 throttled all the same", Duration::from_secs(3), || f.knob("low1", "memory.high") != "max");
+    let daemon = f.start();
+    poll("low1 throttled all the same", Duration::from_secs(3), || f.capped("low1"));
     // Made mid-run too, under a tier that matches it, with an odd name.
     let odd = f.root.join("low3\u{1b}[2J");
     std::fs::create_dir_all(&odd).unwrap();
     std::fs::write(odd.join("cgroup.controllers"), "cpu\n").unwrap();
-    poll("low3 named", Duration::from_secs(5), || {
-        f.events().iter().any(|e| matches!(e, Event::Degraded { message } if message.contains("low3\\u{1b}[2J")))
-    });
+    poll("low3 named", Duration::from_secs(5), || !f.degraded(|m| m.contains("low3\\u{1b}[2J")).is_empty());
     daemon.stop().expect("one cgroup's shape does not stop the daemon");
-    let said: Vec<String> = f
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Degraded { message } if message.contains("memory controller") => Some(message),
-            _ => None,
-        })
-        .collect();
+    let said = f.degraded(|m| m.contains("memory controller"));
     assert_eq!(said.iter().filter(|m| m.contains("low2")).count(), 1, "said once: {said:?}");
     assert!(said.iter().any(|m| m.contains("low3\\u{1b}[2J")), "named, escaped: {said:?}");
     assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
@@ -587,14 +469,14 @@ fn a_cgroup_losing_its_files_is_skipped_and_one_without_the_memory_controller_is
 #[test]
 fn a_knob_an_administrator_changes_after_memqos_wrote_it_is_left_to_them() {
     let f = fake("takeover", 480 * MIB);
-    let daemon = f.start(false);
-    poll("low1 throttled", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    let daemon = f.start();
+    poll("low1 throttled", Duration::from_secs(5), || f.capped("low1"));
     // The administrator's own limit, on top of memqos's throttle.
     let admin = (200 * MIB).to_string();
     std::fs::write(f.root.join("low1/memory.high"), &admin).unwrap();
     // (The journal file drops low1's entry at the next batch of writes or at the stop.)
     poll("the takeover noticed", Duration::from_secs(5), || {
-        f.events().iter().any(|e| matches!(e, Event::Degraded { message } if message.contains("set by someone else")))
+        !f.degraded(|m| m.contains("set by someone else")).is_empty()
     });
     // Some ticks (50 ms apart) in which it could write low1 again.
     std::thread::sleep(Duration::from_millis(500));
@@ -617,8 +499,8 @@ fn a_knob_an_administrator_changes_after_memqos_wrote_it_is_left_to_them() {
 #[test]
 fn a_throttled_cgroup_that_becomes_unreadable_gets_its_original_back_while_unseen() {
     let f = fake("unreadable", 480 * MIB);
-    let daemon = f.start(false);
-    poll("low1 throttled", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    let daemon = f.start();
+    poll("low1 throttled", Duration::from_secs(5), || f.capped("low1"));
     // Its usage can no longer be read: memqos cannot see it, so it must not keep it capped.
     std::fs::write(f.root.join("low1/memory.current"), "junk\n").unwrap();
     poll("low1's original back while the daemon runs", Duration::from_secs(3), || {
@@ -644,13 +526,13 @@ fn a_low_cgroup_made_while_calm_beside_a_declared_one_is_capped_without_waiting_
     std::fs::remove_dir_all(f.root.join("low1")).unwrap();
     set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "200M");
     f.set("signals.calm_interval_ms", 60000);
-    let daemon = f.start(false);
-    poll("the first sample", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
+    let daemon = f.start();
+    poll("the first sample", Duration::from_secs(5), || f.status().is_some());
     std::thread::sleep(Duration::from_millis(300));
     // A low task starts (an agent's framework about to load): capped within a sampling
     // interval or two, not at the next calm sample a minute away.
     write_cgroup(&f.root.join("low2"), 20 * MIB, "max");
-    poll("low2 capped", Duration::from_secs(2), || f.knob("low2", "memory.high") != "max");
+    poll("low2 capped", Duration::from_secs(2), || f.capped("low2"));
     daemon.stop().expect("daemon run");
     assert_eq!(f.knob("low2", "memory.high"), "max", "restored at stop");
 }
@@ -658,9 +540,9 @@ fn a_low_cgroup_made_while_calm_beside_a_declared_one_is_capped_without_waiting_
 #[test]
 fn a_second_daemon_on_the_same_tree_is_refused_whatever_its_state_dir() {
     let f = fake("tworoots", 100 * MIB);
-    let first = f.start(false);
-    poll("the first daemon's first tick", Duration::from_secs(5), || status::read(&f.state).ok().flatten().is_some());
-    let mut second = f.options(0.5, false);
+    let first = f.start();
+    poll("the first daemon's first tick", Duration::from_secs(5), || f.status().is_some());
+    let mut second = f.options_for(0.5);
     second.state_dir = Some(f.base.join("other-state"));
     let err = format!("{:#}", memqos_daemon::run(second, Handle::new()).expect_err("refused"));
     assert!(err.contains("another memqos daemon manages cgroup_root"), "{err}");
@@ -694,7 +576,7 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        // Lazily: the test's Fake removes the directory next.
+        // Lazily: the test's FakeTree removes the directory next.
         let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
@@ -704,7 +586,7 @@ fn a_full_state_dir_stops_no_protection_and_no_knob_is_written_unjournaled() {
     let f = fake("fulldisk", 100 * MIB);
     let disk = SmallDisk::mount(&f.state);
     let filler = disk.fill();
-    let daemon = f.start(false);
+    let daemon = f.start();
     // The parent nears its limit: the guard wants low1 cut, but its original cannot be
     // journaled, so it is not written (a crash now would leave it cut for good).
     std::thread::sleep(Duration::from_millis(300));
@@ -715,9 +597,7 @@ fn a_full_state_dir_stops_no_protection_and_no_knob_is_written_unjournaled() {
     // Space returns: full service within a second.
     std::fs::remove_file(&filler).unwrap();
     // (How soon is measured by the fault campaign, docs/reliability.md; here: it does.)
-    poll("low1 throttled once the journal can be written", Duration::from_secs(3), || {
-        f.knob("low1", "memory.high") != "max"
-    });
+    poll("low1 throttled once the journal can be written", Duration::from_secs(3), || f.capped("low1"));
     let journal = Journal::open(&f.state, &f.root).unwrap();
     assert_eq!(journal.original(f.id("low1"), "memory.high"), Some("max"), "journaled before written");
     daemon.stop().expect("the daemon never stopped for a full disk");
@@ -728,14 +608,6 @@ fn a_full_state_dir_stops_no_protection_and_no_knob_is_written_unjournaled() {
         "{said:?}"
     );
     drop(disk);
-}
-
-fn set_xattr(dir: &Path, name: &str, value: &str) {
-    let p = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings, value pointer and length from one slice.
-    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(rc, 0, "setxattr {name} on {}: {}", dir.display(), std::io::Error::last_os_error());
 }
 
 #[test]
@@ -752,8 +624,8 @@ fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named()
     // Padded past what is read: said, not silently dropped as if nothing were declared.
     write_cgroup(&f.root.join("high3"), 0, "max");
     set_xattr(&f.root.join("high3"), "user.memqos.expected_peak", &format!("{}1G", " ".repeat(300)));
-    let daemon = f.start(false);
-    poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    let daemon = f.start();
+    poll("low1 capped", Duration::from_secs(10), || f.capped("low1"));
     assert_eq!(f.knob("low1", "memory.high"), (48 * MIB).to_string());
     assert_eq!(f.knob("high", "memory.low"), (400 * MIB).to_string(), "protection covers the declaration");
     daemon.stop().expect("daemon run");
@@ -764,13 +636,7 @@ fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named()
         _ => None,
     });
     assert!(matches!(&why, Some(memqos_policy::Reason::Reservation { by, members: 1, .. }) if by == "high"), "{why:?}");
-    let bad: Vec<&String> = evs
-        .iter()
-        .filter_map(|e| match e {
-            Event::Degraded { message } if message.contains("user.memqos.expected_peak") => Some(message),
-            _ => None,
-        })
-        .collect();
+    let bad = f.degraded(|m| m.contains("user.memqos.expected_peak"));
     assert_eq!(bad.len(), 2, "each said once: {bad:?}");
     assert!(bad.iter().any(|m| m.starts_with("high2: user.memqos.expected_peak = \"lots\" ignored")), "{bad:?}");
     assert!(
@@ -789,29 +655,23 @@ fn a_tenants_own_declaration_is_not_honoured_and_is_named() {
     std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
     set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "18446744073709551615");
     std::os::unix::fs::chown(f.root.join("high"), Some(4242), Some(4242)).unwrap();
-    memqos_daemon::run(f.options(1.0, false), Handle::new()).expect("daemon run");
+    memqos_daemon::run(f.options_for(1.0), Handle::new()).expect("daemon run");
     let evs = f.events();
     let capped = evs.iter().any(|e| matches!(e, Event::Write(w) if w.cgroup == "low1" && w.file == "memory.high"));
     assert!(!capped, "no reservation from an untrusted declaration: {evs:?}");
-    let said: Vec<&String> = evs
-        .iter()
-        .filter_map(|e| match e {
-            Event::Degraded { message } if message.contains("owned by uid 4242") => Some(message),
-            _ => None,
-        })
-        .collect();
+    let said = f.degraded(|m| m.contains("owned by uid 4242"));
     assert_eq!(said.len(), 1, "said once: {said:?}");
     // The same declaration from root (the cgroup's owner now) is a request memqos honours,
     // at most the parent's limit.
     std::os::unix::fs::chown(f.root.join("high"), Some(0), Some(0)).unwrap();
-    let daemon = f.start(false);
-    poll("low1 capped", Duration::from_secs(5), || f.knob("low1", "memory.high") != "max");
+    let daemon = f.start();
+    poll("low1 capped", Duration::from_secs(5), || f.capped("low1"));
     daemon.stop().expect("daemon run");
 }
 
 /// The fake with a learning critical tier, a history file of its own and no calm path (so
 /// every sample is a full one): the history file's path.
-fn learning(f: &Fake) -> PathBuf {
+fn learning(f: &FakeTree) -> PathBuf {
     let file = f.base.join("history.json");
     f.set("history_file", file.to_str().unwrap());
     f.set("tier.0.learn_peak", true);
@@ -821,7 +681,7 @@ fn learning(f: &Fake) -> PathBuf {
 
 /// A new protected cgroup `name` with workload `key`, made aside and moved in whole, so the
 /// daemon never sees it without its xattrs.
-fn arrive(f: &Fake, name: &str, current: u64, xattrs: &[(&str, &str)]) {
+fn arrive(f: &FakeTree, name: &str, current: u64, xattrs: &[(&str, &str)]) {
     let staged = f.base.join(format!("staged-{name}"));
     write_cgroup(&staged, current, "max");
     for (n, v) in xattrs {
@@ -830,7 +690,7 @@ fn arrive(f: &Fake, name: &str, current: u64, xattrs: &[(&str, &str)]) {
     std::fs::rename(&staged, f.root.join(name)).unwrap();
 }
 
-fn reservations(f: &Fake, cg: &str) -> Vec<memqos_policy::Reason> {
+fn reservations(f: &FakeTree, cg: &str) -> Vec<memqos_policy::Reason> {
     f.events()
         .into_iter()
         .filter_map(|e| match e {
@@ -851,7 +711,7 @@ fn a_learned_peak_is_recorded_when_its_cgroup_ends_and_reserved_for_the_next_wit
     std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
     std::fs::write(f.root.join("high/memory.peak"), format!("{}\n", 300 * MIB)).unwrap();
     set_xattr(&f.root.join("high"), "user.memqos.workload", "job-k");
-    let daemon = f.start(false);
+    let daemon = f.start();
     poll("high protected", Duration::from_secs(10), || f.knob("high", "memory.low") != "0");
     assert_eq!(f.knob("low1", "memory.high"), "max", "nothing learned yet: nothing reserved");
     std::fs::remove_dir_all(f.root.join("high")).unwrap();
@@ -863,7 +723,7 @@ fn a_learned_peak_is_recorded_when_its_cgroup_ends_and_reserved_for_the_next_wit
 
     std::fs::write(f.root.join("memory.current"), format!("{}\n", 70 * MIB)).unwrap();
     arrive(&f, "high2", 50 * MIB, &[("user.memqos.workload", "job-k")]);
-    poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    poll("low1 capped", Duration::from_secs(10), || f.capped("low1"));
     assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
     daemon.stop().expect("daemon run");
     let why = reservations(&f, "low1");
@@ -902,8 +762,8 @@ fn a_declared_peak_wins_over_history_and_a_bad_key_is_named_once() {
     write_cgroup(&f.root.join("high3"), 0, "max");
     std::fs::write(f.root.join("high3/cgroup.events"), "populated 0\nfrozen 0\n").unwrap();
     set_xattr(&f.root.join("high3"), "user.memqos.workload", "bad\tkey");
-    let daemon = f.start(false);
-    poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    let daemon = f.start();
+    poll("low1 capped", Duration::from_secs(10), || f.capped("low1"));
     assert_eq!(f.knob("low1", "memory.high"), (48 * MIB).to_string());
     daemon.stop().expect("daemon run");
     let why = reservations(&f, "low1");
@@ -914,13 +774,7 @@ fn a_declared_peak_wins_over_history_and_a_bad_key_is_named_once() {
     );
     let evs = f.events();
     assert!(!evs.iter().any(|e| matches!(e, Event::PeakLearned { .. })), "nothing learned applied");
-    let bad: Vec<&String> = evs
-        .iter()
-        .filter_map(|e| match e {
-            Event::Degraded { message } if message.contains("user.memqos.workload") => Some(message),
-            _ => None,
-        })
-        .collect();
+    let bad = f.degraded(|m| m.contains("user.memqos.workload"));
     assert_eq!(bad.len(), 1, "said once: {bad:?}");
     assert!(bad[0].starts_with("high3: user.memqos.workload = \"bad\\tkey\" ignored: control character"), "{}", bad[0]);
 }
@@ -937,7 +791,7 @@ fn without_a_key_the_tiers_recent_peaks_are_reserved_and_a_bad_tier_file_is_set_
     std::fs::write(&tier_file, "{\"version\": 1, \"workloads\": [").unwrap();
     std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
     std::fs::write(f.root.join("high/memory.peak"), format!("{}\n", 300 * MIB)).unwrap();
-    let daemon = f.start(false);
+    let daemon = f.start();
     poll("high protected", Duration::from_secs(10), || f.knob("high", "memory.low") != "0");
     std::fs::remove_dir_all(f.root.join("high")).unwrap();
     poll("tier peaks written", Duration::from_secs(10), || {
@@ -945,7 +799,7 @@ fn without_a_key_the_tiers_recent_peaks_are_reserved_and_a_bad_tier_file_is_set_
     });
     std::fs::write(f.root.join("memory.current"), format!("{}\n", 70 * MIB)).unwrap();
     arrive(&f, "high2", 50 * MIB, &[]);
-    poll("low1 capped", Duration::from_secs(10), || f.knob("low1", "memory.high") != "max");
+    poll("low1 capped", Duration::from_secs(10), || f.capped("low1"));
     assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
     daemon.stop().expect("daemon run");
     let why = reservations(&f, "low1");
@@ -955,14 +809,7 @@ fn without_a_key_the_tiers_recent_peaks_are_reserved_and_a_bad_tier_file_is_set_
         "{why:?}"
     );
     assert!(why[0].to_string().contains("recent lifetime(s) of tier \"critical\""), "{}", why[0]);
-    let warned: Vec<String> = f
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Degraded { message } if message.starts_with("tier peaks ") => Some(message),
-            _ => None,
-        })
-        .collect();
+    let warned = f.degraded(|m| m.starts_with("tier peaks "));
     assert!(warned.len() == 1 && warned[0].contains("moved aside"), "{warned:?}");
     assert!(f.state.join("tier-peaks.json.bad").exists(), "kept for a person");
     let h = memqos_daemon::history::History::from_json(&std::fs::read_to_string(&tier_file).unwrap()).unwrap();
@@ -981,7 +828,7 @@ fn a_low_that_does_not_fit_is_parked_and_status_and_explain_say_so() {
     std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
     write_cgroup(&f.root.join("low2"), 20 * MIB, "max");
     set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "300M");
-    let daemon = f.start(false);
+    let daemon = f.start();
     let snap = poll_status(&f, |s| s.parked == ["low2"]);
     assert_eq!(f.knob("low2", "memory.high"), (32 * MIB).to_string());
     assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
@@ -1008,8 +855,8 @@ fn a_low_that_does_not_fit_is_parked_and_status_and_explain_say_so() {
 }
 
 /// Waits for a status.json that satisfies `f`.
-fn poll_status(f: &Fake, ok: impl Fn(&memqos_daemon::status::Snapshot) -> bool) -> memqos_daemon::status::Snapshot {
-    common::poll_for("status", Duration::from_secs(10), || status::read(&f.state).ok().flatten().filter(|s| ok(s)))
+fn poll_status(f: &FakeTree, ok: impl Fn(&memqos_daemon::status::Snapshot) -> bool) -> memqos_daemon::status::Snapshot {
+    common::poll_for("status", Duration::from_secs(10), || f.status().filter(|s| ok(s)))
 }
 
 #[test]
@@ -1019,7 +866,7 @@ fn a_malformed_history_file_is_moved_aside_and_the_daemon_learns_afresh() {
     std::fs::write(&file, "{\"version\": 1, \"workloads\": [").unwrap();
     std::fs::write(f.root.join("high/memory.peak"), format!("{}\n", 200 * MIB)).unwrap();
     set_xattr(&f.root.join("high"), "user.memqos.workload", "job-k");
-    let daemon = f.start(false);
+    let daemon = f.start();
     poll("high protected", Duration::from_secs(10), || f.knob("high", "memory.low") != "0");
     std::fs::remove_dir_all(f.root.join("high")).unwrap();
     poll("history written", Duration::from_secs(10), || {
@@ -1028,14 +875,7 @@ fn a_malformed_history_file_is_moved_aside_and_the_daemon_learns_afresh() {
     daemon.stop().expect("the daemon runs on a malformed history");
     let bad = f.base.join("history.json.bad");
     assert_eq!(std::fs::read_to_string(&bad).unwrap(), "{\"version\": 1, \"workloads\": [", "kept for a person");
-    let warned: Vec<String> = f
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Degraded { message } if message.starts_with("history_file ") => Some(message),
-            _ => None,
-        })
-        .collect();
+    let warned = f.degraded(|m| m.starts_with("history_file "));
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(warned[0].contains(file.to_str().unwrap()) && warned[0].contains("moved aside"), "{}", warned[0]);
     let h = memqos_daemon::history::History::from_json(&std::fs::read_to_string(&file).unwrap()).unwrap();

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use memqos_policy::{Knob, LearnedPeak, Limit, PeakSource, Reason};
+use memqos_policy::{Decision, Knob, LearnedPeak, Limit, PeakSource, Reason};
 use proptest::prelude::*;
 
 fn sim(tiers: &str, policy: &str) -> Sim {
@@ -54,16 +54,25 @@ fn parked_lows_run_one_at_a_time_oldest_first_and_finish_before_equal_shares_wou
     }
 }
 
-#[test]
-fn a_parked_cgroup_is_capped_at_what_it_holds_named_in_status_and_admitted_when_room_frees() {
-    let mut sim = sim(TWO_TIERS, "");
+/// A 450 MiB reservation under the 711 MiB parent leaves `park_room` for batch/a (the
+/// oldest) and not for the `later` lows beside it (made a tick later, with their usage): they
+/// are parked from their first tick, whose decisions are returned with the sim.
+fn parked_behind_a(tiers: &str, later: &[(&str, u64)]) -> (Sim, Vec<Decision>) {
+    let mut sim = sim(tiers, "");
     sim.add("critical/agent", 12 * MB);
     sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
     sim.add("batch/a", 60 * MB);
     sim.tick();
-    sim.add("batch/b", 50 * MB);
-    sim.add("batch/c", 40 * MB);
+    for &(id, usage) in later {
+        sim.add(id, usage);
+    }
     let d = sim.tick();
+    (sim, d)
+}
+
+#[test]
+fn a_parked_cgroup_is_capped_at_what_it_holds_named_in_status_and_admitted_when_room_frees() {
+    let (mut sim, d) = parked_behind_a(TWO_TIERS, &[("batch/b", 50 * MB), ("batch/c", 40 * MB)]);
     // Budget (711 - 64) - 12 - (464 - 12) = 183 MiB, 150 MiB held: 33 MiB free, below
     // park_room: only the oldest runs.
     assert_eq!(sim.engine.status().parked, vec!["batch/b".to_string(), "batch/c".to_string()]);
@@ -111,19 +120,6 @@ fn with_room_for_all_of_them_they_are_admitted_one_per_tick() {
     assert_eq!(parked, vec![3, 2, 1, 0, 0]);
 }
 
-/// A 450 MiB reservation under the 711 MiB parent leaves `park_room` for batch/a (the
-/// oldest) and not for batch/b beside it (made a tick later): b is parked from its first tick.
-fn b_parked_behind_a(tiers: &str) -> Sim {
-    let mut sim = sim(tiers, "");
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
-    sim.add("batch/a", 60 * MB);
-    sim.tick();
-    sim.add("batch/b", 50 * MB);
-    sim.tick();
-    sim
-}
-
 #[test]
 fn the_stall_bound_relieves_a_parked_cgroup() {
     let tiers = edit_tier(TWO_TIERS, "batch", |t| {
@@ -131,7 +127,7 @@ fn the_stall_bound_relieves_a_parked_cgroup() {
         stall.insert("after_ms".into(), 1000.into());
         t.insert("stall".into(), stall.into());
     });
-    let mut sim = b_parked_behind_a(&tiers);
+    let (mut sim, _) = parked_behind_a(&tiers, &[("batch/b", 50 * MB)]);
     assert_eq!(sim.high("batch/b"), Limit::Bytes(50 * MB), "parked");
     sim.run(2_000, |s| {
         let c = s.cg("batch/b");
@@ -154,7 +150,7 @@ fn a_freeze_tier_has_its_parked_frozen_thawed_at_the_stall_bound_and_when_admitt
         stall.insert("after_ms".into(), 1000.into());
         t.insert("stall".into(), stall.into());
     });
-    let mut sim = b_parked_behind_a(&tiers);
+    let (mut sim, _) = parked_behind_a(&tiers, &[("batch/b", 50 * MB)]);
     let freezes = |sim: &Sim| sim.writes("batch/b", Knob::Freeze);
     assert!(sim.cgs["batch/b"].current.frozen, "parked and frozen: {:?}", freezes(&sim));
     assert!(!sim.cgs["batch/a"].current.frozen, "the oldest runs");
