@@ -2,7 +2,7 @@
 //! kernel, the closed loop's retries and losses, and what a killed call told its agent.
 
 use super::summary::{bracket, HostSummary, LevelSummary};
-use crate::series::figures::ratio_range;
+use crate::series::figures::{percent_range, ratio_range};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -86,14 +86,22 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
         );
         let _ = writeln!(
             out,
-            "| kernel | sessions | arm | sessions failed (a call failed twice) | calls finished on their retry | calls lost with their session |"
+            "| kernel | sessions | arm | sessions failed (a call failed twice) | calls finished on their retry | calls lost with their session | runtimes' solo peaks summed, of the budget |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
         for l in closed {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {}/{} | {} | {}/{} |",
-                l.kernel, l.level, l.arm, l.sessions_failed, l.sessions, l.calls_retried, l.calls_lost, l.calls_planned
+                "| {} | {} | {} | {}/{} | {} | {}/{} | {} |",
+                l.kernel,
+                l.level,
+                l.arm,
+                l.sessions_failed,
+                l.sessions,
+                l.calls_retried,
+                l.calls_lost,
+                l.calls_planned,
+                percent_range(&l.runtime_peaks_of_budget)
             );
         }
         let hung: Vec<String> = s

@@ -56,6 +56,13 @@ pub struct LevelSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<Estimate>,
     pub parent_oom_kills: u64,
+    /// What the sessions' runtimes alone ask of the host: per run, the sum of each session's
+    /// runtime peak in its trace's solo run, over the host budget. Near or above 1, the
+    /// runtimes' peaks leave no room for tool calls however the calls are scheduled, unless
+    /// a runtime is killed or its session ends first. `None` where a run had no budget or no
+    /// solo runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_peaks_of_budget: Option<Estimate>,
     /// OOMs triggered at a session's own limit (static-peak), summed; `None` where a run did
     /// not record them.
     #[serde(default)]
@@ -165,6 +172,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             calls_retried: 0,
             calls_lost: 0,
             parent_oom_kills: 0,
+            runtime_peaks_of_budget: None,
             session_limit_ooms: Some(0),
             runtime_p95_vs_solo: None,
             call_time_vs_solo: None,
@@ -176,8 +184,18 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
         let mut call_ratios = Vec::new();
         let mut cpu = Vec::new();
         let mut waits = Vec::new();
+        let mut runtime_demand = Vec::new();
         for r in rs {
             let mut killed_here = 0;
+            let solo_peaks: Option<Vec<u64>> = r
+                .sessions
+                .iter()
+                .map(|s| solo.get(&(kernel.as_str(), r.run, s.trace.as_str())))
+                .map(|a| a.and_then(|a| a.sessions.first()).and_then(|a| a.runtime.peak_bytes))
+                .collect();
+            if let (Some(peaks), Some(budget)) = (solo_peaks, r.host_budget_bytes.filter(|b| *b > 0)) {
+                runtime_demand.push(peaks.iter().sum::<u64>() as f64 / budget as f64);
+            }
             for s in &r.sessions {
                 g.sessions += 1;
                 g.session_limit_ooms = g.session_limit_ooms.zip(s.own_limit_ooms).map(|(a, b)| a + b);
@@ -267,6 +285,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
         g.call_time_vs_solo = estimate(&call_ratios);
         g.daemon_cpu_s = estimate(&cpu);
         g.wait_ms = estimate(&waits);
+        g.runtime_peaks_of_budget = estimate(&runtime_demand);
         levels.push(g);
     }
     let density = density(&levels);
@@ -472,6 +491,28 @@ mod tests {
         let none = summarize(&[arm("none", 2, vec![session("a", false, false, None)])]);
         let text = serde_json::to_string(&none.levels[0]).unwrap();
         assert!(!text.contains("calls_armed") && !text.contains("wait_ms"), "{text}");
+    }
+
+    #[test]
+    fn the_runtimes_demand_is_their_solo_peaks_summed_over_the_budget() {
+        let with_peak = |trace: &str, peak: u64| {
+            let mut s = session(trace, false, false, None);
+            s.runtime.peak_bytes = Some(peak);
+            s
+        };
+        // The level's own runtimes peaked lower (one was killed): the demand reads the solo
+        // runs, what the traces ask whatever the arm did.
+        let level = |a: &str| arm(a, 3, vec![with_peak("a", 5), with_peak("a", 30), session("b", true, false, None)]);
+        let out = summarize(&[
+            arm("solo", 1, vec![with_peak("a", 30)]),
+            arm("solo", 1, vec![with_peak("b", 20)]),
+            level("none"),
+        ]);
+        let l = out.levels.iter().find(|l| l.arm == "none").unwrap();
+        assert_eq!(l.runtime_peaks_of_budget.as_ref().map(|e| (e.n, e.median)), Some((1, 0.8)), "(30 + 30 + 20) / 100");
+        // A trace with no solo run: not computed, rather than a sum that leaves it out.
+        let out = summarize(&[arm("solo", 1, vec![with_peak("a", 30)]), level("none")]);
+        assert!(out.levels[0].runtime_peaks_of_budget.is_none());
     }
 
     #[test]

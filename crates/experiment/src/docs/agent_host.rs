@@ -2,7 +2,7 @@
 
 use super::{kernel_rank, short_kernel};
 use crate::agent_host::summary::{HostSummary, LevelSummary};
-use crate::series::figures::ratio_range;
+use crate::series::figures::{percent_range, ratio_range};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -58,12 +58,12 @@ pub(super) fn render_agent_levels(root: &Path, dir: &str, kernel: &str) -> Resul
 pub(super) fn render_agent_closed(root: &Path, dir: &str, kernel: &str) -> Result<String> {
     let h = agent_host(root, dir)?;
     let mut out = String::from(
-        "| sessions | arm | runs | sessions failed (a call failed twice) | sessions hung | calls finished on their retry | calls lost with their session |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        "| sessions | arm | runs | sessions failed (a call failed twice) | sessions hung | calls finished on their retry | calls lost with their session | runtimes' solo peaks summed, of the budget |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for l in levels_in_order(&h, kernel).into_iter().filter(|l| l.closed_loop) {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {}/{} | {} | {} | {}/{} |",
+            "| {} | {} | {} | {}/{} | {} | {} | {}/{} | {} |",
             l.level,
             l.arm,
             l.runs,
@@ -73,6 +73,7 @@ pub(super) fn render_agent_closed(root: &Path, dir: &str, kernel: &str) -> Resul
             l.calls_retried,
             l.calls_lost,
             l.calls_planned,
+            percent_range(&l.runtime_peaks_of_budget),
         );
     }
     Ok(out)

@@ -57,3 +57,9 @@ pub(crate) fn ratio_median(e: &Option<Estimate>) -> String {
 pub(crate) fn ratio_range(e: &Option<Estimate>) -> String {
     e.map(|e| format!("{:.2}x [{:.2}–{:.2}]", e.median, e.min, e.max)).unwrap_or_else(|| "–".into())
 }
+
+/// A share as a percentage, median [min–max]: `97% [95–99%]`.
+pub(crate) fn percent_range(e: &Option<Estimate>) -> String {
+    e.map(|e| format!("{:.0}% [{:.0}–{:.0}%]", e.median * 100.0, e.min * 100.0, e.max * 100.0))
+        .unwrap_or_else(|| "–".into())
+}
