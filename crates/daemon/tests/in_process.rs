@@ -746,6 +746,25 @@ fn a_learned_peak_is_recorded_when_its_cgroup_ends_and_reserved_for_the_next_wit
 }
 
 #[test]
+fn a_lifetime_that_ends_just_before_the_daemon_stops_is_recorded_at_stop() {
+    // The experiments' case: the protected task ends last, its cgroup is removed, and the
+    // daemon is stopped before its next sample. A sample a minute apart leaves only the stop
+    // to see that `high` ended.
+    let f = fake("learn-stop", 170 * MIB);
+    let file = learning(&f);
+    f.set("signals.sampling_interval_ms", 60_000);
+    std::fs::write(f.root.join("high/memory.peak"), format!("{}\n", 300 * MIB)).unwrap();
+    set_xattr(&f.root.join("high"), "user.memqos.workload", "job-k");
+    let daemon = f.start();
+    poll("high protected", Duration::from_secs(10), || f.knob("high", "memory.low") != "0");
+    std::fs::remove_dir_all(f.root.join("high")).unwrap();
+    daemon.stop().expect("daemon run");
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let h = memqos_daemon::history::History::from_json(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert_eq!(h.get("job-k").and_then(|e| e.expectation()), Some(300 * MIB), "{text}");
+}
+
+#[test]
 fn a_declared_peak_wins_over_history_and_a_bad_key_is_named_once() {
     // The history says job-k peaked at 300M; `high` has that key but declares 400M: the
     // reservation is the declaration's (low1 at 48M, as without history).

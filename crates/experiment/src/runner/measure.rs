@@ -115,7 +115,7 @@ pub(super) fn run_tasks(
                 // A finished agent's sandbox goes away, and with it its claim to protection.
                 final_events[i] = Some(cgroups[i].memory_events()?);
                 final_swap[i] = Some(SwapFigures::read(&cgroups[i]));
-                let _ = cgroups[i].remove();
+                remove_once_empty(&cgroups[i]);
             }
         }
         if t0.elapsed() > deadline {
@@ -252,6 +252,19 @@ pub fn parse_write_events(log: &str) -> Vec<DecisionMark> {
             reason: w.why.clone(),
         })
         .collect()
+}
+
+/// Removes a task's cgroup once the kernel lets go of it. A reaped task can still hold its
+/// cgroup for a moment (its exit is not finished in the kernel), so an rmdir right after
+/// wait() can fail with EBUSY; container runtimes retry it too. Left in place, the cgroup
+/// would still look populated when the arm's daemon stops a moment later, and a
+/// `learn_peak` daemon does not record a lifetime that looks unfinished at its stop (the
+/// learned series' missing run-1 lifetime of a protected task that ended last).
+fn remove_once_empty(cg: &Cgroup) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while cg.remove().is_err() && cg.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 #[cfg(test)]

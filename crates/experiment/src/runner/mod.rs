@@ -447,6 +447,8 @@ fn run_arm(
                 Arm::Policy(p) => Some(s.timing(*p).unwrap_or_else(|e| format!("{p}: intervals unreadable: {e}"))),
                 Arm::Solo(_) => None,
             },
+            // The history lives as long as the guest: its first run of a variant learns.
+            learning_run: s.memqos_learns_peak && run == opts.first_run,
         })
     })();
     let cleanup = match systemd {

@@ -54,6 +54,11 @@ pub struct ArmResult {
     /// ([`Scenario::timing`]). `None` in results from before it was recorded.
     #[serde(default)]
     pub timing: Option<String>,
+    /// A learned-peak scenario's first run in its guest: the memqos arm starts with an empty
+    /// history and learns, so the run is first sight, not history; the summary keeps it apart
+    /// (its variant is named "<variant> (learning run)").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learning_run: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -206,7 +206,9 @@ pub fn summarize(results: &[ArmResult]) -> Vec<GroupSummary> {
 pub fn summarize_with(results: &[ArmResult], bounds: &KillBounds) -> Vec<GroupSummary> {
     let mut groups: BTreeMap<(String, String, String), Vec<&ArmResult>> = BTreeMap::new();
     for r in results {
-        groups.entry((r.scenario.clone(), r.variant.clone(), r.kernel.clone())).or_default().push(r);
+        // A learning run is first sight: not pooled with the runs that had its history.
+        let variant = if r.learning_run { format!("{} (learning run)", r.variant) } else { r.variant.clone() };
+        groups.entry((r.scenario.clone(), variant, r.kernel.clone())).or_default().push(r);
     }
     let mut out = Vec::new();
     for ((scenario, variant, kernel), rs) in groups {
@@ -475,7 +477,27 @@ mod tests {
             zswap: false,
             provenance: None,
             timing: None,
+            learning_run: false,
         }
+    }
+
+    #[test]
+    fn a_learning_run_is_summarized_apart_from_the_runs_with_history() {
+        let run = |n: usize, learning: bool| {
+            let tasks = || vec![task("high", Tier::High, 2.0, 10.0, Outcome::Finished)];
+            [arm("solo:high", n, tasks(), 0), arm("none", n, tasks(), 0), arm("memqos", n, tasks(), 0)].map(|mut r| {
+                r.learning_run = learning;
+                r
+            })
+        };
+        let results: Vec<ArmResult> = [run(1, true), run(2, false), run(3, false)].into_iter().flatten().collect();
+        let groups = summarize(&results);
+        let runs = |variant: &str| {
+            let g = groups.iter().find(|g| g.variant == variant).unwrap_or_else(|| panic!("no {variant}"));
+            g.arms.iter().find(|a| a.arm == "memqos").unwrap().runs
+        };
+        assert_eq!((runs("v (learning run)"), runs("v")), (1, 2));
+        assert_eq!(groups.len(), 2);
     }
 
     #[test]
