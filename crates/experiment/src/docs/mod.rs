@@ -115,6 +115,8 @@ pub fn render(name: &str, src: &Sources) -> Result<String> {
         "realtime-ranking" => scenarios::render_ranking(src, "oom", "oom-realtime"),
         "realtime-ranking-tight" => scenarios::render_ranking(src, "sweep-tight", "sweep-tight-dask-realtime"),
         "realtime-ranking-tight-rest" => scenarios::render_ranking(src, "sweep-tight", "sweep-tight-realtime"),
+        "realtime-kills-tight-rest" => scenarios::render_kills_pooled(src, "sweep-tight-realtime"),
+        "realtime-ranking-systemd" => scenarios::render_ranking(src, "oom-systemd", "oom-systemd-realtime"),
         "run-overhead" => bench::render_run_overhead(&src.root)?,
         "margins" => scenarios::render_margins(src),
         "series-builds" => scenarios::render_series_builds(src),

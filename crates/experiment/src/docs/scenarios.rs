@@ -127,6 +127,71 @@ pub(super) fn render_ranking(src: &Sources, compressed: &str, realtime: &str) ->
     out
 }
 
+/// A scenario's kills pooled over its variants (triples), per kernel and arm, fewest first:
+/// where each variant has only a few runs, the pooled counts are what its prose can read.
+pub(super) fn render_kills_pooled(src: &Sources, scenario: &str) -> String {
+    #[derive(Default)]
+    struct Pooled {
+        runs: usize,
+        protected_lost: usize,
+        runs_with_kill: usize,
+        kills: u64,
+        variants: usize,
+    }
+    let mut by_kernel: Vec<(String, Vec<(String, Pooled)>)> = Vec::new();
+    for g in groups_of(src, &[scenario], None) {
+        let idx = match by_kernel.iter().position(|(k, _)| *k == g.kernel) {
+            Some(i) => i,
+            None => {
+                by_kernel.push((g.kernel.clone(), Vec::new()));
+                by_kernel.len() - 1
+            }
+        };
+        let arms = &mut by_kernel[idx].1;
+        for a in g.arms.iter().filter(|a| !a.arm.starts_with("solo")) {
+            let i = match arms.iter().position(|(n, _)| *n == a.arm) {
+                Some(i) => i,
+                None => {
+                    arms.push((a.arm.clone(), Pooled::default()));
+                    arms.len() - 1
+                }
+            };
+            let p = &mut arms[i].1;
+            p.runs += a.runs;
+            p.protected_lost += a.runs_high_killed;
+            p.runs_with_kill += a.runs_with_kill;
+            p.kills += a.task_kills;
+            p.variants += 1;
+        }
+    }
+    let mut out = String::new();
+    if by_kernel.is_empty() {
+        let _ = writeln!(out, "No run of {scenario} yet.");
+        return out;
+    }
+    let _ = writeln!(out, "| kernel | arm | variants | runs | protected task lost | runs with a kill | tasks killed (of them low tasks) |");
+    let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- | --- |");
+    for (kernel, mut arms) in by_kernel {
+        arms.sort_by_key(|(name, p)| (p.kills, p.protected_lost, name.clone()));
+        for (name, p) in arms {
+            let lows = p.kills.saturating_sub(p.protected_lost as u64);
+            let _ = writeln!(
+                out,
+                "| {} | {name} | {} | {} | {} of {} | {} of {} | {} ({lows}) |",
+                short_kernel(&kernel),
+                p.variants,
+                p.runs,
+                p.protected_lost,
+                p.runs,
+                p.runs_with_kill,
+                p.runs,
+                p.kills
+            );
+        }
+    }
+    out
+}
+
 /// Each replay scenario's margin and whether its kill outcome flips from run to run.
 pub(super) fn render_margins(src: &Sources) -> String {
     let mut out = String::from(
@@ -419,6 +484,44 @@ mod tests {
         );
         assert!(moved.contains("does not hold at 1x; arms in other places: oomd, memqos"), "{moved}");
         assert!(moved.contains("memqos is 2 of 3 at 1x and 1 of 3 compressed"), "{moved}");
+    }
+
+    #[test]
+    fn kills_are_pooled_over_a_scenarios_variants_fewest_first() {
+        let with_kills = |name: &str, runs: usize, high_killed: usize, kills: u64| {
+            let mut a = arm(name, runs, high_killed, 1.0);
+            a.runs_with_kill = runs;
+            a.task_kills = kills;
+            a
+        };
+        let variant = |v: &str, arms: Vec<ArmSummary>| {
+            let mut g = group("sweep-tight-realtime", 1.0, arms);
+            g.variant = v.into();
+            g
+        };
+        let src = Sources {
+            groups: vec![
+                variant(
+                    "a+b+c",
+                    vec![with_kills("none", 2, 2, 3), with_kills("memqos", 2, 0, 2), arm("solo:high", 2, 0, 1.0)],
+                ),
+                variant("d+e+f", vec![with_kills("none", 3, 1, 4), with_kills("memqos", 3, 0, 3)]),
+            ],
+            verdicts: vec![],
+            builds: BTreeMap::new(),
+            root: std::path::PathBuf::new(),
+        };
+        let text = render_kills_pooled(&src, "sweep-tight-realtime");
+        let rows: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(
+            rows,
+            [
+                "| 7.2.13 | memqos | 2 | 5 | 0 of 5 | 5 of 5 | 5 (5) |",
+                "| 7.2.13 | none | 2 | 5 | 3 of 5 | 5 of 5 | 7 (4) |",
+            ],
+            "{text}"
+        );
+        assert_eq!(render_kills_pooled(&src, "oom-realtime"), "No run of oom-realtime yet.\n");
     }
 
     #[test]

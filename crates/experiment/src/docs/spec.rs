@@ -289,6 +289,33 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             Spec { scenarios: &["sweep-tight-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols }
         }
         "sweep-declared" => Spec { scenarios: &["sweep-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
+        // Issue 30: nothing declared, at first sight, with history (a learned series' first
+        // run in each guest is its own "(learning run)" variant) and with zswap.
+        "expectations" => Spec {
+            scenarios: &[
+                "sweep-tight-first-sight",
+                "sweep-tight-learned",
+                "sweep-tight-zswap",
+                "sweep-first-sight",
+                "sweep-learned",
+                "sweep-zswap",
+            ],
+            kernel: None,
+            arms: &["none", "memqos"],
+            cols: &[
+                Scenario,
+                Kernel,
+                Variant,
+                Build,
+                Arm,
+                RunsWithKill,
+                Avoidable,
+                ProtectedFinished,
+                LowsFinished,
+                HighSoloCi,
+                LowsNoneCi,
+            ],
+        },
         _ => return None,
     })
 }
