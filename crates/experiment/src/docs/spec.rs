@@ -207,7 +207,7 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
         "seed" => Spec {
             scenarios: &["oom", "contention", "isolation"],
             kernel: None,
-            // issue 29's baselines where a series ran them (the 6.12 series did not)
+            // issue 29's baselines (static-adj, static-reserve) included
             arms: &["none", "static-max", "static-high", "static-adj", "static-reserve", "memqos"],
             cols: &[Scenario, Kernel, Build, Arm, KillRunsP, HighSoloCi, P95SoloCi, P95NoneCi, LowsNoneCi, ParentPeak],
         },
