@@ -148,6 +148,9 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
     let waited = if req.runtime {
         None
     } else {
+        // Stale siblings (calls whose process died) go first: a call that waits for room
+        // should not wait beside cgroups that may still hold charged page cache.
+        layout::sweep(&session);
         // Before the call's cgroup exists: a waiting call holds no memory and leaves the
         // daemon no empty cgroup to track.
         let planned = session.child(&format!("{tier}.{}", std::process::id()));
@@ -157,7 +160,6 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
     let (cg, lock) = if req.runtime {
         (layout::runtime(&session)?, None)
     } else {
-        layout::sweep(&session);
         let c = layout::create_call(&session, &tier, std::process::id())?;
         (c.cg, Some(c.lock))
     };

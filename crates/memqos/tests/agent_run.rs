@@ -298,6 +298,11 @@ guest_test!(a_call_with_no_room_waits_at_the_door_and_starts_when_room_frees, |g
         allowances()["tiers"].as_array().is_some_and(|t| !t.is_empty() && t.iter().all(|a| a["wait"] == true))
     });
 
+    // A stale sibling: the cgroup of a call whose `memqos run` died (empty, its lock gone).
+    let stale = root.child("s").child("tool.99999");
+    root.child("s").create().unwrap();
+    stale.create().unwrap();
+
     let state_arg = state.to_str().unwrap();
     let mut call = Command::new(memqos_bin())
         .arg("run")
@@ -311,6 +316,7 @@ guest_test!(a_call_with_no_room_waits_at_the_door_and_starts_when_room_frees, |g
     std::thread::sleep(Duration::from_secs(3));
     assert!(call.try_wait().unwrap().is_none(), "the call started on a full host");
     let session = root.child("s");
+    assert!(!stale.path().exists(), "a waiting call sweeps its stale siblings before it waits");
     let calls = || session.children().map(|c| c.len()).unwrap_or(0);
     assert_eq!(calls(), 0, "a waiting call has no cgroup yet");
 
