@@ -138,25 +138,19 @@ pub(super) fn render_kills_pooled(src: &Sources, scenario: &str) -> String {
         kills: u64,
         variants: usize,
     }
+    // In order of first appearance: kernels as groups_of sorts them, arms as the series has them.
+    fn entry<'v, T: Default>(v: &'v mut Vec<(String, T)>, key: &str) -> &'v mut T {
+        let i = v.iter().position(|(k, _)| k == key).unwrap_or_else(|| {
+            v.push((key.to_owned(), T::default()));
+            v.len() - 1
+        });
+        &mut v[i].1
+    }
     let mut by_kernel: Vec<(String, Vec<(String, Pooled)>)> = Vec::new();
     for g in groups_of(src, &[scenario], None) {
-        let idx = match by_kernel.iter().position(|(k, _)| *k == g.kernel) {
-            Some(i) => i,
-            None => {
-                by_kernel.push((g.kernel.clone(), Vec::new()));
-                by_kernel.len() - 1
-            }
-        };
-        let arms = &mut by_kernel[idx].1;
+        let arms = entry(&mut by_kernel, &g.kernel);
         for a in g.arms.iter().filter(|a| !a.arm.starts_with("solo")) {
-            let i = match arms.iter().position(|(n, _)| *n == a.arm) {
-                Some(i) => i,
-                None => {
-                    arms.push((a.arm.clone(), Pooled::default()));
-                    arms.len() - 1
-                }
-            };
-            let p = &mut arms[i].1;
+            let p = entry(arms, &a.arm);
             p.runs += a.runs;
             p.protected_lost += a.runs_high_killed;
             p.runs_with_kill += a.runs_with_kill;
