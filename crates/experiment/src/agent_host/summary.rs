@@ -187,15 +187,8 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
         let mut runtime_demand = Vec::new();
         for r in rs {
             let mut killed_here = 0;
-            let solo_peaks: Option<Vec<u64>> = r
-                .sessions
-                .iter()
-                .map(|s| solo.get(&(kernel.as_str(), r.run, s.trace.as_str())))
-                .map(|a| a.and_then(|a| a.sessions.first()).and_then(|a| a.runtime.peak_bytes))
-                .collect();
-            if let (Some(peaks), Some(budget)) = (solo_peaks, r.host_budget_bytes.filter(|b| *b > 0)) {
-                runtime_demand.push(peaks.iter().sum::<u64>() as f64 / budget as f64);
-            }
+            // The sessions' solo runtime peaks summed; `None` once a session has none.
+            let mut solo_peaks = Some(0u64);
             for s in &r.sessions {
                 g.sessions += 1;
                 g.session_limit_ooms = g.session_limit_ooms.zip(s.own_limit_ooms).map(|(a, b)| a + b);
@@ -217,6 +210,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
                     g.sessions_hung += 1;
                 }
                 let alone = solo.get(&(kernel.as_str(), r.run, s.trace.as_str())).and_then(|a| a.sessions.first());
+                solo_peaks = solo_peaks.zip(alone.and_then(|a| a.runtime.peak_bytes)).map(|(sum, p)| sum + p);
                 if let (Some(a), Some(mine)) = (alone.and_then(|a| p95(&a.runtime)), p95(&s.runtime)) {
                     p95_ratios.push(mine / a);
                 }
@@ -263,6 +257,9 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
                         }
                     }
                 }
+            }
+            if let (Some(peaks), Some(budget)) = (solo_peaks, r.host_budget_bytes.filter(|b| *b > 0)) {
+                runtime_demand.push(peaks as f64 / budget as f64);
             }
             g.runtimes_killed += killed_here;
             if killed_here > 0 {

@@ -4,7 +4,7 @@
 use super::{trace_path, DecisionMark, RunnerOptions, SwapFigures, TaskResult, Timeline, SAMPLE_EVERY, WORK_DIR};
 use crate::oomd::OomdProcess;
 use crate::scenario::{Tier, Workload};
-use crate::series::epoch_now;
+use crate::series::{epoch_now, remove_tree_within};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit, MemoryEvents};
 use memqos_replay::report::Report;
@@ -115,7 +115,10 @@ pub(super) fn run_tasks(
                 // A finished agent's sandbox goes away, and with it its claim to protection.
                 final_events[i] = Some(cgroups[i].memory_events()?);
                 final_swap[i] = Some(SwapFigures::read(&cgroups[i]));
-                remove_once_empty(&cgroups[i]);
+                // Gone before the arm's daemon stops: a `learn_peak` daemon does not record
+                // a lifetime that still looks populated at its stop. In steps of 5 ms, since
+                // the other tasks are being timed meanwhile.
+                let _ = remove_tree_within(&cgroups[i], Duration::from_secs(2), Duration::from_millis(5));
             }
         }
         if t0.elapsed() > deadline {
@@ -252,19 +255,6 @@ pub fn parse_write_events(log: &str) -> Vec<DecisionMark> {
             reason: w.why.clone(),
         })
         .collect()
-}
-
-/// Removes a task's cgroup once the kernel lets go of it. A reaped task can still hold its
-/// cgroup for a moment (its exit is not finished in the kernel), so an rmdir right after
-/// wait() can fail with EBUSY; container runtimes retry it too. Left in place, the cgroup
-/// would still look populated when the arm's daemon stops a moment later, and a
-/// `learn_peak` daemon does not record a lifetime that looks unfinished at its stop (the
-/// learned series' missing run-1 lifetime of a protected task that ended last).
-fn remove_once_empty(cg: &Cgroup) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while cg.remove().is_err() && cg.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,13 @@ pub(crate) fn epoch_now() -> f64 {
 /// Removes `root` and every cgroup below it, deepest first, waiting for exiting tasks to
 /// leave them (the experiments' task cgroups, and the agent host's sessions and their calls).
 pub(crate) fn remove_tree(root: &Cgroup) -> Result<()> {
+    remove_tree_within(root, Duration::from_secs(20), Duration::from_millis(50))
+}
+
+/// [`remove_tree`] trying every `pause` for at most `bound`: a reaped task can still hold its
+/// cgroup for a moment (its exit is not finished in the kernel), so an rmdir right after
+/// wait() can fail with EBUSY.
+pub(crate) fn remove_tree_within(root: &Cgroup, bound: Duration, pause: Duration) -> Result<()> {
     let t0 = Instant::now();
     while root.exists() {
         let mut all = root.descendants().unwrap_or_default();
@@ -45,10 +52,10 @@ pub(crate) fn remove_tree(root: &Cgroup) -> Result<()> {
         if root.remove().is_ok() || !root.exists() {
             break;
         }
-        if t0.elapsed() > Duration::from_secs(20) {
-            bail!("cannot remove {} after 20 s: tasks still inside?", root.path().display());
+        if t0.elapsed() > bound {
+            bail!("cannot remove {} after {} s: tasks still inside?", root.path().display(), bound.as_secs_f64());
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(pause);
     }
     Ok(())
 }
