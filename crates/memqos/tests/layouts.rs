@@ -129,11 +129,11 @@ guest_test!(systemd_layout_tiers_xattr_hints_and_unit_limits, |g| g.memory_mb(76
 
     // Agents that keep growing to 250 MiB and dropping back (builds, test runs) and a service
     // that loads 300 MiB in bursts, in a 768 MiB guest: a burst that meets the agents' growth
-    // in a full machine reclaims directly and stalls (PSI). The cycles repeat, so that
-    // happens whatever the guest's speed. (A service growing into memory nobody else is
-    // taking need not stall at all, and its memory.low keeps it safe from reclaim.) The
-    // service loads each burst as fast as it can: a ramp over seconds let kswapd keep ahead
-    // of it on 6.12 under TCG, and the service never stalled in 150 s (CI, stop 37).
+    // in a full machine reclaims directly and stalls (PSI). The service loads each burst as
+    // fast as it can, so it outruns kswapd whatever the guest's speed: a ramp over 3 s let
+    // kswapd keep ahead of it on 6.12 under TCG, and it never stalled in 150 s (CI, stop 37).
+    // (A service growing into memory nobody else is taking need not stall at all, and its
+    // memory.low keeps it safe from reclaim.)
     let mut tasks = Vec::new();
     let agent_cycle = "250:6000,250:3000,40:0,40:1000";
     let agent_phases = vec![agent_cycle; 20].join(",") + ",0:0";
