@@ -94,7 +94,13 @@ mod tests {
             high_bytes: 100 << 20,
             psi_full_avg10: 80.0,
         };
-        let guard = Reason::HeadroomGuard { parent_usage_bytes: 1, limit_bytes: 2, headroom_bytes: 1, guard_bytes: 2 };
+        let guard = Reason::HeadroomGuard {
+            parent_usage_bytes: 1,
+            limit_bytes: 2,
+            headroom_bytes: 1,
+            guard_bytes: 2,
+            swapless: false,
+        };
         let (high, kill) = (KnobFile::MemoryHigh, KnobFile::CgroupKill);
         let lines = [
             line("s/tool.7", high, "100", Outcome::Ok, guard, "guard"),

@@ -111,7 +111,8 @@ impl<'r> Daemon<'r> {
     ) -> Result<Daemon<'r>> {
         let interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
         let engine = Engine::new(cfg.clone());
-        let sampler = Sampler::new(stats_backend(opts.stats_backend, cfg));
+        let mut sampler = Sampler::new(stats_backend(opts.stats_backend, cfg));
+        sampler.swaps = opts.proc_swaps.clone();
         let dirty = dirty::DirtyEnforcer::new(cfg);
         let oom_adj = oom_adj::OomAdjuster::new(cfg);
         let cpu_weights = cpu_weight::CpuWeights::new(cfg);

@@ -82,6 +82,9 @@ pub struct Options {
     /// Lock the process's memory (`memlock`): the command does; in-process tests, which share
     /// their process with other tests, need not.
     pub lock_memory: bool,
+    /// Where the host's active swap devices are listed (/proc/swaps): without any, the
+    /// headroom guard caps at usage (`ParentObs::swapless`). Tests point it at a file.
+    pub proc_swaps: PathBuf,
 }
 
 /// Loads and validates the config; nothing is touched.

@@ -17,7 +17,7 @@ use memqos_schema::KnobFile;
 use std::path::PathBuf;
 
 pub const FILE: &str = KnobFile::SwapMax.name();
-const PROC_SWAPS: &str = "/proc/swaps";
+pub(crate) const PROC_SWAPS: &str = "/proc/swaps";
 
 /// memory.swap.max on every cgroup of a tier that does not keep it.
 pub type SwapMaxes = TierStatics<SwapMax>;
@@ -93,6 +93,13 @@ fn active(text: &str) -> Result<bool, String> {
     memqos_cgroupfs::procfs::parse_swaps(text).map(|d| !d.is_empty())
 }
 
+/// True only when `swaps` (/proc/swaps) was read and lists no active device: what the engine
+/// needs to know to not cut memory.high below what cannot be reclaimed (`ParentObs::swapless`).
+/// Unreadable or malformed counts as "may swap", the engine's behaviour before it knew.
+pub(crate) fn host_swapless(swaps: &std::path::Path) -> bool {
+    std::fs::read_to_string(swaps).ok().is_some_and(|text| active(&text) == Ok(false))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +110,19 @@ mod tests {
         assert_eq!(active(header), Ok(false));
         assert_eq!(active(&format!("{header}/dev/zram0 partition 4194300 0 100\n")), Ok(true));
         assert!(active(&format!("{header}/dev/x partition big 0 -2\n")).is_err());
+    }
+
+    #[test]
+    fn the_host_is_swapless_only_when_proc_swaps_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let swaps = dir.path().join("swaps");
+        assert!(!host_swapless(&swaps), "unreadable: may swap");
+        std::fs::write(&swaps, "Filename Type Size Used Priority\n").unwrap();
+        assert!(host_swapless(&swaps));
+        std::fs::write(&swaps, "Filename Type Size Used Priority\n/swap file 1024 0 -2\n").unwrap();
+        assert!(!host_swapless(&swaps));
+        std::fs::write(&swaps, "Filename Type Size Used Priority\n/x partition big 0 -2\n").unwrap();
+        assert!(!host_swapless(&swaps), "malformed: may swap");
     }
 
     #[test]

@@ -271,6 +271,27 @@ fn dry_run_decides_logs_and_writes_nothing() {
 }
 
 #[test]
+fn on_a_swapless_host_the_guard_caps_at_usage_and_says_why() {
+    // The same full parent: without swap a high below low1's 300M would free nothing, only
+    // freeze it holding that memory, so the guard caps it at what it holds.
+    let f = fake("swapless", 480 * MIB);
+    f.swapless();
+    let daemon = f.start();
+    poll("low1 throttled", Duration::from_secs(10), || f.capped("low1"));
+    assert_eq!(f.knob("low1", "memory.high"), (300 * MIB).to_string());
+    daemon.stop().expect("daemon run");
+    assert_eq!(f.knob("low1", "memory.high"), "max", "restored at stop");
+    let why = f.events().into_iter().find_map(|e| match e {
+        Event::Write(w) if w.cgroup == "low1" => w.reason,
+        _ => None,
+    });
+    assert!(
+        matches!(&why, Some(memqos_policy::Reason::HeadroomGuard { swapless: true, .. })),
+        "the logged reason says the host had no swap: {why:?}"
+    );
+}
+
+#[test]
 fn dropping_the_actuator_restores() {
     let f = fake("guard", 100 * MIB);
     let journal = Journal::open(&f.state, &f.root).unwrap();

@@ -110,6 +110,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
             dry_run: a.dry_run,
             echo: true,
             lock_memory: true,
+            proc_swaps: "/proc/swaps".into(),
         },
         handle,
     )?;

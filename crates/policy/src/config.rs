@@ -427,7 +427,9 @@ pub struct Policy {
     /// `headroom_guard` (default "64M"): when the parent's limit (min of its memory.max and
     /// memory.high) is finite and its usage is above `limit - headroom_guard`, throttleable
     /// tiers are cut, lowest first, so their total fits below that line. 0 disables the guard.
-    /// Make it larger than what the subtree can allocate in `min_write_interval_ms`.
+    /// On a host with no active swap a cgroup the cut reaches is capped at its usage instead
+    /// (anonymous memory cannot be reclaimed; a lower high would only freeze the task holding
+    /// it). Make it larger than what the subtree can allocate in `min_write_interval_ms`.
     pub headroom_guard: u64,
     /// `min_high` (default "32M", >= 4K): memory.high is never lowered below this.
     pub min_high: u64,

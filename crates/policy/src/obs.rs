@@ -69,11 +69,23 @@ pub struct ParentObs {
     /// memory.events increments since the previous sample (`max`/`oom` mean the whole subtree
     /// hit its limit).
     pub events_delta: MemoryEvents,
+    /// The host has no active swap (/proc/swaps lists no device; zswap needs one): anonymous
+    /// memory cannot be reclaimed, so a memory.high below what a cgroup holds frees nothing
+    /// and only makes its tasks sleep holding it (`throttle::guard_cut`). False when swap is
+    /// active or nobody could tell (journals from before this field).
+    #[serde(default)]
+    pub swapless: bool,
 }
 
 impl Default for ParentObs {
     fn default() -> Self {
-        ParentObs { usage_bytes: 0, max: Limit::Max, high: Limit::Max, events_delta: MemoryEvents::default() }
+        ParentObs {
+            usage_bytes: 0,
+            max: Limit::Max,
+            high: Limit::Max,
+            events_delta: MemoryEvents::default(),
+            swapless: false,
+        }
     }
 }
 

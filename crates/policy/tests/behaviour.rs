@@ -181,6 +181,66 @@ fn lower_tiers_alone_at_the_guard_keep_the_hold() {
     assert!(release.0 >= last_cut + 5000, "released {} ms after the last cut", release.0 - last_cut);
 }
 
+/// The guard at one moment: 980 MB of a 1000 MB parent, its line at 936 MB.
+fn at_the_guard(swapless: bool) -> Sim {
+    let mut sim = Sim::new(config(THREE_TIERS, ""));
+    sim.parent.max = Limit::Bytes(1000 * MB);
+    sim.parent.swapless = swapless;
+    sim.add("critical/db", 300 * MB);
+    sim.add("low/a", 200 * MB);
+    sim.add("batch/a", 300 * MB);
+    sim.add("batch/b", 180 * MB);
+    sim
+}
+
+#[test]
+fn with_swap_the_guard_cuts_below_usage_what_reclaim_can_push_out() {
+    let mut sim = at_the_guard(false);
+    let d = sim.tick();
+    let cuts: Vec<_> = d.iter().filter(|d| d.knob() == Knob::High).collect();
+    assert_eq!(cuts.len(), 2, "{d:?}");
+    assert!(cuts.iter().all(|d| matches!(d.reason, Reason::HeadroomGuard { swapless: false, .. })), "{d:?}");
+    // 44 MB over the line, from the lowest tier in proportion to usage.
+    let (a, b) = (sim.high("batch/a").bytes().unwrap(), sim.high("batch/b").bytes().unwrap());
+    assert!(a < 300 * MB && b < 180 * MB, "{a} {b}");
+    assert!((300 * MB - a) + (180 * MB - b) >= 44 * MB - 8192, "took {} MB", (480 * MB - a - b) / MB);
+    assert_eq!(sim.high("low/a"), Limit::Max, "the higher throttle tier is touched only after the lowest");
+}
+
+#[test]
+fn swapless_the_guard_caps_at_what_a_cgroup_holds_and_never_below() {
+    // Without swap a high below usage frees no anonymous memory: it would only freeze the
+    // task holding it. The same tiers are chosen (lowest first), each capped at its usage.
+    let mut sim = at_the_guard(true);
+    let d = sim.tick();
+    let cuts: Vec<_> = d.iter().filter(|d| d.knob() == Knob::High).collect();
+    assert_eq!(cuts.len(), 2, "{d:?}");
+    assert!(cuts.iter().all(|d| matches!(d.reason, Reason::HeadroomGuard { swapless: true, .. })), "{d:?}");
+    assert!(cuts[0].reason.to_string().ends_with("(no swap: capped at what it holds)"), "{}", cuts[0].reason);
+    assert_eq!(sim.high("batch/a"), Limit::Bytes(300 * MB));
+    assert_eq!(sim.high("batch/b"), Limit::Bytes(180 * MB));
+    assert_eq!(sim.high("low/a"), Limit::Max, "the higher throttle tier is touched only after the lowest");
+    // A capped task that frees part of a burst is capped lower (it cannot regrow into it,
+    // while the guard holds); one that crept above its cap is never raised by a cut.
+    sim.cg("batch/a").usage_bytes = 250 * MB;
+    sim.cg("batch/b").usage_bytes = 190 * MB;
+    sim.run(1_000, |_| {}); // past min_write_interval_ms
+    assert_eq!(sim.high("batch/a"), Limit::Bytes(250 * MB));
+    assert_eq!(sim.high("batch/b"), Limit::Bytes(180 * MB));
+}
+
+#[test]
+fn swapless_the_proportional_step_still_cuts_below_usage() {
+    // Only the guard's target changes without swap: protected pressure still slows the
+    // lowest tier by a step (the delay the RFC's hook gives), below what it holds.
+    let mut sim = at_the_guard(true);
+    sim.parent.max = Limit::Max;
+    sim.set_stall("critical/db", 20.0);
+    sim.tick();
+    sim.tick();
+    assert_eq!(sim.high("batch/a"), Limit::Bytes(270 * MB));
+}
+
 #[test]
 fn cgroup_appearing_under_pressure_joins_the_throttled_tier() {
     let mut sim = contention();

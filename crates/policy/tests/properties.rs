@@ -131,11 +131,8 @@ fn cgroup(slots: usize) -> impl Strategy<Value = (usize, CgroupObs)> {
 }
 
 fn parent() -> impl Strategy<Value = ParentObs> {
-    (bytes(), limit(), limit(), events()).prop_map(|(usage_bytes, max, high, events_delta)| ParentObs {
-        usage_bytes,
-        max,
-        high,
-        events_delta,
+    (bytes(), limit(), limit(), events(), any::<bool>()).prop_map(|(usage_bytes, max, high, events_delta, swapless)| {
+        ParentObs { usage_bytes, max, high, events_delta, swapless }
     })
 }
 

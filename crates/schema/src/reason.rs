@@ -113,6 +113,10 @@ pub enum Reason {
         headroom_bytes: u64,
         /// The configured guard.
         guard_bytes: u64,
+        /// The host had no active swap: each cgroup cut was capped at what it held, not
+        /// below (a lower high cannot reclaim anonymous memory, only freeze it).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        swapless: bool,
     },
     /// The parent's memory.events show `max`/`oom` hits since the previous sample.
     ParentLimitEvents {
@@ -249,14 +253,20 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::ProtectedPressure { by, trigger } => write!(f, "pressure in {by}: {trigger}"),
-            Reason::HeadroomGuard { parent_usage_bytes, limit_bytes, headroom_bytes, guard_bytes } => write!(
-                f,
-                "parent at {} of {}: headroom {} below guard {}",
-                human(*parent_usage_bytes),
-                human(*limit_bytes),
-                human(*headroom_bytes),
-                human(*guard_bytes)
-            ),
+            Reason::HeadroomGuard { parent_usage_bytes, limit_bytes, headroom_bytes, guard_bytes, swapless } => {
+                write!(
+                    f,
+                    "parent at {} of {}: headroom {} below guard {}",
+                    human(*parent_usage_bytes),
+                    human(*limit_bytes),
+                    human(*headroom_bytes),
+                    human(*guard_bytes)
+                )?;
+                if *swapless {
+                    write!(f, " (no swap: capped at what it holds)")?;
+                }
+                Ok(())
+            }
             Reason::ParentLimitEvents { max, oom } => {
                 write!(f, "parent hit its limit ({max} max, {oom} oom events)")
             }
@@ -393,7 +403,20 @@ mod tests {
         let by = || "a".to_string();
         let every = [
             Reason::ProtectedPressure { by: by(), trigger: Trigger::PsiTrigger },
-            Reason::HeadroomGuard { parent_usage_bytes: 1, limit_bytes: 2, headroom_bytes: 1, guard_bytes: 2 },
+            Reason::HeadroomGuard {
+                parent_usage_bytes: 1,
+                limit_bytes: 2,
+                headroom_bytes: 1,
+                guard_bytes: 2,
+                swapless: false,
+            },
+            Reason::HeadroomGuard {
+                parent_usage_bytes: 1,
+                limit_bytes: 2,
+                headroom_bytes: 1,
+                guard_bytes: 2,
+                swapless: true,
+            },
             Reason::ParentLimitEvents { max: 1, oom: 0 },
             Reason::Release { calm_for_ms: 1 },
             Reason::NothingToProtect { calm_for_ms: 1 },

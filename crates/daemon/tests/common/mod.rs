@@ -18,11 +18,16 @@ pub const GUARD_POLICY: &str = "headroom_guard = \"64M\"\nmin_write_interval_ms 
 /// A fake cgroup tree with its state directory and config, all below one directory that is
 /// removed when it is dropped: `root` (base/qos), `state` (base/state), `config`
 /// (base/memqos.toml). The tests write the cgroups; the config is written at once.
+const SWAPS_HEADER: &str = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
+
 pub struct FakeTree {
     pub base: PathBuf,
     pub root: PathBuf,
     pub state: PathBuf,
     pub config: PathBuf,
+    /// The daemon's /proc/swaps: one active device unless `swapless` empties it, so that
+    /// what the guard does does not depend on the machine the tests run on.
+    pub swaps: PathBuf,
 }
 
 impl FakeTree {
@@ -39,7 +44,14 @@ impl FakeTree {
         std::fs::create_dir_all(&base).unwrap();
         let (root, state, config) = (base.join("qos"), base.join("state"), base.join("memqos.toml"));
         std::fs::write(&config, config_text(&root, &state, policy)).unwrap();
-        FakeTree { base, root, state, config }
+        let swaps = base.join("swaps");
+        std::fs::write(&swaps, format!("{SWAPS_HEADER}/swapfile file 1048572 0 -2\n")).unwrap();
+        FakeTree { base, root, state, config, swaps }
+    }
+
+    /// From now on the host the daemon sees has no active swap.
+    pub fn swapless(&self) {
+        std::fs::write(&self.swaps, SWAPS_HEADER).unwrap();
     }
 
     /// Changes one value of the config, as data: `set("signals.calm_interval_ms", 60000)`;
@@ -82,6 +94,7 @@ impl FakeTree {
             dry_run: false,
             echo: false,
             lock_memory: false,
+            proc_swaps: self.swaps.clone(),
         }
     }
 

@@ -18,6 +18,8 @@ pub(crate) struct Guard {
     pub usage: u64,
     pub limit: u64,
     pub guard: u64,
+    /// `ParentObs::swapless`: cuts are capped at usage (`throttle::guard_cut`).
+    pub swapless: bool,
 }
 
 impl Guard {
@@ -32,6 +34,7 @@ impl Guard {
             limit_bytes: self.limit,
             headroom_bytes: self.limit.saturating_sub(self.usage),
             guard_bytes: self.guard,
+            swapless: self.swapless,
         }
     }
 }
@@ -73,7 +76,8 @@ pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a>
 
     let guard = match (ctx.parent_limit(), ctx.cfg.policy.headroom_guard) {
         (Limit::Bytes(limit), guard) if guard > 0 => {
-            let g = Guard { usage: ctx.parent.usage_bytes.saturating_add(protected_regrowth(ctx)), limit, guard };
+            let usage = ctx.parent.usage_bytes.saturating_add(protected_regrowth(ctx));
+            let g = Guard { usage, limit, guard, swapless: ctx.parent.swapless };
             (g.excess() > 0).then_some(g)
         }
         _ => None,

@@ -82,6 +82,14 @@ fn step(ctx: &Ctx, tiers: &[Vec<&CgroupObs>], reason: Reason, plan: &mut Plan) {
 /// taken from the lowest tier first, within a tier in proportion to usage, never below the
 /// floor. Targets are computed from usage, not from the current high, so an unchanged
 /// situation yields the same targets (no ratcheting while anon memory cannot shrink).
+///
+/// On a swapless host a cgroup the excess reaches is capped at what it holds instead
+/// (`ParentObs::swapless`): a high below that frees no anonymous memory, it only puts the
+/// tasks to sleep in the over-high penalty holding whatever they had, a short burst
+/// included, for the protected tier's next burst to run into (measured: docs/experiments.md,
+/// "Why memqos killed where none did not"). Capped, a task can still free its burst and run
+/// on, and cannot grow; its page cache is still reclaimed first when it allocates. Which
+/// tiers are capped is decided as before, lowest first.
 fn guard_cut(ctx: &Ctx, g: &Guard, tiers: &[Vec<&CgroupObs>], plan: &mut Plan) {
     let floor = ctx.floor();
     let mut excess = g.excess();
@@ -94,8 +102,8 @@ fn guard_cut(ctx: &Ctx, g: &Guard, tiers: &[Vec<&CgroupObs>], plan: &mut Plan) {
         let take = excess.min(room.iter().fold(0, |a, &r| a.saturating_add(r)));
         for (c, cut) in tier.iter().zip(water_fill(take, &usage, &room)) {
             if cut > 0 {
-                let high = page_down(c.usage_bytes - cut).max(floor);
-                plan.lower_high(c, high, g.reason());
+                let target = if g.swapless { c.usage_bytes } else { c.usage_bytes - cut };
+                plan.lower_high(c, page_down(target).max(floor), g.reason());
             }
         }
         excess -= take;
