@@ -470,6 +470,7 @@ impl<'r> Daemon<'r> {
             notes.append(&mut w.notes);
         }
         if let Some(s) = self.swap_maxes.as_mut() {
+            s.knob.now = self.sampler.swap.clone();
             batch.extend(s.plan(cfg, &obs, act));
             notes.append(&mut s.notes);
         }

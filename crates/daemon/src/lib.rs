@@ -45,6 +45,7 @@ pub mod sd_notify;
 mod signals;
 pub mod status;
 mod swap_max;
+pub use swap_max::PROC_SWAPS;
 mod tier_static;
 
 use actuator::Actuator;

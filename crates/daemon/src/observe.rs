@@ -71,10 +71,10 @@ pub struct Sampler {
     /// A cgroup was made whose memory knobs should not wait for the calm path's next full
     /// sample (see `Daemon::adopt`): the next periodic tick samples the whole tree.
     pub full_sample_due: bool,
-    /// Where the periodic sample looks for active swap (`ParentObs::swapless`).
+    /// Where the periodic sample looks for active swap (`ParentObs::swapless`, swap_max).
     pub swaps: PathBuf,
-    /// The host had no active swap at the last periodic sample.
-    swapless: bool,
+    /// What it found there at the last periodic sample (`swap_max::read_swaps`).
+    pub swap: Result<bool, String>,
 }
 
 /// Throttle candidates a fast reaction reads: the largest holders of the throttle tiers as
@@ -217,8 +217,14 @@ impl Sampler {
             dropped: Vec::new(),
             full_sample_due: false,
             swaps: PathBuf::from(crate::swap_max::PROC_SWAPS),
-            swapless: false,
+            swap: Err("not read yet".into()),
         }
+    }
+
+    /// The last periodic sample found no active swap. Unreadable or malformed counts as "may
+    /// swap": the engine's behaviour before it knew.
+    fn swapless(&self) -> bool {
+        self.swap == Ok(false)
     }
 
     /// Every cgroup of the last sample, the root ("") included: relative paths.
@@ -268,7 +274,7 @@ impl Sampler {
             max: s.max.unwrap_or(Limit::Max),
             high: s.high.unwrap_or(Limit::Max),
             events_delta: MemoryEvents::default(),
-            swapless: self.swapless,
+            swapless: self.swapless(),
         });
         let limit = s.max.unwrap_or(Limit::Max).min(s.high.unwrap_or(Limit::Max));
         let Limit::Bytes(limit) = limit else { return Ok(false) };
@@ -424,7 +430,7 @@ impl Sampler {
         let (_, source) = self.source.as_mut().expect("opened above");
         source.refresh(&mut self.snap)?;
         // One small read per periodic tick: swap can be turned on or off while memqos runs.
-        self.swapless = crate::swap_max::host_swapless(&self.swaps);
+        self.swap = crate::swap_max::read_swaps(&self.swaps);
         if opened {
             self.backend_report = Some((self.snap.backend, why_not_bpf));
         }
@@ -445,7 +451,7 @@ impl Sampler {
             // The hierarchy's root (a whole systemd host) has no memory.current/max/high/events:
             // no limit, so no headroom guard; usage is what the managed tree holds.
             let leaves = snap.cgroups.iter().skip(1).filter(|c| c.depth == 1).filter_map(|c| c.current);
-            ParentObs { usage_bytes: leaves.sum(), swapless: self.swapless, ..ParentObs::default() }
+            ParentObs { usage_bytes: leaves.sum(), swapless: self.swapless(), ..ParentObs::default() }
         } else {
             let parent_ev = need(top.events, root.path(), top, "memory.events")?;
             let parent = ParentObs {
@@ -453,7 +459,7 @@ impl Sampler {
                 max: need(top.max, root.path(), top, "memory.max")?,
                 high: need(top.high, root.path(), top, "memory.high")?,
                 events_delta: self.prev_parent_events.map(|p| parent_ev.delta_since(&p)).unwrap_or_default(),
-                swapless: self.swapless,
+                swapless: self.swapless(),
             };
             self.prev_parent_events = Some(parent_ev);
             parent

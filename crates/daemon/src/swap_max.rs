@@ -14,16 +14,19 @@ use crate::tier_static::{Missing, StaticKnob, TierStatics};
 use memqos_policy::knobs::TierStatic;
 use memqos_policy::{CgroupObs, Config};
 use memqos_schema::KnobFile;
-use std::path::PathBuf;
+use std::path::Path;
 
 pub const FILE: &str = KnobFile::SwapMax.name();
-pub(crate) const PROC_SWAPS: &str = "/proc/swaps";
+/// Where the host lists its active swap devices (`Options::proc_swaps` by default).
+pub const PROC_SWAPS: &str = "/proc/swaps";
 
 /// memory.swap.max on every cgroup of a tier that does not keep it.
 pub type SwapMaxes = TierStatics<SwapMax>;
 
 pub struct SwapMax {
-    swaps: PathBuf,
+    /// /proc/swaps as the periodic sample last read it (`read_swaps`): the daemon hands it
+    /// over before each plan, so the file is read once per tick.
+    pub(crate) now: Result<bool, String>,
     /// Whether the last look at /proc/swaps found active swap (None: not looked yet).
     swap_on: Option<bool>,
     /// The kernel has no memory.swap.max: nothing more to do for this run.
@@ -32,7 +35,7 @@ pub struct SwapMax {
 
 impl Default for SwapMax {
     fn default() -> Self {
-        SwapMax { swaps: PathBuf::from(PROC_SWAPS), swap_on: None, unsupported: false }
+        SwapMax { now: Err("not read yet".into()), swap_on: None, unsupported: false }
     }
 }
 
@@ -62,13 +65,10 @@ impl StaticKnob for SwapMax {
 }
 
 impl SwapMax {
-    /// Reads /proc/swaps; notes when swap goes off or on (and that swap_max waits for it).
+    /// Whether swap is active (`now`); notes when it goes off or on (and that swap_max waits
+    /// for it).
     fn swap_active(&mut self, notes: &mut Vec<String>) -> bool {
-        let on = match std::fs::read_to_string(&self.swaps) {
-            Ok(text) => active(&text),
-            Err(e) => Err(format!("{}: {e}", self.swaps.display())),
-        };
-        let (on, why) = match on {
+        let (on, why) = match self.now.clone() {
             Ok(on) => (on, None),
             Err(e) => (false, Some(e)),
         };
@@ -93,11 +93,12 @@ fn active(text: &str) -> Result<bool, String> {
     memqos_cgroupfs::procfs::parse_swaps(text).map(|d| !d.is_empty())
 }
 
-/// True only when `swaps` (/proc/swaps) was read and lists no active device: what the engine
-/// needs to know to not cut memory.high below what cannot be reclaimed (`ParentObs::swapless`).
-/// Unreadable or malformed counts as "may swap", the engine's behaviour before it knew.
-pub(crate) fn host_swapless(swaps: &std::path::Path) -> bool {
-    std::fs::read_to_string(swaps).ok().is_some_and(|text| active(&text) == Ok(false))
+/// Reads `swaps` (/proc/swaps): whether it lists an active device, or why that cannot be told.
+/// The one reader of the file: the periodic sample calls it, and both the engine
+/// (`ParentObs::swapless`) and swap_max use the answer.
+pub(crate) fn read_swaps(swaps: &Path) -> Result<bool, String> {
+    let text = std::fs::read_to_string(swaps).map_err(|e| format!("{}: {e}", swaps.display()))?;
+    active(&text)
 }
 
 #[cfg(test)]
@@ -116,13 +117,13 @@ mod tests {
     fn the_host_is_swapless_only_when_proc_swaps_says_so() {
         let dir = tempfile::tempdir().unwrap();
         let swaps = dir.path().join("swaps");
-        assert!(!host_swapless(&swaps), "unreadable: may swap");
+        assert!(read_swaps(&swaps).is_err(), "unreadable: cannot tell");
         std::fs::write(&swaps, "Filename Type Size Used Priority\n").unwrap();
-        assert!(host_swapless(&swaps));
+        assert_eq!(read_swaps(&swaps), Ok(false));
         std::fs::write(&swaps, "Filename Type Size Used Priority\n/swap file 1024 0 -2\n").unwrap();
-        assert!(!host_swapless(&swaps));
+        assert_eq!(read_swaps(&swaps), Ok(true));
         std::fs::write(&swaps, "Filename Type Size Used Priority\n/x partition big 0 -2\n").unwrap();
-        assert!(!host_swapless(&swaps), "malformed: may swap");
+        assert!(read_swaps(&swaps).is_err(), "malformed: cannot tell");
     }
 
     #[test]
@@ -136,17 +137,21 @@ mod tests {
         )
         .unwrap();
         let mut s = SwapMaxes::new(&cfg).expect("a protected tier sets 0 by default");
-        s.knob.swaps = swaps.clone();
+        // What the daemon does each tick: the sample's reading, handed over.
+        let active = |s: &mut SwapMaxes| {
+            s.knob.now = read_swaps(&swaps);
+            s.knob.swap_active(&mut s.notes)
+        };
         std::fs::write(&swaps, header).unwrap();
-        assert!(!s.knob.swap_active(&mut s.notes) && !s.knob.swap_active(&mut s.notes));
+        assert!(!active(&mut s) && !active(&mut s));
         assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
         assert!(s.notes[0].contains("no active swap"), "{:?}", s.notes);
         std::fs::write(&swaps, format!("{header}/swap file 1024 0 -2\n")).unwrap();
-        assert!(s.knob.swap_active(&mut s.notes) && s.knob.swap_active(&mut s.notes));
+        assert!(active(&mut s) && active(&mut s));
         assert_eq!(s.notes.len(), 2);
         assert!(s.notes[1].contains("active now"), "{:?}", s.notes);
         std::fs::remove_file(&swaps).unwrap();
-        assert!(!s.knob.swap_active(&mut s.notes));
+        assert!(!active(&mut s));
         assert!(s.notes[2].contains("cannot tell"), "{:?}", s.notes);
 
         let keep = Config::from_str(

@@ -110,7 +110,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
             dry_run: a.dry_run,
             echo: true,
             lock_memory: true,
-            proc_swaps: "/proc/swaps".into(),
+            proc_swaps: memqos_daemon::PROC_SWAPS.into(),
         },
         handle,
     )?;

@@ -193,13 +193,22 @@ fn at_the_guard(swapless: bool) -> Sim {
     sim
 }
 
+/// The memory.high writes of one guard tick: one per batch cgroup, each for the guard, saying
+/// whether the host had swap.
+fn guard_cuts(d: &[memqos_policy::Decision], swapless: bool) -> Vec<&memqos_policy::Decision> {
+    let cuts: Vec<_> = d.iter().filter(|d| d.knob() == Knob::High).collect();
+    assert_eq!(cuts.len(), 2, "{d:?}");
+    assert!(
+        cuts.iter().all(|d| matches!(d.reason, Reason::HeadroomGuard { swapless: s, .. } if s == swapless)),
+        "{d:?}"
+    );
+    cuts
+}
+
 #[test]
 fn with_swap_the_guard_cuts_below_usage_what_reclaim_can_push_out() {
     let mut sim = at_the_guard(false);
-    let d = sim.tick();
-    let cuts: Vec<_> = d.iter().filter(|d| d.knob() == Knob::High).collect();
-    assert_eq!(cuts.len(), 2, "{d:?}");
-    assert!(cuts.iter().all(|d| matches!(d.reason, Reason::HeadroomGuard { swapless: false, .. })), "{d:?}");
+    guard_cuts(&sim.tick(), false);
     // 44 MB over the line, from the lowest tier in proportion to usage.
     let (a, b) = (sim.high("batch/a").bytes().unwrap(), sim.high("batch/b").bytes().unwrap());
     assert!(a < 300 * MB && b < 180 * MB, "{a} {b}");
@@ -213,9 +222,7 @@ fn swapless_the_guard_caps_at_what_a_cgroup_holds_and_never_below() {
     // task holding it. The same tiers are chosen (lowest first), each capped at its usage.
     let mut sim = at_the_guard(true);
     let d = sim.tick();
-    let cuts: Vec<_> = d.iter().filter(|d| d.knob() == Knob::High).collect();
-    assert_eq!(cuts.len(), 2, "{d:?}");
-    assert!(cuts.iter().all(|d| matches!(d.reason, Reason::HeadroomGuard { swapless: true, .. })), "{d:?}");
+    let cuts = guard_cuts(&d, true);
     assert!(cuts[0].reason.to_string().ends_with("(no swap: capped at what it holds)"), "{}", cuts[0].reason);
     assert_eq!(sim.high("batch/a"), Limit::Bytes(300 * MB));
     assert_eq!(sim.high("batch/b"), Limit::Bytes(180 * MB));

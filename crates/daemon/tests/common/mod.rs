@@ -15,11 +15,11 @@ pub use memqos_policy::size::MIB;
 /// 100 ms (a few 50 ms ticks), and a hold long enough that nothing is released mid-test.
 pub const GUARD_POLICY: &str = "headroom_guard = \"64M\"\nmin_write_interval_ms = 100\nhold_ms = 60000\n";
 
+const SWAPS_HEADER: &str = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
+
 /// A fake cgroup tree with its state directory and config, all below one directory that is
 /// removed when it is dropped: `root` (base/qos), `state` (base/state), `config`
 /// (base/memqos.toml). The tests write the cgroups; the config is written at once.
-const SWAPS_HEADER: &str = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
-
 pub struct FakeTree {
     pub base: PathBuf,
     pub root: PathBuf,
