@@ -74,8 +74,8 @@ impl OomAdjuster {
         writes
     }
 
-    /// Processes that left: exited (forgotten) or moved out of the tier (original put back),
-    /// among those `left` says have left.
+    /// Processes that left: exited or exiting (forgotten) or moved out of the tier (original
+    /// put back), among those `left` says have left.
     fn settle(&mut self, act: &mut Actuator, left: impl Fn(&u32, &Handled) -> bool) -> Vec<Request> {
         let mut writes = Vec::new();
         let mut exited = Vec::new();
@@ -83,7 +83,10 @@ impl OomAdjuster {
             if !left(pid, h) {
                 return true;
             }
-            if let Some(original) = settle(h.state, h.process.is_alive()) {
+            // A task on its way out (an OOM-killed one leaves cgroup.procs before it is a
+            // zombie) has not moved anywhere: nothing to put back, only to forget.
+            let staying = h.process.is_alive() && crate::proc_stat::exiting(h.process.pid) == Some(false);
+            if let Some(original) = settle(h.state, staying) {
                 let mut r = Request::new(
                     Target::Process { cgroup: String::new(), cgroup_id: 0, process: h.process },
                     FILE,

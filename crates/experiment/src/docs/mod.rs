@@ -8,14 +8,17 @@
 //! <!-- end generated: NAME -->
 //! ```
 //!
-//! and [`update`] rewrites every such region from `docs/experiments/summary.json` (itself
-//! rebuilt from the runs by the report step) and `docs/experiments/builds.toml` (which build
-//! made each series). `scripts/docs.sh` runs both; the `docs_match_the_committed_data` test
-//! fails when a region differs from what the data gives, and [`files`]'
+//! and [`update`] rewrites every such region, and every figure quoted in prose between
+//! `<!-- fig: QUERY -->` and `<!-- /fig -->` markers ([`figures`]), from
+//! `docs/experiments/summary.json` (itself rebuilt from the runs by the report step) and
+//! `docs/experiments/builds.toml` (which build made each series). `scripts/docs.sh` runs both;
+//! the `docs_match_the_committed_data` test fails when a region or a quoted figure differs from
+//! what the data gives, and [`files`]'
 //! `report_files_match_the_committed_runs` when a committed summary.json or report.md does.
 
 mod agent_host;
 mod bench;
+mod figures;
 pub mod files;
 mod regions;
 mod scenarios;
@@ -147,6 +150,8 @@ pub fn update(root: &Path, write: bool) -> Result<Vec<String>> {
                 stale.push(format!("{doc}: {name}"));
             }
         }
+        let (new, figures_stale) = figures::update(&new, &src).with_context(|| doc.to_string())?;
+        stale.extend(figures_stale.into_iter().map(|f| format!("{doc}: {f}")));
         if write && new != text {
             std::fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
         }

@@ -1,0 +1,204 @@
+//! Figures quoted in prose, generated and checked like the tables.
+//!
+//! A sentence that quotes a result wraps the figure in markers naming where it comes from:
+//!
+//! ```text
+//! memqos had a kill in <!-- fig: sweep-first-sight 7 * memqos runs-with-kill -->4 of 15<!-- /fig --> runs
+//! ```
+//!
+//! The query is `SCENARIO KERNEL VARIANT ARM MEASURE`:
+//! - KERNEL: `7` (any 7.x), `6.12`, or `*` for both;
+//! - VARIANT: one variant's name (spaces as `_`), or `*` for every variant of the scenario
+//!   except the learned series' first runs (the "(learning run)" variants, which have no
+//!   history yet), or `learning` for those first runs alone;
+//! - ARM: an arm as the summary names it (`none`, `memqos`, `static-adj`, ...);
+//! - MEASURE: a count summed over the groups (`runs`, `kills`, `runs-with-kill`,
+//!   `protected-killed`, `protected-finished`, `lows-finished`), or a median ratio
+//!   (`high/solo`, `high/none`, `lows/none`, `p95/solo`, `high-ops/solo`), printed as one
+//!   figure for one group and as the range of the groups' medians for several (groups where
+//!   the ratio does not exist, such as lows/none where none lost its lows, are left out).
+//!
+//! A marker right after a backtick is quoted in a code span and left alone. Markdown renders
+//! the markers as nothing, so the sentence reads as written; `memqos-docs`
+//! rewrites the figure and `--check` (and the `docs_match_the_committed_data` test) fails
+//! when it differs from what the committed summary gives.
+
+use super::Sources;
+use crate::stats::{Estimate, KILLED};
+use crate::summary::{ArmSummary, GroupSummary};
+use anyhow::{bail, Context, Result};
+
+const OPEN: &str = "<!-- fig: ";
+const CLOSE: &str = "<!-- /fig -->";
+/// How the summary names a learned series' first run of a triple (no history yet).
+const LEARNING: &str = "(learning run)";
+
+/// `doc` with every figure rewritten from `src`, and the queries whose figure changed.
+pub fn update(doc: &str, src: &Sources) -> Result<(String, Vec<String>)> {
+    let mut out = String::with_capacity(doc.len());
+    let mut stale = Vec::new();
+    let mut rest = doc;
+    while let Some(at) = rest.find(OPEN) {
+        // Quoted in a code span (the docs describing the markers): text, not a figure.
+        if rest[..at].ends_with('`') {
+            out.push_str(&rest[..at + OPEN.len()]);
+            rest = &rest[at + OPEN.len()..];
+            continue;
+        }
+        let line = doc[..doc.len() - rest.len() + at].matches('\n').count() + 1;
+        let after_open = &rest[at + OPEN.len()..];
+        let query_end =
+            after_open.find(" -->").with_context(|| format!("line {line}: a figure's query has no \" -->\""))?;
+        let query = &after_open[..query_end];
+        let body_start = &after_open[query_end + " -->".len()..];
+        let body_end = body_start
+            .find(CLOSE)
+            .filter(|&e| !body_start[..e].contains('\n') && !body_start[..e].contains(OPEN))
+            .with_context(|| format!("line {line}: figure {query:?} has no {CLOSE:?} on its line"))?;
+        let old = &body_start[..body_end];
+        let new = render(query, src).with_context(|| format!("line {line}: figure {query:?}"))?;
+        if old != new {
+            stale.push(format!("fig {query} ({old:?} -> {new:?})"));
+        }
+        out.push_str(&rest[..at + OPEN.len() + query_end + " -->".len()]);
+        out.push_str(&new);
+        out.push_str(CLOSE);
+        rest = &body_start[body_end + CLOSE.len()..];
+    }
+    out.push_str(rest);
+    Ok((out, stale))
+}
+
+/// The text of the figure `query` names.
+pub fn render(query: &str, src: &Sources) -> Result<String> {
+    let words: Vec<&str> = query.split_whitespace().collect();
+    let [scenario, kernel, variant, arm, measure] = words[..] else {
+        bail!("expected SCENARIO KERNEL VARIANT ARM MEASURE, got {} words", words.len());
+    };
+    let kernel_matches = |k: &str| match kernel {
+        "*" => true,
+        "7" => k.starts_with("7."),
+        other => k.starts_with(&format!("{other}.")) || k == other,
+    };
+    let variant_matches = |v: &str| match variant {
+        "*" => !v.ends_with(LEARNING),
+        "learning" => v.ends_with(LEARNING),
+        named => v == named.replace('_', " "),
+    };
+    let in_scope: Vec<&GroupSummary> = src.groups.iter().filter(|g| g.scenario == scenario).collect();
+    if in_scope.is_empty() {
+        bail!("no scenario {scenario:?} in the summary");
+    }
+    let groups: Vec<&GroupSummary> =
+        in_scope.into_iter().filter(|g| kernel_matches(&g.kernel) && variant_matches(&g.variant)).collect();
+    if groups.is_empty() {
+        bail!("scenario {scenario:?} has no group for kernel {kernel:?} and variant {variant:?}");
+    }
+    let arms: Vec<&ArmSummary> =
+        groups.iter().map(|g| g.arms.iter().find(|a| a.arm == arm)).collect::<Option<_>>().with_context(|| {
+            let missing: Vec<String> = groups
+                .iter()
+                .filter(|g| !g.arms.iter().any(|a| a.arm == arm))
+                .map(|g| format!("{} on {}", g.variant, g.kernel))
+                .collect();
+            format!("no arm {arm:?} in {}", missing.join(", "))
+        })?;
+    let sum = |f: fn(&ArmSummary) -> u64| arms.iter().map(|a| f(a)).sum::<u64>();
+    let runs = sum(|a| a.runs as u64);
+    Ok(match measure {
+        "runs" => runs.to_string(),
+        "kills" => sum(|a| a.task_kills).to_string(),
+        "runs-with-kill" => format!("{} of {runs}", sum(|a| a.runs_with_kill as u64)),
+        "protected-killed" => format!("{} of {runs}", sum(|a| a.runs_high_killed as u64)),
+        "protected-finished" => format!("{} of {runs}", sum(|a| a.high_finished as u64)),
+        "lows-finished" => format!("{} of {}", sum(|a| a.low_finished as u64), sum(|a| a.low_started as u64)),
+        ratio => {
+            let pick: fn(&ArmSummary) -> Option<Estimate> = match ratio {
+                "high/solo" => |a| a.high_wall_vs_solo,
+                "high/none" => |a| a.high_wall_vs_none,
+                "lows/none" => |a| a.low_wall_vs_none,
+                "p95/solo" => |a| a.high_p95_vs_solo,
+                "high-ops/solo" => |a| a.high_ops_vs_solo,
+                other => bail!("unknown measure {other:?}"),
+            };
+            let medians: Vec<f64> = arms.iter().filter_map(|a| pick(a).map(|e| e.median)).collect();
+            if medians.is_empty() {
+                bail!("arm {arm:?} has no {ratio} in any group");
+            }
+            median_range(&medians)
+        }
+    })
+}
+
+/// "1.05x" for one median (or several equal ones), "1.03x–1.09x" for the range of several.
+fn median_range(medians: &[f64]) -> String {
+    let x = |m: f64| if m == KILLED { "killed".to_string() } else { format!("{m:.2}x") };
+    let lo = medians.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if x(lo) == x(hi) {
+        x(lo)
+    } else {
+        format!("{}–{}", x(lo), x(hi))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn sources() -> Sources {
+        Sources::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")).unwrap()
+    }
+
+    #[test]
+    fn a_figure_is_rewritten_and_a_stale_one_reported() {
+        let src = sources();
+        let runs = render("sweep-first-sight 7 * memqos runs", &src).unwrap();
+        let doc = "a <!-- fig: sweep-first-sight 7 * memqos runs -->999<!-- /fig --> b\n";
+        let (new, stale) = update(doc, &src).unwrap();
+        assert_eq!(new, format!("a <!-- fig: sweep-first-sight 7 * memqos runs -->{runs}<!-- /fig --> b\n"));
+        assert_eq!(stale.len(), 1);
+        let (again, stale) = update(&new, &src).unwrap();
+        assert_eq!(again, new);
+        assert!(stale.is_empty());
+        let quoted = "write `<!-- fig: SCENARIO KERNEL VARIANT ARM MEASURE -->` and `<!-- /fig -->`\n";
+        assert_eq!(update(quoted, &src).unwrap(), (quoted.to_string(), vec![]));
+    }
+
+    #[test]
+    fn pooled_counts_are_the_sum_of_the_groups() {
+        let src = sources();
+        let one =
+            |v: &str| render(&format!("sweep-first-sight 7 {v} none runs"), &src).unwrap().parse::<u64>().unwrap();
+        let variants: Vec<String> = src
+            .groups
+            .iter()
+            .filter(|g| g.scenario == "sweep-first-sight" && g.kernel.starts_with("7."))
+            .map(|g| g.variant.replace(' ', "_"))
+            .collect();
+        assert!(variants.len() > 1);
+        let total: u64 = variants.iter().map(|v| one(v)).sum();
+        assert_eq!(one("*"), total);
+    }
+
+    #[test]
+    fn bad_queries_name_what_is_wrong() {
+        let src = sources();
+        let err = |q: &str| format!("{:#}", render(q, &src).unwrap_err());
+        assert!(err("no-such-scenario 7 * memqos runs").contains("no scenario"));
+        assert!(err("sweep-first-sight 5 * memqos runs").contains("no group"));
+        assert!(err("sweep-first-sight 7 * oomd runs").contains("no arm \"oomd\""));
+        assert!(err("sweep-first-sight 7 * memqos speed").contains("unknown measure"));
+        assert!(err("sweep-first-sight 7 memqos runs").contains("got 4 words"));
+        let unclosed = update("x <!-- fig: sweep-first-sight 7 * memqos runs -->3\nof 5<!-- /fig -->", &src);
+        assert!(format!("{:#}", unclosed.unwrap_err()).contains("line 1"));
+    }
+
+    #[test]
+    fn ranges_collapse_when_the_medians_print_alike() {
+        assert_eq!(median_range(&[1.051, 1.049]), "1.05x");
+        assert_eq!(median_range(&[1.03, 1.09, 1.05]), "1.03x–1.09x");
+        assert_eq!(median_range(&[1.2, KILLED]), "1.20x–killed");
+    }
+}
