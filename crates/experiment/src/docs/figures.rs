@@ -14,7 +14,8 @@
 //! - ARM: an arm as the summary names it (`none`, `memqos`, `static-adj`, ...);
 //! - MEASURE: a count summed over the groups (`runs`, `kills`, `runs-with-kill`,
 //!   `protected-killed`, `protected-finished`, `lows-finished`), or a median ratio
-//!   (`high/solo`, `high/none`, `lows/none`, `p95/solo`, `high-ops/solo`), printed as one
+//!   (`high/solo`, `high/none`, `lows/none`, `p95/solo`, `p95/none`, `high-ops/solo`, and
+//!   `priority`, the mean low time over the protected time), printed as one
 //!   figure for one group and as the range of the groups' medians for several (groups where
 //!   the ratio does not exist, such as lows/none where none lost its lows, are left out).
 //!
@@ -118,6 +119,8 @@ pub fn render(query: &str, src: &Sources) -> Result<String> {
                 "high/none" => |a| a.high_wall_vs_none,
                 "lows/none" => |a| a.low_wall_vs_none,
                 "p95/solo" => |a| a.high_p95_vs_solo,
+                "p95/none" => |a| a.high_p95_vs_none,
+                "priority" => |a| a.priority_ratio,
                 "high-ops/solo" => |a| a.high_ops_vs_solo,
                 other => bail!("unknown measure {other:?}"),
             };
