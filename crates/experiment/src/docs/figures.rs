@@ -48,8 +48,10 @@ pub fn update(doc: &str, src: &Sources) -> Result<(String, Vec<String>)> {
         }
         let line = doc[..doc.len() - rest.len() + at].matches('\n').count() + 1;
         let after_open = &rest[at + OPEN.len()..];
-        let query_end =
-            after_open.find(" -->").with_context(|| format!("line {line}: a figure's query has no \" -->\""))?;
+        let query_end = after_open
+            .find(" -->")
+            .filter(|&e| !after_open[..e].contains('\n'))
+            .with_context(|| format!("line {line}: a figure's query has no \" -->\" on its line"))?;
         let query = &after_open[..query_end];
         let body_start = &after_open[query_end + " -->".len()..];
         let body_end = body_start
@@ -196,6 +198,8 @@ mod tests {
         assert!(err("sweep-first-sight 7 memqos runs").contains("got 4 words"));
         let unclosed = update("x <!-- fig: sweep-first-sight 7 * memqos runs -->3\nof 5<!-- /fig -->", &src);
         assert!(format!("{:#}", unclosed.unwrap_err()).contains("line 1"));
+        let open_query = update("x\n<!-- fig: sweep-first-sight 7\n* memqos runs -->3<!-- /fig -->", &src);
+        assert!(format!("{:#}", open_query.unwrap_err()).contains("line 2: a figure's query"));
     }
 
     #[test]
