@@ -53,6 +53,11 @@ impl Process {
     pub fn is_alive(&self) -> bool {
         Process::current(self.pid) == Some(*self)
     }
+
+    /// True while this very process exists and has not begun to exit.
+    pub fn is_running(&self) -> bool {
+        crate::proc_stat::start_time_and_exiting(self.pid) == Some((self.start_time, false))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

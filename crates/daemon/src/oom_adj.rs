@@ -85,8 +85,7 @@ impl OomAdjuster {
             }
             // A task on its way out (an OOM-killed one leaves cgroup.procs before it is a
             // zombie) has not moved anywhere: nothing to put back, only to forget.
-            let staying = h.process.is_alive() && crate::proc_stat::exiting(h.process.pid) == Some(false);
-            if let Some(original) = settle(h.state, staying) {
+            if let Some(original) = settle(h.state, h.process.is_running()) {
                 let mut r = Request::new(
                     Target::Process { cgroup: String::new(), cgroup_id: 0, process: h.process },
                     FILE,

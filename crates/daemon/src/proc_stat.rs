@@ -34,12 +34,14 @@ pub fn start_time(pid: u32) -> Option<u64> {
 /// The kernel's PF_EXITING: the process has begun to exit (`flags`, field 9).
 const PF_EXITING: u64 = 0x4;
 
-/// Whether the process is on its way out: exiting (a killed task drops out of cgroup.procs
-/// while it tears down, before it is a zombie), a zombie, or dead. None if it is gone.
-pub fn exiting(pid: u32) -> Option<bool> {
+/// The process's start time and whether it is on its way out: exiting (a killed task drops
+/// out of cgroup.procs while it tears down, before it is a zombie), a zombie, or dead. One
+/// read of /proc/PID/stat; None if it is gone.
+pub fn start_time_and_exiting(pid: u32) -> Option<(u64, bool)> {
     let f = fields_after_comm(pid)?;
     let state = f.first()?;
-    Some(state == "Z" || state == "X" || field(&f, 9)? & PF_EXITING != 0)
+    let exiting = state == "Z" || state == "X" || field(&f, 9)? & PF_EXITING != 0;
+    Some((field(&f, 22)?, exiting))
 }
 
 /// Fields 14 and 15, `utime + stime`, in clock ticks.
@@ -63,8 +65,8 @@ mod tests {
         assert_eq!(super::start_time(pid), Some(start), "start time is stable");
         assert!(super::cpu_ticks(pid).is_some());
         assert_eq!(super::start_time(u32::MAX), None);
-        assert_eq!(super::exiting(pid), Some(false));
-        assert_eq!(super::exiting(u32::MAX), None);
+        assert_eq!(super::start_time_and_exiting(pid), Some((start, false)));
+        assert_eq!(super::start_time_and_exiting(u32::MAX), None);
     }
 
     #[test]
@@ -73,7 +75,7 @@ mod tests {
         let pid = child.id();
         // Not reaped yet: it stays a zombie until wait().
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while super::exiting(pid) != Some(true) {
+        while super::start_time_and_exiting(pid).map(|(_, exiting)| exiting) != Some(true) {
             assert!(std::time::Instant::now() < deadline, "child {pid} never showed as exiting");
             std::thread::sleep(std::time::Duration::from_millis(10));
         }

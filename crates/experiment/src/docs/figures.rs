@@ -24,6 +24,7 @@
 //! rewrites the figure and `--check` (and the `docs_match_the_committed_data` test) fails
 //! when it differs from what the committed summary gives.
 
+use super::spec::groups_of;
 use super::Sources;
 use crate::stats::{Estimate, KILLED};
 use crate::summary::{ArmSummary, GroupSummary};
@@ -78,22 +79,18 @@ pub fn render(query: &str, src: &Sources) -> Result<String> {
     let [scenario, kernel, variant, arm, measure] = words[..] else {
         bail!("expected SCENARIO KERNEL VARIANT ARM MEASURE, got {} words", words.len());
     };
-    let kernel_matches = |k: &str| match kernel {
-        "*" => true,
-        "7" => k.starts_with("7."),
-        other => k.starts_with(&format!("{other}.")) || k == other,
-    };
     let variant_matches = |v: &str| match variant {
         "*" => !v.ends_with(LEARNING),
         "learning" => v.ends_with(LEARNING),
         named => v == named.replace('_', " "),
     };
-    let in_scope: Vec<&GroupSummary> = src.groups.iter().filter(|g| g.scenario == scenario).collect();
-    if in_scope.is_empty() {
+    if groups_of(src, &[scenario], None).is_empty() {
         bail!("no scenario {scenario:?} in the summary");
     }
+    // "7" is any 7.x release, "6.12" any 6.12.x: the series prefix and its dot.
+    let series = (kernel != "*").then(|| format!("{kernel}."));
     let groups: Vec<&GroupSummary> =
-        in_scope.into_iter().filter(|g| kernel_matches(&g.kernel) && variant_matches(&g.variant)).collect();
+        groups_of(src, &[scenario], series.as_deref()).into_iter().filter(|g| variant_matches(&g.variant)).collect();
     if groups.is_empty() {
         bail!("scenario {scenario:?} has no group for kernel {kernel:?} and variant {variant:?}");
     }
