@@ -70,7 +70,8 @@ fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
 // schedule (the workload's own lateness) and barely stalls (its PSI). Its time against the
 // solo run is printed, not asserted: two sequential TCG runs on a shared host differ by more
 // than what that ratio would test.
-guest_test!(controller_prevents_oom_and_keeps_protected_task_on_schedule, |g| g.memory_mb(2048), {
+// Alone on the host (exclusive): it compares the protected task's lateness with its solo run.
+guest_test!(controller_prevents_oom_and_keeps_protected_task_on_schedule, |g| g.memory_mb(2048).exclusive(true), {
     let out = Command::new(lab_bin()).args(["demo", "--in-guest", "--json"]).output().unwrap();
     assert!(out.status.success(), "scenario failed: {}", String::from_utf8_lossy(&out.stderr));
     let r: controller::Report = serde_json::from_slice(&out.stdout).expect("scenario JSON");

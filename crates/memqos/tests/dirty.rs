@@ -36,9 +36,10 @@ fn paused(it: &serde_json::Value, who: &str) -> f64 {
     it["contended_sleepers"]["by_cgroup"][who]["pause_ms"].as_f64().unwrap_or(0.0)
 }
 
+// Alone on the host (exclusive): it asserts write latencies against the solo phase.
 guest_test!(
     dirty_floor_keeps_victim_fast_next_to_noisy_writer,
-    |g| g.memory_mb(2048).scratch_mb(256, Some(262_144)),
+    |g| g.memory_mb(2048).scratch_mb(256, Some(262_144)).exclusive(true),
     {
         let stock = run("stock");
         let managed = run("memqos");

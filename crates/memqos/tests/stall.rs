@@ -121,7 +121,8 @@ fn full_avg10(cg: &Cgroup) -> f64 {
     cg.memory_pressure().ok().and_then(|p| p.full).map_or(0.0, |f| f.avg10)
 }
 
-guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g.memory_mb(1024), {
+// Alone on the host (exclusive): it asserts PSI levels and a stall bound in seconds.
+guest_test!(throttling_livelock_is_bounded_by_the_stall_bound, |g| g.memory_mb(1024).exclusive(true), {
     // 1. The livelock, with the bound out of reach.
     let mut s = start(86_400_000, "unbounded");
     let high = wait_pinned(&s);

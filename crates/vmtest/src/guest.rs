@@ -84,6 +84,9 @@ pub struct Guest {
     /// Boot the host's systemd as PID 1 (on a writable tmpfs overlay of the host root) and run
     /// the job as a service once basic.target is up, instead of chrooting into the host root.
     pub systemd: bool,
+    /// Hold every guest slot (see [`shared_slots`]): the default, for anything that measures
+    /// time. Mechanism tests set it to false and may share the host with another guest.
+    pub exclusive: bool,
 }
 
 /// What one guest run produced.
@@ -125,7 +128,14 @@ impl Guest {
             cwd: std::env::current_dir().unwrap_or_else(|_| "/".into()),
             shared_paths: Vec::new(),
             systemd: false,
+            exclusive: true,
         }
+    }
+
+    /// `false`: this guest may run beside other shared guests (up to [`shared_slots`]).
+    pub fn exclusive(mut self, exclusive: bool) -> Self {
+        self.exclusive = exclusive;
+        self
     }
 
     pub fn memory_mb(mut self, mb: u64) -> Self {
@@ -224,9 +234,7 @@ impl Guest {
         let results_dir = new_run_dir()?;
         self.write_job(&results_dir, argv)?;
         let accel = detect_accel(&qemu, &self.kernel, &initrd);
-        // One guest at a time by default: 2 host cores, and timing results must not be
-        // distorted by a second emulator.
-        let _slot = FileLock::acquire("vm.lock").context("waiting for the guest slot")?;
+        let _slots = acquire_slots(self.exclusive)?;
         let mut cmd = self.qemu_command(&qemu, &initrd, &results_dir, accel)?;
         let started = Instant::now();
         let mut child = cmd
@@ -374,6 +382,51 @@ impl Guest {
     }
 }
 
+/// The most guest slots there can be; an exclusive guest holds all of them.
+const MAX_SLOTS: usize = 4;
+
+/// How many shared guests may run at once on this machine: `MEMQOS_VM_SLOTS` (default 1,
+/// at most 4). An exclusive guest (experiments, benchmarks, tests that assert a delay) always
+/// runs alone: timing results must not be distorted by a second emulator on the same cores.
+/// Mechanism tests gain from 2 on a 2-core host: much of a guest's life is its boot and
+/// waiting on timers, which a second guest overlaps.
+pub fn shared_slots() -> usize {
+    std::env::var("MEMQOS_VM_SLOTS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1).clamp(1, MAX_SLOTS)
+}
+
+/// Slot 0 keeps the lock file's old name, so a build from before slots still excludes
+/// every guest of this one, and the reverse.
+fn slot_file(dir: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        dir.join("vm.lock")
+    } else {
+        dir.join(format!("vm.lock.{i}"))
+    }
+}
+
+fn acquire_slots(exclusive: bool) -> Result<Vec<FileLock>> {
+    acquire_slots_in(&cache_dir(), exclusive, shared_slots())
+}
+
+/// Exclusive guests (and every guest when there is one shared slot) take every slot, in
+/// order, so two of them never each hold a part; a shared guest takes the first free one of
+/// its `shared` slots and polls, so it never waits holding a slot.
+fn acquire_slots_in(dir: &Path, exclusive: bool, shared: usize) -> Result<Vec<FileLock>> {
+    if exclusive || shared == 1 {
+        return (0..MAX_SLOTS)
+            .map(|i| FileLock::acquire_at(&slot_file(dir, i)).context("waiting for the guest slots"))
+            .collect();
+    }
+    loop {
+        for i in 0..shared.min(MAX_SLOTS) {
+            if let Some(lock) = FileLock::try_acquire_at(&slot_file(dir, i)).context("taking a guest slot")? {
+                return Ok(vec![lock]);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// The job script records the command; the executable is its first word after `exec`.
 fn argv_exe(results: &Path) -> Option<PathBuf> {
     let job = std::fs::read_to_string(results.join("job.sh")).ok()?;
@@ -495,7 +548,48 @@ fn wait_with_timeout(mut child: std::process::Child, t: Duration) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_panicked;
+    use super::{acquire_slots_in, kernel_panicked};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Whether `f` finishes within `wait` (it runs on in the background if not).
+    fn finishes_within<T: Send + 'static>(wait: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(wait).ok()
+    }
+
+    #[test]
+    fn shared_guests_fill_their_slots_and_an_exclusive_one_waits_for_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let first = acquire_slots_in(&path, false, 2).unwrap();
+        let second = acquire_slots_in(&path, false, 2).unwrap();
+        assert_eq!((first.len(), second.len()), (1, 1), "a shared guest holds one slot");
+        let p = path.clone();
+        let third = finishes_within(Duration::from_millis(600), move || acquire_slots_in(&p, false, 2).unwrap());
+        assert!(third.is_none(), "a third shared guest ran while both slots were held");
+        drop(first);
+        let p = path.clone();
+        let exclusive = finishes_within(Duration::from_millis(600), move || acquire_slots_in(&p, true, 2).unwrap());
+        assert!(exclusive.is_none(), "an exclusive guest ran beside a shared one");
+        drop(second);
+        // Now free: the waiting shared guest or the exclusive one gets the host, then the other.
+        let p = path.clone();
+        let alone = finishes_within(Duration::from_secs(10), move || acquire_slots_in(&p, true, 2).unwrap().len());
+        assert_eq!(alone, Some(super::MAX_SLOTS), "an exclusive guest holds every slot once they are free");
+    }
+
+    #[test]
+    fn with_one_shared_slot_every_guest_runs_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = acquire_slots_in(dir.path(), false, 1).unwrap();
+        assert_eq!(held.len(), super::MAX_SLOTS);
+        let p = dir.path().to_path_buf();
+        assert!(finishes_within(Duration::from_millis(600), move || acquire_slots_in(&p, false, 2).unwrap()).is_none());
+    }
 
     #[test]
     fn a_panicked_kernel_is_told_from_a_failed_init() {

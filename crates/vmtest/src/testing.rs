@@ -37,57 +37,82 @@ fn skips_allowed() -> bool {
 /// Re-runs the current test binary inside a guest for each series under test, filtered to
 /// exactly `test_path`, and panics with the guest's console if any run fails. A missing
 /// kernel or qemu is a failure, not a skip: CI must not pass without having booted a kernel.
-pub fn run_test_in_guests(test_path: &str, configure: impl Fn(Guest) -> Guest) {
+///
+/// The series run at once, each in a guest that may share the host (`MEMQOS_VM_SLOTS`, see
+/// [`crate::guest::shared_slots`]); a test whose assertions involve a delay or a rate makes
+/// its guest exclusive in `configure` (`.exclusive(true)`), and then runs alone.
+pub fn run_test_in_guests(test_path: &str, configure: impl Fn(Guest) -> Guest + Sync) {
     let exe = std::env::current_exe().expect("current test binary");
-    let mut failures = Vec::new();
-    for series in test_series() {
-        let kernel = kernels::ensure(series).unwrap_or_else(|e| panic!("kernel {series}: {e:#}"));
-        let guest = configure(Guest::new(kernel.clone()).timeout(Duration::from_secs(900)));
-        let argv = vec![
-            exe.to_string_lossy().into_owned(),
-            "--exact".into(),
-            test_path.into(),
-            "--nocapture".into(),
-            "--test-threads=1".into(),
-        ];
-        match guest.run(&argv) {
-            Ok(run) => {
-                eprintln!(
-                    "guest {} ({:?}): {test_path} exit {} (boot {:.1} s, total {:.1} s)",
-                    kernel.release(),
-                    run.accel,
-                    run.exit_code,
-                    run.boot_secs,
-                    run.wall_secs
-                );
-                // Measured figures the test chose to report (lines starting "RESULT").
-                for line in run.console.lines().filter(|l| l.contains("RESULT")) {
-                    eprintln!("  [{}] {}", kernel.release(), line.trim_start_matches(|c: char| c != 'R'));
-                }
-                let ran = run.console.contains("1 passed") || run.console.contains("1 failed");
-                let skipped = run.console.lines().find(|l| l.contains(SKIP_MARK));
-                if let (Some(line), false) = (skipped, skips_allowed()) {
-                    failures.push(format!(
-                        "--- kernel {}: the test skipped ({}); set MEMQOS_ALLOW_SKIP=1 to accept skips",
-                        kernel.release(),
-                        line.trim()
-                    ));
-                } else if !run.success() || !ran {
-                    failures.push(format!(
-                        "--- kernel {} exit {} (results in {}) ---\n{}",
-                        kernel.release(),
-                        run.exit_code,
-                        run.results_dir.display(),
-                        run.console
-                    ));
-                } else if std::env::var_os("MEMQOS_KEEP_RUNS").is_none() {
-                    let _ = std::fs::remove_dir_all(&run.results_dir);
-                }
-            }
-            Err(e) => failures.push(format!("--- kernel {}: {e:#}", kernel.release())),
-        }
-    }
+    let configure = &configure;
+    let exe = &exe;
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = test_series()
+            .into_iter()
+            .map(|series| scope.spawn(move || run_on(series, exe, test_path, configure)))
+            .collect();
+        runs.into_iter().filter_map(|r| r.join().expect("guest runner thread panicked")).collect()
+    });
     if !failures.is_empty() {
         panic!("{test_path} failed in {} guest(s):\n{}", failures.len(), failures.join("\n"));
     }
+}
+
+/// One series' guest run of `test_path`; `Some(why)` when it failed or skipped.
+fn run_on(
+    series: Series,
+    exe: &std::path::Path,
+    test_path: &str,
+    configure: &impl Fn(Guest) -> Guest,
+) -> Option<String> {
+    let kernel = match kernels::ensure(series) {
+        Ok(k) => k,
+        Err(e) => return Some(format!("--- kernel {series}: {e:#}")),
+    };
+    let guest = configure(Guest::new(kernel.clone()).timeout(Duration::from_secs(900)).exclusive(false));
+    let argv = vec![
+        exe.to_string_lossy().into_owned(),
+        "--exact".into(),
+        test_path.into(),
+        "--nocapture".into(),
+        "--test-threads=1".into(),
+    ];
+    let run = match guest.run(&argv) {
+        Ok(run) => run,
+        Err(e) => return Some(format!("--- kernel {}: {e:#}", kernel.release())),
+    };
+    eprintln!(
+        "guest {} ({:?}{}): {test_path} exit {} (boot {:.1} s, total {:.1} s)",
+        kernel.release(),
+        run.accel,
+        if guest.exclusive { ", alone" } else { "" },
+        run.exit_code,
+        run.boot_secs,
+        run.wall_secs
+    );
+    // Measured figures the test chose to report (lines starting "RESULT").
+    for line in run.console.lines().filter(|l| l.contains("RESULT")) {
+        eprintln!("  [{}] {}", kernel.release(), line.trim_start_matches(|c: char| c != 'R'));
+    }
+    let ran = run.console.contains("1 passed") || run.console.contains("1 failed");
+    let skipped = run.console.lines().find(|l| l.contains(SKIP_MARK));
+    if let (Some(line), false) = (skipped, skips_allowed()) {
+        return Some(format!(
+            "--- kernel {}: the test skipped ({}); set MEMQOS_ALLOW_SKIP=1 to accept skips",
+            kernel.release(),
+            line.trim()
+        ));
+    }
+    if !run.success() || !ran {
+        return Some(format!(
+            "--- kernel {} exit {} (results in {}) ---\n{}",
+            kernel.release(),
+            run.exit_code,
+            run.results_dir.display(),
+            run.console
+        ));
+    }
+    if std::env::var_os("MEMQOS_KEEP_RUNS").is_none() {
+        let _ = std::fs::remove_dir_all(&run.results_dir);
+    }
+    None
 }
