@@ -284,9 +284,9 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
                 HighKilledP,
             ],
         },
-        "sweep" => Spec { scenarios: &["sweep"], kernel: None, arms: &["none", "memqos"], cols: kill_cols },
         // Every arm a series ran (issue 29.3's baselines where they exist); a series without
         // an arm has no row for it.
+        "sweep" => Spec { scenarios: &["sweep"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
         "sweep-tight" => Spec { scenarios: &["sweep-tight"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
         "sweep-tight-declared" => {
             Spec { scenarios: &["sweep-tight-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols }
