@@ -49,12 +49,8 @@ impl Process {
         crate::proc_stat::start_time(pid).map(|start_time| Process { pid, start_time })
     }
 
-    /// True while this very process (not a successor with the same pid) exists.
-    pub fn is_alive(&self) -> bool {
-        Process::current(self.pid) == Some(*self)
-    }
-
-    /// True while this very process exists and has not begun to exit.
+    /// True while this very process (not a successor with the same pid) exists and has not
+    /// begun to exit.
     pub fn is_running(&self) -> bool {
         crate::proc_stat::start_time_and_exiting(self.pid) == Some((self.start_time, false))
     }
@@ -569,7 +565,7 @@ mod tests {
         assert_eq!(report.vanished[0].process, Some(recycled));
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(!live.is_alive());
+        assert_ne!(Process::current(live.pid), Some(live), "the killed child is gone");
     }
 
     #[test]
