@@ -293,11 +293,13 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
         }
         "sweep-declared" => Spec { scenarios: &["sweep-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
         // Issue 30: nothing declared, at first sight, with history (a learned series' first
-        // run in each guest is its own "(learning run)" variant) and with zswap.
+        // run in each guest is its own "(learning run)" variant), with the tier's recent
+        // peaks, and with zswap.
         "expectations" => Spec {
             scenarios: &[
                 "sweep-tight-first-sight",
                 "sweep-tight-learned",
+                "sweep-tight-tier-learned",
                 "sweep-tight-zswap",
                 "sweep-first-sight",
                 "sweep-learned",

@@ -24,6 +24,7 @@ use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_policy::size::MIB;
 use memqos_policy::{EXPECTED_PEAK_XATTR, WORKLOAD_XATTR};
 use memqos_replay::Outcome;
+use memqos_schema::state::TIER_PEAKS_FILE;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,9 @@ pub(crate) const STATE_DIR: &str = "/run/memqos-exp/state";
 /// The memqos arm's learned peaks (`memqos_learns_peak`): beside, not in, STATE_DIR, which is
 /// wiped at each daemon start, so what run 1 learns serves the later runs of the guest boot.
 pub const HISTORY_FILE: &str = "/run/memqos-exp/history.json";
+/// The tier's recent peaks (`memqos_learns_tier_peak`), kept between memqos arms: copied out of
+/// STATE_DIR when an arm's daemon stops and into the next one's before it starts.
+pub const TIER_PEAKS_KEPT: &str = "/run/memqos-exp/tier-peaks.json";
 const WORK_DIR: &str = "/run/memqos-exp/work";
 const OOMD_DIR: &str = "/run/memqos-exp/oomd";
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
@@ -122,6 +126,10 @@ pub fn run_all(opts: &RunnerOptions) -> Result<usize> {
             let p = trace_path(&opts.traces_dir, &trace);
             memqos_replay::trace::load_trace(&p).with_context(|| format!("variant {}: trace {trace}", v.name))?;
         }
+    }
+    if s.memqos_learns_tier_peak {
+        // The guest's first memqos arm is first sight, whatever ran in this guest before.
+        let _ = std::fs::remove_file(TIER_PEAKS_KEPT);
     }
     let total: usize = s.variants.iter().map(|v| arms(s, v).len()).sum::<usize>() * opts.runs;
     let started = Instant::now();
@@ -363,7 +371,9 @@ fn run_arm(
                 let template = s.memqos_config.as_deref().expect("validated");
                 let config =
                     crate::scenario::render_memqos_config(template, &parent.path().display().to_string(), STATE_DIR);
-                Some(ArmDaemon::start(&opts.exe, Path::new(STATE_DIR), &config)?)
+                let carried: &[(&Path, &str)] =
+                    if s.memqos_learns_tier_peak { &[(Path::new(TIER_PEAKS_KEPT), TIER_PEAKS_FILE)] } else { &[] };
+                Some(ArmDaemon::start_carrying(&opts.exe, Path::new(STATE_DIR), &config, carried)?)
             }
             _ => None,
         };
@@ -398,6 +408,11 @@ fn run_arm(
         let (decisions, knobs_restored, daemon_cpu_s) = match daemon {
             Some(d) => {
                 let stopped = d.stop()?;
+                let peaks = Path::new(STATE_DIR).join(TIER_PEAKS_FILE);
+                if s.memqos_learns_tier_peak && peaks.exists() {
+                    std::fs::copy(&peaks, TIER_PEAKS_KEPT)
+                        .with_context(|| format!("keeping {} in {TIER_PEAKS_KEPT}", peaks.display()))?;
+                }
                 // Task cgroups are gone by now (removed as their tasks ended); what must hold is
                 // that the daemon exited cleanly and left no journal of unrestored knobs, and
                 // that any cgroup still there is back to max / 0 / 0.
@@ -448,7 +463,10 @@ fn run_arm(
                 Arm::Solo(_) => None,
             },
             // The history lives as long as the guest: its first run of a variant learns.
-            learning_run: s.memqos_learns_peak && run == opts.first_run,
+            // Tier peaks: only the guest's first memqos arm (first variant, first run) had
+            // none; later variants start from the peaks of the ones before.
+            learning_run: run == opts.first_run
+                && (s.memqos_learns_peak || (s.memqos_learns_tier_peak && v.name == s.variants[0].name)),
         })
     })();
     let cleanup = match systemd {

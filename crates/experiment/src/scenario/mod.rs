@@ -187,6 +187,13 @@ pub struct Scenario {
     /// task's peak: run 1 learns, later runs of the same guest boot reserve what it learned.
     #[serde(default)]
     pub memqos_learns_peak: bool,
+    /// In the memqos arm no cgroup names a workload, and the tier's recent peaks
+    /// (`<state_dir>/tier-peaks.json`, which the config's `learn_peak` tier keeps) are carried
+    /// from each memqos arm's daemon to the next, through [`crate::runner::TIER_PEAKS_KEPT`]:
+    /// the guest's first memqos arm sees nothing, every later one the largest of the tier's
+    /// last five lifetimes + 10%, whichever variant's protected task they were.
+    #[serde(default)]
+    pub memqos_learns_tier_peak: bool,
     pub variants: Vec<Variant>,
 }
 

@@ -39,6 +39,8 @@ struct RawScenario {
     memqos_declares_peak: bool,
     #[serde(default)]
     memqos_learns_peak: bool,
+    #[serde(default)]
+    memqos_learns_tier_peak: bool,
     variant: Vec<RawVariant>,
 }
 
@@ -195,6 +197,26 @@ impl Scenario {
                     .into(),
             ));
         }
+        if raw.memqos_learns_tier_peak {
+            if !raw.policies.contains(&Policy::Memqos) || raw.workload == Workload::StressNg {
+                return Err(err("memqos_learns_tier_peak: needs the memqos arm and a trace workload".into()));
+            }
+            if raw.memqos_declares_peak || raw.memqos_learns_peak {
+                return Err(err(
+                    "memqos_learns_tier_peak: not with memqos_declares_peak or memqos_learns_peak (a declaration or a workload key wins over the tier's peaks, so they would be what is measured)"
+                        .into(),
+                ));
+            }
+            let rendered = render_memqos_config(memqos_config.as_deref().unwrap_or(""), "/sys/fs/cgroup/x", "/run/x");
+            let cfg = memqos_policy::Config::from_str(&rendered, "memqos_config")
+                .map_err(|e| err(format!("memqos_learns_tier_peak: {e}")))?;
+            if !cfg.learns_peaks() {
+                return Err(err(
+                    "memqos_learns_tier_peak: the memqos_config must set learn_peak = true on a tier (only such a tier records its peaks)"
+                        .into(),
+                ));
+            }
+        }
         if raw.memqos_learns_peak {
             if !raw.policies.contains(&Policy::Memqos) || raw.workload == Workload::StressNg {
                 return Err(err(
@@ -254,6 +276,7 @@ impl Scenario {
             compression_ratio,
             memqos_declares_peak: raw.memqos_declares_peak,
             memqos_learns_peak: raw.memqos_learns_peak,
+            memqos_learns_tier_peak: raw.memqos_learns_tier_peak,
             variants,
         })
     }
@@ -333,6 +356,37 @@ low = ["b", "b"]
         assert!(!parse(GOOD).unwrap().memqos_declares_peak);
         let e = parse(&declared.replace(", \"memqos\"]", "]").replace("memqos_config = \"m.toml\"\n", "")).unwrap_err();
         assert!(e.message.starts_with("memqos_declares_peak: needs the memqos arm"), "{e}");
+    }
+
+    #[test]
+    fn tier_peaks_need_the_memqos_arm_a_learning_tier_and_nothing_stronger() {
+        let learning = |_: &Path| -> Result<String, ScenarioError> {
+            Ok("cgroup_root = \"@CGROUP_ROOT@\"\n[[tier]]\nname = \"c\"\nmatch = [\"high*\"]\nprotect = \"low\"\nlearn_peak = true\n".into())
+        };
+        let plain = |_: &Path| -> Result<String, ScenarioError> {
+            Ok("cgroup_root = \"/x\"\n[[tier]]\nname = \"c\"\nmatch = [\"high*\"]\nprotect = \"low\"\n".into())
+        };
+        let parse_with = |text: &str, config: &dyn Fn(&Path) -> Result<String, ScenarioError>| {
+            Scenario::parse("t", Path::new("t.toml"), text, config)
+        };
+        let tier = GOOD.replacen("[[variant]]", "memqos_learns_tier_peak = true\n[[variant]]", 1);
+        let s = parse_with(&tier, &learning).unwrap();
+        assert!(s.memqos_learns_tier_peak && !s.memqos_learns_peak);
+        assert!(!parse(GOOD).unwrap().memqos_learns_tier_peak);
+        let e = parse_with(&tier, &plain).unwrap_err();
+        assert!(e.message.starts_with("memqos_learns_tier_peak: the memqos_config must set learn_peak"), "{e}");
+        let e = parse_with(&tier.replace(", \"memqos\"]", "]").replace("memqos_config = \"m.toml\"\n", ""), &learning)
+            .unwrap_err();
+        assert!(e.message.starts_with("memqos_learns_tier_peak: needs the memqos arm"), "{e}");
+        for stronger in ["memqos_declares_peak", "memqos_learns_peak"] {
+            let both = tier.replacen("[[variant]]", &format!("{stronger} = true\n[[variant]]"), 1);
+            let e = parse_with(&both, &learning).unwrap_err();
+            assert!(e.message.contains("memqos_learns_tier_peak: not with"), "{stronger}: {e}");
+        }
+        assert!(
+            !crate::runner::TIER_PEAKS_KEPT.starts_with(&format!("{}/", crate::runner::STATE_DIR)),
+            "the kept tier peaks must outlive the daemon's state directory"
+        );
     }
 
     #[test]

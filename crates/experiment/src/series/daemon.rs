@@ -3,7 +3,7 @@
 //! stopped with SIGTERM and checked for what it must leave behind (a clean exit, no journal
 //! of unrestored knobs, every cgroup's protection knobs back at their defaults).
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_lab::daemon_process::DaemonProcess;
 use memqos_schema::state::JOURNAL_FILE;
@@ -30,8 +30,26 @@ pub(crate) struct Stopped {
 impl ArmDaemon {
     /// Wipes `state_dir`, writes `config` there as memqos.toml and starts `exe daemon` on it.
     pub(crate) fn start(exe: &Path, state_dir: &Path, config: &str) -> Result<ArmDaemon> {
+        Self::start_carrying(exe, state_dir, config, &[])
+    }
+
+    /// As `start`, with `carried` files (kept outside, name in `state_dir`) copied into the
+    /// fresh state directory first, those that exist: what one arm's daemon left there for
+    /// the next arm's (the tier's recent peaks, `memqos_learns_tier_peak`).
+    pub(crate) fn start_carrying(
+        exe: &Path,
+        state_dir: &Path,
+        config: &str,
+        carried: &[(&Path, &str)],
+    ) -> Result<ArmDaemon> {
         let _ = std::fs::remove_dir_all(state_dir);
         std::fs::create_dir_all(state_dir)?;
+        for (kept, name) in carried {
+            if kept.exists() {
+                std::fs::copy(kept, state_dir.join(name))
+                    .with_context(|| format!("carrying {} into {}", kept.display(), state_dir.display()))?;
+            }
+        }
         let file = state_dir.join("memqos.toml");
         std::fs::write(&file, config)?;
         let process = DaemonProcess::start(exe, &file, state_dir, &[], Stdio::null())?;
