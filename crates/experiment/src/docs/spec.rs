@@ -229,7 +229,9 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
         "cpu" => Spec {
             scenarios: &["contention-cpu", "isolation-cpu", "oom-cpu"],
             kernel: None,
-            arms: &["none", "memqos", "cpu-weight"],
+            // Issue 29.3's baselines where a series ran them (a series without an arm has no
+            // row for it).
+            arms: &["none", "memqos", "cpu-weight", "static-adj", "static-reserve"],
             cols: &[
                 Kernel,
                 Scenario,
