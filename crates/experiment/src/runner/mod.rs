@@ -34,7 +34,8 @@ pub(crate) const STATE_DIR: &str = "/run/memqos-exp/state";
 /// wiped at each daemon start, so what run 1 learns serves the later runs of the guest boot.
 pub const HISTORY_FILE: &str = "/run/memqos-exp/history.json";
 /// The tier's recent peaks (`memqos_learns_tier_peak`), kept between memqos arms: copied out of
-/// STATE_DIR when an arm's daemon stops and into the next one's before it starts.
+/// STATE_DIR when an arm's daemon stops and into the next one's before it starts
+/// (`ArmDaemon::start_carrying`).
 pub const TIER_PEAKS_KEPT: &str = "/run/memqos-exp/tier-peaks.json";
 const WORK_DIR: &str = "/run/memqos-exp/work";
 const OOMD_DIR: &str = "/run/memqos-exp/oomd";
@@ -408,11 +409,6 @@ fn run_arm(
         let (decisions, knobs_restored, daemon_cpu_s) = match daemon {
             Some(d) => {
                 let stopped = d.stop()?;
-                let peaks = Path::new(STATE_DIR).join(TIER_PEAKS_FILE);
-                if s.memqos_learns_tier_peak && peaks.exists() {
-                    std::fs::copy(&peaks, TIER_PEAKS_KEPT)
-                        .with_context(|| format!("keeping {} in {TIER_PEAKS_KEPT}", peaks.display()))?;
-                }
                 // Task cgroups are gone by now (removed as their tasks ended); what must hold is
                 // that the daemon exited cleanly and left no journal of unrestored knobs, and
                 // that any cgroup still there is back to max / 0 / 0.

@@ -191,14 +191,23 @@ impl Scenario {
         if raw.zswap && raw.swap_mb.is_none() {
             return Err(err("zswap: needs swap_mb (zswap compresses pages on their way to a swap device)".into()));
         }
-        if raw.memqos_declares_peak && (!raw.policies.contains(&Policy::Memqos) || raw.workload == Workload::StressNg) {
+        // What a declared or learned peak needs: a memqos arm, and traces (they give the peak and
+        // name the workload).
+        let memqos_on_traces = raw.policies.contains(&Policy::Memqos) && raw.workload != Workload::StressNg;
+        // The memqos config as the daemon will read it (placeholders filled with stand-ins), for
+        // the checks of the options that need it to learn; parse errors named after `option`.
+        let learning_config = |option: &str| {
+            let rendered = render_memqos_config(memqos_config.as_deref().unwrap_or(""), "/sys/fs/cgroup/x", "/run/x");
+            memqos_policy::Config::from_str(&rendered, "memqos_config").map_err(|e| err(format!("{option}: {e}")))
+        };
+        if raw.memqos_declares_peak && !memqos_on_traces {
             return Err(err(
                 "memqos_declares_peak: needs the memqos arm and a trace workload (the peak comes from the trace)"
                     .into(),
             ));
         }
         if raw.memqos_learns_tier_peak {
-            if !raw.policies.contains(&Policy::Memqos) || raw.workload == Workload::StressNg {
+            if !memqos_on_traces {
                 return Err(err("memqos_learns_tier_peak: needs the memqos arm and a trace workload".into()));
             }
             if raw.memqos_declares_peak || raw.memqos_learns_peak {
@@ -207,10 +216,7 @@ impl Scenario {
                         .into(),
                 ));
             }
-            let rendered = render_memqos_config(memqos_config.as_deref().unwrap_or(""), "/sys/fs/cgroup/x", "/run/x");
-            let cfg = memqos_policy::Config::from_str(&rendered, "memqos_config")
-                .map_err(|e| err(format!("memqos_learns_tier_peak: {e}")))?;
-            if !cfg.learns_peaks() {
+            if !learning_config("memqos_learns_tier_peak")?.learns_peaks() {
                 return Err(err(
                     "memqos_learns_tier_peak: the memqos_config must set learn_peak = true on a tier (only such a tier records its peaks)"
                         .into(),
@@ -218,7 +224,7 @@ impl Scenario {
             }
         }
         if raw.memqos_learns_peak {
-            if !raw.policies.contains(&Policy::Memqos) || raw.workload == Workload::StressNg {
+            if !memqos_on_traces {
                 return Err(err(
                     "memqos_learns_peak: needs the memqos arm and a trace workload (the trace names the workload)"
                         .into(),
@@ -230,9 +236,7 @@ impl Scenario {
                         .into(),
                 ));
             }
-            let rendered = render_memqos_config(memqos_config.as_deref().unwrap_or(""), "/sys/fs/cgroup/x", "/run/x");
-            let cfg = memqos_policy::Config::from_str(&rendered, "memqos_config")
-                .map_err(|e| err(format!("memqos_learns_peak: {e}")))?;
+            let cfg = learning_config("memqos_learns_peak")?;
             if !cfg.learns_peaks() || cfg.history_file.as_deref() != Some(Path::new(crate::runner::HISTORY_FILE)) {
                 return Err(err(format!(
                     "memqos_learns_peak: the memqos_config must set learn_peak = true on a tier and history_file = \"{}\" (outside the state directory the runner wipes, so runs share it)",

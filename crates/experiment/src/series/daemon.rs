@@ -13,6 +13,8 @@ use std::process::Stdio;
 pub(crate) struct ArmDaemon {
     process: DaemonProcess,
     state_dir: PathBuf,
+    /// Files carried across arms: (kept outside, name in `state_dir`).
+    carried: Vec<(PathBuf, String)>,
 }
 
 /// What the daemon left when it was stopped.
@@ -34,8 +36,9 @@ impl ArmDaemon {
     }
 
     /// As `start`, with `carried` files (kept outside, name in `state_dir`) copied into the
-    /// fresh state directory first, those that exist: what one arm's daemon left there for
-    /// the next arm's (the tier's recent peaks, `memqos_learns_tier_peak`).
+    /// fresh state directory first, those that exist, and back out by `stop`: what one arm's
+    /// daemon leaves there for the next arm's (the tier's recent peaks,
+    /// `memqos_learns_tier_peak`).
     pub(crate) fn start_carrying(
         exe: &Path,
         state_dir: &Path,
@@ -53,13 +56,21 @@ impl ArmDaemon {
         let file = state_dir.join("memqos.toml");
         std::fs::write(&file, config)?;
         let process = DaemonProcess::start(exe, &file, state_dir, &[], Stdio::null())?;
-        Ok(ArmDaemon { process, state_dir: state_dir.to_path_buf() })
+        let carried = carried.iter().map(|(kept, name)| (kept.to_path_buf(), name.to_string())).collect();
+        Ok(ArmDaemon { process, state_dir: state_dir.to_path_buf(), carried })
     }
 
-    /// SIGTERM and wait.
+    /// SIGTERM and wait; then the carried files the daemon left go back to where they are kept.
     pub(crate) fn stop(self) -> Result<Stopped> {
         let cpu_s = self.process.cpu_seconds();
         let (status, log) = self.process.stop()?;
+        for (kept, name) in &self.carried {
+            let left = self.state_dir.join(name);
+            if left.exists() {
+                std::fs::copy(&left, kept)
+                    .with_context(|| format!("keeping {} in {}", left.display(), kept.display()))?;
+            }
+        }
         let journal_left = self.state_dir.join(JOURNAL_FILE).exists();
         Ok(Stopped { log, clean_exit: status.success(), journal_left, cpu_s })
     }
