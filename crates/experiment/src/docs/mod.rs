@@ -119,6 +119,7 @@ pub fn render(name: &str, src: &Sources) -> Result<String> {
         "realtime-ranking-tight" => scenarios::render_ranking(src, "sweep-tight", "sweep-tight-dask-realtime"),
         "realtime-ranking-tight-rest" => scenarios::render_ranking(src, "sweep-tight", "sweep-tight-realtime"),
         "realtime-kills-tight-rest" => scenarios::render_kills_pooled(src, "sweep-tight-realtime"),
+        "realtime-kills-tight-systemd" => scenarios::render_kills_pooled(src, "sweep-tight-systemd-realtime"),
         "zswap-kills-90" => scenarios::render_kills_pooled(src, "sweep-zswap"),
         "zswap-kills-tight" => scenarios::render_kills_pooled(src, "sweep-tight-zswap"),
         "realtime-ranking-systemd" => scenarios::render_ranking(src, "oom-systemd", "oom-systemd-realtime"),

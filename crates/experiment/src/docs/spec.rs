@@ -258,7 +258,13 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             cols: &[Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
         },
         "realtime" => Spec {
-            scenarios: &["oom-realtime", "sweep-tight-dask-realtime", "oom-systemd-realtime", "sweep-tight-realtime"],
+            scenarios: &[
+                "oom-realtime",
+                "sweep-tight-dask-realtime",
+                "oom-systemd-realtime",
+                "sweep-tight-realtime",
+                "sweep-tight-systemd-realtime",
+            ],
             kernel: None,
             arms: &[
                 "none",
@@ -305,6 +311,7 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
                 "sweep-tight-zswap",
                 "sweep-first-sight",
                 "sweep-learned",
+                "sweep-tier-learned",
                 "sweep-zswap",
             ],
             kernel: None,
