@@ -47,10 +47,13 @@ fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Dura
     t0.elapsed()
 }
 
-/// systemd as PID 1, and alone on the host (exclusive): the test asserts the OOM report comes
-/// within 1 s of the kill.
+/// systemd as PID 1, in a shared guest slot (the two kernels' guests at once). Its two time
+/// bounds tell mechanisms apart rather than measure speed, with room for a second guest on the
+/// host: the OOM report within 1 s of the kill (the kernel log is polled; the calm path's next
+/// full sample came 4.7 s late; alone it took 55–136 ms) and the guardian's restore within 4 s
+/// (0.13–0.15 s alone).
 fn under_systemd(g: memqos_vmtest::Guest) -> memqos_vmtest::Guest {
-    g.systemd(true).memory_mb(1536).exclusive(true)
+    g.systemd(true).memory_mb(1536)
 }
 
 guest_test!(package_install_and_unit_start_stop_restore_under_systemd, under_systemd, {
