@@ -13,7 +13,9 @@ cargo build --release --workspace --all-targets
 cargo clippy --workspace --all-targets --release -- -D warnings
 # The committed summary is what the committed runs give, and every generated doc table is what
 # the summary gives (the unit test docs_match_the_committed_data checks the second alone).
-cargo run --release --quiet -p memqos-experiment --bin memqos-docs -- --check
+# The binary the workspace build made: `cargo run -p` would resolve features for one package
+# and build it again.
+target/release/memqos-docs --check
 # The Debian package from that build: contents, unpacked binary, unit verified (no install).
 bash scripts/test-package.sh
 # Two guests at once for mechanism tests (2 cores: one guest's boot and timer waits leave

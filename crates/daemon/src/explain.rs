@@ -431,6 +431,9 @@ fn expectation_words(learned: Option<&memqos_policy::LearnedPeak>, source: memqo
             human(l.peak_bytes)
         ),
         None if source == memqos_policy::PeakSource::TierDefault => "expected peak, the tier's default_peak".into(),
+        None if source == memqos_policy::PeakSource::FirstSight => {
+            "expected peak at first sight: nothing known, and it is still growing (its peak so far times the tier's first_sight_growth)".into()
+        }
         None => "declared expected peak (expected_peak, or its user.memqos.expected_peak xattr)".into(),
     }
 }

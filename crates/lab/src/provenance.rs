@@ -50,7 +50,9 @@ impl Provenance {
     /// The provenance of a series about to run from the checkout at `repo` on `kernel`.
     pub fn collect(repo: &Path, kernel: &str) -> Provenance {
         let git = |args: &[&str]| -> Option<String> {
-            let out = Command::new("git").arg("-C").arg(repo).args(args).output().ok()?;
+            // Never rewrite the index (see crates/lab/build.rs): a status refresh would make
+            // the next cargo run rebuild this crate and everything above it.
+            let out = Command::new("git").arg("--no-optional-locks").arg("-C").arg(repo).args(args).output().ok()?;
             out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
         };
         let (build_commit, build_dirty) = this_build();

@@ -199,6 +199,16 @@ pub struct Tier {
     /// weakest source: an operator's guess for the tier, reserved like a declaration.
     /// Unset: such a cgroup reserves what its protection covers, nothing more.
     pub default_peak: Option<u64>,
+    /// `first_sight_growth` (optional factor in (1, 16], protected tiers only): the expected
+    /// peak of a tier's cgroup that has no other source (no declaration, no history, no
+    /// recent peaks of its tier, no `default_peak`) while it is still growing: this many
+    /// times its peak so far. "Still growing": its working-set peak rose by at least
+    /// `policy.ws_granularity` within the last `policy.hold_ms`; once it levels off for that
+    /// long it reserves only what its protection covers again. This is foresight at first
+    /// sight: without it the lower tiers are held back only when the protected cgroup's
+    /// growth is already running into the limit, and on a swapless host what they took by
+    /// then cannot be given back (docs/experiments.md, "Expectation sources"). Unset: off.
+    pub first_sight_growth: Option<f64>,
     /// `swap_max` (optional: `"keep"`, `"max"` or a size; default `0` on protected tiers,
     /// `"keep"` on the others): memory.swap.max of each of the tier's cgroups while memqos
     /// runs, original journaled and restored. Where the host has swap (or zswap in front of

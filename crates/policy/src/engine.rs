@@ -174,7 +174,8 @@ impl Engine {
         let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
         let cgs = sync_known(&mut self.cgroups, &self.cfg, obs);
         let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
-        let ctx = Ctx::new(&self.cfg, now, &obs.parent, cgs, &waiting);
+        let growing = first_sight(&self.cgroups, &self.cfg, now);
+        let ctx = Ctx::new(&self.cfg, now, &obs.parent, cgs, &waiting, &growing);
         let p = pressure::detect(&ctx, elapsed);
         if !p.any() {
             return Vec::new();
@@ -205,7 +206,8 @@ impl Engine {
 
         let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
         let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
-        let ctx = Ctx::new(&self.cfg, now, &obs.parent, cgs, &waiting);
+        let growing = first_sight(&self.cgroups, &self.cfg, now);
+        let ctx = Ctx::new(&self.cfg, now, &obs.parent, cgs, &waiting, &growing);
         let p = pressure::detect(&ctx, elapsed);
         // Periodic only: the shares need every member, which the fast path does not read.
         let reservation = reserve::find(&ctx);
@@ -332,9 +334,26 @@ fn sync<'a>(states: &mut States, cfg: &Config, obs: &'a Observation, now: u64) -
         s.original = c.original;
         s.current = c.current;
         s.has_run |= c.is_populated();
-        s.ws.push(now, c.working_set_bytes.unwrap_or(c.usage_bytes));
+        let ws = c.working_set_bytes.unwrap_or(c.usage_bytes);
+        s.ws.push(now, ws);
+        s.growth.push(now, ws, cfg.policy.ws_granularity);
     }
     cgs
+}
+
+/// First-sight expectations (`Tier::first_sight_growth`), by id: for each tracked protected
+/// cgroup of a tier with a growth factor whose peak rose within `hold_ms`, that factor
+/// times its peak so far. Whether a stronger source applies is `reserve::expectation`'s
+/// business; this only says what a growing cgroup would expect without one.
+fn first_sight(states: &States, cfg: &Config, now: u64) -> HashMap<CgroupId, u64> {
+    states
+        .iter()
+        .filter(|(_, s)| s.growth.growing(now, cfg.policy.hold_ms))
+        .filter_map(|(id, s)| {
+            let factor = cfg.tiers.get(s.tier)?.first_sight_growth?;
+            Some((*id, (s.growth.peak as f64 * factor) as u64))
+        })
+        .collect()
 }
 
 /// True while some protected cgroup has a process in it or has been made and not run yet:
@@ -380,6 +399,8 @@ pub(crate) struct Ctx<'a> {
     by_id: HashMap<CgroupId, usize>,
     /// Tracked protected cgroups never seen with a process in them.
     pub not_yet_run: &'a BTreeSet<CgroupId>,
+    /// What growing protected cgroups expect at first sight (`first_sight`).
+    pub first_sight: &'a HashMap<CgroupId, u64>,
 }
 
 impl<'a> Ctx<'a> {
@@ -389,9 +410,10 @@ impl<'a> Ctx<'a> {
         parent: &'a ParentObs,
         cgs: Vec<&'a CgroupObs>,
         not_yet_run: &'a BTreeSet<CgroupId>,
+        first_sight: &'a HashMap<CgroupId, u64>,
     ) -> Ctx<'a> {
         let by_id = cgs.iter().enumerate().map(|(i, c)| (c.id, i)).collect();
-        Ctx { cfg, now, parent, cgs, by_id, not_yet_run }
+        Ctx { cfg, now, parent, cgs, by_id, not_yet_run, first_sight }
     }
 
     /// The tier of a cgroup from `cgs` (checked in `sync`).

@@ -194,7 +194,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`, `default_peak`, `swap_max`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`, `default_peak`, `first_sight_growth`, `swap_max`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -237,6 +237,8 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}{tier}protect = \"low\"\nexpected_peak = 100\n"), "memqos.toml:6:17: tier[0].expected_peak: 100 bytes is below one page"),
         (format!("{ROOT}{tier}default_peak = \"1G\"\n"), "memqos.toml:5:16: tier[0].default_peak: needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
         (format!("{ROOT}{tier}protect = \"low\"\ndefault_peak = 100\n"), "memqos.toml:6:16: tier[0].default_peak: 100 bytes is below one page"),
+        (format!("{ROOT}{tier}first_sight_growth = 2.0\n"), "memqos.toml:5:22: tier[0].first_sight_growth: needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
+        (format!("{ROOT}{tier}protect = \"low\"\nfirst_sight_growth = 1.0\n"), "memqos.toml:6:22: tier[0].first_sight_growth: 1 is out of range (1, 16]: a growing cgroup expects this many times its peak so far"),
         (format!("{ROOT}{tier}learn_peak = true\n"), "memqos.toml:5:14: tier[0].learn_peak: tier \"a\" does not protect: learn_peak needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)"),
         (format!("history_file = \"hist.json\"\n{ROOT}{tier}"), "memqos.toml:1:16: history_file: must be an absolute path, got \"hist.json\""),
         (format!("{ROOT}{tier}[policy]\nstall_psi_full_avg10 = 0.0\n"), "memqos.toml:6:24: policy.stall_psi_full_avg10: 0 is out of range (0, 100]"),

@@ -282,3 +282,85 @@ proptest! {
         }
     }
 }
+
+/// The tight sweep's first sight in miniature: nothing known about the protected task, and
+/// all three start at once, growing together (the protected one to 360 MiB, each low to
+/// 240 MiB: 840 MiB of peaks under a 711 MiB limit, swapless). Returns (the first time they
+/// held more than the limit, finish times, the decisions' expectation sources).
+fn first_sight_race(tiers: &str) -> (Option<u64>, Vec<Option<u64>>, Vec<PeakSource>) {
+    let mut sim = sim(tiers, "");
+    let high = Workload::new("critical/agent", [ramp(0, 360, 30), hold(360, 30)].concat());
+    let low = || [ramp(0, 240, 20), hold(240, 20)].concat();
+    let mut tasks = [high, Workload::new("batch/a", low()), Workload::new("batch/b", low())];
+    for id in ["critical/agent", "batch/a", "batch/b"] {
+        sim.add(id, 0);
+    }
+    let over = run_swapless(&mut sim, &mut tasks, 600, 711 * MB, |_, _| {});
+    let sources = sim
+        .log
+        .iter()
+        .filter_map(|(_, d)| match &d.reason {
+            Reason::Reservation { source, .. } | Reason::Parked { source, .. } => Some(*source),
+            _ => None,
+        })
+        .collect();
+    (over, tasks.iter().map(|w| w.finished_at).collect(), sources)
+}
+
+#[test]
+fn at_first_sight_a_growing_protected_cgroup_reserves_its_growth_factor_and_no_more_once_level() {
+    // Without foresight the guard caps the lows only when the three already fill the
+    // limit; the protected task's growth past that point is the OOM kill.
+    let (over, _, sources) = first_sight_race(TWO_TIERS);
+    assert!(over.is_some(), "nothing reserved, the limit is overrun");
+    assert!(sources.is_empty());
+    let doubling = edit_tier(TWO_TIERS, "critical", |t| {
+        t.insert("first_sight_growth".into(), 2.0.into());
+    });
+    let (over, finished, sources) = first_sight_race(&doubling);
+    assert_eq!(over, None, "twice its peak so far, reserved while it grows, holds the lows back in time");
+    assert!(finished.iter().all(Option::is_some), "every task finishes: {finished:?}");
+    assert!(!sources.is_empty() && sources.iter().all(|s| *s == PeakSource::FirstSight), "{sources:?}");
+}
+
+#[test]
+fn a_first_sight_expectation_ends_when_growth_levels_off_and_never_beats_another_source() {
+    let doubling = edit_tier(TWO_TIERS, "critical", |t| {
+        t.insert("first_sight_growth".into(), 2.0.into());
+    });
+    let reserved_for = |d: &[Decision]| {
+        d.iter().find_map(|d| match &d.reason {
+            Reason::Reservation { source, declared_bytes, .. } => Some((*source, declared_bytes / MB)),
+            _ => None,
+        })
+    };
+    let last_reserved = |s: &Sim| {
+        s.log.iter().rev().find_map(|(_, d)| match &d.reason {
+            Reason::Reservation { source, declared_bytes, .. } => Some((*source, declared_bytes / MB)),
+            _ => None,
+        })
+    };
+    let mut s = sim(&doubling, "");
+    s.add("critical/agent", 100 * MB);
+    s.add("batch/a", 300 * MB);
+    // Its first sample is its first step of growth (ws_granularity, 16 MiB): twice that.
+    assert_eq!(reserved_for(&s.tick()), Some((PeakSource::FirstSight, 200)));
+    s.cg("critical/agent").usage_bytes = 150 * MB;
+    s.run(300, |_| {});
+    assert_eq!(last_reserved(&s), Some((PeakSource::FirstSight, 300)), "it follows the peak");
+    // (711 - 64 guard) - 150 held - (304 reserved, in 16 MiB steps, - 150): 343 MiB.
+    assert_eq!(s.high("batch/a"), Limit::Bytes(343 * MB), "the low is capped within what the reservation leaves");
+    // Level for hold_ms (2 s): nothing is expected beyond its protection any more, and the
+    // cap is released as after any pressure.
+    s.run(2500, |_| {});
+    s.run(3000, |_| {});
+    assert_eq!(s.high("batch/a"), Limit::Max, "released once the growth stopped");
+    // A stronger source wins while it grows: the tier's default_peak.
+    let with_default = edit_tier(&doubling, "critical", |t| {
+        t.insert("default_peak".into(), "200M".into());
+    });
+    let mut s = sim(&with_default, "");
+    s.add("critical/agent", 100 * MB);
+    s.add("batch/a", 300 * MB);
+    assert_eq!(reserved_for(&s.tick()), Some((PeakSource::TierDefault, 200)));
+}

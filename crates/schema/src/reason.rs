@@ -311,6 +311,7 @@ impl fmt::Display for Reason {
                         human(l.peak_bytes)
                     ),
                     (None, PeakSource::TierDefault) => ", the tier's default_peak".into(),
+                    (None, PeakSource::FirstSight) => ", first sight: growing, its peak so far times first_sight_growth".into(),
                     (None, _) => String::new(),
                 };
                 write!(
@@ -354,6 +355,8 @@ pub enum PeakSource {
     TierRecent,
     /// Its tier's configured `default_peak`.
     TierDefault,
+    /// Nothing known: while it grows, its tier's `first_sight_growth` times its peak so far.
+    FirstSight,
 }
 
 impl PeakSource {
@@ -364,6 +367,9 @@ impl PeakSource {
             PeakSource::Workload => "learned from its workload key's history (learn_peak)",
             PeakSource::TierRecent => "learned from its tier's recent peaks (learn_peak)",
             PeakSource::TierDefault => "the tier's default_peak",
+            PeakSource::FirstSight => {
+                "first sight: its peak so far times the tier's first_sight_growth, while it grows"
+            }
         }
     }
 }

@@ -73,6 +73,7 @@ struct RawTier {
     expected_peak: Option<Spanned<ByteSize>>,
     learn_peak: Option<Spanned<bool>>,
     default_peak: Option<Spanned<ByteSize>>,
+    first_sight_growth: Option<Spanned<f64>>,
     swap_max: Option<Spanned<RawSwapMax>>,
 }
 
@@ -413,6 +414,27 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
         };
         let expected_peak = peak(t.expected_peak, "expected_peak")?;
         let default_peak = peak(t.default_peak, "default_peak")?;
+        let first_sight_growth = match t.first_sight_growth {
+            None => None,
+            Some(v) if protect == Protect::None => {
+                return Err(at(
+                    v.span(),
+                    "first_sight_growth",
+                    "needs protect = \"low\" or \"min\" (a protected tier reserves room for its expected peak)".into(),
+                ))
+            }
+            Some(v) if *v.get_ref() > 1.0 && *v.get_ref() <= 16.0 => Some(*v.get_ref()),
+            Some(v) => {
+                return Err(at(
+                    v.span(),
+                    "first_sight_growth",
+                    format!(
+                        "{} is out of range (1, 16]: a growing cgroup expects this many times its peak so far",
+                        v.get_ref()
+                    ),
+                ))
+            }
+        };
         let learn_peak = match t.learn_peak {
             Some(v) if *v.get_ref() && protect == Protect::None => {
                 return Err(at(
@@ -478,6 +500,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             expected_peak,
             learn_peak,
             default_peak,
+            first_sight_growth,
             swap_max,
         });
         matchers.push(set);

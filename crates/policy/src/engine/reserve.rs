@@ -12,8 +12,8 @@
 //! its `user.memqos.expected_peak` xattr) gets that room reserved from the start. So does one
 //! of a `learn_peak` tier whose workload key, or failing that whose tier, the daemon has
 //! seen peak before: the daemon fills in `expected_peak_bytes` from that history
-//! (`CgroupObs::learned_peak` says which), and one of a tier with a `default_peak`
-//! ([`expectation`] gives the order). The source is named in the reasons only. While it is
+//! (`CgroupObs::learned_peak` says which), one of a tier with a `default_peak`, and, while
+//! it grows, one of a tier with a `first_sight_growth` ([`expectation`] gives the order). The source is named in the reasons only. While it is
 //! populated and the parent's limit is finite, the throttle-tier cgroups below its tier share
 //! the budget that is left:
 //!
@@ -67,7 +67,8 @@ pub(crate) fn declared(ctx: &Ctx, c: &CgroupObs) -> Option<u64> {
 /// The expected peak of `c` and its source, strongest first: its declaration (xattr, then
 /// the tier's `expected_peak`), what the daemon learned (its workload key's history, else
 /// its tier's recent peaks: `CgroupObs::learned_peak` says which; the daemon fills these in
-/// only where nothing is declared), then the tier's `default_peak`.
+/// only where nothing is declared), then the tier's `default_peak`, and last, while it is
+/// still growing, its tier's `first_sight_growth` times its peak so far.
 pub(crate) fn expectation(ctx: &Ctx, c: &CgroupObs) -> Option<(u64, PeakSource)> {
     let tier = ctx.tier(c);
     if !tier.is_protected() {
@@ -79,7 +80,10 @@ pub(crate) fn expectation(ctx: &Ctx, c: &CgroupObs) -> Option<(u64, PeakSource)>
         (Some(b), _, _) => (b, learned),
         (None, Some(b), _) => (b, PeakSource::Declared),
         (None, None, Some(b)) => (b, PeakSource::TierDefault),
-        (None, None, None) => return None,
+        (None, None, None) => match ctx.first_sight.get(&c.id) {
+            Some(&b) if c.is_populated() => (b, PeakSource::FirstSight),
+            _ => return None,
+        },
     };
     (bytes > 0).then_some((bytes.min(ceiling), source))
 }

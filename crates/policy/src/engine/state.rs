@@ -28,6 +28,33 @@ pub(crate) struct CgState {
     /// When the engine first saw it (engine ms): a reservation by a cgroup that never runs
     /// expires (`engine::UNSTARTED_RESERVATION_MS`).
     pub first_seen_ms: u64,
+    /// How it grows, for a first-sight expectation (`Tier::first_sight_growth`).
+    pub growth: Growth,
+}
+
+/// The largest working set a cgroup has had since the engine first saw it, and when that
+/// last rose by a whole step (`ws_granularity`): a cgroup whose peak creeps up a page at a
+/// time is not "still growing".
+#[derive(Debug, Default)]
+pub(crate) struct Growth {
+    pub peak: u64,
+    step_from: u64,
+    pub grew_ms: Option<u64>,
+}
+
+impl Growth {
+    pub fn push(&mut self, now: u64, value: u64, step: u64) {
+        self.peak = self.peak.max(value);
+        if value >= self.step_from.saturating_add(step.max(1)) {
+            self.step_from = value;
+            self.grew_ms = Some(now);
+        }
+    }
+
+    /// True when the peak rose by a step within `within_ms` before `now`.
+    pub fn growing(&self, now: u64, within_ms: u64) -> bool {
+        self.grew_ms.is_some_and(|t| now.saturating_sub(t) < within_ms)
+    }
 }
 
 impl CgState {
@@ -49,6 +76,7 @@ impl CgState {
             current,
             has_run: false,
             first_seen_ms,
+            growth: Growth::default(),
         }
     }
 
@@ -127,6 +155,23 @@ mod tests {
         assert_eq!(w.max(), 2);
         w.push(1501, 9);
         assert_eq!(w.max(), 9);
+    }
+
+    #[test]
+    fn growth_counts_whole_steps_only() {
+        let mut g = Growth::default();
+        g.push(0, 10, 16);
+        assert!(!g.growing(0, 1000), "not a whole step yet");
+        g.push(100, 20, 16);
+        assert!(g.growing(100, 1000) && g.peak == 20);
+        // Creeping up by less than a step from the last mark is not growth.
+        g.push(1200, 30, 16);
+        assert!(!g.growing(1200, 1000));
+        g.push(1300, 36, 16);
+        assert!(g.growing(1300, 1000));
+        // Shrinking keeps the peak; growth ends once a window passes without a step.
+        g.push(2400, 5, 16);
+        assert!(!g.growing(2400, 1000) && g.peak == 36);
     }
 
     #[test]
