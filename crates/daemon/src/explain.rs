@@ -515,3 +515,26 @@ pub fn render(e: &Explanation) -> String {
     // Cgroup names are chosen by tenants: no terminal escapes reach the reader's terminal.
     memqos_cgroupfs::name::terminal_safe(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::expectation_words;
+    use memqos_policy::{LearnedPeak, PeakSource};
+
+    #[test]
+    fn each_expectation_source_is_named_in_its_own_words() {
+        let learned = |tier| LearnedPeak { workload: "w".into(), lifetimes: 2, peak_bytes: 100 << 20, tier };
+        let words = [
+            expectation_words(None, PeakSource::Declared),
+            expectation_words(Some(&learned(false)), PeakSource::Workload),
+            expectation_words(Some(&learned(true)), PeakSource::TierRecent),
+            expectation_words(None, PeakSource::TierDefault),
+            expectation_words(None, PeakSource::FirstSight),
+        ];
+        for (w, key) in words.iter().zip(["declared", "workload", "its tier", "default_peak", "first_sight_growth"]) {
+            assert!(w.contains(key), "{w:?} does not name {key}");
+        }
+        let distinct: std::collections::BTreeSet<&String> = words.iter().collect();
+        assert_eq!(distinct.len(), words.len());
+    }
+}

@@ -300,16 +300,18 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             Spec { scenarios: &["sweep-tight-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols }
         }
         "sweep-declared" => Spec { scenarios: &["sweep-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
-        // Issue 30: nothing declared, at first sight, with history (a learned series' first
-        // run in each guest is its own "(learning run)" variant), with the tier's recent
-        // peaks, and with zswap.
+        // Issue 30: nothing declared, at first sight (without and with first_sight_growth),
+        // with history (a learned series' first run in each guest is its own "(learning
+        // run)" variant), with the tier's recent peaks, and with zswap.
         "expectations" => Spec {
             scenarios: &[
                 "sweep-tight-first-sight",
+                "sweep-tight-first-sight-growth",
                 "sweep-tight-learned",
                 "sweep-tight-tier-learned",
                 "sweep-tight-zswap",
                 "sweep-first-sight",
+                "sweep-first-sight-growth",
                 "sweep-learned",
                 "sweep-tier-learned",
                 "sweep-zswap",
