@@ -307,6 +307,7 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             scenarios: &[
                 "sweep-tight-first-sight",
                 "sweep-tight-first-sight-growth",
+                "sweep-tight-first-sight-growth-drawn",
                 "sweep-tight-learned",
                 "sweep-tight-tier-learned",
                 "sweep-tight-zswap",
