@@ -347,6 +347,19 @@ impl Guest {
             append += &format!(" memqos.keep={}", keep.join(","));
         }
         let mut cmd = Command::new(qemu);
+        // The emulator dies with the thread that waits for it: a lab command killed by a
+        // signal it cannot catch (a `kill` of the process alone) otherwise left its guest
+        // running as an orphan, taking host CPU from the next experiment's guest.
+        // SAFETY: prctl is async-signal-safe and touches nothing of the parent's.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         cmd.args(["-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio"]);
         match accel {
             Accel::Kvm => cmd.args(["-accel", "kvm", "-cpu", "host"]),

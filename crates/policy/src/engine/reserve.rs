@@ -13,9 +13,9 @@
 //! of a `learn_peak` tier whose workload key, or failing that whose tier, the daemon has
 //! seen peak before: the daemon fills in `expected_peak_bytes` from that history
 //! (`CgroupObs::learned_peak` says which), one of a tier with a `default_peak`, and, while
-//! it grows, one of a tier with a `first_sight_growth` ([`expectation`] gives the order). The source is named in the reasons only. While it is
-//! populated and the parent's limit is finite, the throttle-tier cgroups below its tier share
-//! the budget that is left:
+//! it grows, one of a tier with a `first_sight_growth` ([`expectation`] gives the order).
+//! The source is named in the reasons only. While it is populated and the parent's limit is
+//! finite, the throttle-tier cgroups below its tier share the budget that is left:
 //!
 //!   budget = (limit - headroom_guard) - (usage outside those cgroups) - (reserved regrowth)
 //!
