@@ -346,6 +346,11 @@ fn sync<'a>(states: &mut States, cfg: &Config, obs: &'a Observation, now: u64) -
 /// times its peak so far. Whether a stronger source applies is `reserve::expectation`'s
 /// business; this only says what a growing cgroup would expect without one.
 fn first_sight(states: &States, cfg: &Config, now: u64) -> HashMap<CgroupId, u64> {
+    // Off unless a tier sets a factor: then no pass over every tracked cgroup, on the fast
+    // path least of all.
+    if cfg.tiers.iter().all(|(_, t)| t.first_sight_growth.is_none()) {
+        return HashMap::new();
+    }
     states
         .iter()
         .filter(|(_, s)| s.growth.growing(now, cfg.policy.hold_ms))
