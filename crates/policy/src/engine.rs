@@ -201,10 +201,11 @@ impl Engine {
         // A clock that steps back is treated as no time passing.
         let now = self.last_tick_ms.map_or(obs.now_ms, |t| obs.now_ms.max(t));
         let elapsed = self.last_tick_ms.map(|t| now - t).filter(|&e| e > 0);
+        let starting = self.last_tick_ms.is_none();
         let first = *self.first_ms.get_or_insert(now);
         self.last_tick_ms = Some(now);
 
-        let cgs = sync(&mut self.cgroups, &self.cfg, obs, now);
+        let cgs = sync(&mut self.cgroups, &self.cfg, obs, now, starting);
         let waiting = not_yet_run(&self.cgroups, &self.cfg, now);
         let growing = first_sight(&self.cgroups, &self.cfg, now);
         let ctx = Ctx::new(&self.cfg, now, &obs.parent, cgs, &waiting, &growing);
@@ -319,8 +320,9 @@ fn usable<'a>(cfg: &Config, obs: &'a Observation, known: impl Fn(&CgroupObs) -> 
 }
 
 /// Brings per-cgroup state in line with `obs` and returns the usable cgroups, sorted by path
-/// (`usable`); the state of vanished cgroups is dropped.
-fn sync<'a>(states: &mut States, cfg: &Config, obs: &'a Observation, now: u64) -> Vec<&'a CgroupObs> {
+/// (`usable`); the state of vanished cgroups is dropped. On the engine's first tick
+/// (`starting`) every cgroup was there before it: its size then is not growth it saw.
+fn sync<'a>(states: &mut States, cfg: &Config, obs: &'a Observation, now: u64, starting: bool) -> Vec<&'a CgroupObs> {
     let cgs = usable(cfg, obs, |_| true);
     let seen: HashMap<CgroupId, &CgroupObs> = cgs.iter().map(|c| (c.id, *c)).collect();
     // Keyed by the kernel id: a cgroup removed and re-created under the same name is
@@ -336,7 +338,11 @@ fn sync<'a>(states: &mut States, cfg: &Config, obs: &'a Observation, now: u64) -
         s.has_run |= c.is_populated();
         let ws = c.working_set_bytes.unwrap_or(c.usage_bytes);
         s.ws.push(now, ws);
-        s.growth.push(now, ws, cfg.policy.ws_granularity);
+        if starting {
+            s.growth.adopt(ws);
+        } else {
+            s.growth.push(now, ws, cfg.policy.ws_granularity);
+        }
     }
     cgs
 }

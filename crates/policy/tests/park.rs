@@ -343,8 +343,14 @@ fn a_first_sight_expectation_ends_when_growth_levels_off_and_never_beats_another
     let mut s = sim(&doubling, "");
     s.add("critical/agent", 100 * MB);
     s.add("batch/a", 300 * MB);
-    // Its first sample is its first step of growth (ws_granularity, 16 MiB): twice that.
-    assert_eq!(reserved_for(&s.tick()), Some((PeakSource::FirstSight, 200)));
+    // Running before the engine's first tick (a daemon start or restart): its 100 MiB then
+    // are where it stands, not growth the engine saw, and nothing is reserved for them.
+    assert_eq!(reserved_for(&s.tick()), None);
+    s.run(300, |_| {});
+    assert_eq!(last_reserved(&s), None, "level since the start: no expectation");
+    // A step of growth (ws_granularity, 16 MiB) after the start: twice its peak so far.
+    s.cg("critical/agent").usage_bytes = 120 * MB;
+    assert_eq!(reserved_for(&s.tick()), Some((PeakSource::FirstSight, 240)));
     s.cg("critical/agent").usage_bytes = 150 * MB;
     s.run(300, |_| {});
     assert_eq!(last_reserved(&s), Some((PeakSource::FirstSight, 300)), "it follows the peak");
@@ -355,6 +361,12 @@ fn a_first_sight_expectation_ends_when_growth_levels_off_and_never_beats_another
     s.run(2500, |_| {});
     s.run(3000, |_| {});
     assert_eq!(s.high("batch/a"), Limit::Max, "released once the growth stopped");
+    // One that appears after the engine's first tick is new: its first sample is growth.
+    let mut s = sim(&doubling, "");
+    s.add("batch/a", 300 * MB);
+    s.tick();
+    s.add("critical/agent", 100 * MB);
+    assert_eq!(reserved_for(&s.tick()), Some((PeakSource::FirstSight, 200)));
     // A stronger source wins while it grows: the tier's default_peak.
     let with_default = edit_tier(&doubling, "critical", |t| {
         t.insert("default_peak".into(), "200M".into());

@@ -51,6 +51,13 @@ impl Growth {
         }
     }
 
+    /// The first sample of a cgroup that was already running when the engine started (a
+    /// daemon start or restart): where it stands now is where steps count from, not growth.
+    pub fn adopt(&mut self, value: u64) {
+        self.peak = self.peak.max(value);
+        self.step_from = self.step_from.max(value);
+    }
+
     /// True when the peak rose by a step within `within_ms` before `now`.
     pub fn growing(&self, now: u64, within_ms: u64) -> bool {
         self.grew_ms.is_some_and(|t| now.saturating_sub(t) < within_ms)
@@ -172,6 +179,17 @@ mod tests {
         // Shrinking keeps the peak; growth ends once a window passes without a step.
         g.push(2400, 5, 16);
         assert!(!g.growing(2400, 1000) && g.peak == 36);
+    }
+
+    #[test]
+    fn an_adopted_size_is_where_steps_start_not_growth() {
+        let mut g = Growth::default();
+        g.adopt(500);
+        assert!(!g.growing(0, 1000) && g.peak == 500);
+        g.push(100, 510, 16);
+        assert!(!g.growing(100, 1000), "less than a step above where it stood");
+        g.push(200, 520, 16);
+        assert!(g.growing(200, 1000) && g.peak == 520);
     }
 
     #[test]
