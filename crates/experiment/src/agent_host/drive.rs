@@ -333,6 +333,9 @@ fn spawn(
     }
     c.arg("--").arg(&opts.exe).arg("replay").arg(dir.join(format!("{schedule}.json")));
     c.args(["--speed", &s.speed.to_string(), "-q", "--json"]).arg(&json);
+    if let Some(ratio) = s.compression_ratio {
+        c.args(["--compression-ratio", &ratio.to_string()]);
+    }
     if runtime {
         c.args(["--baseline-mb", &s.baseline_mb.to_string()]);
         c.arg("--pause-file").arg(pause_file(dir));

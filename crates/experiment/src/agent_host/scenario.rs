@@ -66,6 +66,15 @@ pub struct HostScenario {
     pub memqos_config_file: PathBuf,
     pub memqos_set: Vec<(String, toml::Value)>,
     pub guest_memory_mb: u64,
+    /// A swap disk of this size in the guest (none by default), zswap in front of it, and
+    /// how compressible the replayed pages are (`memqos-lab replay --compression-ratio`,
+    /// given only with swap: without it nothing reads the pages back).
+    #[serde(default)]
+    pub swap_mb: Option<u64>,
+    #[serde(default)]
+    pub zswap: bool,
+    #[serde(default)]
+    pub compression_ratio: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +101,10 @@ struct Raw {
     #[serde(default)]
     memqos_set: toml::Table,
     guest_memory_mb: Option<u64>,
+    swap_mb: Option<u64>,
+    #[serde(default)]
+    zswap: bool,
+    compression_ratio: Option<f64>,
 }
 
 impl HostScenario {
@@ -118,6 +131,23 @@ impl HostScenario {
         if budget < 64 << 20 {
             return Err(err(format!("host_budget {budget} B is below 64 MiB")));
         }
+        if raw.swap_mb == Some(0) {
+            return Err(err("swap_mb must be ≥ 1 (leave it out for a swapless guest)".into()));
+        }
+        if raw.zswap && raw.swap_mb.is_none() {
+            return Err(err("zswap = true needs swap_mb: zswap is a cache in front of a swap device".into()));
+        }
+        let compression_ratio = match (raw.swap_mb, raw.compression_ratio) {
+            (None, Some(_)) => {
+                return Err(err("compression_ratio: only with swap_mb (without swap no page is compressed)".into()))
+            }
+            (None, None) => None,
+            (Some(_), ratio) => {
+                let ratio = ratio.unwrap_or_else(crate::scenario::default_compression_ratio);
+                memqos_replay::memory::PageFill::new(ratio).map_err(|e| err(format!("compression_ratio: {e}")))?;
+                Some(ratio)
+            }
+        };
         let config_file = path.parent().unwrap_or(Path::new(".")).join(&raw.memqos_config);
         let memqos_config = std::fs::read_to_string(&config_file)
             .map_err(|e| err(format!("memqos_config {}: {e}", config_file.display())))?;
@@ -139,6 +169,9 @@ impl HostScenario {
             memqos_config_file: config_file,
             memqos_set,
             guest_memory_mb: raw.guest_memory_mb.unwrap_or((budget >> 20) + 1024),
+            swap_mb: raw.swap_mb,
+            zswap: raw.zswap,
+            compression_ratio,
         };
         // The daemon must accept what the memqos arm will give it: fail here, not in a guest.
         let text = scenario.daemon_config("/sys/fs/cgroup/check", "/run/check").map_err(err)?;
@@ -285,6 +318,17 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
         let cfg = memqos_policy::Config::from_str(&text, "t").unwrap();
         assert_eq!(cfg.cgroup_root, PathBuf::from("/sys/fs/cgroup/h"));
         assert_eq!(cfg.signals.sampling_interval_ms, 100);
+        assert_eq!((s.swap_mb, s.zswap, s.compression_ratio), (None, false, None), "swapless unless asked");
+        let z = HostScenario::load(&write(
+            dir.path(),
+            &GOOD.replace("stagger_s = 0.5", "stagger_s = 0.5\nswap_mb = 1024\nzswap = true"),
+        ))
+        .unwrap();
+        assert_eq!(
+            (z.swap_mb, z.zswap, z.compression_ratio),
+            (Some(1024), true, Some(3.0)),
+            "pages compress 3:1 by default"
+        );
         // Sessions rotate through the traces from run to run.
         assert_eq!([s.trace_of(1, 0), s.trace_of(1, 4), s.trace_of(2, 0)], ["a", "b", "b"]);
     }
@@ -298,6 +342,10 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
             ("policies = [\"none\", \"static-peak\", \"memqos\"]", "policies = [\"oomd\"]", "unknown variant"),
             ("\"daemon.toml\"", "\"missing.toml\"", "missing.toml"),
             ("sampling_interval_ms = 100", "sampling_interval_ms = \"fast\"", "memqos_set"),
+            ("stagger_s = 0.5", "stagger_s = 0.5\nzswap = true", "needs swap_mb"),
+            ("stagger_s = 0.5", "stagger_s = 0.5\ncompression_ratio = 3", "only with swap_mb"),
+            ("stagger_s = 0.5", "stagger_s = 0.5\nswap_mb = 1024\ncompression_ratio = 0.5", "compression_ratio"),
+            ("stagger_s = 0.5", "stagger_s = 0.5\nswap_mb = 0", "swap_mb must be"),
         ] {
             let e = HostScenario::load(&write(dir.path(), &GOOD.replace(from, to))).unwrap_err().to_string();
             assert!(e.contains("scenario.toml") && e.contains(says), "{to}: {e}");

@@ -197,7 +197,7 @@ pub struct Scenario {
     pub variants: Vec<Variant>,
 }
 
-fn default_compression_ratio() -> f64 {
+pub(crate) fn default_compression_ratio() -> f64 {
     memqos_replay::memory::PageFill::DEFAULT_RATIO
 }
 
