@@ -257,6 +257,13 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             arms: &["solo:high", "solo:low1", "none", "memqos", "oomd"],
             cols: &[Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
         },
+        // The same demo with the CPU weights of memqos-experiment-cpu.toml (issue 30.4).
+        "rfc-demo-cpu" => Spec {
+            scenarios: &["rfc-demo-cpu"],
+            kernel: None,
+            arms: &["solo:high", "solo:low1", "none", "memqos"],
+            cols: &[Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
+        },
         "realtime" => Spec {
             scenarios: &[
                 "oom-realtime",
@@ -302,7 +309,8 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
         "sweep-declared" => Spec { scenarios: &["sweep-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
         // Issue 30: nothing declared, at first sight (without and with first_sight_growth),
         // with history (a learned series' first run in each guest is its own "(learning
-        // run)" variant), with the tier's recent peaks, and with zswap.
+        // run)" variant), with the tier's recent peaks, and with zswap (without and with
+        // first_sight_growth, and with the CPU weights too).
         "expectations" => Spec {
             scenarios: &[
                 "sweep-tight-first-sight",
@@ -311,6 +319,9 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
                 "sweep-tight-learned",
                 "sweep-tight-tier-learned",
                 "sweep-tight-zswap",
+                "sweep-tight-zswap-reduced",
+                "sweep-tight-zswap-growth",
+                "sweep-tight-zswap-growth-cpu",
                 "sweep-first-sight",
                 "sweep-first-sight-growth",
                 "sweep-learned",
