@@ -11,7 +11,7 @@ use std::path::Path;
 pub(super) const OPEN_LOOP: &str = "docs/agent-host";
 pub(super) const CLOSED_LOOP: &str = "docs/agent-host-closed";
 
-fn agent_host(root: &Path, dir: &str) -> Result<HostSummary> {
+pub(super) fn agent_host(root: &Path, dir: &str) -> Result<HostSummary> {
     let path = root.join(dir).join("summary.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}", path.display()))

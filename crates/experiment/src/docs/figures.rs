@@ -19,6 +19,14 @@
 //!   figure for one group and as the range of the groups' medians for several (groups where
 //!   the ratio does not exist, such as lows/none where none lost its lows, are left out).
 //!
+//! An agent-host series is named by its directory under docs/ (`agent-host`,
+//! `agent-host-admission-zswap`, ...), with the session count where the VARIANT goes:
+//! `<!-- fig: agent-host-admission-zswap 7 12 memqos calls-killed -->`. Its measures:
+//! `calls-killed` (call attempts OOM-killed, of those started), `runtimes-killed`,
+//! `runs-with-runtime-killed`, `sessions-finished`, `sessions-failed`, `calls-lost` (with
+//! their session), `calls-waited`, `waits-at-limit`, `calls-held`, and the median ratios
+//! `runtime-p95/solo` and `call-time/solo`; one kernel and one arm per figure.
+//!
 //! A marker right after a backtick is quoted in a code span and left alone. Markdown renders
 //! the markers as nothing, so the sentence reads as written; `memqos-docs`
 //! rewrites the figure and `--check` (and the `docs_match_the_committed_data` test) fails
@@ -79,6 +87,9 @@ pub fn render(query: &str, src: &Sources) -> Result<String> {
     let [scenario, kernel, variant, arm, measure] = words[..] else {
         bail!("expected SCENARIO KERNEL VARIANT ARM MEASURE, got {} words", words.len());
     };
+    if scenario.starts_with("agent-host") {
+        return render_agent_host(src, scenario, kernel, variant, arm, measure);
+    }
     let variant_matches = |v: &str| match variant {
         "*" => !v.ends_with(LEARNING),
         "learning" => v.ends_with(LEARNING),
@@ -132,6 +143,34 @@ pub fn render(query: &str, src: &Sources) -> Result<String> {
     })
 }
 
+/// A figure of the agent-host series in docs/`dir`: one kernel series, one level, one arm.
+fn render_agent_host(src: &Sources, dir: &str, kernel: &str, level: &str, arm: &str, measure: &str) -> Result<String> {
+    let h = super::agent_host::agent_host(&src.root, &format!("docs/{dir}"))?;
+    let level: usize =
+        level.parse().with_context(|| format!("{level:?}: an agent-host figure's third word is a session count"))?;
+    let series = format!("{kernel}.");
+    let l = h
+        .levels
+        .iter()
+        .find(|l| l.kernel.starts_with(&series) && l.level == level && l.arm == arm)
+        .with_context(|| format!("docs/{dir} has no level {level} of arm {arm:?} on kernel {kernel:?}"))?;
+    let ratio = |e: Option<Estimate>| e.map(|e| format!("{:.2}x", e.median)).context("no such ratio in this series");
+    Ok(match measure {
+        "calls-killed" => format!("{} of {}", l.calls_killed, l.calls_started),
+        "runtimes-killed" => l.runtimes_killed.to_string(),
+        "runs-with-runtime-killed" => format!("{} of {}", l.runs_with_runtime_killed, l.runs),
+        "sessions-finished" => format!("{} of {}", l.sessions_finished, l.sessions),
+        "sessions-failed" => format!("{} of {}", l.sessions_failed, l.sessions),
+        "calls-lost" => l.calls_lost.to_string(),
+        "calls-waited" => l.calls_waited.to_string(),
+        "waits-at-limit" => l.waits_at_limit.to_string(),
+        "calls-held" => l.calls_held.to_string(),
+        "runtime-p95/solo" => ratio(l.runtime_p95_vs_solo)?,
+        "call-time/solo" => ratio(l.call_time_vs_solo)?,
+        other => bail!("unknown agent-host measure {other:?}"),
+    })
+}
+
 /// "1.05x" for one median (or several equal ones), "1.03x–1.09x" for the range of several.
 fn median_range(medians: &[f64]) -> String {
     let x = |m: f64| if m == KILLED { "killed".to_string() } else { format!("{m:.2}x") };
@@ -182,6 +221,21 @@ mod tests {
         assert!(variants.len() > 1);
         let total: u64 = variants.iter().map(|v| one(v)).sum();
         assert_eq!(one("*"), total);
+    }
+
+    #[test]
+    fn agent_host_figures_come_from_the_series_summary() {
+        let src = sources();
+        let h = crate::docs::agent_host::agent_host(&src.root, "docs/agent-host-admission-zswap").unwrap();
+        let l = h.levels.iter().find(|l| l.arm == "memqos" && l.level == 12).unwrap();
+        let fig = |m: &str| render(&format!("agent-host-admission-zswap 7 12 memqos {m}"), &src).unwrap();
+        assert_eq!(fig("calls-killed"), format!("{} of {}", l.calls_killed, l.calls_started));
+        assert_eq!(fig("runtimes-killed"), l.runtimes_killed.to_string());
+        let err = |q: &str| format!("{:#}", render(q, &src).unwrap_err());
+        assert!(err("agent-host-admission-zswap 7 13 memqos calls-killed").contains("no level 13"));
+        assert!(err("agent-host-admission-zswap 7 twelve memqos calls-killed").contains("session count"));
+        assert!(err("agent-host-admission-zswap 7 12 memqos speed").contains("unknown agent-host measure"));
+        assert!(err("agent-host-nowhere 7 12 memqos calls-killed").contains("docs/agent-host-nowhere"));
     }
 
     #[test]

@@ -1,22 +1,33 @@
 //! The report step's own files in the checkout (summary.json and report.md of
-//! docs/experiments and of docs/agent-host), rebuilt in memory from the committed runs by the
+//! docs/experiments and of each agent-host series), rebuilt in memory from the committed runs by the
 //! functions `--report-only` writes them with, so a file committed by an older build, or
 //! edited by hand, is caught. The plots are PNGs and are not compared.
 
 use anyhow::{Context, Result};
 use std::path::Path;
 
+/// The agent-host series in the checkout, each with the scenario file it ran (docs/agent-host
+/// is what `memqos-lab experiment agent-host` writes with its default scenario).
+const AGENT_HOST_SERIES: &[(&str, &str)] = &[
+    ("docs/agent-host", "experiments/agent-host/scenario.toml"),
+    ("docs/agent-host-closed", "experiments/agent-host/scenario.toml"),
+    ("docs/agent-host-admission", "experiments/agent-host/admission.toml"),
+    ("docs/agent-host-admission-wait", "experiments/agent-host/admission.toml"),
+    ("docs/agent-host-admission-release", "experiments/agent-host/admission.toml"),
+    ("docs/agent-host-admission-zswap", "experiments/agent-host/admission-zswap.toml"),
+];
+
 /// Every such file, relative to `root`, with the text the committed runs give.
 pub fn expected(root: &Path) -> Result<Vec<(String, String)>> {
     let experiments = root.join("docs/experiments");
-    let agent_host = root.join("docs/agent-host");
     let mut out = Vec::new();
     for (name, text) in crate::host::rendered(&experiments, &root.join("traces/agent-haiku"))? {
         out.push((format!("docs/experiments/{name}"), text));
     }
-    // The scenario file `memqos-lab experiment agent-host` reads by default.
-    for (name, text) in crate::agent_host::rendered(&agent_host, &root.join("experiments/agent-host/scenario.toml"))? {
-        out.push((format!("docs/agent-host/{name}"), text));
+    for (dir, scenario) in AGENT_HOST_SERIES {
+        for (name, text) in crate::agent_host::rendered(&root.join(dir), &root.join(scenario))? {
+            out.push((format!("{dir}/{name}"), text));
+        }
     }
     Ok(out)
 }
@@ -91,7 +102,17 @@ mod tests {
                 "docs/experiments/summary.json",
                 "docs/experiments/report.md",
                 "docs/agent-host/summary.json",
-                "docs/agent-host/report.md"
+                "docs/agent-host/report.md",
+                "docs/agent-host-closed/summary.json",
+                "docs/agent-host-closed/report.md",
+                "docs/agent-host-admission/summary.json",
+                "docs/agent-host-admission/report.md",
+                "docs/agent-host-admission-wait/summary.json",
+                "docs/agent-host-admission-wait/report.md",
+                "docs/agent-host-admission-release/summary.json",
+                "docs/agent-host-admission-release/report.md",
+                "docs/agent-host-admission-zswap/summary.json",
+                "docs/agent-host-admission-zswap/report.md"
             ]
         );
         for (_, text) in &files {
