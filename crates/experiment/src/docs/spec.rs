@@ -257,12 +257,13 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             arms: &["solo:high", "solo:low1", "none", "memqos", "oomd"],
             cols: &[Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
         },
-        // The same demo with the CPU weights of memqos-experiment-cpu.toml (issue 30.4).
+        // The same demo with the CPU weights of memqos-experiment-cpu.toml (issue 30.4), and
+        // its side-by-side without them (none and memqos only, as rfc-demo-cpu).
         "rfc-demo-cpu" => Spec {
-            scenarios: &["rfc-demo-cpu"],
+            scenarios: &["rfc-demo-reduced", "rfc-demo-cpu"],
             kernel: None,
             arms: &["solo:high", "solo:low1", "none", "memqos"],
-            cols: &[Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
+            cols: &[Scenario, Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
         },
         "realtime" => Spec {
             scenarios: &[
