@@ -310,8 +310,8 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
         "sweep-declared" => Spec { scenarios: &["sweep-declared"], kernel: None, arms: SWEEP_ARMS, cols: kill_cols },
         // Issue 30: nothing declared, at first sight (without and with first_sight_growth),
         // with history (a learned series' first run in each guest is its own "(learning
-        // run)" variant), with the tier's recent peaks, and with zswap (without and with
-        // first_sight_growth, and with the CPU weights too).
+        // run)" variant), with the tier's recent peaks, and with zswap (seven arms; two arms
+        // without and with first_sight_growth).
         "expectations" => Spec {
             scenarios: &[
                 "sweep-tight-first-sight",
@@ -322,7 +322,6 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
                 "sweep-tight-zswap",
                 "sweep-tight-zswap-reduced",
                 "sweep-tight-zswap-growth",
-                "sweep-tight-zswap-growth-cpu",
                 "sweep-first-sight",
                 "sweep-first-sight-growth",
                 "sweep-learned",
