@@ -198,11 +198,8 @@ fn run_in_guest(
     )?;
     let scenario_json = serde_json::to_string(s)?;
     let run = self_run::run_self(kernel, &args_in_guest, |g| {
-        let g = match s.swap_mb {
-            Some(mb) => g.swap_mb(mb).zswap(s.zswap),
-            None => g,
-        };
-        g.memory_mb(memory_mb)
+        g.optional_swap(s.swap_mb, s.zswap)
+            .memory_mb(memory_mb)
             .systemd(s.boots_systemd())
             .timeout(timeout)
             .env("MEMQOS_SCENARIO", &scenario_json)

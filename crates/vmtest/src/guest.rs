@@ -158,6 +158,15 @@ impl Guest {
         self
     }
 
+    /// A swap disk of `mb` with zswap in front of it when `zswap`; no swap (and no zswap)
+    /// when `mb` is `None`: what a scenario's optional `swap_mb` and `zswap` ask for.
+    pub fn optional_swap(self, mb: Option<u64>, zswap: bool) -> Self {
+        match mb {
+            Some(mb) => self.swap_mb(mb).zswap(zswap),
+            None => self,
+        }
+    }
+
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self

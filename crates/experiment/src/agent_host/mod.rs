@@ -133,11 +133,8 @@ fn run_in_guest(
     let provenance =
         guest::provenance(&kernel.release(), &std::fs::read(&args.scenario)?, Some(&s.memqos_config), None, s.speed)?;
     let run = self_run::run_self(kernel, &argv, |g| {
-        let g = match s.swap_mb {
-            Some(mb) => g.swap_mb(mb).zswap(s.zswap),
-            None => g,
-        };
-        g.memory_mb(s.guest_memory_mb)
+        g.optional_swap(s.swap_mb, s.zswap)
+            .memory_mb(s.guest_memory_mb)
             .timeout(Duration::from_secs_f64(600.0 + est * 3.0))
             .env("MEMQOS_SCENARIO", &serde_json::to_string(s).expect("a scenario serializes"))
             .share_path(traces)

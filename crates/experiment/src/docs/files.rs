@@ -9,8 +9,8 @@ use std::path::Path;
 /// The agent-host series in the checkout, each with the scenario file it ran (docs/agent-host
 /// is what `memqos-lab experiment agent-host` writes with its default scenario).
 const AGENT_HOST_SERIES: &[(&str, &str)] = &[
-    ("docs/agent-host", "experiments/agent-host/scenario.toml"),
-    ("docs/agent-host-closed", "experiments/agent-host/scenario.toml"),
+    (super::agent_host::OPEN_LOOP, "experiments/agent-host/scenario.toml"),
+    (super::agent_host::CLOSED_LOOP, "experiments/agent-host/scenario.toml"),
     ("docs/agent-host-admission", "experiments/agent-host/admission.toml"),
     ("docs/agent-host-admission-wait", "experiments/agent-host/admission.toml"),
     ("docs/agent-host-admission-release", "experiments/agent-host/admission.toml"),
