@@ -474,7 +474,16 @@ pub struct Policy {
     /// admitted oldest first, as many as get at least this much free room above what they
     /// hold; the others are parked (memory.high capped at what they hold) and admitted one
     /// per tick as room frees. 0: every one is admitted and they share the room equally.
+    /// Only on a swapless host, unless `park_with_swap`.
     pub park_room: u64,
+    /// `park_with_swap` (default false): park (see `park_room`) also where the host has swap.
+    /// There a member capped at its share pushes its own cold pages out and goes on, so by
+    /// default nobody is parked and the lower cgroups share the room: they keep about their
+    /// unmanaged speed, and the protected cgroup's tail latency pays for their swapping (issue
+    /// 30's declared tight sweep with zswap, docs/experiments.md). True holds all but the
+    /// oldest back instead: the protected cgroup's latency stays near its solo figure and the
+    /// lower tiers wait.
+    pub park_with_swap: bool,
     /// `foreign_knobs` (default `"respect"`): a memory.high, or a memory.low/min, that was not
     /// the kernel default before memqos first wrote it was set by someone else (a unit's
     /// MemoryHigh=/MemoryLow=, kubelet's MemoryQoS). `respect` never writes that knob of that
@@ -530,6 +539,7 @@ impl Default for Policy {
             ws_margin: 1.1,
             ws_granularity: 16 << 20,
             park_room: 128 << 20,
+            park_with_swap: false,
             foreign_knobs: ForeignKnobs::Respect,
             admission: false,
             admission_share: 0.5,

@@ -12,6 +12,8 @@ fn sim(tiers: &str, policy: &str) -> Sim {
     let mut sim = Sim::new(config(tiers, &format!("min_write_interval_ms = 200\nhold_ms = 2000\n{policy}")));
     sim.tick_ms = 100;
     sim.parent.max = Limit::Bytes(711 * MB);
+    // Parking is for swapless hosts (`engine::park`); these tests model one.
+    sim.parent.swapless = true;
     sim
 }
 
@@ -102,6 +104,47 @@ fn a_parked_cgroup_is_capped_at_what_it_holds_named_in_status_and_admitted_when_
     for id in ["batch/a", "batch/b", "batch/c"] {
         assert_eq!(sim.high(id), Limit::Max, "{id}");
     }
+}
+
+#[test]
+fn with_swap_nobody_is_parked_and_the_lows_share_the_budget() {
+    // The same reservation as above on a host with swap: a capped low pushes its own pages
+    // out and goes on, so all three run at equal shares of the 183 MiB budget.
+    let mut sim = sim(TWO_TIERS, "");
+    sim.parent.swapless = false;
+    sim.add("critical/agent", 12 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
+    sim.add("batch/a", 60 * MB);
+    sim.tick();
+    sim.add("batch/b", 50 * MB);
+    sim.add("batch/c", 40 * MB);
+    let d = sim.tick();
+    assert!(sim.engine.status().parked.is_empty());
+    assert!(!d.iter().any(|d| matches!(d.reason, Reason::Parked { .. })), "{d:?}");
+    // 33 MiB free, 11 MiB each on top of what it holds.
+    sim.run(200, |_| {});
+    assert_eq!(sim.high("batch/a"), Limit::Bytes(71 * MB));
+    assert_eq!(sim.high("batch/b"), Limit::Bytes(61 * MB));
+    assert_eq!(sim.high("batch/c"), Limit::Bytes(51 * MB));
+    // Once the host loses its swap, parking applies again: only the oldest runs.
+    sim.parent.swapless = true;
+    sim.run(300, |_| {});
+    assert_eq!(sim.engine.status().parked, vec!["batch/b".to_string(), "batch/c".to_string()]);
+}
+
+#[test]
+fn park_with_swap_parks_where_the_host_has_swap_too() {
+    let mut sim = sim(TWO_TIERS, "park_with_swap = true");
+    sim.parent.swapless = false;
+    sim.add("critical/agent", 12 * MB);
+    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
+    sim.add("batch/a", 60 * MB);
+    sim.tick();
+    sim.add("batch/b", 50 * MB);
+    sim.add("batch/c", 40 * MB);
+    sim.tick();
+    assert_eq!(sim.engine.status().parked, vec!["batch/b".to_string(), "batch/c".to_string()]);
+    assert_eq!(sim.high("batch/b"), Limit::Bytes(50 * MB));
 }
 
 #[test]
