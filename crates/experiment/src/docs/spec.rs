@@ -332,6 +332,26 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
             arms: &["none", "memqos"],
             cols: scenario_kill_cols,
         },
+        // Issue 30: a declared peak with zswap, the lows parked (park_with_swap) and sharing
+        // the room (today's default with swap): the protected task's tail against the lows' time.
+        "zswap-declared" => Spec {
+            scenarios: &["sweep-tight-zswap-declared", "sweep-tight-zswap-declared-shares"],
+            kernel: None,
+            arms: &["none", "memqos"],
+            cols: &[
+                Scenario,
+                Kernel,
+                Variant,
+                Build,
+                Arm,
+                RunsWithKill,
+                LowsFinished,
+                HighSoloCi,
+                P95SoloCi,
+                P95NoneCi,
+                LowsNoneCi,
+            ],
+        },
         _ => return None,
     })
 }
