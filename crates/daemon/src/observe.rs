@@ -227,6 +227,12 @@ impl Sampler {
         self.swap == Ok(false)
     }
 
+    /// The last periodic sample found active swap (`ParentObs::swap_active`); unreadable or
+    /// malformed is neither this nor `swapless`.
+    fn swap_active(&self) -> bool {
+        self.swap == Ok(true)
+    }
+
     /// Every cgroup of the last sample, the root ("") included: relative paths.
     pub fn dirs(&self) -> Vec<&str> {
         self.snap.cgroups.iter().map(|c| c.path.as_str()).collect()
@@ -275,6 +281,7 @@ impl Sampler {
             high: s.high.unwrap_or(Limit::Max),
             events_delta: MemoryEvents::default(),
             swapless: self.swapless(),
+            swap_active: self.swap_active(),
         });
         let limit = s.max.unwrap_or(Limit::Max).min(s.high.unwrap_or(Limit::Max));
         let Limit::Bytes(limit) = limit else { return Ok(false) };
@@ -451,7 +458,12 @@ impl Sampler {
             // The hierarchy's root (a whole systemd host) has no memory.current/max/high/events:
             // no limit, so no headroom guard; usage is what the managed tree holds.
             let leaves = snap.cgroups.iter().skip(1).filter(|c| c.depth == 1).filter_map(|c| c.current);
-            ParentObs { usage_bytes: leaves.sum(), swapless: self.swapless(), ..ParentObs::default() }
+            ParentObs {
+                usage_bytes: leaves.sum(),
+                swapless: self.swapless(),
+                swap_active: self.swap_active(),
+                ..ParentObs::default()
+            }
         } else {
             let parent_ev = need(top.events, root.path(), top, "memory.events")?;
             let parent = ParentObs {
@@ -460,6 +472,7 @@ impl Sampler {
                 high: need(top.high, root.path(), top, "memory.high")?,
                 events_delta: self.prev_parent_events.map(|p| parent_ev.delta_since(&p)).unwrap_or_default(),
                 swapless: self.swapless(),
+                swap_active: self.swap_active(),
             };
             self.prev_parent_events = Some(parent_ev);
             parent

@@ -896,6 +896,27 @@ fn a_low_that_does_not_fit_is_parked_and_status_and_explain_say_so() {
     assert!(parked, "the cap's write names the parking");
 }
 
+#[test]
+fn with_active_swap_the_lows_share_and_with_unreadable_swaps_they_are_parked() {
+    // The reservation of the test above. With an active swap device the lows share the room
+    // (low2 is capped at its share, not at what it holds); once /proc/swaps cannot be read
+    // the daemon does not know, and parks as it did before it knew.
+    let f = fake("park-swap", 190 * MIB);
+    std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
+    write_cgroup(&f.root.join("low2"), 20 * MIB, "max");
+    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "300M");
+    let daemon = f.start();
+    // 104M free shared by two: 20M + 52M each.
+    common::poll_for("shares", Duration::from_secs(10), || {
+        (f.knob("low2", "memory.high") == (72 * MIB).to_string()).then_some(())
+    });
+    assert!(f.status().is_some_and(|s| s.parked.is_empty()));
+    std::fs::remove_file(&f.swaps).unwrap();
+    poll_status(&f, |s| s.parked == ["low2"]);
+    assert_eq!(f.knob("low2", "memory.high"), (32 * MIB).to_string());
+    daemon.stop().expect("daemon run");
+}
+
 /// Waits for a status.json that satisfies `f`.
 fn poll_status(f: &FakeTree, ok: impl Fn(&memqos_daemon::status::Snapshot) -> bool) -> memqos_daemon::status::Snapshot {
     common::poll_for("status", Duration::from_secs(10), || f.status().filter(|s| ok(s)))

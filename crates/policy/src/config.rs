@@ -474,10 +474,11 @@ pub struct Policy {
     /// admitted oldest first, as many as get at least this much free room above what they
     /// hold; the others are parked (memory.high capped at what they hold) and admitted one
     /// per tick as room frees. 0: every one is admitted and they share the room equally.
-    /// Only on a swapless host, unless `park_with_swap`.
+    /// Not where the host is known to have active swap, unless `park_with_swap`.
     pub park_room: u64,
-    /// `park_with_swap` (default false): park (see `park_room`) also where the host has swap.
-    /// There a member capped at its share pushes its own cold pages out and goes on, so by
+    /// `park_with_swap` (default false): park (see `park_room`) also where the host has active
+    /// swap (/proc/swaps lists a device; a host whose /proc/swaps cannot be read parks). There
+    /// a member capped at its share pushes its own cold pages out and goes on, so by
     /// default nobody is parked and the lower cgroups share the room: they keep about their
     /// unmanaged speed, and the protected cgroup's tail latency pays for their swapping (issue
     /// 30's declared tight sweep with zswap, docs/experiments.md). True holds all but the

@@ -75,6 +75,12 @@ pub struct ParentObs {
     /// active or nobody could tell (journals from before this field).
     #[serde(default)]
     pub swapless: bool,
+    /// The host has active swap (/proc/swaps lists a device). With `swapless` a tri-state:
+    /// both false when nobody could tell (an unreadable /proc/swaps, journals from before
+    /// this field). Parking is off only when this is known (`engine::park`); unknown parks,
+    /// the behaviour before it was known.
+    #[serde(default)]
+    pub swap_active: bool,
 }
 
 impl Default for ParentObs {
@@ -85,6 +91,7 @@ impl Default for ParentObs {
             high: Limit::Max,
             events_delta: MemoryEvents::default(),
             swapless: false,
+            swap_active: false,
         }
     }
 }

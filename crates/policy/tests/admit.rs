@@ -84,11 +84,9 @@ fn the_protected_tiers_expected_regrowth_is_not_offered() {
 }
 
 /// An agent expecting 330M beside two 250M batch cgroups, all of the room shared: batch/b
-/// is parked for the agent's reservation (a swapless host: parking is for those), leaving
-/// 124M free.
+/// is parked for the agent's reservation, leaving 124M free.
 fn batch_parked_for_an_agent() -> Sim {
     let mut sim = sim(THREE_TIERS, "admission = true\nadmission_share = 1.0\n");
-    sim.parent.swapless = true;
     sim.add("critical/agent", 12 * MB);
     sim.cg("critical/agent").expected_peak_bytes = Some(330 * MB);
     sim.add("batch/a", 250 * MB);

@@ -12,8 +12,6 @@ fn sim(tiers: &str, policy: &str) -> Sim {
     let mut sim = Sim::new(config(tiers, &format!("min_write_interval_ms = 200\nhold_ms = 2000\n{policy}")));
     sim.tick_ms = 100;
     sim.parent.max = Limit::Bytes(711 * MB);
-    // Parking is for swapless hosts (`engine::park`); these tests model one.
-    sim.parent.swapless = true;
     sim
 }
 
@@ -111,7 +109,7 @@ fn with_swap_nobody_is_parked_and_the_lows_share_the_budget() {
     // The same reservation as above on a host with swap: a capped low pushes its own pages
     // out and goes on, so all three run at equal shares of the 183 MiB budget.
     let mut sim = sim(TWO_TIERS, "");
-    sim.parent.swapless = false;
+    sim.parent.swap_active = true;
     sim.add("critical/agent", 12 * MB);
     sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
     sim.add("batch/a", 60 * MB);
@@ -126,8 +124,9 @@ fn with_swap_nobody_is_parked_and_the_lows_share_the_budget() {
     assert_eq!(sim.high("batch/a"), Limit::Bytes(71 * MB));
     assert_eq!(sim.high("batch/b"), Limit::Bytes(61 * MB));
     assert_eq!(sim.high("batch/c"), Limit::Bytes(51 * MB));
-    // Once the host loses its swap, parking applies again: only the oldest runs.
-    sim.parent.swapless = true;
+    // Once the host loses its swap (or it cannot be read), parking applies again: only the
+    // oldest runs.
+    sim.parent.swap_active = false;
     sim.run(300, |_| {});
     assert_eq!(sim.engine.status().parked, vec!["batch/b".to_string(), "batch/c".to_string()]);
 }
@@ -135,7 +134,7 @@ fn with_swap_nobody_is_parked_and_the_lows_share_the_budget() {
 #[test]
 fn park_with_swap_parks_where_the_host_has_swap_too() {
     let mut sim = sim(TWO_TIERS, "park_with_swap = true");
-    sim.parent.swapless = false;
+    sim.parent.swap_active = true;
     sim.add("critical/agent", 12 * MB);
     sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
     sim.add("batch/a", 60 * MB);

@@ -131,8 +131,14 @@ fn cgroup(slots: usize) -> impl Strategy<Value = (usize, CgroupObs)> {
 }
 
 fn parent() -> impl Strategy<Value = ParentObs> {
-    (bytes(), limit(), limit(), events(), any::<bool>()).prop_map(|(usage_bytes, max, high, events_delta, swapless)| {
-        ParentObs { usage_bytes, max, high, events_delta, swapless }
+    // Swap: none, active, or unknown (both false).
+    (bytes(), limit(), limit(), events(), 0..3u8).prop_map(|(usage_bytes, max, high, events_delta, swap)| ParentObs {
+        usage_bytes,
+        max,
+        high,
+        events_delta,
+        swapless: swap == 1,
+        swap_active: swap == 2,
     })
 }
 

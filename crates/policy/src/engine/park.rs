@@ -30,13 +30,13 @@
 //! for another bound. `park_room = 0` turns parking off: every member is admitted (equal
 //! shares).
 //!
-//! Parking is for swapless hosts (`ParentObs::swapless`) unless `park_with_swap`. Where the
-//! host has swap, a member capped at its share pushes its own cold pages out and goes on, so
+//! Parking is off where the host is known to have swap (`ParentObs::swap_active`) unless
+//! `park_with_swap`; a swapless host, or one whose swap nobody could read, parks. With swap, a member capped at its share pushes its own cold pages out and goes on, so
 //! the shares do not stall it; holding whole tasks back there costs them time (issue 30, the
 //! declared tight sweep with zswap: parked lows took 1.09-1.40x of none's time on 7.2, equal
 //! shares 1.02-1.03x) and buys the protected cgroup its tail latency (its P95 near solo when
 //! the lows are parked, 1.3-2.1x of solo when they share and swap beside it). The default
-//! takes the lows' time: every member is admitted, as with `park_room = 0`.
+//! spares the lows' time: every member is admitted, as with `park_room = 0`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -165,7 +165,7 @@ impl Parking {
     pub(crate) fn plan(&mut self, ctx: &Ctx, r: &Reservation, states: &States, pressed: bool, plan: &mut Plan) {
         // With swap the shares do not stall a member (the module doc): nobody is parked.
         let p = &ctx.cfg.policy;
-        let room = if ctx.parent.swapless || p.park_with_swap { p.park_room } else { 0 };
+        let room = if ctx.parent.swap_active && !p.park_with_swap { 0 } else { p.park_room };
         let (mut running, idle): (Vec<&CgroupObs>, Vec<&CgroupObs>) =
             r.members.iter().copied().partition(|c| c.is_populated());
         let age = |c: &CgroupObs| states.get(&c.id).map_or(ctx.now, |s| s.first_seen_ms);
