@@ -335,7 +335,11 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
         // Issue 30: a declared peak with zswap, the lows parked (park_with_swap) and sharing
         // the room (today's default with swap): the protected task's tail against the lows' time.
         "zswap-declared" => Spec {
-            scenarios: &["sweep-tight-zswap-declared", "sweep-tight-zswap-declared-shares"],
+            scenarios: &[
+                "sweep-tight-zswap-declared",
+                "sweep-tight-zswap-declared-shares",
+                "sweep-tight-zswap-declared-shares-cpu",
+            ],
             kernel: None,
             arms: &["none", "memqos"],
             cols: &[
