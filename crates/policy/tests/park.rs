@@ -58,7 +58,11 @@ fn parked_lows_run_one_at_a_time_oldest_first_and_finish_before_equal_shares_wou
 /// oldest) and not for the `later` lows beside it (made a tick later, with their usage): they
 /// are parked from their first tick, whose decisions are returned with the sim.
 fn parked_behind_a(tiers: &str, later: &[(&str, u64)]) -> (Sim, Vec<Decision>) {
-    let mut sim = sim(tiers, "");
+    behind_a(sim(tiers, ""), later)
+}
+
+/// The reservation of [`parked_behind_a`] on a sim of the caller's (a host with swap, say).
+fn behind_a(mut sim: Sim, later: &[(&str, u64)]) -> (Sim, Vec<Decision>) {
     sim.add("critical/agent", 12 * MB);
     sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
     sim.add("batch/a", 60 * MB);
@@ -104,19 +108,18 @@ fn a_parked_cgroup_is_capped_at_what_it_holds_named_in_status_and_admitted_when_
     }
 }
 
+/// A sim of two tiers on a host with active swap.
+fn with_swap(policy: &str) -> Sim {
+    let mut sim = sim(TWO_TIERS, policy);
+    sim.parent.swap_active = true;
+    sim
+}
+
 #[test]
 fn with_swap_nobody_is_parked_and_the_lows_share_the_budget() {
     // The same reservation as above on a host with swap: a capped low pushes its own pages
     // out and goes on, so all three run at equal shares of the 183 MiB budget.
-    let mut sim = sim(TWO_TIERS, "");
-    sim.parent.swap_active = true;
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
-    sim.add("batch/a", 60 * MB);
-    sim.tick();
-    sim.add("batch/b", 50 * MB);
-    sim.add("batch/c", 40 * MB);
-    let d = sim.tick();
+    let (mut sim, d) = behind_a(with_swap(""), &[("batch/b", 50 * MB), ("batch/c", 40 * MB)]);
     assert!(sim.engine.status().parked.is_empty());
     assert!(!d.iter().any(|d| matches!(d.reason, Reason::Parked { .. })), "{d:?}");
     // 33 MiB free, 11 MiB each on top of what it holds.
@@ -133,15 +136,7 @@ fn with_swap_nobody_is_parked_and_the_lows_share_the_budget() {
 
 #[test]
 fn park_with_swap_parks_where_the_host_has_swap_too() {
-    let mut sim = sim(TWO_TIERS, "park_with_swap = true");
-    sim.parent.swap_active = true;
-    sim.add("critical/agent", 12 * MB);
-    sim.cg("critical/agent").expected_peak_bytes = Some(450 * MB);
-    sim.add("batch/a", 60 * MB);
-    sim.tick();
-    sim.add("batch/b", 50 * MB);
-    sim.add("batch/c", 40 * MB);
-    sim.tick();
+    let (sim, _) = behind_a(with_swap("park_with_swap = true"), &[("batch/b", 50 * MB), ("batch/c", 40 * MB)]);
     assert_eq!(sim.engine.status().parked, vec!["batch/b".to_string(), "batch/c".to_string()]);
     assert_eq!(sim.high("batch/b"), Limit::Bytes(50 * MB));
 }
