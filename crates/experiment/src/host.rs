@@ -131,12 +131,16 @@ fn plan(s: &Scenario, traces: &Path, runs: usize) -> Result<(f64, u64)> {
     let mut parent_max = 0;
     if s.workload == Workload::StressNg {
         // stress-ng runs for its -t/--timeout (stress-ng's default is a day: refuse that).
-        let t = s
-            .stress_args
-            .windows(2)
-            .find(|w| w[0] == "-t" || w[0] == "--timeout")
-            .and_then(|w| w[1].trim_end_matches('s').parse::<f64>().ok())
-            .with_context(|| format!("{}: stress_args need -t SECONDS", s.file.display()))?;
+        let timeout = |args: &[String], field: &str| {
+            args.windows(2)
+                .find(|w| w[0] == "-t" || w[0] == "--timeout")
+                .and_then(|w| w[1].trim_end_matches('s').parse::<f64>().ok())
+                .with_context(|| format!("{}: {field} need -t SECONDS", s.file.display()))
+        };
+        let mut t = timeout(&s.stress_args, "stress_args")?;
+        if !s.stress_args_low.is_empty() {
+            t = t.max(timeout(&s.stress_args_low, "stress_args_low")?);
+        }
         for v in &s.variants {
             let arms = if s.solo { v.tasks().len() } else { 0 } + s.policies.len();
             secs += arms as f64 * (t + 10.0) * runs as f64;

@@ -31,7 +31,7 @@ pub(super) fn run_tasks(
     let t0 = Instant::now();
     let mut children: Vec<(Child, Option<f64>)> = Vec::new();
     let mut statuses: Vec<Option<std::process::ExitStatus>> = vec![None; tasks.len()];
-    for (((name, _, trace), cg), adj) in tasks.iter().zip(cgroups).zip(oom_score_adj) {
+    for (((name, tier, trace), cg), adj) in tasks.iter().zip(cgroups).zip(oom_score_adj) {
         let json = Path::new(WORK_DIR).join(format!("{name}.json"));
         let _ = std::fs::remove_file(&json);
         let _ = std::fs::remove_file(json.with_extension("yaml"));
@@ -66,7 +66,7 @@ pub(super) fn run_tasks(
                 .arg(cg.path())
                 .current_dir(WORK_DIR)
                 .args(["--temp-path", WORK_DIR])
-                .args(&s.stress_args)
+                .args(s.stress_args_for(*tier))
                 .arg("--yaml")
                 .arg(json.with_extension("yaml"))
                 .stdout(Stdio::null())

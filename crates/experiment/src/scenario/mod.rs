@@ -166,6 +166,11 @@ pub struct Scenario {
     /// stress-ng's arguments for every task (`workload = "stress-ng"`).
     #[serde(default)]
     pub stress_args: Vec<String>,
+    /// The low tier's own stress-ng arguments, if it runs something else than the high side
+    /// (a neighbour that only takes CPU, to tell what sharing the guest costs apart from what
+    /// sharing memory costs); empty: `stress_args`.
+    #[serde(default)]
+    pub stress_args_low: Vec<String>,
     /// A swap disk of this size in the guest (none by default), and zswap in front of it.
     #[serde(default)]
     pub swap_mb: Option<u64>,
@@ -212,6 +217,14 @@ impl Scenario {
     /// The guests of this scenario boot systemd as PID 1 (the systemd-oomd arm needs it).
     pub fn boots_systemd(&self) -> bool {
         self.policies.contains(&Policy::SystemdOomd)
+    }
+
+    /// stress-ng's arguments for a task of `tier`.
+    pub fn stress_args_for(&self, tier: Tier) -> &[String] {
+        match tier {
+            Tier::Low if !self.stress_args_low.is_empty() => &self.stress_args_low,
+            _ => &self.stress_args,
+        }
     }
 
     pub fn load(file: &Path) -> Result<Scenario, ScenarioError> {

@@ -31,6 +31,8 @@ struct RawScenario {
     workload: Workload,
     #[serde(default)]
     stress_args: Vec<String>,
+    #[serde(default)]
+    stress_args_low: Vec<String>,
     swap_mb: Option<u64>,
     #[serde(default)]
     zswap: bool,
@@ -183,6 +185,9 @@ impl Scenario {
         } else if !raw.stress_args.is_empty() {
             return Err(err("stress_args: only with workload = \"stress-ng\"".into()));
         }
+        if !raw.stress_args_low.is_empty() && raw.workload != Workload::StressNg {
+            return Err(err("stress_args_low: only with workload = \"stress-ng\"".into()));
+        }
         if raw.compression_ratio.is_some() && raw.workload == Workload::StressNg {
             return Err(err("compression_ratio: only with the replay workload (stress-ng fills its own pages)".into()));
         }
@@ -275,6 +280,7 @@ impl Scenario {
             guest_memory_mb: raw.guest_memory_mb,
             workload: raw.workload,
             stress_args: raw.stress_args,
+            stress_args_low: raw.stress_args_low,
             swap_mb: raw.swap_mb,
             zswap: raw.zswap,
             compression_ratio,
@@ -484,6 +490,33 @@ low = ["b"]
         assert!(e.message.starts_with("compression_ratio: compression ratio 0.5: must be between"), "{e}");
         let e = parse(&GOOD.replace("baseline_mb = 100", "baseline_mb = 100\nstress_args = [\"x\"]")).unwrap_err();
         assert!(e.message.starts_with("stress_args:"), "{e}");
+        let e = parse(&GOOD.replace("baseline_mb = 100", "baseline_mb = 100\nstress_args_low = [\"x\"]")).unwrap_err();
+        assert!(e.message.starts_with("stress_args_low: only with"), "{e}");
+    }
+
+    #[test]
+    fn the_low_tier_may_run_its_own_stressor() {
+        let base = r#"
+description = "d"
+parent_max = "max"
+speed = 1
+policies = ["none"]
+workload = "stress-ng"
+stress_args = ["--vm", "1", "-t", "60"]
+guest_memory_mb = 768
+[[variant]]
+name = "v"
+high = "a"
+low = ["b"]
+"#;
+        let s = parse(base).unwrap();
+        assert_eq!(s.stress_args_for(Tier::Low), s.stress_args.as_slice());
+        let s = parse(
+            &base.replace("guest_memory_mb", "stress_args_low = [\"--cpu\", \"1\", \"-t\", \"60\"]\nguest_memory_mb"),
+        )
+        .unwrap();
+        assert_eq!(s.stress_args_for(Tier::High), ["--vm", "1", "-t", "60"]);
+        assert_eq!(s.stress_args_for(Tier::Low), ["--cpu", "1", "-t", "60"]);
     }
 
     #[test]
