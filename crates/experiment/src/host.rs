@@ -225,7 +225,7 @@ fn run_in_guest(
             kept.display()
         );
     }
-    guest::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
+    guest::keep_results(&from, &to, args.first_run, args.runs, &provenance, &run)?;
     eprintln!(
         "=== {} on {}: done in {:.1} min, results in {} ===",
         s.name,

@@ -11,7 +11,7 @@
 //! - [`oomd`]: Meta's oomd with the scenario's ruleset (the `oomd` arm);
 //! - [`systemd_oomd`]: systemd-oomd watching the low tier's slice (the `systemd-oomd` arm);
 //! - [`docs`]: the docs' tables generated from the committed summary (`scripts/docs.sh`);
-//! - [`provenance`]: the commit, config digests, speed, kernel and host load of a series;
+//! - [`provenance`]: the commit, config digests, speed, kernel, host load and host CPU of a series;
 //! - [`agent_host`]: many agent sessions under one host budget, a cgroup per tool call
 //!   (`memqos-lab experiment agent-host`, its own runner and report);
 //! - [`series`]: what both pipelines share: a series' guest, provenance and results, the

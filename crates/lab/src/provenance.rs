@@ -1,6 +1,6 @@
 //! Where a result came from: the commit and whether the tree was dirty, digests of the
-//! scenario and of the configs the arms ran with, the replay speed, the kernel and the host's
-//! load. Collected on the host before a guest boots, handed to the guest in
+//! scenario and of the configs the arms ran with, the replay speed, the kernel, the host's
+//! load and how much of the host's CPU other work took while the guest ran. Collected on the host before a guest boots, handed to the guest in
 //! `$MEMQOS_PROVENANCE`, stamped into every arm result and written beside the results, so a
 //! table can say which build made a series instead of a reader guessing it from git history.
 
@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
+
+pub use memqos_vmtest::HostCpu;
 
 /// The environment variable the host hands the guest its provenance in.
 pub const ENV: &str = "MEMQOS_PROVENANCE";
@@ -33,6 +35,11 @@ pub struct Provenance {
     pub host_load_after: Option<String>,
     #[serde(default)]
     pub guest_wall_s: Option<f64>,
+    /// The host's CPU during the guest (written on the host): the load average cannot tell a
+    /// guest slowed by other host work from a clean one, this can. Absent in results from
+    /// before it was recorded, and where the host has no /proc/stat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu: Option<HostCpu>,
     /// The commit the running memqos-lab binary was built from, and whether tracked files
     /// differed from it then (`build.rs`); absent in results from before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,7 +175,24 @@ mod tests {
         // Older files have no build fields and keep their exact serialized form.
         let old = Provenance { commit: Some("c".into()), ..Default::default() };
         let json = serde_json::to_string(&old).unwrap();
-        assert!(!json.contains("build_"), "{json}");
+        assert!(!json.contains("build_") && !json.contains("host_cpu"), "{json}");
         assert_eq!(serde_json::from_str::<Provenance>(&json).unwrap(), old);
+    }
+
+    #[test]
+    fn host_cpu_round_trips_and_older_files_without_it_still_parse() {
+        let p = Provenance { host_cpu: Some(HostCpu::new(100.0, 2, 166.0, 0.0, 150.0, 2.0)), ..Default::default() };
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            json["host_cpu"],
+            serde_json::json!({"wall_s": 100.0, "cores": 2, "busy_s": 166.0, "steal_s": 0.0,
+                "guest_s": 150.0, "own_s": 2.0, "other_s": 14.0})
+        );
+        assert_eq!(serde_json::from_value::<Provenance>(json).unwrap(), p);
+        // A provenance.txt as series wrote them before the field existed.
+        let old = r#"{"commit": null, "dirty": null, "scenario_sha256": null, "daemon_config_sha256": null,
+            "speed": 10.0, "kernel": "7.2.13", "host_load_before": "0.9 1 1 1/2 3", "host_load_after": "1.2 1 1 1/2 3",
+            "guest_wall_s": 403.0}"#;
+        assert_eq!(serde_json::from_str::<Provenance>(old).unwrap().host_cpu, None);
     }
 }

@@ -1,6 +1,7 @@
 //! Booting one QEMU guest that runs one command.
 
 use crate::cache::{cache_dir, FileLock};
+use crate::host_cpu::HostCpu;
 use crate::kernels::Kernel;
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader, Write};
@@ -101,6 +102,9 @@ pub struct GuestRun {
     pub boot_secs: f64,
     pub wall_secs: f64,
     pub accel: Accel,
+    /// The host's CPU over the same span as `wall_secs`, for telling a guest slowed by other
+    /// host work from a clean one; `None` where the host does not say (no /proc/stat).
+    pub host_cpu: Option<HostCpu>,
 }
 
 impl GuestRun {
@@ -245,6 +249,8 @@ impl Guest {
         let accel = detect_accel(&qemu, &self.kernel, &initrd);
         let _slots = acquire_slots(self.exclusive)?;
         let mut cmd = self.qemu_command(&qemu, &initrd, &results_dir, accel)?;
+        // After the slots: waiting for them while another guest runs is not this guest's time.
+        let host_cpu = crate::host_cpu::Probe::start();
         let started = Instant::now();
         let mut child = cmd
             .stdout(Stdio::piped())
@@ -306,6 +312,7 @@ impl Guest {
             .into());
         }
         child.wait()?;
+        let host_cpu = host_cpu.finish();
         for i in 0..self.disks.len() {
             let _ = std::fs::remove_file(results_dir.join(format!("disk{i}.img")));
         }
@@ -322,7 +329,15 @@ impl Guest {
                 .into())
             }
         };
-        Ok(GuestRun { exit_code, console, results_dir, boot_secs: boot_secs.unwrap_or(wall_secs), wall_secs, accel })
+        Ok(GuestRun {
+            exit_code,
+            console,
+            results_dir,
+            boot_secs: boot_secs.unwrap_or(wall_secs),
+            wall_secs,
+            accel,
+            host_cpu,
+        })
     }
 
     fn write_job(&self, results_dir: &Path, argv: &[String]) -> Result<()> {

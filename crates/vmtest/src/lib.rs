@@ -11,17 +11,20 @@
 //!   9p so host-built binaries run unchanged, gives the guest a writable results directory,
 //!   runs one command and returns its exit status and console output;
 //! - [`self_run`] runs the current program in a guest per kernel (the lab's commands);
+//! - [`host_cpu`] measures how much of the host's CPU other work took while a guest ran;
 //! - [`guest_test!`] turns a test body into a `cargo test` test that re-runs itself inside a
 //!   guest on every kernel series under test.
 
 pub mod cache;
 pub mod guest;
+pub mod host_cpu;
 pub mod initramfs;
 pub mod kernels;
 pub mod self_run;
 mod testing;
 
 pub use guest::{Accel, Disk, Guest, GuestRun, VmError};
+pub use host_cpu::HostCpu;
 pub use kernels::{Kernel, Series};
 pub use testing::{in_guest, results_dir, run_test_in_guests, skip, test_series};
 

@@ -152,7 +152,7 @@ fn run_in_guest(
             kept.display()
         );
     }
-    guest::keep_results(&from, &to, args.first_run, args.runs, &provenance, run.wall_secs)?;
+    guest::keep_results(&from, &to, args.first_run, args.runs, &provenance, &run)?;
     eprintln!("=== agent-host on {}: done in {:.1} min ===", kernel.release(), run.wall_secs / 60.0);
     Ok(())
 }

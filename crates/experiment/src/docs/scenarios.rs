@@ -343,11 +343,12 @@ pub(super) fn render_kill_tests(src: &Sources) -> String {
     out
 }
 
-/// Which build made each committed series, with its runs, speed and the host's load around
-/// its guests (from the provenance files beside the runs; "not recorded" before they existed).
+/// Which build made each committed series, with its runs, speed, the host's load around its
+/// guests and the share of the host's CPU other work and steal took during them (from the
+/// provenance files beside the runs; "not recorded" and "–" before they held them).
 pub(super) fn render_series_builds(src: &Sources) -> String {
     let mut out = String::from(
-        "| scenario | kernel | speed | runs | build | host load (1 min) before → after each guest |\n| --- | --- | --- | --- | --- | --- |\n",
+        "| scenario | kernel | speed | runs | build | host load (1 min) before → after each guest | other host work / steal, share of host CPU during each guest |\n| --- | --- | --- | --- | --- | --- | --- |\n",
     );
     let mut seen = BTreeSet::new();
     let mut gs: Vec<&GroupSummary> = src.groups.iter().collect();
@@ -368,12 +369,13 @@ pub(super) fn render_series_builds(src: &Sources) -> String {
         let loads = host_loads(&dir);
         let _ = writeln!(
             out,
-            "| {} | {} | {}x | {runs} | {} | {} |",
+            "| {} | {} | {}x | {runs} | {} | {} | {} |",
             g.scenario,
             short_kernel(&g.kernel),
             g.speed,
             src.build(g),
-            if loads.is_empty() { "not recorded".to_string() } else { loads.join("; ") }
+            if loads.is_empty() { "not recorded".to_string() } else { loads.join("; ") },
+            host_cpu_shares(&dir)
         );
     }
     out
@@ -383,28 +385,13 @@ pub(super) fn render_series_builds(src: &Sources) -> String {
 /// file, or for series from before provenance, its `host-load*.txt` (the same two lines of
 /// /proc/loadavg as text).
 fn host_loads(dir: &std::path::Path) -> Vec<String> {
-    let named = |prefix: &'static str| {
-        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)))
-            .collect();
-        // The first guest's file has no run range in its name (runs from 1); later ones do.
-        files.sort_by_key(|p| (p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains("-runs")), p.clone()));
-        files
-    };
     let first = |l: &str| l.split_whitespace().next().unwrap_or("?").to_owned();
-    let mut loads: Vec<String> = named("provenance")
+    let mut loads: Vec<String> = provenances(dir)
         .iter()
-        .filter_map(|f| {
-            let p: crate::provenance::Provenance = serde_json::from_str(&std::fs::read_to_string(f).ok()?).ok()?;
-            Some(format!("{} → {}", first(&p.host_load_before), p.host_load_after.as_deref().map_or("?".into(), first)))
-        })
+        .map(|p| format!("{} → {}", first(&p.host_load_before), p.host_load_after.as_deref().map_or("?".into(), first)))
         .collect();
     if loads.is_empty() {
-        loads = named("host-load")
+        loads = guest_files(dir, "host-load")
             .iter()
             .filter_map(|f| {
                 let text = std::fs::read_to_string(f).ok()?;
@@ -416,6 +403,44 @@ fn host_loads(dir: &std::path::Path) -> Vec<String> {
             .collect();
     }
     loads
+}
+
+/// "12% / 0%" (other host work / steal, as shares of the host's CPU) for each guest of the
+/// series in `dir`, in run order; "–" for a guest whose provenance does not say (every series
+/// from before it was recorded), and "–" alone when none does.
+fn host_cpu_shares(dir: &std::path::Path) -> String {
+    let pct = |s: Option<f64>| s.map_or("?".to_string(), |s| format!("{:.0}%", s * 100.0));
+    let shares: Vec<String> = provenances(dir)
+        .iter()
+        .map(|p| p.host_cpu.map_or("–".into(), |h| format!("{} / {}", pct(h.other_share()), pct(h.steal_share()))))
+        .collect();
+    if shares.iter().all(|s| s == "–") {
+        "–".into()
+    } else {
+        shares.join("; ")
+    }
+}
+
+/// The provenance of each guest of the series in `dir` that has a readable one, in run order.
+fn provenances(dir: &std::path::Path) -> Vec<crate::provenance::Provenance> {
+    guest_files(dir, "provenance")
+        .iter()
+        .filter_map(|f| serde_json::from_str(&std::fs::read_to_string(f).ok()?).ok())
+        .collect()
+}
+
+/// The files in `dir` named `prefix*`, one per guest, in run order.
+fn guest_files(dir: &std::path::Path, prefix: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)))
+        .collect();
+    // The first guest's file has no run range in its name (runs from 1); later ones do.
+    files.sort_by_key(|p| (p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains("-runs")), p.clone()));
+    files
 }
 
 #[cfg(test)]
@@ -524,11 +549,19 @@ mod tests {
         let p = |before: &str, after: &str| {
             serde_json::json!({"commit": null, "dirty": null, "scenario_sha256": null, "daemon_config_sha256": null,
                 "speed": 1.0, "kernel": "7.2", "host_load_before": before, "host_load_after": after})
-            .to_string()
         };
-        std::fs::write(dir.path().join("provenance-runs02-02.txt"), p("4.92 1 1 1/2 3", "3.00 1 1 1/2 3")).unwrap();
-        std::fs::write(dir.path().join("provenance.txt"), p("1.05 1 1 1/2 3", "4.74 1 1 1/2 3")).unwrap();
+        let write = |name: &str, v: serde_json::Value| std::fs::write(dir.path().join(name), v.to_string()).unwrap();
+        write("provenance-runs02-02.txt", p("4.92 1 1 1/2 3", "3.00 1 1 1/2 3"));
+        write("provenance.txt", p("1.05 1 1 1/2 3", "4.74 1 1 1/2 3"));
         assert_eq!(host_loads(dir.path()), ["1.05 → 4.74", "4.92 → 3.00"]);
+        // No guest recorded the host's CPU (every series before it was): one dash.
+        assert_eq!(host_cpu_shares(dir.path()), "–");
+        // The second guest did: 24 s of other work in 100 s on 2 cores, 2 s stolen.
+        let mut measured = p("4.92 1 1 1/2 3", "3.00 1 1 1/2 3");
+        measured["host_cpu"] = serde_json::json!({"wall_s": 100.0, "cores": 2, "busy_s": 190.0, "steal_s": 2.0,
+            "guest_s": 165.0, "own_s": 1.0, "other_s": 24.0});
+        write("provenance-runs02-02.txt", measured);
+        assert_eq!(host_cpu_shares(dir.path()), "–; 12% / 1%");
         let old = tempfile::tempdir().unwrap();
         std::fs::write(
             old.path().join("host-load.txt"),
@@ -536,6 +569,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(host_loads(old.path()), ["0.91 → 0.72"]);
+        assert_eq!(host_cpu_shares(old.path()), "–");
         assert!(host_loads(&old.path().join("absent")).is_empty());
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::provenance::{sha256_hex, Provenance};
 use anyhow::{Context, Result};
+use memqos_vmtest::GuestRun;
 use std::path::{Path, PathBuf};
 
 /// `memqos-lab <command> --in-guest --runs N --first-run F --traces DIR`: what the guest runs.
@@ -43,15 +44,16 @@ pub(crate) fn provenance(
 
 /// Copies a guest's results from `from` to `to`: a series starting at run 1 replaces what was
 /// there, a later chunk adds its runs. Beside them, the series' provenance with the host's
-/// load before and after the guest (the guest shares two host cores with whatever else runs,
-/// so a noisy run can be recognized).
+/// load before and after the guest and the share of its CPU that other work took meanwhile
+/// (the guest shares two host cores with whatever else runs, so a noisy run can be
+/// recognized); that share is also said on stderr.
 pub(crate) fn keep_results(
     from: &Path,
     to: &Path,
     first_run: usize,
     runs: usize,
     provenance: &Provenance,
-    wall_secs: f64,
+    run: &GuestRun,
 ) -> Result<()> {
     if to.exists() && first_run == 1 {
         std::fs::remove_dir_all(to).with_context(|| format!("replacing {}", to.display()))?;
@@ -59,7 +61,11 @@ pub(crate) fn keep_results(
     copy_tree(from, to)?;
     let mut p = provenance.clone();
     p.host_load_after = Some(std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string());
-    p.guest_wall_s = Some(wall_secs);
+    p.guest_wall_s = Some(run.wall_secs);
+    p.host_cpu = run.host_cpu;
+    if let Some(h) = &run.host_cpu {
+        eprintln!("host: {}", h.summary());
+    }
     // JSON in a .txt: the results' readers (summary, agent-host summary, plot scripts) take
     // every *.json under runs/ for an arm result.
     let file = match first_run {
@@ -121,6 +127,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provenance::HostCpu;
 
     #[test]
     fn kept_results_carry_provenance_the_readers_skip() {
@@ -135,14 +142,27 @@ mod tests {
             kernel: "7.2".into(),
             ..Default::default()
         };
-        keep_results(guest.path(), &to, 1, 5, &p, 12.5).unwrap();
+        let host_cpu = HostCpu::new(12.5, 2, 24.0, 0.0, 22.0, 0.5);
+        let run = |wall_secs, host_cpu| GuestRun {
+            exit_code: 0,
+            console: String::new(),
+            results_dir: guest.path().to_path_buf(),
+            boot_secs: 1.0,
+            wall_secs,
+            accel: memqos_vmtest::Accel::Tcg,
+            host_cpu,
+        };
+        keep_results(guest.path(), &to, 1, 5, &p, &run(12.5, Some(host_cpu))).unwrap();
         let text = std::fs::read_to_string(to.join("provenance.txt")).unwrap();
         let back: Provenance = serde_json::from_str(&text).unwrap();
         assert_eq!((back.commit, back.speed, back.guest_wall_s), (p.commit.clone(), Some(10.0), Some(12.5)));
+        assert_eq!(back.host_cpu, Some(host_cpu));
         assert!(back.host_load_after.is_some());
         // A later chunk gets its own file, and the arm-result reader is not confused by either.
-        keep_results(guest.path(), &to, 6, 2, &p, 1.0).unwrap();
-        assert!(to.join("provenance-runs06-07.txt").is_file());
+        // A host without /proc/stat measured nothing: the file says nothing about it.
+        keep_results(guest.path(), &to, 6, 2, &p, &run(1.0, None)).unwrap();
+        let later = std::fs::read_to_string(to.join("provenance-runs06-07.txt")).unwrap();
+        assert!(!later.contains("host_cpu"), "{later}");
         assert!(crate::summary::load_results(&out.path().join("runs")).unwrap().is_empty());
     }
 

@@ -120,8 +120,12 @@ pub fn run(a: FaultsArgs) -> Result<u8> {
             kernel: r.kernel.clone(),
             host_load_after: std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string()),
             guest_wall_s: Some(run.wall_secs),
+            host_cpu: run.host_cpu,
             ..provenance.clone()
         });
+        if let Some(h) = &run.host_cpu {
+            eprintln!("host: {}", h.summary());
+        }
         for row in rows(&r) {
             println!("{}", plain(&row));
         }
