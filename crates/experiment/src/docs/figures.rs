@@ -14,7 +14,8 @@
 //! - ARM: an arm as the summary names it (`none`, `memqos`, `static-adj`, ...);
 //! - MEASURE: a count summed over the groups (`runs`, `kills`, `runs-with-kill`,
 //!   `protected-killed`, `protected-finished`, `lows-finished`), or a median ratio
-//!   (`high/solo`, `high/none`, `lows/none`, `p95/solo`, `p95/none`, `high-ops/solo`, and
+//!   (`high/solo`, `high/none`, `lows/none`, `p95/solo`, `p95/none`, `high-ops/solo`,
+//!   `low-ops/solo` (stress-ng bogo-ops/s against each side's own solo run), and
 //!   `priority`, the mean low time over the protected time), printed as one
 //!   figure for one group and as the range of the groups' medians for several (groups where
 //!   the ratio does not exist, such as lows/none where none lost its lows, are left out).
@@ -132,6 +133,7 @@ pub fn render(query: &str, src: &Sources) -> Result<String> {
                 "p95/none" => |a| a.high_p95_vs_none,
                 "priority" => |a| a.priority_ratio,
                 "high-ops/solo" => |a| a.high_ops_vs_solo,
+                "low-ops/solo" => |a| a.low_ops_vs_solo,
                 other => bail!("unknown measure {other:?}"),
             };
             let medians: Vec<f64> = arms.iter().filter_map(|a| pick(a).map(|e| e.median)).collect();
