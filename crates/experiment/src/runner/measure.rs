@@ -90,7 +90,21 @@ pub(super) fn run_tasks(
     let mut final_swap: Vec<Option<SwapFigures>> = vec![None; children.len()];
     let mut oomd_kills = Vec::new();
     let deadline = Duration::from_secs(900);
+    // stress-ng only: a memory.stat read per task every 5 s (not every sample: under TCG a
+    // read costs the guest more than the figure is worth at 50 ms).
+    let mut anon_thp_peak: Vec<Option<u64>> = vec![None; children.len()];
+    let mut next_thp_sample = Instant::now();
     while children.iter().any(|(_, end)| end.is_none()) {
+        if s.workload == Workload::StressNg && Instant::now() >= next_thp_sample {
+            next_thp_sample += Duration::from_secs(5);
+            for ((cg, (_, end)), peak) in cgroups.iter().zip(&children).zip(&mut anon_thp_peak) {
+                let thp =
+                    cg.memory_stat().ok().and_then(|st| st.iter().find(|(k, _)| k == "anon_thp").map(|(_, v)| *v));
+                if end.is_none() && thp.is_some() {
+                    *peak = (*peak).max(thp);
+                }
+            }
+        }
         timeline.t_s.push(t0.elapsed().as_secs_f64());
         timeline.parent_current.push(parent.memory_current().unwrap_or(0));
         if let Some(o) = oomd.as_deref_mut() {
@@ -159,6 +173,7 @@ pub(super) fn run_tasks(
                 bogo_ops: None,
                 bogo_ops_per_s: None,
                 swap: None,
+                anon_thp_peak_bytes: None,
             },
             None => TaskResult {
                 name: name.clone(),
@@ -175,12 +190,14 @@ pub(super) fn run_tasks(
                 bogo_ops: None,
                 bogo_ops_per_s: None,
                 swap: None,
+                anon_thp_peak_bytes: None,
             },
         };
         results.push(r);
     }
-    for (r, swap) in results.iter_mut().zip(final_swap) {
+    for ((r, swap), thp) in results.iter_mut().zip(final_swap).zip(anon_thp_peak) {
         r.swap = swap;
+        r.anon_thp_peak_bytes = thp;
     }
     Ok((started_epoch, results, timeline, t0.elapsed().as_secs_f64(), oomd_kills))
 }
@@ -232,6 +249,7 @@ fn stress_result(
         bogo_ops: ops,
         bogo_ops_per_s: ops_per_s,
         swap: None,
+        anon_thp_peak_bytes: None,
     }
 }
 

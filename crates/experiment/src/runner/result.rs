@@ -87,6 +87,11 @@ pub struct TaskResult {
     /// was recorded).
     #[serde(default)]
     pub swap: Option<SwapFigures>,
+    /// stress-ng tasks: the most transparent-huge-page anon memory (memory.stat `anon_thp`)
+    /// its cgroup held in samples every 5 s while it ran: whether a run got huge pages, one
+    /// candidate for why the same stressor's solo speed varies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anon_thp_peak_bytes: Option<u64>,
 }
 
 /// A cgroup's swap at its end: memory.swap.peak (pages in swap, zswap's included, at the

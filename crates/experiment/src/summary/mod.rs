@@ -451,6 +451,7 @@ mod tests {
             bogo_ops: None,
             bogo_ops_per_s: None,
             swap: None,
+            anon_thp_peak_bytes: None,
         }
     }
 
