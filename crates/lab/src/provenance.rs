@@ -1,8 +1,9 @@
 //! Where a result came from: the commit and whether the tree was dirty, digests of the
 //! scenario and of the configs the arms ran with, the replay speed, the kernel, the host's
-//! load and how much of the host's CPU other work took while the guest ran. Collected on the host before a guest boots, handed to the guest in
-//! `$MEMQOS_PROVENANCE`, stamped into every arm result and written beside the results, so a
-//! table can say which build made a series instead of a reader guessing it from git history.
+//! load and how much of the host's CPU other work took while the guest ran. Collected on the
+//! host before a guest boots, handed to the guest in `$MEMQOS_PROVENANCE`, stamped into every
+//! arm result and written beside the results, so a table can say which build made a series
+//! instead of a reader guessing it from git history.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};

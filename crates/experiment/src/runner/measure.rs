@@ -1,6 +1,7 @@
 //! An arm's measurement: the tasks started at once and sampled until they end, their
 //! results, and the daemon's writes read back from its event log.
 
+use super::result::stat_value;
 use super::{trace_path, DecisionMark, RunnerOptions, SwapFigures, TaskResult, Timeline, SAMPLE_EVERY, WORK_DIR};
 use crate::oomd::OomdProcess;
 use crate::scenario::{Tier, Workload};
@@ -97,11 +98,12 @@ pub(super) fn run_tasks(
     while children.iter().any(|(_, end)| end.is_none()) {
         if s.workload == Workload::StressNg && Instant::now() >= next_thp_sample {
             next_thp_sample += Duration::from_secs(5);
-            for ((cg, (_, end)), peak) in cgroups.iter().zip(&children).zip(&mut anon_thp_peak) {
-                let thp =
-                    cg.memory_stat().ok().and_then(|st| st.iter().find(|(k, _)| k == "anon_thp").map(|(_, v)| *v));
-                if end.is_none() && thp.is_some() {
-                    *peak = (*peak).max(thp);
+            // Only running tasks: an ended task's cgroup is gone.
+            for ((cg, _), peak) in
+                cgroups.iter().zip(&children).zip(&mut anon_thp_peak).filter(|((_, (_, end)), _)| end.is_none())
+            {
+                if let Some(thp) = cg.memory_stat().ok().and_then(|st| stat_value(&st, "anon_thp")) {
+                    *peak = (*peak).max(Some(thp));
                 }
             }
         }

@@ -107,9 +107,8 @@ pub struct SwapFigures {
 impl SwapFigures {
     pub fn read(cg: &Cgroup) -> SwapFigures {
         let stat = cg.memory_stat().unwrap_or_default();
-        let key = |k: &str| stat.iter().find(|(name, _)| name == k).map(|(_, v)| *v);
         let peak = cg.read_string("memory.swap.peak").ok().and_then(|t| t.trim().parse().ok());
-        SwapFigures { peak_bytes: peak, pswpout: key("pswpout"), zswpout: key("zswpout") }
+        SwapFigures { peak_bytes: peak, pswpout: stat_value(&stat, "pswpout"), zswpout: stat_value(&stat, "zswpout") }
     }
 
     /// Pages swapped out to disk and to zswap, in bytes (4 KiB pages); `None` if neither is
@@ -120,6 +119,11 @@ impl SwapFigures {
             (a, b) => Some((a.unwrap_or(0) + b.unwrap_or(0)) * 4096),
         }
     }
+}
+
+/// One key of a memory.stat read (`Cgroup::memory_stat`); `None` where the kernel has no such key.
+pub(crate) fn stat_value(stat: &[(String, u64)], key: &str) -> Option<u64> {
+    stat.iter().find(|(name, _)| name == key).map(|(_, v)| *v)
 }
 
 /// Memory over time, sampled every 50 ms from the start of the tasks.
