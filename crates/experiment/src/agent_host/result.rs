@@ -47,6 +47,24 @@ pub struct HostArmResult {
     /// (every call started when the trace said, whatever became of the previous one).
     #[serde(default)]
     pub closed_loop: bool,
+    /// memqos arm: every knob write the daemon logged, in order (empty in results from
+    /// before it was kept): what was done to a call's cgroup, and why, before it was killed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daemon_write_log: Vec<ArmWrite>,
+}
+
+/// One knob write of the memqos arm's daemon, as much of its event as reading a cgroup's
+/// history needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArmWrite {
+    /// Seconds after the arm's start (`HostArmResult::started_epoch`).
+    pub t_s: f64,
+    /// Relative to the host's parent (`s3/tool.1402`).
+    pub cgroup: String,
+    pub file: String,
+    pub value: String,
+    /// The reason's kind (`protected_pressure`, `release`, `stall_bound`...); "" for none.
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

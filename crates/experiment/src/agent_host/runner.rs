@@ -17,7 +17,7 @@
 //! fails its session; a killed runtime loses its session's remaining calls.
 
 use super::drive::drive;
-pub use super::result::{CallResult, HostArmResult, ProcResult, SessionResult};
+pub use super::result::{ArmWrite, CallResult, HostArmResult, ProcResult, SessionResult};
 use super::scenario::{HostPolicy, HostScenario};
 use super::split::{resources_json, split, SessionPlan};
 use crate::series::daemon::{knobs_at_defaults, ArmDaemon};
@@ -246,6 +246,7 @@ fn run_host(
             _ => weights.of(&format!("s0/{child}")),
         };
         let run = drive(opts, sessions, &limits, &weight_of);
+        let mut daemon_write_log = Vec::new();
         let (knobs_restored, daemon_cpu_s, daemon_writes, daemon_stall_actions) = match daemon {
             Some(d) => {
                 let stopped = d.stop()?;
@@ -253,6 +254,8 @@ fn run_host(
                 let cgs = parent.descendants().unwrap_or_default();
                 let clean = cgs.iter().all(|cg| knobs_at_defaults(cg, true));
                 let DaemonActions { writes, stall_actions } = DaemonActions::count(&stopped.log);
+                let started = run.as_ref().map_or(0.0, |(epoch, _, _)| *epoch);
+                daemon_write_log = write_log(&stopped.log, started);
                 let restored = stopped.clean_exit && !stopped.journal_left && clean;
                 (Some(restored), stopped.cpu_s, Some(writes), Some(stall_actions))
             }
@@ -282,6 +285,7 @@ fn run_host(
             recursiveprot,
             cpu_controller: Some(cpu),
             closed_loop: true,
+            daemon_write_log,
         })
     })();
     let cleanup = remove_tree(&parent);
@@ -305,6 +309,19 @@ impl DaemonActions {
         let writes: Vec<&WriteEvent> = events::writes(&lines).map(|(_, w)| w).collect();
         DaemonActions { writes: writes.len(), stall_actions: writes.iter().filter(|w| w.is_stall_action()).count() }
     }
+}
+
+/// The daemon's knob writes in `log`, timed from `started_epoch`.
+fn write_log(log: &str, started_epoch: f64) -> Vec<ArmWrite> {
+    events::writes(&events::parse(log))
+        .map(|(ts, w)| ArmWrite {
+            t_s: ts - started_epoch,
+            cgroup: w.cgroup.clone(),
+            file: w.file.clone(),
+            value: w.value.clone(),
+            reason: w.reason.as_ref().map_or_else(String::new, |r| r.kind().to_string()),
+        })
+        .collect()
 }
 
 /// `oom` of a cgroup's memory.events.local (0 if unreadable).
@@ -340,6 +357,24 @@ mod tests {
         for (line, event) in complete.iter().zip(&parsed) {
             assert_eq!(&serde_json::to_string(event).unwrap(), line);
         }
+    }
+
+    #[test]
+    fn the_write_log_keeps_every_write_in_order_timed_from_the_start() {
+        let log = write_log(LOG, 1795599100.0);
+        let got: Vec<(f64, &str, &str, &str)> =
+            log.iter().map(|w| (w.t_s, w.cgroup.as_str(), w.file.as_str(), w.reason.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (1.5, "s1/tool-low.901", "memory.high", "protected_pressure"),
+                (11.5, "s1/tool-low.901", "memory.high", "stall_bound"),
+                (20.5, "s2/tool-low.902", "cgroup.kill", "stall_bound"),
+                (21.5, "s3/tool-low.903", "cgroup.kill", "stall_bound"),
+            ]
+        );
+        assert_eq!(log[1].value, "362807296");
+        assert!(write_log("", 0.0).is_empty());
     }
 
     #[test]

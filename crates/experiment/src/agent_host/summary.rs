@@ -458,6 +458,7 @@ mod tests {
             recursiveprot: true,
             cpu_controller: None,
             closed_loop: false,
+            daemon_write_log: Vec::new(),
         }
     }
 
