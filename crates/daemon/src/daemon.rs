@@ -586,10 +586,12 @@ impl<'r> Daemon<'r> {
             m.counters.oom_kills = self.oom.by_tier.clone();
             let cpu =
                 proc_stat::cpu_ticks(std::process::id()).map_or(0.0, |t| t as f64 / proc_stat::ticks_per_second());
+            let status = self.engine.status();
             let daemon = metrics::Daemon {
                 cpu_seconds: cpu,
                 parent_usage_bytes: obs.parent.usage_bytes,
-                parked: self.engine.status().parked.len(),
+                parked: status.parked.len(),
+                queued: status.queued.len(),
             };
             if let Err(e) = m.publish(seen, &daemon) {
                 self.act.emit(Event::Degraded { message: format!("{e:#}") });

@@ -83,6 +83,9 @@ pub struct TierInfo {
     pub protect: Protect,
     pub throttle: bool,
     pub freeze: bool,
+    /// Held cgroups of the tier take turns (`queue_held`).
+    #[serde(default)]
+    pub queue_held: bool,
     pub kill: bool,
     pub stall_after_ms: u64,
     pub stall_action: StallAction,
@@ -218,6 +221,7 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
         protect: t.protect,
         throttle: t.throttle,
         freeze: t.freeze,
+        queue_held: t.queue_held,
         kill: t.kill,
         stall_after_ms: t.stall.after_ms,
         stall_action: t.stall.action,
@@ -284,7 +288,18 @@ fn reasons(
             Some(Reason::Parked { by, .. }) => Some(by.clone()),
             _ => None,
         });
-        if let Some(by) = parked_by {
+        let queued_behind = last(KnobFile::CgroupFreeze).and_then(|d| match &d.reason {
+            Some(Reason::Queued { behind, .. }) => Some(behind.clone()),
+            _ => None,
+        });
+        if let Some(behind) = queued_behind {
+            let line = snap.queued.iter().position(|c| *c == e_cgroup).map(|i| format!(" (now {} in line)", i + 1));
+            release.push(format!(
+                "queued behind {behind}{}: its tier sets queue_held, so cgroups held at their memory ceilings take turns; thawed when {behind} is no longer held or has ended and this one is next, or after its tier's stall.after_ms = {} ms frozen",
+                line.unwrap_or_default(),
+                tier.map_or(0, |t| t.stall_after_ms)
+            ));
+        } else if let Some(by) = parked_by {
             release.push(format!(
                 "parked by freezing (its tier sets freeze): thawed when admitted, when {by} is empty or gone, or after its tier's stall.after_ms = {} ms frozen",
                 tier.map_or(0, |t| t.stall_after_ms)
@@ -406,6 +421,9 @@ fn reasons(
             if t.freeze {
                 would.push("freeze it if a protected cgroup keeps stalling despite throttling");
             }
+            if t.queue_held {
+                would.push("freeze it while it is held at its ceiling and an older held cgroup grows first");
+            }
             if !would.is_empty() {
                 release.push(format!("its tier lets memqos {}", would.join("; ")));
             }
@@ -453,7 +471,9 @@ pub fn render(e: &Explanation) -> String {
             "protect={}",
             serde_json::to_value(t.protect).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
         )];
-        for (on, name) in [(t.throttle, "throttle"), (t.freeze, "freeze"), (t.kill, "kill")] {
+        for (on, name) in
+            [(t.throttle, "throttle"), (t.freeze, "freeze"), (t.queue_held, "queue_held"), (t.kill, "kill")]
+        {
             if on {
                 flags.push(name.into());
             }

@@ -65,6 +65,8 @@ pub struct Daemon {
     pub parent_usage_bytes: u64,
     /// Lower cgroups parked while a reservation lets older ones run (`engine::park`).
     pub parked: usize,
+    /// Cgroups frozen in the held queue (`engine::queue`).
+    pub queued: usize,
 }
 
 /// The families both renderers have (the daemon's [`render`] and `memqos stat --prom`): one
@@ -236,6 +238,13 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     );
     out.family(PARKED);
     out.sample(PARKED.0, &[], daemon.parked);
+    const QUEUED: Family = (
+        "memqos_queued_cgroups",
+        "gauge",
+        "Cgroups held at their memory ceilings and frozen while an older held one grows first (tiers with queue_held).",
+    );
+    out.family(QUEUED);
+    out.sample(QUEUED.0, &[], daemon.queued);
     const CPU: Family = ("memqos_daemon_cpu_seconds_total", "counter", "CPU time (user + system) the daemon has used.");
     out.family(CPU);
     out.sample(CPU.0, &[], daemon.cpu_seconds);
@@ -387,7 +396,7 @@ mod tests {
         let text = render(
             &[seen("a\"x", "critical", Limit::Max), seen("b", "batch", Limit::Bytes(64 << 20))],
             &c,
-            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42, parked: 2 },
+            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42, parked: 2, queued: 1 },
         );
         for line in [
             "memqos_cgroup_memory_high_bytes{cgroup=\"a\\\"x\",tier=\"critical\"} +Inf",
@@ -402,6 +411,7 @@ mod tests {
             "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"release\"} 2",
             "memqos_parent_memory_usage_bytes 42",
             "memqos_parked_cgroups 2",
+            "memqos_queued_cgroups 1",
             "memqos_oom_kills_total{tier=\"batch\"} 3",
             "memqos_stall_bound_actions_total{tier=\"batch\",action=\"relieve\"} 1",
             "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"stall_bound\"} 1",
@@ -441,8 +451,11 @@ mod tests {
         drop(probe);
         let cfg = memqos_policy::Metrics { listen: Some(addr), ..cfg };
         let mut ex = Exporter::start(&cfg).unwrap().unwrap();
-        ex.publish(&[seen("b", "batch", Limit::Max)], &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1, parked: 0 })
-            .unwrap();
+        ex.publish(
+            &[seen("b", "batch", Limit::Max)],
+            &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1, parked: 0, queued: 0 },
+        )
+        .unwrap();
         let get = |path: &str| {
             let mut s = std::net::TcpStream::connect(addr).unwrap();
             // In two pieces, as a slow client would send it.

@@ -497,7 +497,7 @@ impl Sampler {
             }
             let observed =
                 Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), dirs, c, journal, {
-                    let tier_freezes = cfg.tiers.get(tier).is_some_and(|t| t.freeze);
+                    let tier_freezes = cfg.tiers.get(tier).is_some_and(|t| t.freeze || t.queue_held);
                     tier_freezes || journal.original(c.id, "cgroup.freeze").is_some()
                 });
             let (mut obs, s) = match observed {

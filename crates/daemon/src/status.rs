@@ -59,6 +59,7 @@ pub(crate) fn snapshot(
         throttled: st.throttled,
         frozen: st.frozen,
         parked: st.parked,
+        queued: st.queued,
         last_pressure_ms: st.last_pressure_ms,
         now_ms: obs.now_ms,
         recent_decisions: recent.iter().cloned().collect(),
@@ -144,10 +145,15 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
             prot(&c.knobs),
             format!("({})", prot(&c.original)),
             c.psi_some_avg10,
-            match (c.knobs.frozen, s.parked.iter().position(|p| *p == c.cgroup)) {
-                (true, _) => "  FROZEN".to_string(),
-                (false, Some(i)) => format!("  PARKED #{}", i + 1),
-                (false, None) => String::new(),
+            match (
+                c.knobs.frozen,
+                s.parked.iter().position(|p| *p == c.cgroup),
+                s.queued.iter().position(|p| *p == c.cgroup),
+            ) {
+                (true, _, Some(i)) => format!("  QUEUED #{} (frozen)", i + 1),
+                (true, _, None) => "  FROZEN".to_string(),
+                (false, Some(i), _) => format!("  PARKED #{}", i + 1),
+                (false, None, _) => String::new(),
             },
         );
     }
@@ -227,6 +233,7 @@ mod tests {
             throttled: vec!["low1".into()],
             frozen: vec![],
             parked: vec![],
+            queued: vec![],
             last_pressure_ms: Some(2000),
             now_ms: 3000,
             recent_decisions: vec![d],

@@ -145,6 +145,12 @@ pub struct Tier {
     /// `freeze` (default false, needs `throttle`): opt-in escalation, freeze a cgroup of this
     /// tier while a higher protected cgroup keeps stalling despite throttling.
     pub freeze: bool,
+    /// `queue_held` (default false, needs `throttle`): cgroups of this tier held at a
+    /// memory.high memqos set take turns: the oldest grows, the others are frozen until it
+    /// is no longer held or has ended, each at most its `stall.after_ms` (`engine::queue`).
+    /// For work that can wait, such as tool calls, where two held at once would run the
+    /// host's room or swap out together.
+    pub queue_held: bool,
     /// `kill` (default false, needs `throttle`): last-resort escalation via cgroup.kill.
     /// Never happens unless set.
     pub kill: bool,

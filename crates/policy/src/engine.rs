@@ -14,7 +14,8 @@
 //! 5. escalate (opt-in freeze/kill) if a protected cgroup keeps stalling;
 //! 6. cap lower tiers within what a protected cgroup's expected peak leaves (`reserve`;
 //!    counts as pressure while in force): the oldest that fit run, the others are parked at
-//!    what they hold and admitted one at a time as room frees (`park`);
+//!    what they hold and admitted one at a time as room frees (`park`); cgroups held at
+//!    their ceilings take turns, the oldest first, the others frozen (`queue`, opt-in);
 //! 7. move protection (memory.low/min) with the working set (and the declared peak);
 //! 8. bound stalls that throttling causes (`stall`): relieve or kill, per tier;
 //! 9. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
@@ -26,9 +27,11 @@
 
 mod admit;
 mod escalate;
+mod freezer;
 mod park;
 mod pressure;
 mod protect;
+mod queue;
 mod reserve;
 mod stall;
 mod state;
@@ -66,6 +69,7 @@ pub struct Engine {
     ladder: Ladder,
     stalls: stall::Stalls,
     parking: park::Parking,
+    queue: queue::Queue,
     /// What admission allowances depend on besides the parent (`engine::admit`).
     admit: admit::Basis,
 }
@@ -86,6 +90,9 @@ pub struct Status {
     /// Lower cgroups parked at what they hold while a reservation lets others run first
     /// (`engine::park`), next to be admitted first.
     pub parked: Vec<String>,
+    /// Cgroups held at their ceilings and frozen while an older held one grows first
+    /// (`engine::queue`), next to run first.
+    pub queued: Vec<String>,
 }
 
 impl Engine {
@@ -103,6 +110,7 @@ impl Engine {
             ladder: Ladder::default(),
             stalls: stall::Stalls::default(),
             parking: park::Parking::default(),
+            queue: queue::Queue::default(),
             admit: admit::Basis::default(),
         }
     }
@@ -249,12 +257,14 @@ impl Engine {
             Some(r) => self.parking.plan(&ctx, r, &self.cgroups, p.any(), &mut plan),
             None => self.parking.clear(&ctx, &mut plan),
         }
+        self.queue.plan(&ctx, &self.cgroups, &mut plan);
         protect::plan(&ctx, &self.cgroups, &mut plan);
         self.stalls.plan(&ctx, &mut plan);
 
         let decisions = commit(plan, &ctx, &mut self.cgroups);
         self.stalls.committed(&decisions, &ctx);
         self.parking.committed(&decisions, &ctx);
+        self.queue.committed(&decisions, &ctx);
         self.admit = admit::Basis::of(&ctx, self.parking.parked());
         for d in &decisions {
             match d.action {
@@ -301,6 +311,7 @@ impl Engine {
             throttled: ids(&|s| s.current.high < s.original.high),
             frozen: ids(&|s| s.frozen_by.is_some()),
             parked: self.parking.parked().to_vec(),
+            queued: self.queue.queued().to_vec(),
         }
     }
 }

@@ -194,7 +194,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`, `default_peak`, `first_sight_growth`, `swap_max`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `queue_held`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`, `default_peak`, `first_sight_growth`, `swap_max`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),

@@ -213,6 +213,15 @@ pub enum Reason {
         budget_bytes: u64,
         free_bytes: u64,
     },
+    /// Frozen while an older cgroup, also held at a memory.high of ours, grows first:
+    /// cgroups held at their ceilings take turns instead of pushing each other out
+    /// together (`engine::queue`, tiers with `queue_held`).
+    Queued {
+        /// The held cgroup that runs meanwhile.
+        behind: String,
+        /// Its place in line (1: next to run).
+        place: usize,
+    },
     /// Back to the original value (the daemon's journal restore, a tier change on reload).
     Restore,
     /// memory.high sized so the kernel's per-memcg dirty limit is the tier's dirty ceiling
@@ -243,6 +252,7 @@ impl Reason {
             Reason::StallBound { .. } => "stall_bound",
             Reason::Reservation { .. } => "reservation",
             Reason::Parked { .. } => "parked",
+            Reason::Queued { .. } => "queued",
             Reason::Restore => "restore",
             Reason::DirtyCeiling { .. } => "dirty_ceiling",
         }
@@ -328,6 +338,10 @@ impl fmt::Display for Reason {
                 source.label(),
                 human(*budget_bytes),
                 human(*free_bytes)
+            ),
+            Reason::Queued { behind, place } => write!(
+                f,
+                "frozen in line: {behind} is held at its memory ceiling too and grows first; this one is {place} in line"
             ),
             Reason::Restore => f.write_str("restoring the original value"),
             Reason::DirtyCeiling { cap_bytes, dirty_bytes, budget_bytes } => write!(
@@ -448,6 +462,7 @@ mod tests {
                 budget_bytes: 1,
                 free_bytes: 0,
             },
+            Reason::Queued { behind: by(), place: 1 },
             Reason::Restore,
             Reason::DirtyCeiling { cap_bytes: 1, dirty_bytes: 1, budget_bytes: 1 },
         ];

@@ -24,6 +24,10 @@ pub struct Snapshot {
     /// expected peak, next to be admitted first (`engine::park`).
     #[serde(default)]
     pub parked: Vec<String>,
+    /// Cgroups held at their ceilings, frozen while an older held one grows first, next to
+    /// run first (`engine::queue`).
+    #[serde(default)]
+    pub queued: Vec<String>,
     pub last_pressure_ms: Option<u64>,
     pub now_ms: u64,
     pub recent_decisions: Vec<DecisionRecord>,

@@ -192,11 +192,26 @@ impl HostScenario {
             let parts: Vec<&str> = key.split('.').collect();
             let (last, path) = parts.split_last().expect("flatten gives non-empty keys");
             let mut at = &mut table;
-            for p in path {
+            let mut i = 0;
+            while i < path.len() {
+                let p = path[i];
                 at = match at.entry(p.to_string()).or_insert_with(|| toml::Value::Table(Default::default())) {
                     toml::Value::Table(t) => t,
+                    // `tier.NAME.KEY`: the `[[tier]]` named NAME.
+                    toml::Value::Array(items) => {
+                        i += 1;
+                        let name = path.get(i).ok_or_else(|| {
+                            format!("memqos_set {key}: {p} is a list; name one of its entries ({p}.NAME.KEY)")
+                        })?;
+                        items
+                            .iter_mut()
+                            .filter_map(|v| v.as_table_mut())
+                            .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(*name))
+                            .ok_or_else(|| format!("memqos_set {key}: no {p} named {name:?} in memqos_config"))?
+                    }
                     other => return Err(format!("memqos_set {key}: {p} is {other}, not a table")),
                 };
+                i += 1;
             }
             at.insert(last.to_string(), value.clone());
         }
@@ -342,6 +357,8 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
             ("policies = [\"none\", \"static-peak\", \"memqos\"]", "policies = [\"oomd\"]", "unknown variant"),
             ("\"daemon.toml\"", "\"missing.toml\"", "missing.toml"),
             ("sampling_interval_ms = 100", "sampling_interval_ms = \"fast\"", "memqos_set"),
+            ("= 100 } }", "= 100 }, tier = { nosuch = { queue_held = true } } }", "no tier named \"nosuch\""),
+            ("= 100 } }", "= 100 }, tier = { tool = { queue_held = 3 } } }", "queue_held"),
             ("stagger_s = 0.5", "stagger_s = 0.5\nzswap = true", "needs swap_mb"),
             ("stagger_s = 0.5", "stagger_s = 0.5\ncompression_ratio = 3", "only with swap_mb"),
             ("stagger_s = 0.5", "stagger_s = 0.5\nswap_mb = 1024\ncompression_ratio = 0.5", "compression_ratio"),
@@ -350,6 +367,17 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
             let e = HostScenario::load(&write(dir.path(), &GOOD.replace(from, to))).unwrap_err().to_string();
             assert!(e.contains("scenario.toml") && e.contains(says), "{to}: {e}");
         }
+    }
+
+    #[test]
+    fn memqos_set_reaches_a_tier_by_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = GOOD.replace("= 100 } }", "= 100 }, tier = { tool = { queue_held = true } } }");
+        let s = HostScenario::load(&write(dir.path(), &text)).unwrap();
+        let cfg =
+            memqos_policy::Config::from_str(&s.daemon_config("/sys/fs/cgroup/h", "/run/s").unwrap(), "t").unwrap();
+        let queued: Vec<(&str, bool)> = cfg.tiers.iter().map(|(_, t)| (t.name.as_str(), t.queue_held)).collect();
+        assert_eq!(queued, [("runtime", false), ("tool", true)]);
     }
 
     #[test]

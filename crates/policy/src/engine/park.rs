@@ -38,11 +38,12 @@
 //! the lows are parked, 1.3-2.1x of solo when they share and swap beside it). The default
 //! spares the lows' time: every member is admitted, as with `park_room = 0`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
+use super::freezer::Freezer;
 use super::reserve::{cap_at_shares, Reservation};
 use super::{Ctx, Plan, States};
-use crate::decision::{Action, Decision, Reason};
+use crate::decision::{Decision, Reason};
 use crate::obs::{CgroupId, CgroupObs};
 use crate::size::PAGE;
 
@@ -52,10 +53,8 @@ pub(crate) struct Parking {
     admitted: BTreeSet<CgroupId>,
     /// Paths, oldest first, for status.
     parked: Vec<String>,
-    /// Members of `freeze` tiers that parking froze: since when, and for whom (a path).
-    frozen: BTreeMap<CgroupId, (u64, String)>,
-    /// Thawed by the stall bound: not frozen again before then.
-    no_freeze_until: BTreeMap<CgroupId, u64>,
+    /// Members of `freeze` tiers that parking froze.
+    freezer: Freezer,
 }
 
 /// How many of `running` members (oldest first) run this tick: as many as get `room` each
@@ -80,85 +79,15 @@ impl Parking {
     pub(crate) fn clear(&mut self, ctx: &Ctx, plan: &mut Plan) {
         self.admitted.clear();
         self.parked.clear();
-        self.frozen.retain(|id, _| ctx.get_id(*id).is_some());
-        for (id, (_, by)) in &self.frozen {
-            if let Some(c) = ctx.get_id(*id).filter(|c| !plan.has_freeze(c)) {
-                let reason = if ctx.get(by).is_some() {
-                    Reason::Relieved { by: by.clone() }
-                } else {
-                    Reason::CauseGone { by: by.clone() }
-                };
-                plan.push(c, Action::Freeze(false), reason);
-            }
-        }
+        self.freezer.thaw_all(ctx, plan);
     }
 
-    /// Records the freezes and thaws that were written (the write interval may hold one
-    /// back for a tick; it is planned again then).
+    /// Records the freezes and thaws that were written.
     pub(crate) fn committed(&mut self, decisions: &[Decision], ctx: &Ctx) {
-        let now = ctx.now;
-        for d in decisions {
-            // Decisions come from this tick's cgroups (`commit`).
-            let Some(id) = ctx.get_id(d.id).map(|c| c.id) else { continue };
-            match (&d.action, &d.reason) {
-                (Action::Freeze(true), Reason::Parked { by, .. }) => {
-                    self.frozen.insert(id, (now, by.clone()));
-                }
-                (Action::Freeze(false), r) => {
-                    let ours = self.frozen.remove(&id).is_some();
-                    match r {
-                        Reason::StallBound { bound_ms, .. } if ours => {
-                            self.no_freeze_until.insert(id, now.saturating_add(*bound_ms));
-                        }
-                        _ => {}
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Freezes the parked members of `freeze` tiers, thaws the admitted ones, and bounds
-    /// how long one stays frozen (its tier's `stall.after_ms`).
-    fn freeze(
-        &mut self,
-        ctx: &Ctx,
-        parked: &[(&CgroupObs, Reason)],
-        running: &[&CgroupObs],
-        admitted: &Reason,
-        plan: &mut Plan,
-    ) {
-        self.frozen.retain(|id, _| ctx.get_id(*id).is_some());
-        self.no_freeze_until.retain(|id, until| ctx.get_id(*id).is_some() && ctx.now < *until);
-        for (c, reason) in parked {
-            let tier = ctx.tier(c);
-            // Escalation (or its thaw) decides this tick's freeze of `c` if it has one.
-            if !tier.freeze || plan.has_freeze(c) {
-                continue;
-            }
-            match self.frozen.get(&c.id) {
-                Some(&(since, _)) if ctx.now.saturating_sub(since) >= tier.stall.after_ms => {
-                    let bound = Reason::StallBound {
-                        stalled_for_ms: ctx.now - since,
-                        bound_ms: tier.stall.after_ms,
-                        usage_bytes: c.usage_bytes,
-                        high_bytes: c.current.high.bytes().unwrap_or(u64::MAX),
-                        psi_full_avg10: c.psi.full.map_or(0.0, |f| f.avg10),
-                    };
-                    plan.push(c, Action::Freeze(false), bound);
-                }
-                Some(_) => {}
-                None if !c.current.frozen && !self.no_freeze_until.contains_key(&c.id) => {
-                    plan.push(c, Action::Freeze(true), reason.clone());
-                }
-                None => {}
-            }
-        }
-        for c in running {
-            if self.frozen.contains_key(&c.id) && !plan.has_freeze(c) {
-                plan.push(c, Action::Freeze(false), admitted.clone());
-            }
-        }
+        self.freezer.committed(decisions, ctx, |r| match r {
+            Reason::Parked { by, .. } => Some(by.as_str()),
+            _ => None,
+        });
     }
 
     /// Plans the members' caps for reservation `r` (see the module doc).
@@ -202,7 +131,9 @@ impl Parking {
             source: r.by_source,
         };
         let not_parked: Vec<&CgroupObs> = admitted.iter().chain(idle.iter()).copied().collect();
-        self.freeze(ctx, &why_parked, &not_parked, &admitted_why, plan);
+        // Only a tier that opts into `freeze` has its parked members frozen as well.
+        why_parked.retain(|(c, _)| ctx.tier(c).freeze);
+        self.freezer.hold(ctx, &why_parked, &not_parked, Some(&admitted_why), plan);
         // Idle members (nothing runs in them) hold what they hold; they share with the
         // admitted ones, as before parking, so their caps do not change for nothing.
         let sharing: Vec<&CgroupObs> = admitted.iter().chain(idle.iter()).copied().collect();

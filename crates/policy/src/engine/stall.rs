@@ -38,7 +38,7 @@ pub(crate) struct Stalls {
 
 /// How recent the last memory.events `high` increment must be for a stall to go on: over
 /// twice the kernel's longest over-high sleep (MEMCG_MAX_HIGH_DELAY_JIFFIES, 2 s).
-const HIGH_EVENT_WINDOW_MS: u64 = 5_000;
+pub(crate) const HIGH_EVENT_WINDOW_MS: u64 = 5_000;
 
 #[derive(Debug, Default)]
 struct Track {

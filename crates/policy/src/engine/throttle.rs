@@ -162,8 +162,10 @@ pub(crate) fn water_fill(total: u64, weight: &[u64], cap: &[u64]) -> Vec<u64> {
 pub(crate) fn release(ctx: &Ctx, why: Reason, states: &States, plan: &mut Plan) {
     // Only what memqos may have lowered: a tighter high on another tier is someone else's.
     let ours = |c: &CgroupObs| ctx.tier(c).throttle || states[&c.id].ever_wrote(Knob::High);
+    // A frozen cgroup (parked or queued) allocates nothing: raising it would only take a
+    // part of the room the others are released into.
     let throttled: Vec<&CgroupObs> =
-        ctx.cgs.iter().copied().filter(|c| c.current.high < c.original.high && ours(c)).collect();
+        ctx.cgs.iter().copied().filter(|c| c.current.high < c.original.high && ours(c) && !c.current.frozen).collect();
     let Some(top) = throttled.iter().map(|c| c.tier).min() else {
         return;
     };

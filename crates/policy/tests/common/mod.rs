@@ -207,7 +207,8 @@ impl Sim {
                     assert_ne!(l, c.current.min, "no-op write: {at}");
                 }
                 Action::Freeze(true) => {
-                    assert!(tier.freeze, "froze a tier without freeze = true: {at}")
+                    let queued = tier.queue_held && matches!(d.reason, Reason::Queued { .. });
+                    assert!(tier.freeze || queued, "froze a tier without freeze or queue_held = true: {at}")
                 }
                 Action::Freeze(false) => {
                     assert!(!seen_other, "thaw after another write in one tick: {at}")
