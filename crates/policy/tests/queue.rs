@@ -147,6 +147,27 @@ fn nothing_is_queued_without_queue_held_or_without_pressing() {
 }
 
 #[test]
+fn a_held_call_below_the_admission_floor_is_not_queued() {
+    let mut sim = sim(TOOLS);
+    held_call(&mut sim, "s0/tool.1");
+    press(&mut sim, &["s0/tool.1"]);
+    sim.tick();
+    held_call(&mut sim, "s1/tool.2");
+    sim.cg("s1/tool.2").usage_bytes = 60 * MB;
+    sim.cg("s1/tool.2").current.high = Limit::Bytes(61 * MB);
+    for _ in 0..10 {
+        press(&mut sim, &["s0/tool.1", "s1/tool.2"]);
+        assert!(freezes(&sim.tick()).is_empty());
+    }
+    // Grown past the floor (64 MiB by default), it takes its place in line.
+    sim.cg("s1/tool.2").usage_bytes = 70 * MB;
+    sim.cg("s1/tool.2").current.high = Limit::Bytes(72 * MB);
+    press(&mut sim, &["s0/tool.1", "s1/tool.2"]);
+    let d = freezes(&sim.tick());
+    assert!(matches!(&d[..], [(c, true, Reason::Queued { .. })] if c == "s1/tool.2"), "{d:?}");
+}
+
+#[test]
 fn queue_held_needs_throttle() {
     let bad = "cgroup_root = \"/sys/fs/cgroup/test\"\n[[tier]]\nname = \"t\"\nmatch = [\"**\"]\nqueue_held = true\n";
     let e = memqos_policy::Config::from_str(bad, "test.toml").unwrap_err().to_string();

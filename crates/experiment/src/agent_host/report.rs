@@ -123,20 +123,29 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
         let _ = writeln!(out, "\n## Armed ceilings\n");
         let _ = writeln!(
             out,
-            "Call attempts (a retry counts again) that `memqos run` armed with the daemon's allowance, that were held at their ceiling (memory.events `high` rose), and that waited for room before they started, with how long.\n"
+            "Call attempts (a retry counts again) that `memqos run` armed with the daemon's allowance, that were held at their ceiling (memory.events `high` rose), and that waited for room before they started, with how long; with `queue_held`, the call cgroups the daemon froze in line behind an older held call, and how many of those freezes ended at the tier's stall bound.\n"
         );
         let _ = writeln!(
             out,
-            "| kernel | sessions | arm | attempts armed | held at their ceiling | waited for room | waits that reached admission_wait_ms | wait, ms: median [min–max] |"
+            "| kernel | sessions | arm | attempts armed | held at their ceiling | waited for room | waits that reached admission_wait_ms | wait, ms: median [min–max] | frozen in line | thawed at the bound |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
         for l in armed {
             let wait =
                 l.wait_ms.as_ref().map_or("–".into(), |e| format!("{:.0} [{:.0}–{:.0}]", e.median, e.min, e.max));
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                l.kernel, l.level, l.arm, l.calls_armed, l.calls_held, l.calls_waited, l.waits_at_limit, wait
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                l.kernel,
+                l.level,
+                l.arm,
+                l.calls_armed,
+                l.calls_held,
+                l.calls_waited,
+                l.waits_at_limit,
+                wait,
+                l.calls_queued,
+                l.queue_thaws_at_bound
             );
         }
     }

@@ -55,6 +55,12 @@ pub struct LevelSummary {
     pub waits_at_limit: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<Estimate>,
+    /// The held queue (`queue_held`): cgroups the daemon froze in line (reason `queued`),
+    /// and thaws of them at their tier's stall bound, from the runs' `daemon_write_log`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls_queued: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub queue_thaws_at_bound: usize,
     pub parent_oom_kills: u64,
     /// What the sessions' runtimes alone ask of the host: per run, the sum of each session's
     /// runtime peak in its trace's solo run, over the host budget. Near or above 1, the
@@ -169,6 +175,8 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             calls_waited: 0,
             waits_at_limit: 0,
             wait_ms: None,
+            calls_queued: 0,
+            queue_thaws_at_bound: 0,
             calls_retried: 0,
             calls_lost: 0,
             parent_oom_kills: 0,
@@ -266,6 +274,9 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
                 g.runs_with_runtime_killed += 1;
             }
             g.parent_oom_kills += r.parent_oom_kills;
+            let (queued, thaws) = queue_counts(&r.daemon_write_log);
+            g.calls_queued += queued;
+            g.queue_thaws_at_bound += thaws;
             if arm == "static-peak" {
                 let sum: u64 = r.sessions.iter().filter_map(|s| s.memory_max).sum();
                 let fits = r.host_budget_bytes.is_some_and(|b| sum <= b);
@@ -288,6 +299,17 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
     let density = density(&levels);
     let targets = verdicts(&density, &levels);
     HostSummary { levels, density, targets, example_explanations: examples }
+}
+
+/// Cgroups frozen in line by the held queue, and queue freezes ended by the stall bound (a
+/// thaw with reason `stall_bound` of a cgroup the queue froze).
+fn queue_counts(log: &[super::result::ArmWrite]) -> (usize, usize) {
+    let freeze = log.iter().filter(|w| w.file == "cgroup.freeze");
+    let queued: BTreeSet<&str> =
+        freeze.clone().filter(|w| w.value == "1" && w.reason == "queued").map(|w| w.cgroup.as_str()).collect();
+    let thaws =
+        freeze.filter(|w| w.value == "0" && w.reason == "stall_bound" && queued.contains(w.cgroup.as_str())).count();
+    (queued.len(), thaws)
 }
 
 fn density(levels: &[LevelSummary]) -> Vec<Density> {
@@ -489,6 +511,33 @@ mod tests {
         let none = summarize(&[arm("none", 2, vec![session("a", false, false, None)])]);
         let text = serde_json::to_string(&none.levels[0]).unwrap();
         assert!(!text.contains("calls_armed") && !text.contains("wait_ms"), "{text}");
+    }
+
+    #[test]
+    fn queued_calls_and_their_thaws_at_the_bound_come_from_the_daemons_writes() {
+        use super::super::result::ArmWrite;
+        let w = |cgroup: &str, value: &str, reason: &str| ArmWrite {
+            t_s: 1.0,
+            cgroup: cgroup.into(),
+            file: "cgroup.freeze".into(),
+            value: value.into(),
+            reason: reason.into(),
+        };
+        let mut m = arm("memqos", 2, vec![session("a", false, false, None)]);
+        m.daemon_write_log = vec![
+            w("s1/tool.2", "1", "queued"),
+            w("s1/tool.2", "0", "relieved"),
+            w("s1/tool.2", "1", "queued"),
+            w("s2/tool.3", "1", "queued"),
+            w("s2/tool.3", "0", "stall_bound"),
+            // Frozen by escalation, thawed at a bound: not the queue's.
+            w("s3/tool.4", "1", "stalled"),
+            w("s3/tool.4", "0", "stall_bound"),
+            ArmWrite { file: "memory.high".into(), ..w("s4/tool.5", "1", "queued") },
+        ];
+        let out = summarize(&[arm("solo", 1, vec![session("a", false, false, None)]), m]);
+        let l = out.levels.iter().find(|l| l.arm == "memqos").unwrap();
+        assert_eq!((l.calls_queued, l.queue_thaws_at_bound), (2, 1));
     }
 
     #[test]

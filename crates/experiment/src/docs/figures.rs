@@ -25,7 +25,8 @@
 //! `<!-- fig: agent-host-admission-zswap 7 12 memqos calls-killed -->`. Its measures:
 //! `calls-killed` (call attempts OOM-killed, of those started), `runtimes-killed`,
 //! `runs-with-runtime-killed`, `sessions-finished`, `sessions-failed`, `calls-lost` (with
-//! their session), `calls-waited`, `waits-at-limit`, `calls-held`, and the median ratios
+//! their session), `calls-waited`, `waits-at-limit`, `calls-held`, `calls-queued`,
+//! `queue-thaws-at-bound`, and the median ratios
 //! `runtime-p95/solo` and `call-time/solo`; one kernel and one arm per figure.
 //!
 //! A marker right after a backtick is quoted in a code span and left alone. Markdown renders
@@ -167,6 +168,8 @@ fn render_agent_host(src: &Sources, dir: &str, kernel: &str, level: &str, arm: &
         "calls-waited" => l.calls_waited.to_string(),
         "waits-at-limit" => l.waits_at_limit.to_string(),
         "calls-held" => l.calls_held.to_string(),
+        "calls-queued" => l.calls_queued.to_string(),
+        "queue-thaws-at-bound" => l.queue_thaws_at_bound.to_string(),
         "runtime-p95/solo" => ratio(l.runtime_p95_vs_solo)?,
         "call-time/solo" => ratio(l.call_time_vs_solo)?,
         other => bail!("unknown agent-host measure {other:?}"),

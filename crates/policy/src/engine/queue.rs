@@ -11,8 +11,10 @@
 //!
 //! Per periodic tick, over the populated cgroups of `queue_held` tiers that are *held*
 //! (memory.high below its original, memory.events `high` risen in the last 5 s: a ceiling
-//! raised a step above usage does not end the first's turn while it keeps growing into it),
-//! plus those the queue froze: ordered by tier (the higher first), then age
+//! raised a step above usage does not end the first's turn while it keeps growing into it)
+//! and hold more than `policy.admission_floor` (a guard cut presses every call at once, and
+//! freezing the small ones would only delay them: the first probe froze ten 35-64 MiB calls
+//! for a bound each), plus those the queue froze: ordered by tier (the higher first), then age
 //! (first seen), then path. With two or more, the first runs and the others are frozen,
 //! reason `queued` (the one they wait behind, their place). When the first is no longer
 //! held (it stopped growing, its ceiling was lifted, it ended), the next is thawed. A
@@ -67,6 +69,8 @@ impl Queue {
         let pressing = |c: &CgroupObs| {
             self.last_high_event_ms.get(&c.id).is_some_and(|&t| now - t <= HIGH_EVENT_WINDOW_MS) && under_our_ceiling(c)
         };
+        // Small cgroups are not what runs the room out: freezing them would only delay them.
+        let small = ctx.cfg.policy.admission_floor;
         let age = |c: &CgroupObs| states.get(&c.id).map_or(now, |s| s.first_seen_ms);
         let mut held: Vec<&CgroupObs> = ctx
             .cgs
@@ -74,7 +78,10 @@ impl Queue {
             .copied()
             .filter(|c| {
                 let tier = ctx.tier(c);
-                tier.throttle && tier.queue_held && c.is_populated() && (self.freezer.froze(c.id) || pressing(c))
+                tier.throttle
+                    && tier.queue_held
+                    && c.is_populated()
+                    && (self.freezer.froze(c.id) || (pressing(c) && c.usage_bytes > small))
             })
             .collect();
         held.sort_by(|a, b| (a.tier, age(a), &a.path).cmp(&(b.tier, age(b), &b.path)));
