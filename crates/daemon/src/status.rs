@@ -244,6 +244,23 @@ mod tests {
     }
 
     #[test]
+    fn a_queued_cgroup_is_marked_with_its_place_and_another_frozen_one_as_frozen() {
+        let mut s = snapshot();
+        let low1 = s.cgroups[1].clone();
+        s.cgroups.push(CgroupStatus { cgroup: "low2".into(), cgroup_id: 9, ..low1.clone() });
+        s.cgroups[1].knobs.frozen = true;
+        s.cgroups[2].knobs.frozen = true;
+        s.queued = vec!["low2".into()];
+        let text = render(&s, true);
+        let row =
+            |name: &str| text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}"));
+        assert!(row("low2").ends_with("QUEUED #1 (frozen)"), "{text}");
+        assert!(row("low1").ends_with("FROZEN"), "{text}");
+        let back: Snapshot = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back.queued, ["low2"]);
+    }
+
+    #[test]
     fn long_cgroup_names_keep_the_columns_aligned() {
         let mut s = snapshot();
         s.cgroups[0].cgroup = "system.slice/systemd-journald.service".into();

@@ -86,13 +86,13 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
         );
         let _ = writeln!(
             out,
-            "| kernel | sessions | arm | sessions failed (a call failed twice) | calls finished on their retry | calls lost with their session | runtimes' solo peaks summed, of the budget |"
+            "| kernel | sessions | arm | sessions failed (a call failed twice) | calls finished on their retry | calls lost with their session | runtimes' solo peaks summed, of the budget | last session ended, s: median [min–max] |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
         for l in closed {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {}/{} | {} | {}/{} | {} |",
+                "| {} | {} | {} | {}/{} | {} | {}/{} | {} | {} |",
                 l.kernel,
                 l.level,
                 l.arm,
@@ -101,7 +101,8 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
                 l.calls_retried,
                 l.calls_lost,
                 l.calls_planned,
-                percent_range(&l.runtime_peaks_of_budget)
+                percent_range(&l.runtime_peaks_of_budget),
+                l.span_s.as_ref().map_or("–".into(), |e| format!("{:.0} [{:.0}–{:.0}]", e.median, e.min, e.max))
             );
         }
         let hung: Vec<String> = s

@@ -77,6 +77,10 @@ pub struct LevelSummary {
     pub runtime_p95_vs_solo: Option<Estimate>,
     /// Each finished call's wall time over the same call's alone, same run.
     pub call_time_vs_solo: Option<Estimate>,
+    /// Per run, seconds from the level's start until its last session ended (a failed or
+    /// lost session ends early): what holding calls back costs the whole host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_s: Option<Estimate>,
     /// static-peak: did the sessions' memory.max sum to at most the budget in every run?
     pub static_limits_fit: Option<bool>,
     /// memqos: knobs restored after every run.
@@ -184,6 +188,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             session_limit_ooms: Some(0),
             runtime_p95_vs_solo: None,
             call_time_vs_solo: None,
+            span_s: None,
             static_limits_fit: None,
             knobs_restored: None,
             daemon_cpu_s: None,
@@ -193,7 +198,14 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
         let mut cpu = Vec::new();
         let mut waits = Vec::new();
         let mut runtime_demand = Vec::new();
+        let mut spans = Vec::new();
         for r in rs {
+            let last_end = r
+                .sessions
+                .iter()
+                .map(|s| s.start_s + s.runtime.wall_s)
+                .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
+            spans.extend(last_end);
             let mut killed_here = 0;
             // The sessions' solo runtime peaks summed; `None` once a session has none.
             let mut solo_peaks = Some(0u64);
@@ -291,6 +303,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
         }
         g.runtime_p95_vs_solo = estimate(&p95_ratios);
         g.call_time_vs_solo = estimate(&call_ratios);
+        g.span_s = estimate(&spans);
         g.daemon_cpu_s = estimate(&cpu);
         g.wait_ms = estimate(&waits);
         g.runtime_peaks_of_budget = estimate(&runtime_demand);
@@ -638,6 +651,20 @@ mod tests {
         let md = render_markdown(&s, "d", &[]);
         assert!(md.contains("| 7.2 | 2 | none | 1/2 | 1 | 3/5 |"), "{md}");
         assert!(md.contains("| 2 | none | 1 | 0/2 | 1 (1) | 4/5 | 3 |"), "the lost column counts lost calls: {md}");
+    }
+
+    #[test]
+    fn the_span_is_each_runs_last_session_end_from_the_levels_start() {
+        // Run 1: sessions from 0 s and 3 s, 10 s each: the last ends at 13 s. Run 2: one session.
+        let late = SessionResult { start_s: 3.0, ..session("a", false, false, None) };
+        let one = HostArmResult { closed_loop: true, ..arm("memqos", 2, vec![session("a", false, false, None), late]) };
+        let two =
+            HostArmResult { run: 2, closed_loop: true, ..arm("memqos", 2, vec![session("a", false, false, None)]) };
+        let s = summarize(&[one, two]);
+        let span = s.levels[0].span_s.as_ref().unwrap();
+        assert_eq!((span.n, span.median, span.min, span.max), (2, 11.5, 10.0, 13.0));
+        let md = render_markdown(&s, "d", &[]);
+        assert!(md.contains("| 12 [10–13] |"), "{md}");
     }
 
     #[test]

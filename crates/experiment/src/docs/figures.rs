@@ -27,7 +27,8 @@
 //! `runs-with-runtime-killed`, `sessions-finished`, `sessions-failed`, `calls-lost` (with
 //! their session), `calls-waited`, `waits-at-limit`, `calls-held`, `calls-queued`,
 //! `queue-thaws-at-bound`, and the median ratios
-//! `runtime-p95/solo` and `call-time/solo`; one kernel and one arm per figure.
+//! `runtime-p95/solo` and `call-time/solo`, and `span-s` (the median seconds until a run's
+//! last session ended); one kernel and one arm per figure.
 //!
 //! A marker right after a backtick is quoted in a code span and left alone. Markdown renders
 //! the markers as nothing, so the sentence reads as written; `memqos-docs`
@@ -172,6 +173,7 @@ fn render_agent_host(src: &Sources, dir: &str, kernel: &str, level: &str, arm: &
         "queue-thaws-at-bound" => l.queue_thaws_at_bound.to_string(),
         "runtime-p95/solo" => ratio(l.runtime_p95_vs_solo)?,
         "call-time/solo" => ratio(l.call_time_vs_solo)?,
+        "span-s" => l.span_s.map(|e| format!("{:.0} s", e.median)).context("no session spans in this series")?,
         other => bail!("unknown agent-host measure {other:?}"),
     })
 }
