@@ -65,7 +65,7 @@ pub struct Daemon {
     pub parent_usage_bytes: u64,
     /// Lower cgroups parked while a reservation lets older ones run (`engine::park`).
     pub parked: usize,
-    /// Cgroups frozen in the held queue (`engine::queue`).
+    /// Cgroups in line in the held queue (`engine::queue`).
     pub queued: usize,
 }
 
@@ -241,7 +241,7 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     const QUEUED: Family = (
         "memqos_queued_cgroups",
         "gauge",
-        "Cgroups held at their memory ceilings and frozen while an older held one grows first (tiers with queue_held).",
+        "Cgroups held at their memory ceilings and in line (frozen unless thawed at their stall bound) while an older held one grows first (tiers with queue_held).",
     );
     out.family(QUEUED);
     out.sample(QUEUED.0, &[], daemon.queued);

@@ -168,6 +168,17 @@ fn a_held_call_below_the_admission_floor_is_not_queued() {
 }
 
 #[test]
+fn a_queued_cgroup_that_empties_or_leaves_the_queue_by_a_reload_is_thawed() {
+    let (mut sim, _) = three_held(TOOLS);
+    // The third empties (its task was killed) while the first two still press.
+    sim.cg("s2/tool.3").populated = Some(false);
+    press(&mut sim, &["s0/tool.1", "s1/tool.2"]);
+    let d = freezes(&sim.tick());
+    assert!(matches!(&d[..], [(c, false, _)] if c == "s2/tool.3"), "{d:?}");
+    assert!(sim.cgs["s1/tool.2"].current.frozen, "the second still waits");
+}
+
+#[test]
 fn queue_held_needs_throttle() {
     let bad = "cgroup_root = \"/sys/fs/cgroup/test\"\n[[tier]]\nname = \"t\"\nmatch = [\"**\"]\nqueue_held = true\n";
     let e = memqos_policy::Config::from_str(bad, "test.toml").unwrap_err().to_string();

@@ -43,7 +43,8 @@ pub(crate) struct Queue {
     freezer: Freezer,
     /// Last tick whose memory.events `high` had risen, per cgroup.
     last_high_event_ms: BTreeMap<CgroupId, u64>,
-    /// Frozen in line at the last periodic tick, next first (for status).
+    /// In line at the last periodic tick, next first (for status): frozen, unless the stall
+    /// bound thawed one that still waits.
     queued: Vec<String>,
 }
 
@@ -96,7 +97,16 @@ impl Queue {
             .enumerate()
             .map(|(i, c)| (*c, Reason::Queued { behind: first[0].path.clone(), place: i + 1 }))
             .collect();
-        self.freezer.hold(ctx, &waiting, first, None, plan);
+        // Thawed: the first, and whatever the queue froze that is no longer in line (emptied,
+        // or moved to a tier without `queue_held` by a reload).
+        let going: Vec<&CgroupObs> = ctx
+            .cgs
+            .iter()
+            .copied()
+            .filter(|c| self.freezer.froze(c.id) && !rest.iter().any(|r| r.id == c.id))
+            .chain(first.iter().copied())
+            .collect();
+        self.freezer.hold(ctx, &waiting, &going, None, plan);
         self.queued = rest.iter().map(|c| c.path.clone()).collect();
     }
 
