@@ -76,10 +76,32 @@ impl ArmDaemon {
     }
 }
 
-/// `cg`'s memory.high is max and its memory.low and memory.min 0, as the daemon must leave
-/// them; a knob that cannot be read counts as `unreadable`.
+/// `cg`'s memory.high is max, its memory.low and memory.min 0 and it is not frozen, as the
+/// daemon must leave it (parking and the held queue freeze); a knob that cannot be read
+/// counts as `unreadable`.
 pub(crate) fn knobs_at_defaults(cg: &Cgroup, unreadable: bool) -> bool {
     cg.limit("memory.high").map(|l| l == Limit::Max).unwrap_or(unreadable)
         && cg.limit("memory.low").map(|l| l == Limit::Bytes(0)).unwrap_or(unreadable)
         && cg.limit("memory.min").map(|l| l == Limit::Bytes(0)).unwrap_or(unreadable)
+        && cg.read_string("cgroup.freeze").map(|v| v.trim() == "0").unwrap_or(unreadable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frozen_cgroup_is_not_at_its_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        for (file, value) in [("memory.high", "max\n"), ("memory.low", "0\n"), ("memory.min", "0\n")] {
+            std::fs::write(dir.path().join(file), value).unwrap();
+        }
+        let cg = Cgroup::new(dir.path());
+        assert!(!knobs_at_defaults(&cg, false), "cgroup.freeze unreadable counts as unreadable");
+        assert!(knobs_at_defaults(&cg, true));
+        std::fs::write(dir.path().join("cgroup.freeze"), "1\n").unwrap();
+        assert!(!knobs_at_defaults(&cg, true));
+        std::fs::write(dir.path().join("cgroup.freeze"), "0\n").unwrap();
+        assert!(knobs_at_defaults(&cg, false));
+    }
 }
