@@ -280,36 +280,28 @@ fn reasons(
             Some((why, ago)) => format!("frozen by memqos {ago}: {why}"),
             None => "frozen (cgroup.freeze = 1), originally not".into(),
         });
-        let cause = last(KnobFile::CgroupFreeze).and_then(|d| match &d.reason {
-            Some(Reason::Stalled { by, .. }) => Some(by.clone()),
-            _ => None,
+        let after = tier.map_or(0, |t| t.stall_after_ms);
+        release.push(match last(KnobFile::CgroupFreeze).and_then(|d| d.reason.as_ref()) {
+            Some(Reason::Queued { behind, .. }) => {
+                let line = snap.queued.iter().position(|c| *c == e_cgroup).map(|i| format!(" (now {} in line)", i + 1));
+                format!(
+                    "queued behind {behind}{}: its tier sets queue_held, so cgroups held at their memory ceilings take turns; thawed when {behind} is no longer held or has ended and this one is next, or after its tier's stall.after_ms = {after} ms frozen",
+                    line.unwrap_or_default()
+                )
+            }
+            Some(Reason::Parked { by, .. }) => format!(
+                "parked by freezing (its tier sets freeze): thawed when admitted, when {by} is empty or gone, or after its tier's stall.after_ms = {after} ms frozen"
+            ),
+            reason => {
+                let cause = match reason {
+                    Some(Reason::Stalled { by, .. }) => by.as_str(),
+                    _ => "the protected cgroup that stalled",
+                };
+                format!(
+                    "thawed as soon as {cause} no longer stalls or goes away, before any memory.high is released; stopping the daemon thaws it too"
+                )
+            }
         });
-        let parked_by = last(KnobFile::CgroupFreeze).and_then(|d| match &d.reason {
-            Some(Reason::Parked { by, .. }) => Some(by.clone()),
-            _ => None,
-        });
-        let queued_behind = last(KnobFile::CgroupFreeze).and_then(|d| match &d.reason {
-            Some(Reason::Queued { behind, .. }) => Some(behind.clone()),
-            _ => None,
-        });
-        if let Some(behind) = queued_behind {
-            let line = snap.queued.iter().position(|c| *c == e_cgroup).map(|i| format!(" (now {} in line)", i + 1));
-            release.push(format!(
-                "queued behind {behind}{}: its tier sets queue_held, so cgroups held at their memory ceilings take turns; thawed when {behind} is no longer held or has ended and this one is next, or after its tier's stall.after_ms = {} ms frozen",
-                line.unwrap_or_default(),
-                tier.map_or(0, |t| t.stall_after_ms)
-            ));
-        } else if let Some(by) = parked_by {
-            release.push(format!(
-                "parked by freezing (its tier sets freeze): thawed when admitted, when {by} is empty or gone, or after its tier's stall.after_ms = {} ms frozen",
-                tier.map_or(0, |t| t.stall_after_ms)
-            ));
-        } else {
-            release.push(format!(
-            "thawed as soon as {} no longer stalls or goes away, before any memory.high is released; stopping the daemon thaws it too",
-            cause.as_deref().unwrap_or("the protected cgroup that stalled")
-        ));
-        }
     }
     if k.high < o.high {
         let why = last(KnobFile::MemoryHigh).map(|d| format!(" {}: {}", since(d), d.why)).unwrap_or_default();

@@ -2,7 +2,7 @@
 //! kernel, the closed loop's retries and losses, and what a killed call told its agent.
 
 use super::summary::{bracket, HostSummary, LevelSummary};
-use crate::series::figures::{percent_range, ratio_range};
+use crate::series::figures::{percent_range, ratio_range, whole_range};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -102,7 +102,7 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
                 l.calls_lost,
                 l.calls_planned,
                 percent_range(&l.runtime_peaks_of_budget),
-                l.span_s.as_ref().map_or("–".into(), |e| format!("{:.0} [{:.0}–{:.0}]", e.median, e.min, e.max))
+                whole_range(&l.span_s)
             );
         }
         let hung: Vec<String> = s
@@ -132,8 +132,7 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
         );
         let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
         for l in armed {
-            let wait =
-                l.wait_ms.as_ref().map_or("–".into(), |e| format!("{:.0} [{:.0}–{:.0}]", e.median, e.min, e.max));
+            let wait = whole_range(&l.wait_ms);
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",

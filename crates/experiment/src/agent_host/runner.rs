@@ -24,7 +24,7 @@ use crate::series::daemon::{knobs_at_defaults, ArmDaemon};
 use crate::series::{kernel_release, remove_tree};
 use anyhow::{bail, Context, Result};
 use memqos_cgroupfs::{Cgroup, Limit};
-use memqos_schema::events::{self, WriteEvent};
+use memqos_schema::events::{self, LogLine, WriteEvent};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -253,9 +253,10 @@ fn run_host(
                 // A cgroup that vanishes between the listing and the read is no knob left set.
                 let cgs = parent.descendants().unwrap_or_default();
                 let clean = cgs.iter().all(|cg| knobs_at_defaults(cg, true));
-                let DaemonActions { writes, stall_actions } = DaemonActions::count(&stopped.log);
+                let lines = events::parse(&stopped.log);
+                let DaemonActions { writes, stall_actions } = DaemonActions::count(&lines);
                 let started = run.as_ref().map_or(0.0, |(epoch, _, _)| *epoch);
-                daemon_write_log = write_log(&stopped.log, started);
+                daemon_write_log = write_log(&lines, started);
                 let restored = stopped.clean_exit && !stopped.journal_left && clean;
                 (Some(restored), stopped.cpu_s, Some(writes), Some(stall_actions))
             }
@@ -304,16 +305,15 @@ struct DaemonActions {
 }
 
 impl DaemonActions {
-    fn count(log: &str) -> DaemonActions {
-        let lines = events::parse(log);
-        let writes: Vec<&WriteEvent> = events::writes(&lines).map(|(_, w)| w).collect();
+    fn count(lines: &[LogLine]) -> DaemonActions {
+        let writes: Vec<&WriteEvent> = events::writes(lines).map(|(_, w)| w).collect();
         DaemonActions { writes: writes.len(), stall_actions: writes.iter().filter(|w| w.is_stall_action()).count() }
     }
 }
 
-/// The daemon's knob writes in `log`, timed from `started_epoch`.
-fn write_log(log: &str, started_epoch: f64) -> Vec<ArmWrite> {
-    events::writes(&events::parse(log))
+/// The daemon's knob writes among `lines`, timed from `started_epoch`.
+fn write_log(lines: &[LogLine], started_epoch: f64) -> Vec<ArmWrite> {
+    events::writes(lines)
         .map(|(ts, w)| ArmWrite {
             t_s: ts - started_epoch,
             cgroup: w.cgroup.clone(),
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn the_write_log_keeps_every_write_in_order_timed_from_the_start() {
-        let log = write_log(LOG, 1795599100.0);
+        let log = write_log(&events::parse(LOG), 1795599100.0);
         let got: Vec<(f64, &str, &str, &str)> =
             log.iter().map(|w| (w.t_s, w.cgroup.as_str(), w.file.as_str(), w.reason.as_str())).collect();
         assert_eq!(
@@ -374,12 +374,12 @@ mod tests {
             ]
         );
         assert_eq!(log[1].value, "362807296");
-        assert!(write_log("", 0.0).is_empty());
+        assert!(write_log(&[], 0.0).is_empty());
     }
 
     #[test]
     fn stall_bound_relieves_and_kills_that_happened_are_counted() {
-        assert_eq!(DaemonActions::count(LOG), DaemonActions { writes: 4, stall_actions: 2 });
-        assert_eq!(DaemonActions::count(""), DaemonActions { writes: 0, stall_actions: 0 });
+        assert_eq!(DaemonActions::count(&events::parse(LOG)), DaemonActions { writes: 4, stall_actions: 2 });
+        assert_eq!(DaemonActions::count(&[]), DaemonActions { writes: 0, stall_actions: 0 });
     }
 }

@@ -58,6 +58,11 @@ pub(crate) fn ratio_range(e: &Option<Estimate>) -> String {
     e.map(|e| format!("{:.2}x [{:.2}–{:.2}]", e.median, e.min, e.max)).unwrap_or_else(|| "–".into())
 }
 
+/// A whole amount (seconds, milliseconds), median [min–max]: `104 [96–138]`.
+pub(crate) fn whole_range(e: &Option<Estimate>) -> String {
+    e.map(|e| format!("{:.0} [{:.0}–{:.0}]", e.median, e.min, e.max)).unwrap_or_else(|| "–".into())
+}
+
 /// A share as a percentage, median [min–max]: `97% [95–99%]`.
 pub(crate) fn percent_range(e: &Option<Estimate>) -> String {
     e.map(|e| format!("{:.0}% [{:.0}–{:.0}%]", e.median * 100.0, e.min * 100.0, e.max * 100.0))
