@@ -592,6 +592,7 @@ impl<'r> Daemon<'r> {
                 parent_usage_bytes: obs.parent.usage_bytes,
                 parked: status.parked.len(),
                 queued: status.queued.len(),
+                thrashing: status.thrashing.len(),
             };
             if let Err(e) = m.publish(seen, &daemon) {
                 self.act.emit(Event::Degraded { message: format!("{e:#}") });

@@ -86,6 +86,9 @@ pub struct TierInfo {
     /// Held cgroups of the tier take turns (`queue_held`).
     #[serde(default)]
     pub queue_held: bool,
+    /// Frozen while it thrashes beside a running protected cgroup (`freeze_thrashing`).
+    #[serde(default)]
+    pub freeze_thrashing: bool,
     pub kill: bool,
     pub stall_after_ms: u64,
     pub stall_action: StallAction,
@@ -222,6 +225,7 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
         throttle: t.throttle,
         freeze: t.freeze,
         queue_held: t.queue_held,
+        freeze_thrashing: t.freeze_thrashing,
         kill: t.kill,
         stall_after_ms: t.stall.after_ms,
         stall_action: t.stall.action,
@@ -289,6 +293,10 @@ fn reasons(
                     line.unwrap_or_default()
                 )
             }
+            Some(Reason::Thrashing { beside, .. }) => format!(
+                "frozen for thrashing (its tier sets freeze_thrashing): thawed when no protected cgroup above it runs any more ({beside} ends), or after its tier's stall.after_ms = {after} ms frozen; then it runs at least {} s and is frozen again only if it still thrashes",
+                memqos_policy::THRASH_REST_MS / 1000
+            ),
             Some(Reason::Parked { by, .. }) => format!(
                 "parked by freezing (its tier sets freeze): thawed when admitted, when {by} is empty or gone, or after its tier's stall.after_ms = {after} ms frozen"
             ),
@@ -416,6 +424,9 @@ fn reasons(
             if t.queue_held {
                 would.push("freeze it while it is held at its ceiling and an older held cgroup grows first");
             }
+            if t.freeze_thrashing {
+                would.push("freeze it while it thrashes (memory.pressure full avg10 at or above stall_psi_full_avg10) beside a running protected cgroup");
+            }
             if !would.is_empty() {
                 release.push(format!("its tier lets memqos {}", would.join("; ")));
             }
@@ -463,9 +474,13 @@ pub fn render(e: &Explanation) -> String {
             "protect={}",
             serde_json::to_value(t.protect).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
         )];
-        for (on, name) in
-            [(t.throttle, "throttle"), (t.freeze, "freeze"), (t.queue_held, "queue_held"), (t.kill, "kill")]
-        {
+        for (on, name) in [
+            (t.throttle, "throttle"),
+            (t.freeze, "freeze"),
+            (t.queue_held, "queue_held"),
+            (t.freeze_thrashing, "freeze_thrashing"),
+            (t.kill, "kill"),
+        ] {
             if on {
                 flags.push(name.into());
             }

@@ -67,6 +67,8 @@ pub struct Daemon {
     pub parked: usize,
     /// Cgroups in line in the held queue (`engine::queue`).
     pub queued: usize,
+    /// Lower cgroups frozen while they thrash beside a protected one (`engine::thrash`).
+    pub thrashing: usize,
 }
 
 /// The families both renderers have (the daemon's [`render`] and `memqos stat --prom`): one
@@ -245,6 +247,13 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     );
     out.family(QUEUED);
     out.sample(QUEUED.0, &[], daemon.queued);
+    const THRASHING: Family = (
+        "memqos_thrashing_frozen_cgroups",
+        "gauge",
+        "Lower cgroups frozen while they thrash beside a running protected cgroup (tiers with freeze_thrashing).",
+    );
+    out.family(THRASHING);
+    out.sample(THRASHING.0, &[], daemon.thrashing);
     const CPU: Family = ("memqos_daemon_cpu_seconds_total", "counter", "CPU time (user + system) the daemon has used.");
     out.family(CPU);
     out.sample(CPU.0, &[], daemon.cpu_seconds);
@@ -396,7 +405,7 @@ mod tests {
         let text = render(
             &[seen("a\"x", "critical", Limit::Max), seen("b", "batch", Limit::Bytes(64 << 20))],
             &c,
-            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42, parked: 2, queued: 1 },
+            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42, parked: 2, queued: 1, thrashing: 3 },
         );
         for line in [
             "memqos_cgroup_memory_high_bytes{cgroup=\"a\\\"x\",tier=\"critical\"} +Inf",
@@ -412,6 +421,7 @@ mod tests {
             "memqos_parent_memory_usage_bytes 42",
             "memqos_parked_cgroups 2",
             "memqos_queued_cgroups 1",
+            "memqos_thrashing_frozen_cgroups 3",
             "memqos_oom_kills_total{tier=\"batch\"} 3",
             "memqos_stall_bound_actions_total{tier=\"batch\",action=\"relieve\"} 1",
             "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"stall_bound\"} 1",
@@ -453,7 +463,7 @@ mod tests {
         let mut ex = Exporter::start(&cfg).unwrap().unwrap();
         ex.publish(
             &[seen("b", "batch", Limit::Max)],
-            &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1, parked: 0, queued: 0 },
+            &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1, parked: 0, queued: 0, thrashing: 0 },
         )
         .unwrap();
         let get = |path: &str| {

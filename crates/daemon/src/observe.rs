@@ -125,7 +125,7 @@ fn need<T>(v: Option<T>, root: &Path, c: &CgroupStats, file: &str) -> anyhow::Re
     })
 }
 
-/// `read_freeze`: whether cgroup.freeze matters (a `freeze = true` tier, or a cgroup memqos
+/// `read_freeze`: whether cgroup.freeze matters (a tier memqos may freeze, or a cgroup memqos
 /// froze): it is a file of its own, three system calls per cgroup and tick, and the engine
 /// acts on it only there. Elsewhere it counts as thawed.
 fn knobs(root: &Path, dirs: Option<&Root>, c: &CgroupStats, read_freeze: bool) -> anyhow::Result<Knobs> {
@@ -497,7 +497,8 @@ impl Sampler {
             }
             let observed =
                 Self::observe_one(&mut self.prev_events, &mut self.prev_psi_total, root.path(), dirs, c, journal, {
-                    let tier_freezes = cfg.tiers.get(tier).is_some_and(|t| t.freeze || t.queue_held);
+                    let tier_freezes =
+                        cfg.tiers.get(tier).is_some_and(|t| t.freeze || t.queue_held || t.freeze_thrashing);
                     tier_freezes || journal.original(c.id, "cgroup.freeze").is_some()
                 });
             let (mut obs, s) = match observed {

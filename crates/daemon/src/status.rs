@@ -60,6 +60,7 @@ pub(crate) fn snapshot(
         frozen: st.frozen,
         parked: st.parked,
         queued: st.queued,
+        thrashing: st.thrashing,
         last_pressure_ms: st.last_pressure_ms,
         now_ms: obs.now_ms,
         recent_decisions: recent.iter().cloned().collect(),
@@ -151,6 +152,7 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
                 s.queued.iter().position(|p| *p == c.cgroup),
             ) {
                 (true, _, Some(i)) => format!("  QUEUED #{} (frozen)", i + 1),
+                (true, _, None) if s.thrashing.contains(&c.cgroup) => "  THRASHING (frozen)".to_string(),
                 (true, _, None) => "  FROZEN".to_string(),
                 (false, Some(i), _) => format!("  PARKED #{}", i + 1),
                 (false, None, _) => String::new(),
@@ -234,6 +236,7 @@ mod tests {
             frozen: vec![],
             parked: vec![],
             queued: vec![],
+            thrashing: vec![],
             last_pressure_ms: Some(2000),
             now_ms: 3000,
             recent_decisions: vec![d],
@@ -258,6 +261,18 @@ mod tests {
         assert!(row("low1").ends_with("FROZEN"), "{text}");
         let back: Snapshot = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.queued, ["low2"]);
+    }
+
+    #[test]
+    fn a_cgroup_frozen_for_thrashing_says_so() {
+        let mut s = snapshot();
+        s.cgroups[1].knobs.frozen = true;
+        s.thrashing = vec!["low1".into()];
+        let text = render(&s, true);
+        let row = text.lines().find(|l| l.starts_with("low1 ")).unwrap_or_else(|| panic!("{text}"));
+        assert!(row.ends_with("THRASHING (frozen)"), "{text}");
+        let back: Snapshot = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back.thrashing, ["low1"]);
     }
 
     #[test]

@@ -151,6 +151,13 @@ pub struct Tier {
     /// For work that can wait, such as tool calls, where two held at once would run the
     /// host's room or swap out together.
     pub queue_held: bool,
+    /// `freeze_thrashing` (default false, needs `throttle`): a cgroup of this tier that
+    /// thrashes (its own memory.pressure `full avg10` at or above `stall_psi_full_avg10`:
+    /// its tasks are stalled on memory most of the time, so it makes almost no progress)
+    /// while a protected cgroup of a higher tier runs is frozen, at most its
+    /// `stall.after_ms` at a time (`engine::thrash`): its reclaim and swap traffic take CPU
+    /// and disk from the protected cgroup, which memory.low cannot keep.
+    pub freeze_thrashing: bool,
     /// `kill` (default false, needs `throttle`): last-resort escalation via cgroup.kill.
     /// Never happens unless set.
     pub kill: bool,

@@ -16,6 +16,8 @@
 //!    counts as pressure while in force): the oldest that fit run, the others are parked at
 //!    what they hold and admitted one at a time as room frees (`park`); cgroups held at
 //!    their ceilings take turns, the oldest first, the others frozen (`queue`, opt-in);
+//!    lower cgroups that thrash beside a running protected one are frozen (`thrash`,
+//!    opt-in);
 //! 7. move protection (memory.low/min) with the working set (and the declared peak);
 //! 8. bound stalls that throttling causes (`stall`): relieve or kill, per tier;
 //! 9. drop writes that change nothing, touch a knob someone else set (`foreign_knobs`), or
@@ -35,6 +37,7 @@ mod queue;
 mod reserve;
 mod stall;
 mod state;
+mod thrash;
 mod throttle;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -48,6 +51,7 @@ use crate::size::{Limit, PAGE};
 pub use admit::Allowance;
 use escalate::Ladder;
 use state::CgState;
+pub use thrash::REST_MS as THRASH_REST_MS;
 
 /// What the engine remembers per cgroup, by the cgroup's kernel id: a cgroup removed and
 /// made again under its path is another key, and starts afresh.
@@ -70,6 +74,7 @@ pub struct Engine {
     stalls: stall::Stalls,
     parking: park::Parking,
     queue: queue::Queue,
+    thrash: thrash::Thrash,
     /// What admission allowances depend on besides the parent (`engine::admit`).
     admit: admit::Basis,
 }
@@ -93,6 +98,9 @@ pub struct Status {
     /// Cgroups held at their ceilings and frozen while an older held one grows first
     /// (`engine::queue`), next to run first.
     pub queued: Vec<String>,
+    /// Lower cgroups frozen while they thrash beside a running protected cgroup
+    /// (`engine::thrash`).
+    pub thrashing: Vec<String>,
 }
 
 impl Engine {
@@ -111,6 +119,7 @@ impl Engine {
             stalls: stall::Stalls::default(),
             parking: park::Parking::default(),
             queue: queue::Queue::default(),
+            thrash: thrash::Thrash::default(),
             admit: admit::Basis::default(),
         }
     }
@@ -258,6 +267,7 @@ impl Engine {
             None => self.parking.clear(&ctx, &mut plan),
         }
         self.queue.plan(&ctx, &self.cgroups, &mut plan);
+        self.thrash.plan(&ctx, &mut plan);
         protect::plan(&ctx, &self.cgroups, &mut plan);
         self.stalls.plan(&ctx, &mut plan);
 
@@ -265,6 +275,7 @@ impl Engine {
         self.stalls.committed(&decisions, &ctx);
         self.parking.committed(&decisions, &ctx);
         self.queue.committed(&decisions, &ctx);
+        self.thrash.committed(&decisions, &ctx);
         self.admit = admit::Basis::of(&ctx, self.parking.parked());
         for d in &decisions {
             match d.action {
@@ -312,6 +323,7 @@ impl Engine {
             frozen: ids(&|s| s.frozen_by.is_some()),
             parked: self.parking.parked().to_vec(),
             queued: self.queue.queued().to_vec(),
+            thrashing: self.thrash.frozen().to_vec(),
         }
     }
 }

@@ -61,7 +61,7 @@ pub use config::{
     StallBound, SwapMax, Tier, TierIndex, Tiers,
 };
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
-pub use engine::{Allowance, Engine, Status, UNSTARTED_RESERVATION_MS};
+pub use engine::{Allowance, Engine, Status, THRASH_REST_MS, UNSTARTED_RESERVATION_MS};
 pub use memqos_cgroupfs::{Limit, MemoryEvents, Pressure, PressureLine};
 pub use obs::{
     check_workload_key, BpfKind, CgroupId, CgroupObs, Knobs, LearnedPeak, Observation, ParentObs, PeakSource,

@@ -194,7 +194,7 @@ fn errors_name_file_line_column_and_field() {
         ),
         (
             format!("{ROOT}{tier}bogus = 1\n"),
-            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `queue_held`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`, `default_peak`, `first_sight_growth`, `swap_max`",
+            "memqos.toml:5:1: tier[0].bogus: unknown field `bogus`, expected one of `name`, `match`, `protect`, `throttle`, `freeze`, `queue_held`, `freeze_thrashing`, `kill`, `dirty`, `oom_score_adj`, `cpu_weight`, `stall`, `xattr`, `expected_peak`, `learn_peak`, `default_peak`, `first_sight_growth`, `swap_max`",
         ),
         (format!("{ROOT}[signals]\npsi = \"yes\"\n{tier}"), "memqos.toml:3:7: signals.psi: invalid type: string \"yes\", expected a boolean"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\n"), "memqos.toml:2:1: tier[0]: missing field `match`"),
@@ -215,6 +215,7 @@ fn errors_name_file_line_column_and_field() {
         (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = []\n"), "memqos.toml:4:9: tier[0].match: needs at least one glob"),
         (format!("{ROOT}[[tier]]\nname = \"a\"\nmatch = [\"/abs\"]\n"), "memqos.toml:4:10: tier[0].match: glob \"/abs\" must be relative to cgroup_root (drop the leading '/')"),
         (format!("{ROOT}{tier}freeze = true\n"), "memqos.toml:5:10: tier[0].freeze: needs throttle = true (it escalates throttling)"),
+        (format!("{ROOT}{tier}freeze_thrashing = true\n"), "memqos.toml:5:20: tier[0].freeze_thrashing: needs throttle = true (it escalates throttling)"),
         (format!("{ROOT}{tier}kill = true\n"), "memqos.toml:5:8: tier[0].kill: needs throttle = true (it escalates throttling)"),
         (ROOT.to_string(), "memqos.toml: tier: at least one [[tier]] is required"),
         (tier.to_string(), "memqos.toml: cgroup_root: missing (the managed subtree, e.g. \"/sys/fs/cgroup/agents\")"),

@@ -222,6 +222,16 @@ pub enum Reason {
         /// Its place in line (1: next to run).
         place: usize,
     },
+    /// Frozen while it thrashes beside a running protected cgroup: its tasks were stalled
+    /// on memory most of the time (it made almost no progress), and its reclaim and swap
+    /// traffic take CPU and disk from the protected cgroup (`engine::thrash`, tiers with
+    /// `freeze_thrashing`).
+    Thrashing {
+        /// The protected cgroup that runs meanwhile (the highest tier's largest).
+        beside: String,
+        /// Its memory.pressure `full avg10` when frozen, percent.
+        psi_full_avg10: f64,
+    },
     /// Back to the original value (the daemon's journal restore, a tier change on reload).
     Restore,
     /// memory.high sized so the kernel's per-memcg dirty limit is the tier's dirty ceiling
@@ -253,6 +263,7 @@ impl Reason {
             Reason::Reservation { .. } => "reservation",
             Reason::Parked { .. } => "parked",
             Reason::Queued { .. } => "queued",
+            Reason::Thrashing { .. } => "thrashing",
             Reason::Restore => "restore",
             Reason::DirtyCeiling { .. } => "dirty_ceiling",
         }
@@ -342,6 +353,10 @@ impl fmt::Display for Reason {
             Reason::Queued { behind, place } => write!(
                 f,
                 "frozen in line: {behind} is held at its memory ceiling too and grows first; this one is {place} in line"
+            ),
+            Reason::Thrashing { beside, psi_full_avg10 } => write!(
+                f,
+                "thrashing (memory.pressure full avg10 {psi_full_avg10:.0}%: stalled on memory most of the time) while {beside} runs: frozen so its reclaim and swap traffic stop taking CPU and disk from it"
             ),
             Reason::Restore => f.write_str("restoring the original value"),
             Reason::DirtyCeiling { cap_bytes, dirty_bytes, budget_bytes } => write!(
@@ -463,6 +478,7 @@ mod tests {
                 free_bytes: 0,
             },
             Reason::Queued { behind: by(), place: 1 },
+            Reason::Thrashing { beside: by(), psi_full_avg10: 87.5 },
             Reason::Restore,
             Reason::DirtyCeiling { cap_bytes: 1, dirty_bytes: 1, budget_bytes: 1 },
         ];

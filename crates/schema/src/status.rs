@@ -28,6 +28,10 @@ pub struct Snapshot {
     /// run first (`engine::queue`).
     #[serde(default)]
     pub queued: Vec<String>,
+    /// Lower cgroups frozen while they thrash beside a running protected cgroup
+    /// (`engine::thrash`).
+    #[serde(default)]
+    pub thrashing: Vec<String>,
     pub last_pressure_ms: Option<u64>,
     pub now_ms: u64,
     pub recent_decisions: Vec<DecisionRecord>,

@@ -65,6 +65,7 @@ struct RawTier {
     throttle: Option<bool>,
     freeze: Option<Spanned<bool>>,
     queue_held: Option<Spanned<bool>>,
+    freeze_thrashing: Option<Spanned<bool>>,
     kill: Option<Spanned<bool>>,
     dirty: Option<RawDirty>,
     oom_score_adj: Option<Spanned<i64>>,
@@ -362,7 +363,12 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
         }
         let set = set.build().map_err(|e| at(t.patterns.span(), "match", e.to_string()))?;
         let throttle = t.throttle.unwrap_or(false);
-        for (flag, field) in [(&t.freeze, "freeze"), (&t.queue_held, "queue_held"), (&t.kill, "kill")] {
+        for (flag, field) in [
+            (&t.freeze, "freeze"),
+            (&t.queue_held, "queue_held"),
+            (&t.freeze_thrashing, "freeze_thrashing"),
+            (&t.kill, "kill"),
+        ] {
             if let Some(f) = flag {
                 if *f.get_ref() && !throttle {
                     return Err(at(f.span(), field, "needs throttle = true (it escalates throttling)".into()));
@@ -494,6 +500,7 @@ fn tiers(src: &Source, raw: Vec<RawTier>) -> Result<Tiers, ConfigError> {
             throttle,
             freeze: t.freeze.is_some_and(|f| *f.get_ref()),
             queue_held: t.queue_held.is_some_and(|f| *f.get_ref()),
+            freeze_thrashing: t.freeze_thrashing.is_some_and(|f| *f.get_ref()),
             kill: t.kill.is_some_and(|f| *f.get_ref()),
             dirty,
             oom_score_adj,

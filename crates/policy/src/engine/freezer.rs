@@ -1,7 +1,7 @@
 //! Freezing to make a cgroup wait its turn (parking's `freeze` tiers, the held queue), with
 //! the bound on how long: what a rule froze, since when and for whom, thawed when its turn
 //! comes, when the one it waited for is gone, or after its tier's `stall.after_ms` frozen
-//! (and not frozen again for another bound).
+//! (and not frozen again for another bound, or the rule's own rest).
 
 use std::collections::BTreeMap;
 
@@ -15,9 +15,23 @@ pub(crate) struct Freezer {
     frozen: BTreeMap<CgroupId, (u64, String)>,
     /// Thawed by the stall bound: not frozen again before then.
     no_freeze_until: BTreeMap<CgroupId, u64>,
+    /// How long a cgroup thawed at the bound runs before it may be frozen again; `None`:
+    /// another bound.
+    rest_ms: Option<u64>,
 }
 
 impl Freezer {
+    /// A freezer whose cgroups, thawed at the bound, run `rest_ms` before the rule may
+    /// freeze them again (instead of another bound).
+    pub(crate) fn resting(rest_ms: u64) -> Freezer {
+        Freezer { rest_ms: Some(rest_ms), ..Freezer::default() }
+    }
+
+    /// The cgroups this rule holds frozen, by id.
+    pub(crate) fn frozen_ids(&self) -> impl Iterator<Item = CgroupId> + '_ {
+        self.frozen.keys().copied()
+    }
+
     pub(crate) fn froze(&self, id: CgroupId) -> bool {
         self.frozen.contains_key(&id)
     }
@@ -110,7 +124,7 @@ impl Freezer {
                 Action::Freeze(false) => {
                     let was_ours = self.frozen.remove(&id).is_some();
                     if let (Reason::StallBound { bound_ms, .. }, true) = (&d.reason, was_ours) {
-                        self.no_freeze_until.insert(id, now.saturating_add(*bound_ms));
+                        self.no_freeze_until.insert(id, now.saturating_add(self.rest_ms.unwrap_or(*bound_ms)));
                     }
                 }
                 _ => {}

@@ -208,7 +208,11 @@ impl Sim {
                 }
                 Action::Freeze(true) => {
                     let queued = tier.queue_held && matches!(d.reason, Reason::Queued { .. });
-                    assert!(tier.freeze || queued, "froze a tier without freeze or queue_held = true: {at}")
+                    let thrashing = tier.freeze_thrashing && matches!(d.reason, Reason::Thrashing { .. });
+                    assert!(
+                        tier.freeze || queued || thrashing,
+                        "froze a tier without freeze, queue_held or freeze_thrashing = true: {at}"
+                    )
                 }
                 Action::Freeze(false) => {
                     assert!(!seen_other, "thaw after another write in one tick: {at}")
