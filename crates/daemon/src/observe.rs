@@ -524,17 +524,19 @@ impl Sampler {
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             let protected = cfg.tiers.get(tier).is_some_and(|t| t.is_protected());
             // A protected cgroup that cannot be opened now (gone) has no emptiness and no hints.
+            // Refaults of a cgroup that may be frozen for thrashing (engine::thrash): its
+            // memory PSI can miss the thrash too.
+            let thrash_watch =
+                cfg.policy.thrash_refault_rate > 0 && cfg.tiers.get(tier).is_some_and(|t| t.freeze_thrashing);
+            if let Some(cg) = dirs.filter(|_| thrash_watch).and_then(|r| r.cgroup(&c.path).ok()) {
+                Self::read_refaults(&mut self.prev_refaults, &cg, c.id, now_ms, &mut obs);
+            }
             if let Some((r, cg)) = dirs.filter(|_| protected).and_then(|r| Some((r, r.cgroup(&c.path).ok()?))) {
                 obs.populated = cg.is_populated().ok();
                 // Thrashing PSI can miss (Policy::pressure_refault_rate): memory.stat of the
                 // protected cgroups only, the rest of the tree skips it (skip_statistics).
-                let stat = || cg.read_string("memory.stat").ok();
-                let wanted = cfg.policy.pressure_refault_rate > 0;
-                if let Some(pages) = wanted.then(stat).flatten().as_deref().and_then(refaults) {
-                    if let Some((before, at)) = self.prev_refaults.insert(c.id, (pages, now_ms)) {
-                        obs.refault_delta_bytes = pages.saturating_sub(before).saturating_mul(page_size());
-                        obs.refault_window_ms = now_ms.saturating_sub(at);
-                    }
+                if cfg.policy.pressure_refault_rate > 0 && !thrash_watch {
+                    Self::read_refaults(&mut self.prev_refaults, &cg, c.id, now_ms, &mut obs);
                 }
                 match trusted(r, &cg) {
                     Ok(uid) => {
@@ -662,6 +664,22 @@ impl Sampler {
             let name = memqos_cgroupfs::name::display(&c.path);
             notes.push(format!("cgroup {name} (id {}): not managed: {why}", c.id));
             skipped.insert(c.id, why);
+        }
+    }
+
+    /// The pages `cg` refaulted since the last read (memory.stat), into `obs` with the time
+    /// they took; nothing on the first read or when memory.stat cannot be read.
+    fn read_refaults(
+        prev: &mut HashMap<u64, (u64, u64)>,
+        cg: &memqos_cgroupfs::beneath::Dir,
+        id: u64,
+        now_ms: u64,
+        obs: &mut CgroupObs,
+    ) {
+        let Some(pages) = cg.read_string("memory.stat").ok().as_deref().and_then(refaults) else { return };
+        if let Some((before, at)) = prev.insert(id, (pages, now_ms)) {
+            obs.refault_delta_bytes = pages.saturating_sub(before).saturating_mul(page_size());
+            obs.refault_window_ms = now_ms.saturating_sub(at);
         }
     }
 

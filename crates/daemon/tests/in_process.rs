@@ -944,3 +944,79 @@ fn a_malformed_history_file_is_moved_aside_and_the_daemon_learns_afresh() {
     let h = memqos_daemon::history::History::from_json(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(h.get("job-k").unwrap().peaks, [200 * MIB], "only what this run learned");
 }
+
+#[test]
+fn a_low_thrashing_beside_the_protected_one_is_frozen_explained_and_thawed_at_stop() {
+    // No guard cut (the parent far below its limit): only the thrash rule acts. low1's own
+    // memory.pressure says its tasks were all stalled 85% of the last ten seconds.
+    let f = fake("thrash", 200 * MIB);
+    f.set("tier.1.freeze_thrashing", true);
+    std::fs::write(
+        f.root.join("low1/memory.pressure"),
+        "some avg10=90.00 avg60=50.00 avg300=20.00 total=900000\nfull avg10=85.00 avg60=45.00 avg300=18.00 total=800000\n",
+    )
+    .unwrap();
+    let daemon = f.start();
+    let snap = poll_status(&f, |s| s.thrashing == ["low1"]);
+    assert_eq!(f.knob("low1", "cgroup.freeze"), "1");
+    assert_eq!(f.knob("high", "cgroup.freeze"), "0", "a protected cgroup is never frozen for thrashing");
+    assert!(!f.capped("low1"), "frozen, not throttled");
+    let text = memqos_daemon::status::render(&snap, false);
+    assert!(text.lines().any(|l| l.starts_with("low1 ") && l.ends_with("THRASHING (frozen)")), "{text}");
+    let cfg = memqos_policy::Config::from_str(&std::fs::read_to_string(&f.config).unwrap(), "memqos.toml").unwrap();
+    let mut view = memqos_daemon::explain::View::new(cfg, f.config.clone());
+    for d in &snap.recent_decisions {
+        view.history.entry(d.cgroup.clone()).or_default().push_back(d.clone());
+    }
+    view.snapshot = Some(snap);
+    let e = memqos_daemon::explain::explain(&view, "low1").unwrap();
+    assert!(
+        e.state.iter().any(|s| s.contains("thrashing (memory.pressure full avg10 85%") && s.contains("high")),
+        "{:?}",
+        e.state
+    );
+    assert!(
+        e.release
+            .iter()
+            .any(|r| r.starts_with("frozen for thrashing") && r.contains("high ends") && r.contains("30000 ms")),
+        "{:?}",
+        e.release
+    );
+    assert!(e.tier.as_ref().is_some_and(|t| t.freeze_thrashing));
+    daemon.stop().expect("daemon run");
+    assert_eq!(f.knob("low1", "cgroup.freeze"), "0", "thawed when the daemon stops");
+    let froze = f.events().into_iter().any(|e| {
+        matches!(e, Event::Write(w) if w.cgroup == "low1" && w.file == "cgroup.freeze" && w.value == "1"
+        && matches!(&w.reason, Some(memqos_policy::Reason::Thrashing { beside, .. }) if beside == "high"))
+    });
+    assert!(froze, "the freeze's write names the thrashing and the protected cgroup");
+}
+
+#[test]
+fn a_low_whose_refaults_race_is_frozen_for_thrashing_though_its_psi_is_quiet() {
+    // The daemon reads memory.stat of freeze_thrashing cgroups: once it has a first count,
+    // 1 GiB of refaults between two 50 ms samples is far above thrash_refault_rate.
+    let f = fake("thrash-refaults", 200 * MIB);
+    f.set("tier.1.freeze_thrashing", true);
+    std::fs::write(f.root.join("low1/memory.stat"), "anon 0\nfile 0\nworkingset_refault_anon 10\n").unwrap();
+    let daemon = f.start();
+    poll_status(&f, |s| s.cgroups.iter().any(|c| c.cgroup == "low1"));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(f.knob("low1", "cgroup.freeze"), "0", "a steady count is no thrash");
+    let pages = (1u64 << 30) / 4096 + 10;
+    std::fs::write(f.root.join("low1/memory.stat"), format!("anon 0\nfile 0\nworkingset_refault_anon {pages}\n"))
+        .unwrap();
+    poll_status(&f, |s| s.thrashing == ["low1"]);
+    assert_eq!(f.knob("low1", "cgroup.freeze"), "1");
+    daemon.stop().expect("daemon run");
+    assert_eq!(f.knob("low1", "cgroup.freeze"), "0", "thawed when the daemon stops");
+    let why = f.events().into_iter().find_map(|e| match e {
+        Event::Write(w) if w.cgroup == "low1" && w.file == "cgroup.freeze" && w.value == "1" => w.reason,
+        _ => None,
+    });
+    assert!(
+        matches!(&why, Some(memqos_policy::Reason::Thrashing { psi_full_avg10, refault_bytes_per_s, .. })
+            if *psi_full_avg10 == 0.0 && *refault_bytes_per_s >= 8 * MIB),
+        "{why:?}"
+    );
+}

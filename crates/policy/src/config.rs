@@ -443,6 +443,12 @@ pub struct Policy {
     /// when it went out, and a zswap load is short even when there are thousands a second.
     /// 8 MiB/s is 2048 4 KiB pages a second: far above the trickle of a working set that fits.
     pub pressure_refault_rate: u64,
+    /// `thrash_refault_rate` (default "8M", bytes per second; 0 = only PSI counts): a cgroup
+    /// of a `freeze_thrashing` tier refaulting this much per second, averaged like PSI's
+    /// avg10 (over about ten seconds), thrashes (`engine::thrash`). Its memory PSI alone can
+    /// miss it for the reason given at `pressure_refault_rate`: the RFC demo's swapping low
+    /// side refaulted about 15 MiB/s and was never frozen by PSI.
+    pub thrash_refault_rate: u64,
     /// `hold_ms` (default 5000): how long pressure must be gone before releasing throttles.
     /// Any new pressure restarts it. Skipped when every protected cgroup that was running at
     /// the last pressure has emptied or gone (nothing left to hold room for).
@@ -540,6 +546,7 @@ impl Default for Policy {
             pressure_psi_some_avg10: 5.0,
             pressure_stall_pct: 10.0,
             pressure_refault_rate: 8 << 20,
+            thrash_refault_rate: 8 << 20,
             hold_ms: 5_000,
             headroom_guard: 64 << 20,
             min_high: 32 << 20,

@@ -52,7 +52,7 @@ fn a_lower_cgroup_thrashing_beside_a_running_protected_one_is_frozen() {
     let d = freezes(&sim.tick());
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!((d[0].0.as_str(), d[0].1), ("low1", true));
-    assert_eq!(d[0].2, Reason::Thrashing { beside: "high".into(), psi_full_avg10: 85.0 });
+    assert_eq!(d[0].2, Reason::Thrashing { beside: "high".into(), psi_full_avg10: 85.0, refault_bytes_per_s: 0 });
     assert_eq!(sim.engine.status().thrashing, ["low1"]);
     // Frozen, its pressure decays: it stays frozen while the protected cgroup runs.
     set_full(&mut sim, "low1", 0.0);
@@ -143,7 +143,7 @@ freeze_thrashing = true
     set_full(&mut sim, "low1", 60.0);
     let d = freezes(&sim.tick());
     assert_eq!(d.len(), 1, "{d:?}");
-    assert_eq!(d[0].2, Reason::Thrashing { beside: "high2".into(), psi_full_avg10: 60.0 });
+    assert_eq!(d[0].2, Reason::Thrashing { beside: "high2".into(), psi_full_avg10: 60.0, refault_bytes_per_s: 0 });
 }
 
 #[test]
@@ -161,4 +161,42 @@ fn a_protected_cgroup_is_never_frozen_for_thrashing_and_a_reload_without_the_opt
     let d = freezes(&sim.tick());
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!((d[0].0.as_str(), d[0].1), ("low1", false));
+}
+
+/// Runs `ms` with low1 refaulting `mb_per_s` (each 100 ms tick's share), PSI quiet.
+fn refaulting(sim: &mut Sim, mb_per_s: u64, ms: u64) {
+    sim.run(ms, |s| {
+        let c = s.cg("low1");
+        c.refault_delta_bytes = mb_per_s * MB / 10;
+        c.refault_window_ms = 100;
+    });
+}
+
+#[test]
+fn refaults_count_where_psi_misses_them_averaged_over_about_ten_seconds() {
+    // 20 MiB/s against the 8M line: the average crosses it after about five seconds
+    // (20 x (1 - e^(-t/10)) >= 8 at t = 5.1 s), not on the first tick.
+    let mut sim = demo(TIERS);
+    refaulting(&mut sim, 20, 4000);
+    assert!(sim.writes("low1", memqos_policy::Knob::Freeze).is_empty(), "not yet: a burst is not thrashing");
+    refaulting(&mut sim, 20, 2000);
+    let w = sim.writes("low1", memqos_policy::Knob::Freeze);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!((5000..=5300).contains(&w[0].0), "{w:?}");
+    let Reason::Thrashing { refault_bytes_per_s, psi_full_avg10, .. } = &sim.log.last().unwrap().1.reason else {
+        panic!("{:?}", sim.log.last())
+    };
+    assert!((8 * MB..9 * MB).contains(refault_bytes_per_s), "{refault_bytes_per_s}");
+    assert_eq!(*psi_full_avg10, 0.0);
+
+    // Below the line for a minute: never frozen. With the line at 0, refaults do not count.
+    let mut sim = demo(TIERS);
+    refaulting(&mut sim, 7, 60_000);
+    assert!(sim.writes("low1", memqos_policy::Knob::Freeze).is_empty());
+    let mut sim = Sim::new(config(TIERS, "min_write_interval_ms = 0\nthrash_refault_rate = \"0\""));
+    sim.tick_ms = 100;
+    sim.add("high", 600 * MB);
+    sim.add("low1", 150 * MB);
+    refaulting(&mut sim, 100, 30_000);
+    assert!(sim.writes("low1", memqos_policy::Knob::Freeze).is_empty(), "thrash_refault_rate = 0: PSI only");
 }

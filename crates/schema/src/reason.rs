@@ -231,6 +231,9 @@ pub enum Reason {
         beside: String,
         /// Its memory.pressure `full avg10` when frozen, percent.
         psi_full_avg10: f64,
+        /// What it refaulted per second, averaged over about ten seconds, when frozen.
+        #[serde(default)]
+        refault_bytes_per_s: u64,
     },
     /// Back to the original value (the daemon's journal restore, a tier change on reload).
     Restore,
@@ -354,9 +357,10 @@ impl fmt::Display for Reason {
                 f,
                 "frozen in line: {behind} is held at its memory ceiling too and grows first; this one is {place} in line"
             ),
-            Reason::Thrashing { beside, psi_full_avg10 } => write!(
+            Reason::Thrashing { beside, psi_full_avg10, refault_bytes_per_s } => write!(
                 f,
-                "thrashing (memory.pressure full avg10 {psi_full_avg10:.0}%: stalled on memory most of the time) while {beside} runs: frozen so its reclaim and swap traffic stop taking CPU and disk from it"
+                "thrashing (memory.pressure full avg10 {psi_full_avg10:.0}%, refaulting {}/s: its pages go out and come back, it gets almost nowhere) while {beside} runs: frozen so its reclaim and swap traffic stop taking CPU and disk from it",
+                human(*refault_bytes_per_s)
             ),
             Reason::Restore => f.write_str("restoring the original value"),
             Reason::DirtyCeiling { cap_bytes, dirty_bytes, budget_bytes } => write!(
@@ -478,7 +482,7 @@ mod tests {
                 free_bytes: 0,
             },
             Reason::Queued { behind: by(), place: 1 },
-            Reason::Thrashing { beside: by(), psi_full_avg10: 87.5 },
+            Reason::Thrashing { beside: by(), psi_full_avg10: 87.5, refault_bytes_per_s: 1 },
             Reason::Restore,
             Reason::DirtyCeiling { cap_bytes: 1, dirty_bytes: 1, budget_bytes: 1 },
         ];
