@@ -447,7 +447,7 @@ pub struct Policy {
     /// of a `freeze_thrashing` tier refaulting this much per second, averaged like PSI's
     /// avg10 (over about ten seconds), thrashes (`engine::thrash`). Its memory PSI alone can
     /// miss it for the reason given at `pressure_refault_rate`: the RFC demo's swapping low
-    /// side refaulted about 15 MiB/s and was never frozen by PSI.
+    /// side refaulted about 18 MiB/s at a memory PSI full avg10 of 2% (7.2).
     pub thrash_refault_rate: u64,
     /// `hold_ms` (default 5000): how long pressure must be gone before releasing throttles.
     /// Any new pressure restarts it. Skipped when every protected cgroup that was running at

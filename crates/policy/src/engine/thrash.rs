@@ -4,10 +4,11 @@
 //! fit beside it reclaims from itself: on a host with swap it pushes out and faults back
 //! its own pages, over and over. It then makes almost no progress (the RFC demo's low side
 //! did 0.00x of its solo bogo-ops/s under memqos), and its reclaim, its swap I/O and the
-//! kernel threads that serve them take CPU and disk the protected cgroup shares: in the
-//! demo on 7.2 the high side, with every page in memory and no memory event, ran at about
-//! 0.90x of solo. No memory knob reaches that cost; freezing the thrashing cgroup does, and
-//! costs it little, since it was not getting anywhere.
+//! kernel threads that serve them take CPU and disk the protected cgroup shares, which no
+//! memory knob reaches. Freezing it stops that and costs it little, since it was not getting
+//! anywhere. Measured in the RFC demo (docs/experiments.md, "Freezing the thrashing low
+//! side"): the low side was frozen for most of each run, and the high side ran about as fast
+//! as without the rule; what held it back there was not the low side's activity.
 //!
 //! Per periodic tick, while a protected cgroup of a higher tier is populated: a populated
 //! cgroup of a `freeze_thrashing` tier *thrashes* when its own memory.pressure `full avg10`
@@ -15,13 +16,13 @@
 //! no progress"), or when it refaults (memory.stat `workingset_refault_*`: pages reclaimed or
 //! swapped out and needed again) at least `policy.thrash_refault_rate` per second averaged
 //! as PSI averages avg10 (about ten seconds). The refaults are needed: a swap-in counts as a
-//! memory stall only for a page that was active when it went out, so the demo's low side,
-//! refaulting about 15 MiB/s, never reached 40% full on 7.2 (a first probe froze nothing). A
-//! thrashing cgroup is frozen, reason `thrashing` (beside the highest tier's largest
-//! protected cgroup). It is thawed when no protected cgroup above it runs any more, or after its
-//! tier's `stall.after_ms` frozen (stall bound); then it runs at least [`REST_MS`] (one PSI
-//! avg10 window, so the next decision rests on what it did since the thaw) and is frozen
-//! again only if it thrashes again.
+//! memory stall only for a page that was active when it went out, and on 7.2 the demo's low
+//! side refaulted about 18 MiB/s at a memory PSI full avg10 of 2% (a first probe, on PSI
+//! alone, froze nothing). A thrashing cgroup is frozen, reason `thrashing` (beside the
+//! highest tier's largest protected cgroup). It is thawed when no protected cgroup above it
+//! runs any more, or after its tier's `stall.after_ms` frozen (stall bound); then it runs at
+//! least [`REST_MS`] (one PSI avg10 window, so the next decision rests on what it did since
+//! the thaw) and is frozen again only if it thrashes again.
 //!
 //! Failure modes: a cgroup that thrashes but still gets somewhere (a large sequential
 //! scan through swap) is frozen too, and waits up to a bound each time; a frozen cgroup
