@@ -216,23 +216,7 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
             daemon,
         });
     };
-    let tier = cfg.tiers.iter().find(|(_, t)| t.name == c.tier).map(|(i, t)| TierInfo {
-        name: t.name.clone(),
-        priority: i.0,
-        rule: cfg.tiers.matching_pattern(i, &rel).map(str::to_owned),
-        xattr: t.xattrs.clone(),
-        protect: t.protect,
-        throttle: t.throttle,
-        freeze: t.freeze,
-        queue_held: t.queue_held,
-        freeze_thrashing: t.freeze_thrashing,
-        kill: t.kill,
-        stall_after_ms: t.stall.after_ms,
-        stall_action: t.stall.action,
-        oom_score_adj: t.oom_score_adj,
-        cpu_weight: t.cpu_weight,
-        swap_max: t.swap_max.target(),
-    });
+    let tier = tier_info(cfg, c);
     let decisions: Vec<DecisionRecord> =
         view.history.get(&rel).map(|h| h.iter().cloned().collect()).unwrap_or_else(|| c.last_decisions.clone());
     // The snapshot's knobs were read before that tick's writes: apply those on top.
@@ -260,6 +244,27 @@ pub fn explain(view: &View, arg: &str) -> Result<Explanation, String> {
         release,
         oom_kills,
         daemon,
+    })
+}
+
+/// The tier `c` is in, as `explain` shows it (None: the snapshot names no tier of `cfg`).
+fn tier_info(cfg: &Config, c: &CgroupStatus) -> Option<TierInfo> {
+    cfg.tiers.iter().find(|(_, t)| t.name == c.tier).map(|(i, t)| TierInfo {
+        name: t.name.clone(),
+        priority: i.0,
+        rule: cfg.tiers.matching_pattern(i, &c.cgroup).map(str::to_owned),
+        xattr: t.xattrs.clone(),
+        protect: t.protect,
+        throttle: t.throttle,
+        freeze: t.freeze,
+        queue_held: t.queue_held,
+        freeze_thrashing: t.freeze_thrashing,
+        kill: t.kill,
+        stall_after_ms: t.stall.after_ms,
+        stall_action: t.stall.action,
+        oom_score_adj: t.oom_score_adj,
+        cpu_weight: t.cpu_weight,
+        swap_max: t.swap_max.target(),
     })
 }
 
@@ -545,8 +550,98 @@ pub fn render(e: &Explanation) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::expectation_words;
-    use memqos_policy::{LearnedPeak, PeakSource};
+    use super::{expectation_words, reasons, tier_info};
+    use memqos_policy::{Config, LearnedPeak, PeakSource, Reason};
+    use memqos_schema::status::{CgroupStatus, DecisionRecord, Snapshot};
+
+    /// Why a frozen `tool.2` is frozen and what thaws it, for the last freeze's `reason`.
+    fn frozen_because(reason: Reason) -> (Vec<String>, Vec<String>) {
+        let cfg = Config::from_str(
+            r#"
+cgroup_root = "/sys/fs/cgroup/agents"
+[[tier]]
+name = "runtime"
+match = ["runtime*"]
+protect = "low"
+[[tier]]
+name = "tool"
+match = ["tool*"]
+throttle = true
+freeze = true
+queue_held = true
+freeze_thrashing = true
+stall = { after_ms = 20000 }
+"#,
+            "memqos.toml",
+        )
+        .unwrap();
+        let knobs = r#"{"high": "max", "max": "max", "low": 0, "min": 0, "frozen": false}"#;
+        let frozen = knobs.replace("false", "true");
+        let snap: Snapshot = serde_json::from_str(&format!(
+            r#"{{"pid": 1, "config": "memqos.toml", "cgroup_root": "/sys/fs/cgroup/agents",
+                "parent_usage_bytes": 0, "parent_max": "max", "throttled": [], "frozen": [],
+                "queued": ["tool.2"], "last_pressure_ms": null, "now_ms": 5000, "recent_decisions": [],
+                "cgroups": [{{"cgroup": "tool.2", "cgroup_id": 9, "tier": "tool", "usage_bytes": 1,
+                  "knobs": {frozen}, "original": {knobs}, "psi_some_avg10": 0.0,
+                  "events": {{"low": 0, "high": 0, "max": 0, "oom": 0, "oom_kill": 0, "oom_group_kill": 0}}}}]}}"#
+        ))
+        .unwrap();
+        let c: &CgroupStatus = &snap.cgroups[0];
+        let tier = tier_info(&cfg, c);
+        let d = DecisionRecord {
+            cgroup: "tool.2".into(),
+            file: "cgroup.freeze".into(),
+            value: "1".into(),
+            why: reason.to_string(),
+            reason: Some(reason),
+            at_ms: 2000,
+        };
+        reasons(&cfg, c, tier.as_ref(), &[d], &snap)
+    }
+
+    #[test]
+    fn each_freeze_says_why_and_what_thaws_it() {
+        let by = || "tool.1".to_string();
+        let cases = [
+            (Reason::Queued { behind: by(), place: 1 }, "queued behind tool.1 (now 1 in line)"),
+            (
+                Reason::Thrashing { beside: "runtime".into(), psi_full_avg10: 3.0, refault_bytes_per_s: 9 << 20 },
+                "frozen for thrashing",
+            ),
+            (
+                Reason::Parked {
+                    by: "runtime".into(),
+                    expected_bytes: 1,
+                    source: PeakSource::Declared,
+                    place: 1,
+                    admitted: 1,
+                    budget_bytes: 1,
+                    free_bytes: 0,
+                },
+                "parked by freezing",
+            ),
+            (
+                Reason::Stalled { by: "runtime".into(), stalled_for_ms: 10_000 },
+                "thawed as soon as runtime no longer stalls",
+            ),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for (reason, thaw) in cases {
+            let why = reason.to_string();
+            let (state, release) = frozen_because(reason);
+            assert!(
+                state.iter().any(|s| s.starts_with("frozen by memqos 3.0 s ago: ") && s.ends_with(&why)),
+                "{state:?}"
+            );
+            assert_eq!(release.len(), 1, "{release:?}");
+            assert!(release[0].starts_with(thaw), "{release:?}");
+            if !thaw.starts_with("thawed as soon") {
+                assert!(release[0].contains("stall.after_ms = 20000 ms"), "the bound is named: {release:?}");
+            }
+            seen.insert(release[0].clone());
+        }
+        assert_eq!(seen.len(), 4, "one text per reason");
+    }
 
     #[test]
     fn each_expectation_source_is_named_in_its_own_words() {

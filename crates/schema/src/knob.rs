@@ -163,7 +163,8 @@ pub struct Knobs {
     pub low: Limit,
     /// memory.min (written by memqos on `protect = "min"` tiers).
     pub min: Limit,
-    /// cgroup.freeze (written by memqos only on `freeze = true` tiers).
+    /// cgroup.freeze (written by memqos only on tiers that consent: `freeze`, `queue_held`,
+    /// `freeze_thrashing`).
     pub frozen: bool,
 }
 
