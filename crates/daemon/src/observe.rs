@@ -523,7 +523,6 @@ impl Sampler {
             obs.tier = tier;
             // Only protected cgroups' emptiness changes a decision (regrowth room, protection).
             let protected = cfg.tiers.get(tier).is_some_and(|t| t.is_protected());
-            // A protected cgroup that cannot be opened now (gone) has no emptiness and no hints.
             // Refaults of a cgroup that may be frozen for thrashing (engine::thrash): its
             // memory PSI can miss the thrash too.
             let thrash_watch =
@@ -531,10 +530,12 @@ impl Sampler {
             if let Some(cg) = dirs.filter(|_| thrash_watch).and_then(|r| r.cgroup(&c.path).ok()) {
                 Self::read_refaults(&mut self.prev_refaults, &cg, c.id, now_ms, &mut obs);
             }
+            // A protected cgroup that cannot be opened now (gone) has no emptiness and no hints.
             if let Some((r, cg)) = dirs.filter(|_| protected).and_then(|r| Some((r, r.cgroup(&c.path).ok()?))) {
                 obs.populated = cg.is_populated().ok();
                 // Thrashing PSI can miss (Policy::pressure_refault_rate): memory.stat of the
-                // protected cgroups only, the rest of the tree skips it (skip_statistics).
+                // protected cgroups (and freeze_thrashing ones, above) only, the rest of the
+                // tree skips it (skip_statistics).
                 if cfg.policy.pressure_refault_rate > 0 && !thrash_watch {
                     Self::read_refaults(&mut self.prev_refaults, &cg, c.id, now_ms, &mut obs);
                 }
