@@ -259,10 +259,16 @@ pub(super) fn spec(name: &str) -> Option<Spec> {
         },
         // The same demo with the CPU weights of memqos-experiment-cpu.toml (issue 30.4), its
         // side-by-side without them (none and memqos only, as rfc-demo-cpu), with the weights
-        // and freeze_thrashing, and the high side beside a neighbour that only computes (the
-        // lab's ceiling for any memory controller).
+        // and freeze_thrashing, and the high side beside a neighbour that only computes or
+        // that works memory and fits (the lab's ceiling for any memory controller).
         "rfc-demo-cpu" => Spec {
-            scenarios: &["rfc-demo-reduced", "rfc-demo-cpu", "rfc-demo-thrash", "rfc-demo-cpu-neighbour"],
+            scenarios: &[
+                "rfc-demo-reduced",
+                "rfc-demo-cpu",
+                "rfc-demo-thrash",
+                "rfc-demo-cpu-neighbour",
+                "rfc-demo-vm-neighbour",
+            ],
             kernel: None,
             arms: &["solo:high", "solo:low1", "none", "memqos"],
             cols: &[Scenario, Kernel, Build, Arm, HighOps, HighOpsSolo, LowOps, LowOpsSolo, LowOpsNone, Kills],
