@@ -143,8 +143,13 @@ mod tests {
         if let Some(c) = &p.commit {
             assert_eq!(c.len(), 40, "{c}");
             let b = p.build().unwrap();
-            assert!(b.starts_with(&c[..7]), "{b}");
-            assert_eq!(b.ends_with("+dirty"), p.dirty == Some(true));
+            // The label is the build's (when this binary knows its build) or else the
+            // checkout's: compare with the same one, so editing a tracked file between
+            // building and running this test does not fail it.
+            let labelled_dirty = if p.build_commit.is_some() { p.build_dirty } else { p.dirty };
+            let labelled_commit = p.build_commit.as_deref().unwrap_or(c);
+            assert!(b.starts_with(&labelled_commit[..7]), "{b}");
+            assert_eq!(b.ends_with("+dirty"), labelled_dirty == Some(true));
         } else {
             assert_eq!(p.build(), None);
         }
