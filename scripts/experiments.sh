@@ -4,7 +4,8 @@
 # per kernel on a 2-core TCG host: the seed's scenarios and their -cpu twins ~45 min
 # (measured 2026-11-22); sweep-tight (issue 18's 70% sweep) ~10 min per run; rfc-demo and
 # rfc-demo-zswap (the RFC cover letter's stress-ng demo with swap, 60 s per arm as there) ~27
-# min each; oom-swap, oom-zswap, contention-swap, contention-zswap (issue 16.6) ~11 min each;
+# min each (rfc-demo-cpu, rfc-demo-thrash ~21 min, the two neighbour scenarios ~15 min
+# per kernel); oom-swap, oom-zswap, contention-swap, contention-zswap (issue 16.6) ~11 min each;
 # oom-systemd and contention-systemd ~9 min each. About 6 h in all; progress and an estimate
 # are printed. The real-time scenarios (oom-realtime, oom-systemd-realtime, sweep-tight-realtime:
 # speed 1, issue 29.2; not run yet) add, from the traces' lengths, ~18, ~20 and ~75 min per run. The agent-host experiment has its own command: `bash scripts/experiments.sh
