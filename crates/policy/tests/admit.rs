@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use memqos_policy::{Action, Allowance, Knob, Limit, PressureLine, Reason};
+use memqos_policy::{Action, Allowance, Knob, Limit, Reason};
 
 const ON: &str = "admission = true\n";
 
@@ -166,7 +166,7 @@ fn a_call_held_at_its_armed_ceiling_meets_its_tiers_stall_bound() {
         if c.usage_bytes > 0 {
             c.usage_bytes = c.current.high.bytes().unwrap_or(u64::MAX).min(64 * MB);
             c.events_delta.high = 5;
-            c.psi.full = Some(PressureLine { avg10: 90.0, ..Default::default() });
+            set_full(c, 90.0);
         }
     });
     for (t, d) in &sim.log {

@@ -170,7 +170,7 @@ fn the_stall_bound_relieves_a_parked_cgroup() {
         let c = s.cg("batch/b");
         c.usage_bytes = c.current.high.bytes().unwrap_or(50 * MB);
         c.events_delta.high = 5;
-        c.psi.full = Some(memqos_policy::PressureLine { avg10: 90.0, ..Default::default() });
+        set_full(c, 90.0);
     });
     assert!(
         sim.log.iter().any(|(_, d)| d.cgroup == "batch/b" && matches!(d.reason, Reason::StallBound { .. })),

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use memqos_policy::{Action, Decision, Limit, Reason};
+use memqos_policy::{Decision, Limit, Reason};
 
 const TOOLS: &str = r#"
 [[tier]]
@@ -40,15 +40,6 @@ fn press(sim: &mut Sim, ids: &[&str]) {
     for id in ids {
         sim.cg(id).events_delta.high = 3;
     }
-}
-
-fn freezes(d: &[Decision]) -> Vec<(String, bool, Reason)> {
-    d.iter()
-        .filter_map(|d| match d.action {
-            Action::Freeze(f) => Some((d.cgroup.clone(), f, d.reason.clone())),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Three calls held at their ceilings, made a tick apart: a, then b, then c.

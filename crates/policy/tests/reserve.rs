@@ -162,7 +162,7 @@ fn the_stall_bound_still_relieves_a_member_pinned_at_its_cap() {
         let c = s.cg("batch/a");
         c.usage_bytes = c.current.high.bytes().unwrap_or(cap);
         c.events_delta.high = 5;
-        c.psi.full = Some(memqos_policy::PressureLine { avg10: 90.0, ..Default::default() });
+        set_full(c, 90.0);
     });
     let reliefs: Vec<_> = sim
         .log

@@ -5,11 +5,7 @@
 mod common;
 
 use common::*;
-use memqos_policy::{Action, CgroupObs, Decision, PressureLine, Reason};
-
-fn set_full(c: &mut CgroupObs, avg10: f64) {
-    c.psi.full = Some(PressureLine { avg10, ..Default::default() });
-}
+use memqos_policy::{Action, Decision, Reason};
 
 /// critical/db stalls on memory throughout (so lower tiers are cut on every occasion);
 /// low/a is a swapless anonymous workload that wants `want` bytes: it grows 10 MiB a tick up

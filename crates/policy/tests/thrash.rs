@@ -6,8 +6,7 @@
 mod common;
 
 use common::*;
-use memqos_policy::PressureLine;
-use memqos_policy::{Action, Decision, Reason, THRASH_REST_MS};
+use memqos_policy::{Action, Reason, THRASH_REST_MS};
 
 const TIERS: &str = r#"
 [[tier]]
@@ -22,55 +21,54 @@ freeze_thrashing = true
 stall = { after_ms = 5000 }
 "#;
 
-fn demo(tiers: &str) -> Sim {
-    let mut sim = Sim::new(config(tiers, "min_write_interval_ms = 0"));
+/// `high` (600 MiB, protected) beside `low1` (150 MiB), sampled every 100 ms, with `policy`
+/// lines added to `min_write_interval_ms = 0`.
+fn demo_with(tiers: &str, policy: &str) -> Sim {
+    let mut sim = Sim::new(config(tiers, &format!("min_write_interval_ms = 0\n{policy}")));
     sim.tick_ms = 100;
     sim.add("high", 600 * MB);
     sim.add("low1", 150 * MB);
     sim
 }
 
-fn set_full(sim: &mut Sim, id: &str, avg10: f64) {
-    sim.cg(id).psi.full = Some(PressureLine { avg10, ..Default::default() });
+fn demo(tiers: &str) -> Sim {
+    demo_with(tiers, "")
 }
 
-fn freezes(d: &[Decision]) -> Vec<(String, bool, Reason)> {
-    d.iter()
-        .filter_map(|d| match d.action {
-            Action::Freeze(f) => Some((d.cgroup.clone(), f, d.reason.clone())),
-            _ => None,
-        })
-        .collect()
+/// TIERS without `freeze_thrashing`.
+fn without_the_option() -> String {
+    edit_tier(TIERS, "batch", |t| {
+        t.remove("freeze_thrashing");
+    })
 }
 
 #[test]
 fn a_lower_cgroup_thrashing_beside_a_running_protected_one_is_frozen() {
     let mut sim = demo(TIERS);
-    set_full(&mut sim, "low1", 39.0);
+    set_full(sim.cg("low1"), 39.0);
     assert!(freezes(&sim.tick()).is_empty(), "below the line (stall_psi_full_avg10 = 40)");
-    set_full(&mut sim, "low1", 85.0);
+    set_full(sim.cg("low1"), 85.0);
     let d = freezes(&sim.tick());
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!((d[0].0.as_str(), d[0].1), ("low1", true));
     assert_eq!(d[0].2, Reason::Thrashing { beside: "high".into(), psi_full_avg10: 85.0, refault_bytes_per_s: 0 });
     assert_eq!(sim.engine.status().thrashing, ["low1"]);
     // Frozen, its pressure decays: it stays frozen while the protected cgroup runs.
-    set_full(&mut sim, "low1", 0.0);
+    set_full(sim.cg("low1"), 0.0);
     sim.run(3000, |_| {});
     assert!(sim.cgs["low1"].current.frozen);
 }
 
 #[test]
 fn nothing_is_frozen_without_the_option_or_without_a_protected_cgroup_running() {
-    let plain = TIERS.replace("freeze_thrashing = true\n", "");
-    let mut sim = demo(&plain);
-    set_full(&mut sim, "low1", 95.0);
+    let mut sim = demo(&without_the_option());
+    set_full(sim.cg("low1"), 95.0);
     sim.run(2000, |_| {});
     assert!(sim.writes("low1", memqos_policy::Knob::Freeze).is_empty(), "no freeze_thrashing");
 
     let mut sim = demo(TIERS);
     sim.cg("high").populated = Some(false);
-    set_full(&mut sim, "low1", 95.0);
+    set_full(sim.cg("low1"), 95.0);
     sim.run(2000, |_| {});
     assert!(sim.writes("low1", memqos_policy::Knob::Freeze).is_empty(), "the protected cgroup is empty");
 }
@@ -78,7 +76,7 @@ fn nothing_is_frozen_without_the_option_or_without_a_protected_cgroup_running() 
 #[test]
 fn it_is_thawed_when_the_protected_cgroup_ends() {
     let mut sim = demo(TIERS);
-    set_full(&mut sim, "low1", 85.0);
+    set_full(sim.cg("low1"), 85.0);
     sim.tick();
     assert!(sim.cgs["low1"].current.frozen);
     sim.remove("high");
@@ -87,7 +85,7 @@ fn it_is_thawed_when_the_protected_cgroup_ends() {
     assert!(sim.engine.status().thrashing.is_empty());
     // Emptied rather than removed: thawed too.
     let mut sim = demo(TIERS);
-    set_full(&mut sim, "low1", 85.0);
+    set_full(sim.cg("low1"), 85.0);
     sim.tick();
     sim.cg("high").populated = Some(false);
     let d = freezes(&sim.tick());
@@ -97,7 +95,7 @@ fn it_is_thawed_when_the_protected_cgroup_ends() {
 #[test]
 fn the_stall_bound_thaws_it_and_it_runs_a_rest_before_it_may_be_frozen_again() {
     let mut sim = demo(TIERS);
-    set_full(&mut sim, "low1", 85.0);
+    set_full(sim.cg("low1"), 85.0);
     sim.tick();
     let frozen_at = sim.now - sim.tick_ms;
     // Still thrashing by its (stale) figure the whole time: only the bound thaws it.
@@ -140,7 +138,7 @@ freeze_thrashing = true
     let mut sim = demo(tiers);
     sim.add("high2", 700 * MB);
     sim.add("mid", 900 * MB);
-    set_full(&mut sim, "low1", 60.0);
+    set_full(sim.cg("low1"), 60.0);
     let d = freezes(&sim.tick());
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(d[0].2, Reason::Thrashing { beside: "high2".into(), psi_full_avg10: 60.0, refault_bytes_per_s: 0 });
@@ -149,12 +147,12 @@ freeze_thrashing = true
 #[test]
 fn a_protected_cgroup_is_never_frozen_for_thrashing_and_a_reload_without_the_option_thaws() {
     let mut sim = demo(TIERS);
-    set_full(&mut sim, "high", 95.0);
-    set_full(&mut sim, "low1", 95.0);
+    set_full(sim.cg("high"), 95.0);
+    set_full(sim.cg("low1"), 95.0);
     sim.tick();
     assert!(!sim.cgs["high"].current.frozen);
     assert!(sim.cgs["low1"].current.frozen);
-    let plain = config(&TIERS.replace("freeze_thrashing = true\n", ""), "min_write_interval_ms = 0");
+    let plain = config(&without_the_option(), "min_write_interval_ms = 0");
     let cfg = plain.clone();
     sim.engine.reconfigure(plain, |p| cfg.tiers.classify(p));
     sim.cfg = cfg;
@@ -193,10 +191,7 @@ fn refaults_count_where_psi_misses_them_averaged_over_about_ten_seconds() {
     let mut sim = demo(TIERS);
     refaulting(&mut sim, 7, 60_000);
     assert!(sim.writes("low1", memqos_policy::Knob::Freeze).is_empty());
-    let mut sim = Sim::new(config(TIERS, "min_write_interval_ms = 0\nthrash_refault_rate = \"0\""));
-    sim.tick_ms = 100;
-    sim.add("high", 600 * MB);
-    sim.add("low1", 150 * MB);
+    let mut sim = demo_with(TIERS, "thrash_refault_rate = \"0\"");
     refaulting(&mut sim, 100, 30_000);
     assert!(sim.writes("low1", memqos_policy::Knob::Freeze).is_empty(), "thrash_refault_rate = 0: PSI only");
 }

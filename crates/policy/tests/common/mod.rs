@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use memqos_policy::{
-    Action, CgroupObs, Config, Decision, Engine, Knob, Limit, Observation, ParentObs, Reason, TierIndex,
+    Action, CgroupObs, Config, Decision, Engine, Knob, Limit, Observation, ParentObs, PressureLine, Reason, TierIndex,
 };
 
 pub use memqos_policy::size::MIB as MB;
@@ -59,6 +59,22 @@ name = "batch"
 match = ["batch/*"]
 throttle = true
 "#;
+
+/// Sets `c`'s own memory.pressure `full avg10` (percent): its tasks all stalled that share of
+/// the last ten seconds.
+pub fn set_full(c: &mut CgroupObs, avg10: f64) {
+    c.psi.full = Some(PressureLine { avg10, ..Default::default() });
+}
+
+/// The cgroup.freeze writes among `d`: (cgroup, frozen, reason).
+pub fn freezes(d: &[Decision]) -> Vec<(String, bool, Reason)> {
+    d.iter()
+        .filter_map(|d| match d.action {
+            Action::Freeze(f) => Some((d.cgroup.clone(), f, d.reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
 
 /// A reason that raises memory.high back after pressure: the hold ran out, or nothing is left
 /// to protect.
