@@ -874,12 +874,7 @@ fn a_low_that_does_not_fit_is_parked_and_status_and_explain_say_so() {
     let snap = poll_status(&f, |s| s.parked == ["low2"]);
     assert_eq!(f.knob("low2", "memory.high"), (32 * MIB).to_string());
     assert_eq!(f.knob("low1", "memory.high"), (112 * MIB).to_string());
-    let cfg = memqos_policy::Config::from_str(&std::fs::read_to_string(&f.config).unwrap(), "memqos.toml").unwrap();
-    let mut view = memqos_daemon::explain::View::new(cfg, f.config.clone());
-    for d in &snap.recent_decisions {
-        view.history.entry(d.cgroup.clone()).or_default().push_back(d.clone());
-    }
-    view.snapshot = Some(snap);
+    let view = explain_view(&f, snap);
     let e = memqos_daemon::explain::explain(&view, "low2").unwrap();
     assert!(
         e.release.iter().any(|r| r.starts_with("parked:") && r.contains("1 in line") && r.contains("300M")),
@@ -918,6 +913,18 @@ fn with_active_swap_the_lows_share_and_with_unreadable_swaps_they_are_parked() {
 }
 
 /// Waits for a status.json that satisfies `f`.
+/// What `memqos explain` answers from, as the daemon keeps it: the tree's config, `snap`, and
+/// its recent decisions recorded per cgroup.
+fn explain_view(f: &FakeTree, snap: memqos_daemon::status::Snapshot) -> memqos_daemon::explain::View {
+    let cfg = memqos_policy::Config::from_str(&std::fs::read_to_string(&f.config).unwrap(), "memqos.toml").unwrap();
+    let mut view = memqos_daemon::explain::View::new(cfg, f.config.clone());
+    for d in &snap.recent_decisions {
+        view.record(d.clone());
+    }
+    view.snapshot = Some(snap);
+    view
+}
+
 fn poll_status(f: &FakeTree, ok: impl Fn(&memqos_daemon::status::Snapshot) -> bool) -> memqos_daemon::status::Snapshot {
     common::poll_for("status", Duration::from_secs(10), || f.status().filter(|s| ok(s)))
 }
@@ -963,12 +970,7 @@ fn a_low_thrashing_beside_the_protected_one_is_frozen_explained_and_thawed_at_st
     assert!(!f.capped("low1"), "frozen, not throttled");
     let text = memqos_daemon::status::render(&snap, false);
     assert!(text.lines().any(|l| l.starts_with("low1 ") && l.ends_with("THRASHING (frozen)")), "{text}");
-    let cfg = memqos_policy::Config::from_str(&std::fs::read_to_string(&f.config).unwrap(), "memqos.toml").unwrap();
-    let mut view = memqos_daemon::explain::View::new(cfg, f.config.clone());
-    for d in &snap.recent_decisions {
-        view.history.entry(d.cgroup.clone()).or_default().push_back(d.clone());
-    }
-    view.snapshot = Some(snap);
+    let view = explain_view(&f, snap);
     let e = memqos_daemon::explain::explain(&view, "low1").unwrap();
     assert!(
         e.state.iter().any(|s| s.contains("thrashing (memory.pressure full avg10 85%") && s.contains("high")),
