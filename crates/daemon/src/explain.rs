@@ -430,7 +430,7 @@ fn reasons(
                 would.push("freeze it while it is held at its ceiling and an older held cgroup grows first");
             }
             if t.freeze_thrashing {
-                would.push("freeze it while it thrashes (memory.pressure full avg10 at or above stall_psi_full_avg10) beside a running protected cgroup");
+                would.push("freeze it while it thrashes (memory.pressure full avg10 at or above stall_psi_full_avg10, or refaulting thrash_refault_rate per second) beside a running protected cgroup");
             }
             if !would.is_empty() {
                 release.push(format!("its tier lets memqos {}", would.join("; ")));
