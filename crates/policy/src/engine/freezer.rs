@@ -27,11 +27,6 @@ impl Freezer {
         Freezer { rest_ms: Some(rest_ms), ..Freezer::default() }
     }
 
-    /// The cgroups this rule holds frozen, by id.
-    pub(crate) fn frozen_ids(&self) -> impl Iterator<Item = CgroupId> + '_ {
-        self.frozen.keys().copied()
-    }
-
     pub(crate) fn froze(&self, id: CgroupId) -> bool {
         self.frozen.contains_key(&id)
     }

@@ -87,14 +87,15 @@ impl Thrash {
         let refault_line = ctx.cfg.policy.thrash_refault_rate;
         let refaulting = |c: &CgroupObs| self.refaults.get(&c.id).map_or(0, |&r| r as u64);
         // The protected cgroup a thrashing one at `tier` would run beside: the highest
-        // tier's largest populated one above it.
-        let beside = |tier| {
-            ctx.cgs
-                .iter()
-                .copied()
-                .filter(|p| p.tier < tier && ctx.tier(p).is_protected() && p.is_populated())
-                .min_by(|a, b| (a.tier, b.usage_bytes, &a.path).cmp(&(b.tier, a.usage_bytes, &b.path)))
-        };
+        // tier's largest populated one above it. That is the highest tier's largest of all,
+        // if its tier is above `tier` (found once: not a pass over the tree per cgroup).
+        let first = ctx
+            .cgs
+            .iter()
+            .copied()
+            .filter(|p| ctx.tier(p).is_protected() && p.is_populated())
+            .min_by(|a, b| (a.tier, b.usage_bytes, &a.path).cmp(&(b.tier, a.usage_bytes, &b.path)));
+        let beside = |tier| first.filter(|p| p.tier < tier);
         let thrashing = |c: &CgroupObs| {
             c.psi.full.is_some_and(|f| f.avg10 >= line) || (refault_line > 0 && refaulting(c) >= refault_line)
         };
@@ -132,7 +133,6 @@ impl Thrash {
             Reason::Thrashing { beside, .. } => Some(beside.as_str()),
             _ => None,
         });
-        let ids: Vec<_> = self.freezer.frozen_ids().collect();
-        self.frozen = ctx.cgs.iter().filter(|c| ids.contains(&c.id)).map(|c| c.path.clone()).collect();
+        self.frozen = ctx.cgs.iter().filter(|c| self.freezer.froze(c.id)).map(|c| c.path.clone()).collect();
     }
 }
