@@ -29,7 +29,10 @@ const CHECK_EVERY: Duration = Duration::from_millis(200);
 /// The allowance of `tier` in the file at `state_dir`, at `now_unix_ms`, for calls below
 /// `root`; Err says why there is none.
 pub fn allowance(state_dir: &Path, root: &Path, tier: &str, now_unix_ms: u64) -> Result<(u64, u32), String> {
-    let a = current(state_dir, root, now_unix_ms)?;
+    allowance_of(&current(state_dir, root, now_unix_ms)?, tier)
+}
+
+fn allowance_of(a: &Admission, tier: &str) -> Result<(u64, u32), String> {
     let bytes = a.allowance(tier).ok_or_else(|| format!("the daemon publishes no allowance for tier {tier:?}"))?;
     Ok((bytes.max(MIN_CEILING), a.pid))
 }
@@ -86,10 +89,17 @@ pub struct Ceiling {
     pub lifted: Option<String>,
 }
 
-/// Arms `cg` (a call's cgroup just made, nothing running in it yet) at its tier's allowance;
-/// Err says why it was not armed (nothing was written then, or the mark only).
-pub fn arm(cg: &Cgroup, state_dir: &Path, root: &Path, tier: &str) -> Result<Ceiling, String> {
-    let (bytes, _) = allowance(state_dir, root, tier, unix_ms())?;
+/// Arms `cg` (a call's cgroup just made, nothing running in it yet) at its tier's allowance,
+/// or at its `declared` peak when the room covers it (as much of the room as there is when it
+/// does not: a wait that ended at its limit); Err says why it was not armed (nothing was
+/// written then, or the mark only).
+pub fn arm(cg: &Cgroup, state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>) -> Result<Ceiling, String> {
+    let a = current(state_dir, root, unix_ms())?;
+    let (allowed, _) = allowance_of(&a, tier)?;
+    let bytes = match (declared, a.room(tier)) {
+        (Some(d), Some(room)) => allowed.max(d.div_ceil(4096).saturating_mul(4096).min(room)),
+        _ => allowed,
+    };
     // The daemon honours the mark only from root or the root's owner, as every hint; from
     // anyone else it would take the ceiling for an operator's and never raise it.
     let owner = |p: &Path| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).ok()?).into();
@@ -218,19 +228,43 @@ mod tests {
         let f = fake();
         let root = f.root.display().to_string();
         // Missing, then stale: no ceiling, nothing written.
-        let e = arm(&f.call, &f.state, &f.root, "tool").unwrap_err();
+        let e = arm(&f.call, &f.state, &f.root, "tool", None).unwrap_err();
         assert!(e.contains("missing"), "{e}");
         publish(&f.state, &root, unix_ms() - 5_000, std::process::id(), &[("tool", 300 << 20)]);
-        let e = arm(&f.call, &f.state, &f.root, "tool").unwrap_err();
+        let e = arm(&f.call, &f.state, &f.root, "tool", None).unwrap_err();
         assert!(e.contains("old"), "{e}");
         assert_eq!((high(&f.call), mark(&f.call)), ("max".to_owned(), None));
         // Fresh, from a live daemon (this process stands in for it).
         publish(&f.state, &root, unix_ms(), std::process::id(), &[("tool", (300 << 20) + 100)]);
-        let c = arm(&f.call, &f.state, &f.root, "tool").expect("armed");
+        let c = arm(&f.call, &f.state, &f.root, "tool", None).expect("armed");
         assert_eq!(c.bytes, 300 << 20, "page aligned");
         assert_eq!(high(&f.call), (300u64 << 20).to_string());
         assert_eq!(mark(&f.call), Some((300u64 << 20).to_string().into_bytes()));
         assert!(c.stale(unix_ms()).is_none() && c.lifted.is_none());
+    }
+
+    #[test]
+    fn a_declared_call_is_armed_at_its_declaration_as_far_as_the_room_goes() {
+        use memqos_schema::admission::TierAllowance;
+        let f = fake();
+        let root = f.root.display().to_string();
+        let at = |allowance: u64, room: Option<u64>| {
+            let t = TierAllowance { tier: "tool".into(), allowance_bytes: allowance, wait: false, room_bytes: room };
+            crate::testutil::publish_tiers(&f.state, &root, unix_ms(), std::process::id(), vec![t], 1, 0);
+        };
+        let arm_declared = |d| arm(&f.call, &f.state, &f.root, "tool", d).expect("armed").bytes;
+        at(100 << 20, Some(200 << 20));
+        // Within the room: the declaration, rounded up to a page.
+        assert_eq!(arm_declared(Some((150 << 20) + 1)), (150 << 20) + 4096);
+        assert_eq!(high(&f.call), ((150u64 << 20) + 4096).to_string());
+        // More than the room (a wait that ended at its limit): the room; below the share:
+        // the allowance; none declared: the allowance.
+        assert_eq!(arm_declared(Some(500 << 20)), 200 << 20);
+        assert_eq!(arm_declared(Some(10 << 20)), 100 << 20);
+        assert_eq!(arm_declared(None), 100 << 20);
+        // An older daemon publishes no room: the allowance stands in.
+        at(100 << 20, None);
+        assert_eq!(arm_declared(Some(150 << 20)), 100 << 20);
     }
 
     #[test]
@@ -246,7 +280,7 @@ mod tests {
         ];
         for (break_it, says) in cases {
             publish(&f.state, &root, unix_ms(), me, &[("tool", 300 << 20)]);
-            let mut c = arm(&f.call, &f.state, &f.root, "tool").expect("armed");
+            let mut c = arm(&f.call, &f.state, &f.root, "tool", None).expect("armed");
             c.watch(&f.call);
             assert_eq!(c.lifted, None, "a live daemon keeps it");
             assert_eq!(high(&f.call), (300u64 << 20).to_string());
@@ -263,7 +297,7 @@ mod tests {
     fn the_call_is_watched_while_it_runs() {
         let f = fake();
         publish(&f.state, &f.root.display().to_string(), unix_ms(), std::process::id(), &[("tool", 64 << 20)]);
-        let mut c = arm(&f.call, &f.state, &f.root, "tool").expect("armed");
+        let mut c = arm(&f.call, &f.state, &f.root, "tool", None).expect("armed");
         // The daemon stops while the call runs (its file withdrawn after 100 ms).
         let state = f.state.clone();
         let stopper = std::thread::spawn(move || {

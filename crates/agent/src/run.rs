@@ -91,6 +91,8 @@ struct Call {
     ceiling: Result<armed::Ceiling, String>,
     /// The wait for room before the call started (`wait`), if it had to wait.
     waited: Option<wait::Waited>,
+    /// `--expect`, for a tool call: what its wait and its ceiling were to cover.
+    declared: Option<u64>,
     /// A tool call's creator lock (`layout::CallCgroup`), held until the call is dropped,
     /// after its cgroup is removed; the runtime's shared cgroup has none.
     _lock: Option<std::os::fd::OwnedFd>,
@@ -155,7 +157,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         // daemon no empty cgroup to track.
         let planned = session.child(&format!("{tier}.{}", std::process::id()));
         let tier = daemon_tier(config.as_ref().map(|c| &c.1), root.path(), &planned, &tier);
-        wait::for_room(&state_dir, root.path(), &tier, req.verbose)
+        wait::for_room(&state_dir, root.path(), &tier, expect, req.verbose)
     };
     let (cg, lock) = if req.runtime {
         (layout::runtime(&session)?, None)
@@ -174,6 +176,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         events_log: config.as_ref().map(|c| c.1.state_dir.join(memqos_schema::state::EVENTS_FILE)),
         ceiling: Err("not armed yet".into()),
         waited,
+        declared: if req.runtime { None } else { expect },
     };
     if let Some(cfg) = &config {
         call.check_tier(cfg.0.as_path(), &cfg.1, expect.is_some(), req.workload.is_some());
@@ -206,10 +209,10 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         Err("the runtime is not armed (it is protected, not throttled)".into())
     } else {
         let tier = daemon_tier(config.as_ref().map(|c| &c.1), &call.root, &call.cg, &call.tier);
-        armed::arm(&call.cg, &state_dir, &call.root, &tier)
+        armed::arm(&call.cg, &state_dir, &call.root, &tier, expect)
     };
     if req.verbose {
-        eprintln!("memqos run: {}", armed_line(&call.ceiling, call.waited.as_ref()));
+        eprintln!("memqos run: {}", armed_line(&call.ceiling, call.waited.as_ref(), call.declared));
     }
     Ok(Prepared::Call(Box::new(call)))
 }
@@ -246,8 +249,8 @@ fn daemon_tier(config: Option<&Config>, root: &Path, cg: &Cgroup, asked: &str) -
 }
 
 /// What `--verbose` says about the armed ceiling, and the wait before it.
-fn armed_line(c: &Result<armed::Ceiling, String>, waited: Option<&wait::Waited>) -> String {
-    let ceiling = armed_ceiling_line(c);
+fn armed_line(c: &Result<armed::Ceiling, String>, waited: Option<&wait::Waited>, declared: Option<u64>) -> String {
+    let ceiling = armed_ceiling_line(c, declared);
     match waited {
         Some(w) => format!(
             "{ceiling}; after waiting {:.1} s for room ({}{})",
@@ -259,8 +262,12 @@ fn armed_line(c: &Result<armed::Ceiling, String>, waited: Option<&wait::Waited>)
     }
 }
 
-fn armed_ceiling_line(c: &Result<armed::Ceiling, String>) -> String {
+fn armed_ceiling_line(c: &Result<armed::Ceiling, String>, declared: Option<u64>) -> String {
     match c {
+        Ok(c) if declared.is_some_and(|d| c.bytes >= d) => format!(
+            "armed memory.high at {} (its declared peak: the memqos daemon had that much room)",
+            memqos_cgroupfs::units::human(c.bytes)
+        ),
         Ok(c) => format!(
             "armed memory.high at {} (the memqos daemon's allowance for a new call of this tier)",
             memqos_cgroupfs::units::human(c.bytes)
@@ -272,7 +279,8 @@ fn armed_ceiling_line(c: &Result<armed::Ceiling, String>) -> String {
 impl Call {
     /// Warns when the daemon config would place the call in another tier than asked for:
     /// the call still runs, but the operator should know its globs do not match. Also when
-    /// `--expect` declares a peak in a tier that does not protect (only those reserve room).
+    /// `--expect` declares a peak in a tier that neither protects (those reserve room) nor
+    /// throttles with `admission` on (there a call waits at the door for room for it).
     /// Likewise when `--workload` names a workload in a tier that does not learn peaks.
     fn check_tier(&self, file: &Path, cfg: &Config, declares: bool, names_workload: bool) {
         let rel = self.cg.path().strip_prefix(&self.root).unwrap_or(self.cg.path()).display().to_string();
@@ -283,9 +291,12 @@ impl Call {
                 file.display()
             );
         }
-        if declares && tier.is_none_or(|t| t.protect == memqos_policy::config::Protect::None) {
+        let uses_declaration = |t: &memqos_policy::config::Tier| {
+            t.protect != memqos_policy::config::Protect::None || (t.throttle && cfg.policy.admission)
+        };
+        if declares && tier.is_none_or(|t| !uses_declaration(t)) {
             eprintln!(
-                "memqos run: warning: --expect declares a peak for {rel}, but its tier in {} does not protect: only protected tiers reserve room for a declared peak",
+                "memqos run: warning: --expect declares a peak for {rel}, but its tier in {} neither protects nor throttles with policy.admission on: nothing reserves or waits for room for it",
                 file.display()
             );
         }
@@ -347,6 +358,9 @@ impl Call {
             },
             Err(why) => memqos_schema::call::Armed { skipped: Some(why.clone()), ..Default::default() },
         };
+        if self.ceiling.is_ok() {
+            r.armed.declared_bytes = self.declared;
+        }
         if let Some(w) = &self.waited {
             r.armed.waited_ms = w.ms;
             r.armed.wait_ended = Some(w.ended.as_str().to_owned());

@@ -34,14 +34,32 @@ pub fn publish(
     seq: u64,
     wait_limit_ms: u64,
 ) {
-    use memqos_schema::admission::{Admission, TierAllowance, ADMISSION_VERSION};
+    use memqos_schema::admission::TierAllowance;
+    let tiers: Vec<_> = tiers
+        .iter()
+        .map(|&(t, b, wait)| TierAllowance { tier: t.into(), allowance_bytes: b, wait, room_bytes: None })
+        .collect();
+    publish_tiers(dir, root, at, pid, tiers, seq, wait_limit_ms);
+}
+
+/// [`publish`] with whole [`TierAllowance`]s (the room too).
+pub fn publish_tiers(
+    dir: &std::path::Path,
+    root: &str,
+    at: u64,
+    pid: u32,
+    tiers: Vec<memqos_schema::admission::TierAllowance>,
+    seq: u64,
+    wait_limit_ms: u64,
+) {
+    use memqos_schema::admission::{Admission, ADMISSION_VERSION};
     let a = Admission {
         version: ADMISSION_VERSION,
         pid,
         cgroup_root: root.into(),
         computed_unix_ms: at,
         interval_ms: 100,
-        tiers: tiers.iter().map(|&(t, b, wait)| TierAllowance { tier: t.into(), allowance_bytes: b, wait }).collect(),
+        tiers,
         seq,
         wait_limit_ms,
     };

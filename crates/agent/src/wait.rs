@@ -8,6 +8,10 @@
 //! armed at that allowance), the daemon is gone (then it starts as without one), or the
 //! file's `wait_limit_ms` passes (then it starts armed at the allowance of that moment).
 //!
+//! A call that declares its peak (`memqos run --expect`) also waits while the daemon's room for
+//! its tier is smaller than the declaration: started into less, it would be held at its
+//! ceiling and then killed; waiting, it holds nothing.
+//!
 //! Only calls that had to wait take the claim (`<state_dir>/admission.claim`): one of them
 //! starts per published tick, so waiters do not all start on one allowance. It is not
 //! oldest first: whichever waiter looks first after a tick takes it.
@@ -18,6 +22,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use memqos_schema::admission::Admission;
 use memqos_schema::state::ADMISSION_CLAIM_FILE;
 
 use crate::armed;
@@ -61,18 +66,29 @@ pub struct Waited {
     pub why: Option<String>,
 }
 
-/// Waits, while the daemon's allowance for `tier` says so, until the call may start; None
-/// when it did not have to wait (no wait asked, no trusted file, `wait_limit_ms` 0).
-pub fn for_room(state_dir: &Path, root: &Path, tier: &str, verbose: bool) -> Option<Waited> {
+/// Whether a new call of `tier` that declares `declared` bytes (if it does) must wait: its
+/// tier's allowance says so, or the room is smaller than the declaration.
+fn must_wait(a: &Admission, tier: &str, declared: Option<u64>) -> bool {
+    a.wait(tier) || declared.is_some_and(|d| a.room(tier).is_some_and(|room| room < d))
+}
+
+/// Waits, while the daemon's allowance for `tier` says so (or its room is below `declared`,
+/// the call's declared peak), until the call may start; None when it did not have to wait
+/// (no wait asked, no trusted file, `wait_limit_ms` 0).
+pub fn for_room(state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>, verbose: bool) -> Option<Waited> {
     let started = Instant::now();
     let first = armed::current(state_dir, root, armed::unix_ms()).ok()?;
-    if !first.wait(tier) || first.wait_limit_ms == 0 {
+    if !must_wait(&first, tier, declared) || first.wait_limit_ms == 0 {
         return None;
     }
     let limit = Duration::from_millis(first.wait_limit_ms);
     if verbose {
+        let what = match declared {
+            Some(d) if !first.wait(tier) => format!("room for its declared {}", memqos_policy::size::human(d)),
+            _ => "room".to_owned(),
+        };
         eprintln!(
-            "memqos run: no room for a new {tier} call now: waiting for the memqos daemon to have some (at most {:.1} s)",
+            "memqos run: no {what} for a new {tier} call now: waiting for the memqos daemon to have it (at most {:.1} s)",
             limit.as_secs_f64()
         );
     }
@@ -83,7 +99,7 @@ pub fn for_room(state_dir: &Path, root: &Path, tier: &str, verbose: bool) -> Opt
             Ok(a) => a,
             Err(why) => return done(Ended::DaemonGone, Some(why)),
         };
-        if !a.wait(tier) {
+        if !must_wait(&a, tier, declared) {
             match claim(state_dir, a.seq, a.pid) {
                 Ok(true) => return done(Ended::Room, None),
                 Ok(false) => {} // another waiter started on this tick
@@ -138,7 +154,8 @@ pub(crate) fn parse_claim(text: &str) -> Option<(u64, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::publish;
+    use crate::testutil::{publish, publish_tiers};
+    use memqos_schema::admission::TierAllowance;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
@@ -156,6 +173,8 @@ mod tests {
         state: PathBuf,
         seq: Arc<AtomicU64>,
         wait: Arc<AtomicBool>,
+        /// The room published beside the allowance (MiB).
+        room_mib: Arc<AtomicU64>,
         stop: Arc<AtomicBool>,
         thread: Option<std::thread::JoinHandle<()>>,
     }
@@ -164,16 +183,22 @@ mod tests {
         fn start(state: &Path, wait_limit_ms: u64) -> FakeDaemon {
             let (seq, wait, stop) =
                 (Arc::new(AtomicU64::new(1)), Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+            let room_mib = Arc::new(AtomicU64::new(64));
             let publish_now = {
-                let (state, seq, wait) = (state.to_owned(), seq.clone(), wait.clone());
+                let (state, seq, wait, room) = (state.to_owned(), seq.clone(), wait.clone(), room_mib.clone());
                 move || {
-                    let tiers = [("tool", 64 << 20, wait.load(Ordering::SeqCst))];
-                    publish(
+                    let tiers = vec![TierAllowance {
+                        tier: "tool".into(),
+                        allowance_bytes: 64 << 20,
+                        wait: wait.load(Ordering::SeqCst),
+                        room_bytes: Some(room.load(Ordering::SeqCst) << 20),
+                    }];
+                    publish_tiers(
                         &state,
                         ROOT,
                         armed::unix_ms(),
                         std::process::id(),
-                        &tiers,
+                        tiers,
                         seq.load(Ordering::SeqCst),
                         wait_limit_ms,
                     );
@@ -187,7 +212,7 @@ mod tests {
                     std::thread::sleep(Duration::from_millis(50));
                 }
             });
-            FakeDaemon { state: state.to_owned(), seq, wait, stop, thread: Some(thread) }
+            FakeDaemon { state: state.to_owned(), seq, wait, room_mib, stop, thread: Some(thread) }
         }
 
         /// A new tick with room (or without).
@@ -229,7 +254,7 @@ mod tests {
     }
 
     fn wait(state: &Path) -> Option<Waited> {
-        for_room(state, Path::new(ROOT), "tool", false)
+        for_room(state, Path::new(ROOT), "tool", None, false)
     }
 
     #[test]
@@ -242,6 +267,35 @@ mod tests {
         assert_eq!((w.ended, w.why.as_deref()), (Ended::Room, None));
         assert!(w.ms > 0);
         assert_eq!(daemon.claimed(), Some((2, std::process::id())), "the tick it started on");
+    }
+
+    #[test]
+    fn a_declared_call_waits_until_the_room_covers_its_declaration() {
+        let d = tempfile::tempdir().unwrap();
+        let daemon = FakeDaemon::start(d.path(), PATIENCE);
+        // The allowance has room for an undeclared call: it starts at once (once the fake
+        // daemon has republished).
+        daemon.tick(false);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(wait(d.path()).is_none());
+        // A call that declares 500 MiB beside 64 MiB of room waits, through ticks without
+        // enough room, until one has it, and claims that tick.
+        let (room, seq) = (daemon.room_mib.clone(), daemon.seq.clone());
+        let opener = std::thread::spawn(move || {
+            std::thread::sleep(BEFORE_THE_TICK);
+            room.store(300, Ordering::SeqCst);
+            seq.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(BEFORE_THE_TICK);
+            room.store(600, Ordering::SeqCst);
+            seq.fetch_add(1, Ordering::SeqCst);
+        });
+        let w = for_room(d.path(), Path::new(ROOT), "tool", Some(500 << 20), false).expect("it had to wait");
+        opener.join().unwrap();
+        assert_eq!(w.ended, Ended::Room);
+        assert!(w.ms >= 2 * BEFORE_THE_TICK.as_millis() as u64, "not on the 300 MiB tick: {w:?}");
+        assert_eq!(daemon.claimed(), Some((4, std::process::id())), "the tick with 600 MiB");
+        // A declaration the room covers: no wait.
+        assert!(for_room(d.path(), Path::new(ROOT), "tool", Some(500 << 20), false).is_none());
     }
 
     #[test]

@@ -61,7 +61,12 @@ impl Admissions {
             .into_iter()
             .filter_map(|a| {
                 let t = cfg.tiers.get(a.tier)?;
-                Some(TierAllowance { tier: t.name.clone(), allowance_bytes: a.bytes, wait: a.wait })
+                Some(TierAllowance {
+                    tier: t.name.clone(),
+                    allowance_bytes: a.bytes,
+                    wait: a.wait,
+                    room_bytes: Some(a.room),
+                })
             })
             .collect();
         let file = Admission {

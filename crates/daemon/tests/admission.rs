@@ -51,6 +51,10 @@ fn an_armed_ceiling_is_published_adopted_and_restored_at_stop_and_an_unmarked_on
     assert!(a.allowance("critical").is_none(), "a protected tier is never armed");
     // (512M - 64M guard) - 100M used - the protected cgroup's room to grow back: at most half.
     assert!((64 * MIB..=174 * MIB).contains(&allowance), "{allowance}");
+    // The whole room beside it (a declared call waits for that): twice the share, give or
+    // take a page.
+    let room = a.room("batch").expect("published");
+    assert!(room >= allowance && room <= 2 * allowance + 4096, "{room} vs {allowance}");
 
     f.arm("low-call", allowance);
     // An operator's memory.high on another new cgroup: same tier, no mark.
@@ -119,6 +123,7 @@ fn a_full_parent_asks_new_calls_to_wait_each_tick_is_counted_and_the_claim_goes_
     std::fs::write(f.root.join("memory.current"), format!("{}\n", 512 * MIB)).unwrap();
     let full = poll_for("wait published", Duration::from_secs(20), || f.admission().filter(|b| b.wait("batch")));
     assert_eq!(full.allowance("batch"), Some(64 * MIB));
+    assert_eq!(full.room("batch"), Some(0), "no room for a declared call either");
     // A waiter took a tick.
     std::fs::write(f.state.join(ADMISSION_CLAIM_FILE), format!("{} {}\n", full.seq, full.pid)).unwrap();
     daemon.stop().expect("daemon run");

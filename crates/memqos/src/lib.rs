@@ -120,7 +120,9 @@ pub struct RunArgs {
     runtime: bool,
     /// The peak the command expects to reach (e.g. 2G), declared on its cgroup as
     /// user.memqos.expected_peak: in a protected tier (the runtime's) the daemon reserves that
-    /// room from the start and caps lower tiers to what is left.
+    /// room from the start and caps lower tiers to what is left; in a throttle tool tier
+    /// with `admission = true` the call waits before it starts until the daemon has that
+    /// much room (at most admission_wait_ms), then is armed at it.
     #[arg(long, value_name = "SIZE")]
     expect: Option<String>,
     /// The workload the command runs (e.g. "cargo test"), named on its cgroup as

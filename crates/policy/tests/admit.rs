@@ -29,12 +29,15 @@ fn the_allowance_is_a_share_of_the_room_under_the_guard_line_for_each_throttle_t
     // (1024 - 64 guard) - 300 used = 660 free; half of it per new cgroup; the protected
     // tier (not a throttle tier) gets none.
     assert_eq!(bytes(&sim.engine.admission(&sim.parent)), vec![(1, 330), (2, 330)]);
+    // The whole room is published beside the share, for calls that declare their peak.
+    assert!(sim.engine.admission(&sim.parent).iter().all(|a| a.room == 660 * MB));
     // A fresher parent read (the calm path) moves it without a tick.
     let mut parent = sim.parent.clone();
     parent.usage_bytes = 860 * MB;
     assert_eq!(bytes(&sim.engine.admission(&parent)), vec![(1, 64), (2, 64)], "the floor: 100 free, half is 50");
     parent.usage_bytes = 2048 * MB;
     assert_eq!(bytes(&sim.engine.admission(&parent)), vec![(1, 64), (2, 64)], "over the line: the floor");
+    assert!(sim.engine.admission(&parent).iter().all(|a| a.room == 0 && a.wait), "and no room for a declaration");
 }
 
 #[test]

@@ -56,6 +56,11 @@ pub struct TierAllowance {
     /// the tier is queued behind a parked one): a call should wait before it starts.
     #[serde(default)]
     pub wait: bool,
+    /// The whole room under the daemon's guard line (`allowance_bytes` is a share of it): a
+    /// call that declares its peak waits until the room covers it. Absent in a file of an
+    /// older daemon: the allowance stands in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room_bytes: Option<u64>,
 }
 
 impl Admission {
@@ -73,6 +78,12 @@ impl Admission {
     /// The allowance of the tier called `tier`.
     pub fn allowance(&self, tier: &str) -> Option<u64> {
         self.tiers.iter().find(|t| t.tier == tier).map(|t| t.allowance_bytes)
+    }
+
+    /// The room a call of the tier called `tier` that declares its peak may start on (the
+    /// allowance when the file has no room).
+    pub fn room(&self, tier: &str) -> Option<u64> {
+        self.tiers.iter().find(|t| t.tier == tier).map(|t| t.room_bytes.unwrap_or(t.allowance_bytes))
     }
 
     /// Whether a new call of the tier called `tier` should wait (false for a tier not listed).
@@ -93,7 +104,12 @@ mod tests {
             cgroup_root: "/sys/fs/cgroup/agents".into(),
             computed_unix_ms: 10_000,
             interval_ms: 100,
-            tiers: vec![TierAllowance { tier: "tool".into(), allowance_bytes: 64 << 20, wait: true }],
+            tiers: vec![TierAllowance {
+                tier: "tool".into(),
+                allowance_bytes: 64 << 20,
+                wait: true,
+                room_bytes: Some(200 << 20),
+            }],
             seq: 3,
             wait_limit_ms: 30_000,
         };
@@ -103,6 +119,7 @@ mod tests {
         assert_eq!(Admission { interval_ms: 500, ..a.clone() }.max_age_ms(), 1_500);
         assert_eq!((a.allowance("tool"), a.allowance("runtime")), (Some(64 << 20), None));
         assert_eq!((a.wait("tool"), a.wait("runtime")), (true, false));
+        assert_eq!((a.room("tool"), a.room("runtime")), (Some(200 << 20), None));
     }
 
     #[test]
@@ -111,5 +128,6 @@ mod tests {
             "interval_ms":100,"tiers":[{"tier":"tool","allowance_bytes":67108864}]}"#;
         let a: Admission = serde_json::from_str(old).unwrap();
         assert_eq!((a.seq, a.wait_limit_ms, a.wait("tool"), a.allowance("tool")), (0, 0, false, Some(64 << 20)));
+        assert_eq!(a.room("tool"), Some(64 << 20), "no room published: the allowance stands in");
     }
 }

@@ -103,6 +103,10 @@ pub struct Armed {
     /// not be taken); absent when it did not wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ended: Option<String>,
+    /// The peak the call declared (`--expect`), which its wait and its ceiling covered when
+    /// the room allowed; absent when it declared none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_bytes: Option<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -140,7 +140,7 @@ pub(super) fn drive(
                 if l.runtime.is_none() && l.runtime_done.is_none() {
                     if now >= starts[k] {
                         let _ = std::fs::remove_file(pause_file(&l.dir));
-                        l.runtime = Some(spawn(opts, k, &l.dir, "runtime", "runtime", true)?);
+                        l.runtime = Some(spawn(opts, k, &l.dir, "runtime", "runtime", Launch::Runtime)?);
                         l.runtime_spawned = Some(Instant::now());
                     } else {
                         busy = true;
@@ -271,7 +271,8 @@ fn apply(
             Action::StartCall { call, attempt } => {
                 let c = &mut calls[call];
                 let label = if attempt == 1 { format!("call{}", c.index) } else { format!("call{}-retry", c.index) };
-                let r = spawn(opts, k, &l.dir, &format!("call{}", c.index), &label, false)?;
+                let declared = opts.scenario.declare_calls.then(|| declaration(c.planned_peak_bytes));
+                let r = spawn(opts, k, &l.dir, &format!("call{}", c.index), &label, Launch::Call { declared })?;
                 c.started_s.get_or_insert(t0.elapsed().as_secs_f64());
                 l.call = Some((call, attempt, r));
                 l.call_weighted = false;
@@ -313,23 +314,44 @@ fn write_weight(cg: &Cgroup, weight: Option<u32>) -> bool {
     }
 }
 
-/// `memqos run [--runtime] --session sK -- memqos-lab replay <dir>/<schedule>.json`, its report
-/// and stderr named after `label`.
+/// What `memqos run` starts: the session's runtime, or one of its tool calls (declaring its
+/// peak when the scenario says so).
+#[derive(Clone, Copy)]
+enum Launch {
+    Runtime,
+    Call { declared: Option<u64> },
+}
+
+/// A call's declared peak: its peak in the trace plus 10%, the margin of every declared peak
+/// in the experiments.
+fn declaration(planned_peak_bytes: u64) -> u64 {
+    planned_peak_bytes.saturating_add(planned_peak_bytes / 10)
+}
+
+/// `memqos run [--runtime] [--expect B] --session sK -- memqos-lab replay
+/// <dir>/<schedule>.json`, its report and stderr named after `label`.
 fn spawn(
     opts: &HostRunnerOptions,
     k: usize,
     dir: &Path,
     schedule: &str,
     label: &str,
-    runtime: bool,
+    launch: Launch,
 ) -> Result<Running> {
+    let runtime = matches!(launch, Launch::Runtime);
     let s = &opts.scenario;
     let json = dir.join(format!("{label}.report.json"));
     let stderr = dir.join(format!("{label}.stderr"));
     let mut c = Command::new(&opts.exe);
     c.args(["run", "--root", PARENT, "--state-dir", STATE_DIR, "--session", &format!("s{k}"), "--json"]);
-    if runtime {
-        c.arg("--runtime");
+    match launch {
+        Launch::Runtime => {
+            c.arg("--runtime");
+        }
+        Launch::Call { declared: Some(bytes) } => {
+            c.args(["--expect", &bytes.to_string()]);
+        }
+        Launch::Call { declared: None } => {}
     }
     c.arg("--").arg(&opts.exe).arg("replay").arg(dir.join(format!("{schedule}.json")));
     c.args(["--speed", &s.speed.to_string(), "-q", "--json"]).arg(&json);

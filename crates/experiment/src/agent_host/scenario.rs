@@ -75,6 +75,11 @@ pub struct HostScenario {
     pub zswap: bool,
     #[serde(default)]
     pub compression_ratio: Option<f64>,
+    /// Every arm's tool calls declare their peak (`memqos run --expect`): the call's peak in
+    /// the trace plus 10%, what a platform that keeps each tool's past peaks would know. Only
+    /// a daemon with `admission` uses it (a call waits for room for it); none cannot.
+    #[serde(default)]
+    pub declare_calls: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +110,8 @@ struct Raw {
     #[serde(default)]
     zswap: bool,
     compression_ratio: Option<f64>,
+    #[serde(default)]
+    declare_calls: bool,
 }
 
 impl HostScenario {
@@ -172,11 +179,15 @@ impl HostScenario {
             swap_mb: raw.swap_mb,
             zswap: raw.zswap,
             compression_ratio,
+            declare_calls: raw.declare_calls,
         };
         // The daemon must accept what the memqos arm will give it: fail here, not in a guest.
         let text = scenario.daemon_config("/sys/fs/cgroup/check", "/run/check").map_err(err)?;
-        memqos_policy::Config::from_str(&text, &scenario.memqos_config_file.display().to_string())
+        let cfg = memqos_policy::Config::from_str(&text, &scenario.memqos_config_file.display().to_string())
             .map_err(|e| err(format!("memqos_config with memqos_set: {e}")))?;
+        if scenario.declare_calls && !cfg.policy.admission {
+            return Err(err("declare_calls: only a daemon with policy.admission waits for room for a declared peak: set policy = { admission = true } in memqos_set".into()));
+        }
         Ok(scenario)
     }
 
@@ -363,6 +374,7 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
             ("stagger_s = 0.5", "stagger_s = 0.5\ncompression_ratio = 3", "only with swap_mb"),
             ("stagger_s = 0.5", "stagger_s = 0.5\nswap_mb = 1024\ncompression_ratio = 0.5", "compression_ratio"),
             ("stagger_s = 0.5", "stagger_s = 0.5\nswap_mb = 0", "swap_mb must be"),
+            ("stagger_s = 0.5", "stagger_s = 0.5\ndeclare_calls = true", "declare_calls"),
         ] {
             let e = HostScenario::load(&write(dir.path(), &GOOD.replace(from, to))).unwrap_err().to_string();
             assert!(e.contains("scenario.toml") && e.contains(says), "{to}: {e}");
@@ -414,11 +426,12 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
     fn the_committed_scenarios_load_and_every_session_has_tool_calls_to_replay() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let traces = repo.join("traces/agent-haiku");
-        for name in ["scenario.toml", "smoke.toml", "admission.toml"] {
+        for name in ["scenario.toml", "smoke.toml", "admission.toml", "admission-declared.toml"] {
             let s = HostScenario::load(&repo.join("experiments/agent-host").join(name)).unwrap();
             let daemon = s.daemon_config("/sys/fs/cgroup/agents", "/var/lib/memqos").unwrap();
             let cfg = memqos_policy::Config::from_str(&daemon, name).unwrap();
-            assert_eq!(cfg.policy.admission, name == "admission.toml", "{name}: armed ceilings only where asked");
+            assert_eq!(cfg.policy.admission, name.starts_with("admission"), "{name}: armed ceilings only where asked");
+            assert_eq!(s.declare_calls, name == "admission-declared.toml", "{name}: declared peaks only where asked");
             let plans = crate::agent_host::runner::plans(&s, &traces).unwrap();
             for p in &plans {
                 assert!(!p.calls.is_empty(), "{name}: {} has no call of {} B or more", p.trace, s.min_call_bytes);

@@ -28,6 +28,11 @@
 //! once the protected tiers grow (docs/agent-host-admission); one that has not started yet
 //! holds no memory, so it cannot be killed. `memqos run` waits while `wait` is set.
 //!
+//! A call that declares its peak (`memqos run --expect`) also waits while the whole room
+//! (published beside the allowance) is smaller than its declaration, and is armed at its
+//! declaration when it starts on room: a call known to need 1.5 GiB gains nothing from
+//! starting into 300 MiB, where it is held, then killed once the protected tiers grow.
+//!
 //! The floor keeps small calls from ever being held. A call larger than its allowance waits
 //! at it (the kernel's over-high penalty) until the daemon raises it as room frees
 //! (`throttle::release`), or its tier's stall bound acts (`engine::stall`): the daemon takes
@@ -45,6 +50,10 @@ use crate::size::{page_down, Limit, PAGE};
 pub struct Allowance {
     pub tier: TierIndex,
     pub bytes: u64,
+    /// The whole room (not its share), page-aligned; the floor while the tier is queued. A
+    /// call that declares its peak (`memqos run --expect`) waits until this covers it: it
+    /// takes its tick's claim, so no other waiter starts on the same room.
+    pub room: u64,
     /// No room for a new cgroup of this tier now: a call should not start yet.
     pub wait: bool,
 }
@@ -98,9 +107,9 @@ pub(crate) fn allowances(cfg: &Config, basis: &Basis, parent: &ParentObs) -> Vec
         .filter(|(_, t)| t.throttle)
         .map(|(tier, _)| {
             if queue.is_some_and(|q| tier >= q) {
-                Allowance { tier, bytes: floor, wait: true }
+                Allowance { tier, bytes: floor, room: floor, wait: true }
             } else {
-                Allowance { tier, bytes: share.max(floor), wait: share < floor }
+                Allowance { tier, bytes: share.max(floor), room: page_down(room), wait: share < floor }
             }
         })
         .collect()
