@@ -90,14 +90,19 @@ pub struct Ceiling {
 }
 
 /// Arms `cg` (a call's cgroup just made, nothing running in it yet) at its tier's allowance,
-/// or at its `declared` peak when the room covers it (as much of the room as there is when it
-/// does not: a wait that ended at its limit); Err says why it was not armed (nothing was
-/// written then, or the mark only).
+/// or, for a call that declares its peak, at the declaration when the room covers it (at the
+/// larger of the allowance and the room when it does not: a wait that ended at its limit);
+/// Err says why it was not armed (nothing was written then, or the mark only).
+///
+/// A declared call is armed at its declaration even when the allowance is larger: the daemon
+/// counts what an armed call may still grow to as promised, so a 60 MiB call armed at an
+/// 800 MiB share would keep 740 MiB from every call waiting for room.
 pub fn arm(cg: &Cgroup, state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>) -> Result<Ceiling, String> {
     let a = current(state_dir, root, unix_ms())?;
     let (allowed, _) = allowance_of(&a, tier)?;
-    let bytes = match (declared, a.room(tier)) {
-        (Some(d), Some(room)) => allowed.max(d.div_ceil(4096).saturating_mul(4096).min(room)),
+    let bytes = match (declared.map(|d| d.div_ceil(4096).saturating_mul(4096)), a.room(tier)) {
+        (Some(d), Some(room)) if d <= room => d.max(MIN_CEILING),
+        (Some(_), Some(room)) => allowed.max(room),
         _ => allowed,
     };
     // The daemon honours the mark only from root or the root's owner, as every hint; from
@@ -257,10 +262,12 @@ mod tests {
         // Within the room: the declaration, rounded up to a page.
         assert_eq!(arm_declared(Some((150 << 20) + 1)), (150 << 20) + 4096);
         assert_eq!(high(&f.call), ((150u64 << 20) + 4096).to_string());
-        // More than the room (a wait that ended at its limit): the room; below the share:
-        // the allowance; none declared: the allowance.
+        // More than the room (a wait that ended at its limit): the room. Below the share:
+        // still its declaration (what it may grow to is promised away from other calls),
+        // never below the least ceiling. None declared: the allowance.
         assert_eq!(arm_declared(Some(500 << 20)), 200 << 20);
-        assert_eq!(arm_declared(Some(10 << 20)), 100 << 20);
+        assert_eq!(arm_declared(Some(40 << 20)), 40 << 20);
+        assert_eq!(arm_declared(Some(1 << 20)), MIN_CEILING);
         assert_eq!(arm_declared(None), 100 << 20);
         // An older daemon publishes no room: the allowance stands in.
         at(100 << 20, None);

@@ -337,3 +337,53 @@ guest_test!(a_call_with_no_room_waits_at_the_door_and_starts_when_room_frees, |g
     assert!(status.success(), "{status:?}\n{log}");
     assert!(!state.join("admission.claim").exists(), "the claim is withdrawn at stop");
 });
+
+guest_test!(a_call_that_declares_more_than_the_room_waits_for_it_and_is_armed_at_it, |g| g, {
+    let (root, state, daemon) = admission_daemon("declared", "admission = true\nadmission_wait_ms = 300000");
+
+    // 250M held under the 512M limit: room for an undeclared call (its share is above the
+    // 64M floor), not for one that declares 300M.
+    let hog_cg = make_cgroup("agents-declared/hog");
+    let mut hog = spawn_workload(&hog_cg, "alloc", &["--mb", "250", "--hold-ms", "600000"]);
+    poll("the hog to hold its memory", Duration::from_secs(120), || {
+        hog_cg.memory_current().is_ok_and(|b| b >= 240 * MIB)
+    });
+    let room = || -> Option<u64> {
+        let a: serde_json::Value = serde_json::from_slice(&std::fs::read(state.join("admission.json")).ok()?).ok()?;
+        a["tiers"].as_array()?.iter().find(|t| t["tier"] == "tool")?["room_bytes"].as_u64()
+    };
+    poll("the daemon to publish the room beside the hog", Duration::from_secs(60), || {
+        room().is_some_and(|r| (100 * MIB..300 * MIB).contains(&r))
+    });
+
+    let state_arg = state.to_str().unwrap();
+    let root_arg = root.path().to_str().unwrap();
+    let common = ["run", "--root", root_arg, "--session", "s", "--state-dir", state_arg, "--json"];
+    // Undeclared: starts at once.
+    let out = Command::new(memqos_bin()).args(common).args(["--", "true"]).output().unwrap();
+    let r = report(&out);
+    assert!(out.status.success() && r["armed"]["waited_ms"].is_null(), "{r}");
+
+    let mut call = Command::new(memqos_bin())
+        .args(common)
+        .args(["--expect", "300M", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(call.try_wait().unwrap().is_none(), "a call declaring 300M started beside {:?} B of room", room());
+
+    hog.kill().unwrap();
+    hog.wait().unwrap();
+    let status = wait_timeout(&mut call, Duration::from_secs(120)).expect("the declared call never started");
+    let out = call.wait_with_output().unwrap();
+    assert!(status.success(), "{status:?}: {}", text(&out.stderr));
+    let r = report(&out);
+    println!("declared call: {r}");
+    assert_eq!(r["armed"]["wait_ended"], "room", "{r}");
+    assert_eq!(r["armed"]["declared_bytes"].as_u64(), Some(300 * MIB), "{r}");
+    assert_eq!(r["armed"]["high_bytes"].as_u64(), Some(300 * MIB), "armed at its declaration: {r}");
+
+    let (status, log) = daemon.stop().unwrap();
+    assert!(status.success(), "{status:?}\n{log}");
+});

@@ -128,14 +128,14 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
         );
         let _ = writeln!(
             out,
-            "| kernel | sessions | arm | attempts armed | held at their ceiling | waited for room | waits that reached admission_wait_ms | wait, ms: median [min–max] | frozen in line | thawed at the bound |"
+            "| kernel | sessions | arm | attempts armed | held at their ceiling | waited for room | waits that reached admission_wait_ms (OOM-killed after) | wait, ms: median [min–max] | frozen in line | thawed at the bound |"
         );
         let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
         for l in armed {
             let wait = whole_range(&l.wait_ms);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} |",
                 l.kernel,
                 l.level,
                 l.arm,
@@ -143,6 +143,7 @@ pub fn render_markdown(s: &HostSummary, description: &str, plots: &[String]) -> 
                 l.calls_held,
                 l.calls_waited,
                 l.waits_at_limit,
+                l.killed_after_wait_limit,
                 wait,
                 l.calls_queued,
                 l.queue_thaws_at_bound

@@ -426,14 +426,22 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
     fn the_committed_scenarios_load_and_every_session_has_tool_calls_to_replay() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let traces = repo.join("traces/agent-haiku");
-        for name in
-            ["scenario.toml", "smoke.toml", "admission.toml", "admission-declared.toml", "admission-declared-long-wait.toml"]
-        {
+        for name in [
+            "scenario.toml",
+            "smoke.toml",
+            "admission.toml",
+            "admission-declared.toml",
+            "admission-declared-long-wait.toml",
+        ] {
             let s = HostScenario::load(&repo.join("experiments/agent-host").join(name)).unwrap();
             let daemon = s.daemon_config("/sys/fs/cgroup/agents", "/var/lib/memqos").unwrap();
             let cfg = memqos_policy::Config::from_str(&daemon, name).unwrap();
             assert_eq!(cfg.policy.admission, name.starts_with("admission"), "{name}: armed ceilings only where asked");
-            assert_eq!(s.declare_calls, name.starts_with("admission-declared"), "{name}: declared peaks only where asked");
+            assert_eq!(
+                s.declare_calls,
+                name.starts_with("admission-declared"),
+                "{name}: declared peaks only where asked"
+            );
             let plans = crate::agent_host::runner::plans(&s, &traces).unwrap();
             for p in &plans {
                 assert!(!p.calls.is_empty(), "{name}: {} has no call of {} B or more", p.trace, s.min_call_bytes);

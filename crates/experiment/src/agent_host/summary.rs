@@ -53,6 +53,10 @@ pub struct LevelSummary {
     pub calls_waited: usize,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waits_at_limit: usize,
+    /// Call attempts OOM-killed after a wait that ended at `admission_wait_ms` (started into
+    /// a host that still had no room for them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub killed_after_wait_limit: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<Estimate>,
     /// The held queue (`queue_held`): cgroups the daemon froze in line (reason `queued`),
@@ -178,6 +182,7 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
             calls_held: 0,
             calls_waited: 0,
             waits_at_limit: 0,
+            killed_after_wait_limit: 0,
             wait_ms: None,
             calls_queued: 0,
             queue_thaws_at_bound: 0,
@@ -241,12 +246,15 @@ pub fn summarize(results: &[HostArmResult]) -> HostSummary {
                         Some(CallFate::Lost) => g.calls_lost += 1,
                         _ => {}
                     }
-                    for a in [&c.failed_attempt, &c.result].into_iter().flatten().filter_map(|p| p.armed.as_ref()) {
+                    for p in [&c.failed_attempt, &c.result].into_iter().flatten() {
+                        let Some(a) = p.armed.as_ref() else { continue };
                         g.calls_armed += usize::from(a.high_bytes.is_some());
                         g.calls_held += usize::from(a.held);
                         if a.waited_ms > 0 {
+                            let at_limit = a.wait_ended.as_deref() == Some("limit");
                             g.calls_waited += 1;
-                            g.waits_at_limit += usize::from(a.wait_ended.as_deref() == Some("limit"));
+                            g.waits_at_limit += usize::from(at_limit);
+                            g.killed_after_wait_limit += usize::from(at_limit && p.oom_killed());
                             waits.push(a.waited_ms as f64);
                         }
                     }
@@ -518,6 +526,7 @@ mod tests {
             summarize(&[arm("solo", 1, vec![session("a", false, false, None)]), arm("memqos", 2, vec![s, plain])]);
         let l = out.levels.iter().find(|l| l.arm == "memqos").unwrap();
         assert_eq!((l.calls_armed, l.calls_held, l.calls_waited, l.waits_at_limit), (2, 1, 2, 1));
+        assert_eq!(l.killed_after_wait_limit, 1, "the first attempt: killed after waiting until the limit");
         let w = l.wait_ms.as_ref().unwrap();
         assert_eq!((w.n, w.min, w.max), (2, 300.0, 1200.0));
         // Without admission the summary keeps its exact form.

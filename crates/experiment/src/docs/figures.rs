@@ -25,7 +25,8 @@
 //! `<!-- fig: agent-host-admission-zswap 7 12 memqos calls-killed -->`. Its measures:
 //! `calls-killed` (call attempts OOM-killed, of those started), `runtimes-killed`,
 //! `runs-with-runtime-killed`, `sessions-finished`, `sessions-failed`, `calls-lost` (with
-//! their session), `calls-waited`, `waits-at-limit`, `calls-held`, `calls-queued`,
+//! their session), `calls-waited`, `waits-at-limit`, `killed-after-wait-limit`, `calls-held`,
+//! `calls-queued`,
 //! `queue-thaws-at-bound`, and the median ratios
 //! `runtime-p95/solo` and `call-time/solo`, and `span-s` (the median seconds until a run's
 //! last session ended); one kernel and one arm per figure.
@@ -168,6 +169,7 @@ fn render_agent_host(src: &Sources, dir: &str, kernel: &str, level: &str, arm: &
         "calls-lost" => l.calls_lost.to_string(),
         "calls-waited" => l.calls_waited.to_string(),
         "waits-at-limit" => l.waits_at_limit.to_string(),
+        "killed-after-wait-limit" => l.killed_after_wait_limit.to_string(),
         "calls-held" => l.calls_held.to_string(),
         "calls-queued" => l.calls_queued.to_string(),
         "queue-thaws-at-bound" => l.queue_thaws_at_bound.to_string(),

@@ -15,6 +15,10 @@ const AGENT_HOST_SERIES: &[(&str, &str)] = &[
     ("docs/agent-host-admission-wait", "experiments/agent-host/admission.toml"),
     ("docs/agent-host-admission-release", "experiments/agent-host/admission.toml"),
     ("docs/agent-host-admission-zswap", "experiments/agent-host/admission-zswap.toml"),
+    ("docs/agent-host-admission-zswap-queue", "experiments/agent-host/admission-zswap-queue.toml"),
+    ("docs/agent-host-admission-queue", "experiments/agent-host/admission-queue.toml"),
+    ("docs/agent-host-admission-declared", "experiments/agent-host/admission-declared.toml"),
+    ("docs/agent-host-admission-declared-long-wait", "experiments/agent-host/admission-declared-long-wait.toml"),
 ];
 
 /// Every such file, relative to `root`, with the text the committed runs give.
@@ -112,7 +116,15 @@ mod tests {
                 "docs/agent-host-admission-release/summary.json",
                 "docs/agent-host-admission-release/report.md",
                 "docs/agent-host-admission-zswap/summary.json",
-                "docs/agent-host-admission-zswap/report.md"
+                "docs/agent-host-admission-zswap/report.md",
+                "docs/agent-host-admission-zswap-queue/summary.json",
+                "docs/agent-host-admission-zswap-queue/report.md",
+                "docs/agent-host-admission-queue/summary.json",
+                "docs/agent-host-admission-queue/report.md",
+                "docs/agent-host-admission-declared/summary.json",
+                "docs/agent-host-admission-declared/report.md",
+                "docs/agent-host-admission-declared-long-wait/summary.json",
+                "docs/agent-host-admission-declared-long-wait/report.md"
             ]
         );
         for (_, text) in &files {
