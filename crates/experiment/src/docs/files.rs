@@ -19,6 +19,7 @@ const AGENT_HOST_SERIES: &[(&str, &str)] = &[
     ("docs/agent-host-admission-queue", "experiments/agent-host/admission-queue.toml"),
     ("docs/agent-host-admission-declared", "experiments/agent-host/admission-declared.toml"),
     ("docs/agent-host-admission-declared-long-wait", "experiments/agent-host/admission-declared-long-wait.toml"),
+    ("docs/agent-host-admission-declared-exact", "experiments/agent-host/admission-declared.toml"),
 ];
 
 /// Every such file, relative to `root`, with the text the committed runs give.
@@ -124,7 +125,9 @@ mod tests {
                 "docs/agent-host-admission-declared/summary.json",
                 "docs/agent-host-admission-declared/report.md",
                 "docs/agent-host-admission-declared-long-wait/summary.json",
-                "docs/agent-host-admission-declared-long-wait/report.md"
+                "docs/agent-host-admission-declared-long-wait/report.md",
+                "docs/agent-host-admission-declared-exact/summary.json",
+                "docs/agent-host-admission-declared-exact/report.md"
             ]
         );
         for (_, text) in &files {
