@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use memqos_cgroupfs::{Cgroup, Limit};
+use memqos_policy::size::{page_down, PAGE};
 use memqos_schema::admission::{Admission, ADMISSION_VERSION, ARMED_HIGH_XATTR};
 use memqos_schema::state::ADMISSION_FILE;
 
@@ -87,6 +88,8 @@ pub struct Ceiling {
     last_check: Instant,
     /// Why it was lifted, once it was.
     pub lifted: Option<String>,
+    /// Armed at the call's declared peak (the room covered it), not at the tier's allowance.
+    pub at_declaration: bool,
 }
 
 /// Arms `cg` (a call's cgroup just made, nothing running in it yet) at its tier's allowance,
@@ -100,10 +103,11 @@ pub struct Ceiling {
 pub fn arm(cg: &Cgroup, state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>) -> Result<Ceiling, String> {
     let a = current(state_dir, root, unix_ms())?;
     let (allowed, _) = allowance_of(&a, tier)?;
-    let bytes = match (declared.map(|d| d.div_ceil(4096).saturating_mul(4096)), a.room(tier)) {
-        (Some(d), Some(room)) if d <= room => d.max(MIN_CEILING),
-        (Some(_), Some(room)) => allowed.max(room),
-        _ => allowed,
+    let page_up = |d: u64| d.div_ceil(PAGE).saturating_mul(PAGE);
+    let (bytes, at_declaration) = match (declared.map(page_up), a.room(tier)) {
+        (Some(d), Some(room)) if d <= room => (d.max(MIN_CEILING), true),
+        (Some(_), Some(room)) => (allowed.max(room), false),
+        _ => (allowed, false),
     };
     // The daemon honours the mark only from root or the root's owner, as every hint; from
     // anyone else it would take the ceiling for an operator's and never raise it.
@@ -112,7 +116,7 @@ pub fn arm(cg: &Cgroup, state_dir: &Path, root: &Path, tier: &str, declared: Opt
     if !(mine == Some(0) || (mine.is_some() && mine == roots)) {
         return Err(format!("the call's cgroup is owned by uid {mine:?}, whose marks the daemon does not honour"));
     }
-    let bytes = bytes - bytes % 4096;
+    let bytes = page_down(bytes);
     // The mark first: a daemon that sees the value sees whose it is.
     cg.set_xattr(ARMED_HIGH_XATTR, &bytes.to_string()).map_err(|e| format!("cannot mark the call: {e}"))?;
     cg.set_limit("memory.high", Limit::Bytes(bytes)).map_err(|e| format!("cannot arm the call: {e}"))?;
@@ -122,6 +126,7 @@ pub fn arm(cg: &Cgroup, state_dir: &Path, root: &Path, tier: &str, declared: Opt
         root: root.to_owned(),
         last_check: Instant::now() - CHECK_EVERY,
         lifted: None,
+        at_declaration,
     })
 }
 
@@ -258,6 +263,7 @@ mod tests {
             crate::testutil::publish_tiers(&f.state, &root, unix_ms(), std::process::id(), vec![t], 1, 0);
         };
         let arm_declared = |d| arm(&f.call, &f.state, &f.root, "tool", d).expect("armed").bytes;
+        let at_declaration = |d| arm(&f.call, &f.state, &f.root, "tool", d).expect("armed").at_declaration;
         at(100 << 20, Some(200 << 20));
         // Within the room: the declaration, rounded up to a page.
         assert_eq!(arm_declared(Some((150 << 20) + 1)), (150 << 20) + 4096);
@@ -269,6 +275,8 @@ mod tests {
         assert_eq!(arm_declared(Some(40 << 20)), 40 << 20);
         assert_eq!(arm_declared(Some(1 << 20)), MIN_CEILING);
         assert_eq!(arm_declared(None), 100 << 20);
+        // Which of them were armed at the declaration (what --verbose says).
+        assert_eq!([Some(40 << 20), Some(500 << 20), None].map(at_declaration), [true, false, false]);
         // An older daemon publishes no room: the allowance stands in.
         at(100 << 20, None);
         assert_eq!(arm_declared(Some(150 << 20)), 100 << 20);

@@ -212,7 +212,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         armed::arm(&call.cg, &state_dir, &call.root, &tier, expect)
     };
     if req.verbose {
-        eprintln!("memqos run: {}", armed_line(&call.ceiling, call.waited.as_ref(), call.declared));
+        eprintln!("memqos run: {}", armed_line(&call.ceiling, call.waited.as_ref()));
     }
     Ok(Prepared::Call(Box::new(call)))
 }
@@ -249,8 +249,8 @@ fn daemon_tier(config: Option<&Config>, root: &Path, cg: &Cgroup, asked: &str) -
 }
 
 /// What `--verbose` says about the armed ceiling, and the wait before it.
-fn armed_line(c: &Result<armed::Ceiling, String>, waited: Option<&wait::Waited>, declared: Option<u64>) -> String {
-    let ceiling = armed_ceiling_line(c, declared);
+fn armed_line(c: &Result<armed::Ceiling, String>, waited: Option<&wait::Waited>) -> String {
+    let ceiling = armed_ceiling_line(c);
     match waited {
         Some(w) => format!(
             "{ceiling}; after waiting {:.1} s for room ({}{})",
@@ -262,9 +262,9 @@ fn armed_line(c: &Result<armed::Ceiling, String>, waited: Option<&wait::Waited>,
     }
 }
 
-fn armed_ceiling_line(c: &Result<armed::Ceiling, String>, declared: Option<u64>) -> String {
+fn armed_ceiling_line(c: &Result<armed::Ceiling, String>) -> String {
     match c {
-        Ok(c) if declared.is_some_and(|d| c.bytes >= d) => format!(
+        Ok(c) if c.at_declaration => format!(
             "armed memory.high at {} (its declared peak: the memqos daemon had that much room)",
             memqos_cgroupfs::units::human(c.bytes)
         ),

@@ -51,8 +51,8 @@ pub struct Allowance {
     pub tier: TierIndex,
     pub bytes: u64,
     /// The whole room (not its share), page-aligned; the floor while the tier is queued. A
-    /// call that declares its peak (`memqos run --expect`) waits until this covers it: it
-    /// takes its tick's claim, so no other waiter starts on the same room.
+    /// call that declares its peak (`memqos run --expect`) waits until this covers it (one
+    /// that had to wait takes its tick's claim, so no other waiter starts on the same room).
     pub room: u64,
     /// No room for a new cgroup of this tier now: a call should not start yet.
     pub wait: bool,
