@@ -24,6 +24,13 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/memqos";
 /// No ceiling is armed below this, whatever a file says: a small call is never held.
 pub const MIN_CEILING: u64 = 16 << 20;
 
+/// The ceiling a call that declares `declared` bytes is armed at when the room covers it:
+/// the declaration rounded up to a page, at least [`MIN_CEILING`]. What its wait asks of the
+/// room too.
+pub fn declared_ceiling(declared: u64) -> u64 {
+    declared.div_ceil(PAGE).saturating_mul(PAGE).max(MIN_CEILING)
+}
+
 /// How often the daemon's liveness is looked at while the call runs.
 const CHECK_EVERY: Duration = Duration::from_millis(200);
 
@@ -95,17 +102,28 @@ pub struct Ceiling {
 /// Arms `cg` (a call's cgroup just made, nothing running in it yet) at its tier's allowance,
 /// or, for a call that declares its peak, at the declaration when the room covers it (at the
 /// larger of the allowance and the room when it does not: a wait that ended at its limit);
-/// Err says why it was not armed (nothing was written then, or the mark only).
+/// Err says why it was not armed (nothing was written then, or the mark only). A call whose
+/// wait took its declaration from a tick's room (`took_declaration`, `wait::Door`) is armed
+/// at it whatever the file says now: a newer tick's room may count the calls beside it.
 ///
 /// A declared call is armed at its declaration even when the allowance is larger: the daemon
 /// counts what an armed call may still grow to as promised, so a 60 MiB call armed at an
 /// 800 MiB share would keep 740 MiB from every call waiting for room.
-pub fn arm(cg: &Cgroup, state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>) -> Result<Ceiling, String> {
+pub fn arm(
+    cg: &Cgroup,
+    state_dir: &Path,
+    root: &Path,
+    tier: &str,
+    declared: Option<u64>,
+    took_declaration: bool,
+) -> Result<Ceiling, String> {
     let a = current(state_dir, root, unix_ms())?;
     let (allowed, _) = allowance_of(&a, tier)?;
-    let page_up = |d: u64| d.div_ceil(PAGE).saturating_mul(PAGE);
-    let (bytes, at_declaration) = match (declared.map(page_up), a.room(tier)) {
-        (Some(d), Some(room)) if d <= room => (d.max(MIN_CEILING), true),
+    let (bytes, at_declaration) = match (declared.map(declared_ceiling), a.room(tier)) {
+        // Taken from a tick's room at the door (`wait`): this file's room may already count
+        // the calls that started beside it.
+        (Some(d), _) if took_declaration => (d, true),
+        (Some(d), Some(room)) if d <= room => (d, true),
         (Some(_), Some(room)) => (allowed.max(room), false),
         _ => (allowed, false),
     };
@@ -238,15 +256,15 @@ mod tests {
         let f = fake();
         let root = f.root.display().to_string();
         // Missing, then stale: no ceiling, nothing written.
-        let e = arm(&f.call, &f.state, &f.root, "tool", None).unwrap_err();
+        let e = arm(&f.call, &f.state, &f.root, "tool", None, false).unwrap_err();
         assert!(e.contains("missing"), "{e}");
         publish(&f.state, &root, unix_ms() - 5_000, std::process::id(), &[("tool", 300 << 20)]);
-        let e = arm(&f.call, &f.state, &f.root, "tool", None).unwrap_err();
+        let e = arm(&f.call, &f.state, &f.root, "tool", None, false).unwrap_err();
         assert!(e.contains("old"), "{e}");
         assert_eq!((high(&f.call), mark(&f.call)), ("max".to_owned(), None));
         // Fresh, from a live daemon (this process stands in for it).
         publish(&f.state, &root, unix_ms(), std::process::id(), &[("tool", (300 << 20) + 100)]);
-        let c = arm(&f.call, &f.state, &f.root, "tool", None).expect("armed");
+        let c = arm(&f.call, &f.state, &f.root, "tool", None, false).expect("armed");
         assert_eq!(c.bytes, 300 << 20, "page aligned");
         assert_eq!(high(&f.call), (300u64 << 20).to_string());
         assert_eq!(mark(&f.call), Some((300u64 << 20).to_string().into_bytes()));
@@ -262,8 +280,8 @@ mod tests {
             let t = TierAllowance { tier: "tool".into(), allowance_bytes: allowance, wait: false, room_bytes: room };
             crate::testutil::publish_tiers(&f.state, &root, unix_ms(), std::process::id(), vec![t], 1, 0);
         };
-        let arm_declared = |d| arm(&f.call, &f.state, &f.root, "tool", d).expect("armed").bytes;
-        let at_declaration = |d| arm(&f.call, &f.state, &f.root, "tool", d).expect("armed").at_declaration;
+        let arm_declared = |d| arm(&f.call, &f.state, &f.root, "tool", d, false).expect("armed").bytes;
+        let at_declaration = |d| arm(&f.call, &f.state, &f.root, "tool", d, false).expect("armed").at_declaration;
         at(100 << 20, Some(200 << 20));
         // Within the room: the declaration, rounded up to a page.
         assert_eq!(arm_declared(Some((150 << 20) + 1)), (150 << 20) + 4096);
@@ -280,6 +298,11 @@ mod tests {
         // An older daemon publishes no room: the allowance stands in.
         at(100 << 20, None);
         assert_eq!(arm_declared(Some(150 << 20)), 100 << 20);
+        // Taken from a tick's room at the door: its declaration, though this newer file's
+        // room (which counts the calls that started beside it) is smaller.
+        at(100 << 20, Some(200 << 20));
+        let c = arm(&f.call, &f.state, &f.root, "tool", Some(500 << 20), true).expect("armed");
+        assert_eq!((c.bytes, c.at_declaration), (500 << 20, true));
     }
 
     #[test]
@@ -295,7 +318,7 @@ mod tests {
         ];
         for (break_it, says) in cases {
             publish(&f.state, &root, unix_ms(), me, &[("tool", 300 << 20)]);
-            let mut c = arm(&f.call, &f.state, &f.root, "tool", None).expect("armed");
+            let mut c = arm(&f.call, &f.state, &f.root, "tool", None, false).expect("armed");
             c.watch(&f.call);
             assert_eq!(c.lifted, None, "a live daemon keeps it");
             assert_eq!(high(&f.call), (300u64 << 20).to_string());
@@ -312,7 +335,7 @@ mod tests {
     fn the_call_is_watched_while_it_runs() {
         let f = fake();
         publish(&f.state, &f.root.display().to_string(), unix_ms(), std::process::id(), &[("tool", 64 << 20)]);
-        let mut c = arm(&f.call, &f.state, &f.root, "tool", None).expect("armed");
+        let mut c = arm(&f.call, &f.state, &f.root, "tool", None, false).expect("armed");
         // The daemon stops while the call runs (its file withdrawn after 100 ms).
         let state = f.state.clone();
         let stopper = std::thread::spawn(move || {

@@ -91,6 +91,8 @@ struct Call {
     ceiling: Result<armed::Ceiling, String>,
     /// The wait for room before the call started (`wait`), if it had to wait.
     waited: Option<wait::Waited>,
+    /// Its wait took its declaration from a tick's room (`wait::Door`): armed at it.
+    took_declaration: bool,
     /// `--expect`, for a tool call: what its wait and its ceiling were to cover.
     declared: Option<u64>,
     /// A tool call's creator lock (`layout::CallCgroup`), held until the call is dropped,
@@ -147,8 +149,8 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         .or_else(|| std::env::var_os("MEMQOS_STATE_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
         .or_else(|| config.as_ref().map(|c| c.1.state_dir.clone()))
         .unwrap_or_else(|| PathBuf::from(armed::DEFAULT_STATE_DIR));
-    let waited = if req.runtime {
-        None
+    let door = if req.runtime {
+        wait::Door::default()
     } else {
         // Stale siblings (calls whose process died) go first: a call that waits for room
         // should not wait beside cgroups that may still hold charged page cache.
@@ -175,7 +177,8 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         hint_bytes: hint.and_then(Hint::low_bytes),
         events_log: config.as_ref().map(|c| c.1.state_dir.join(memqos_schema::state::EVENTS_FILE)),
         ceiling: Err("not armed yet".into()),
-        waited,
+        waited: door.waited,
+        took_declaration: door.took_declaration,
         declared: if req.runtime { None } else { expect },
     };
     if let Some(cfg) = &config {
@@ -209,7 +212,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         Err("the runtime is not armed (it is protected, not throttled)".into())
     } else {
         let tier = daemon_tier(config.as_ref().map(|c| &c.1), &call.root, &call.cg, &call.tier);
-        armed::arm(&call.cg, &state_dir, &call.root, &tier, expect)
+        armed::arm(&call.cg, &state_dir, &call.root, &tier, expect, call.took_declaration)
     };
     if req.verbose {
         eprintln!("memqos run: {}", armed_line(&call.ceiling, call.waited.as_ref()));

@@ -8,13 +8,22 @@
 //! armed at that allowance), the daemon is gone (then it starts as without one), or the
 //! file's `wait_limit_ms` passes (then it starts armed at the allowance of that moment).
 //!
-//! A call that declares its peak (`memqos run --expect`) also waits while the daemon's room for
-//! its tier is smaller than the declaration: started into less, it would be held at its
-//! ceiling and then killed; waiting, it holds nothing.
+//! A call that declares its peak (`memqos run --expect`) knows better than the share: its
+//! door is the daemon's whole room for its tier against its declaration, not the allowance's
+//! `wait`. It starts as soon as the room, less what other declared calls took from it since
+//! the daemon last counted them, covers its declaration, and waits while it does not: started
+//! into less, it would be held at its ceiling and then killed; waiting, it holds nothing. A
+//! small declared call on a host with 200 MiB free starts at once where the share (half the
+//! room, below the floor) would make it wait.
 //!
-//! Only calls that had to wait take the claim (`<state_dir>/admission.claim`): one of them
-//! starts per published tick, so waiters do not all start on one allowance. It is not
-//! oldest first: whichever waiter looks first after a tick takes it.
+//! The claim file (`<state_dir>/admission.claim`) is the ledger both kinds of call share: the
+//! last tick a call started on, the daemon that published it, and the bytes calls took from
+//! that tick's room and from the two before it. An armed call is in the daemon's room (as
+//! promised) from its next full sample on, one or two ticks after it starts; until then the
+//! ledger counts it, so two declared calls do not start on the same room. An undeclared call
+//! that had to wait takes a tick no call has started on yet (one per tick, as the share
+//! assumes) and records its allowance. It is not oldest first: whichever waiter looks first
+//! after a tick takes it.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -29,6 +38,10 @@ use crate::armed;
 
 /// How often a waiting call looks at the daemon's file.
 pub const POLL: Duration = Duration::from_millis(100);
+
+/// How many ticks the ledger remembers what calls took: the tick a call started on and the
+/// two after it, by when the daemon's full sample counts the armed call itself.
+const LEDGER_TICKS: usize = 3;
 
 /// Why a wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,29 +79,96 @@ pub struct Waited {
     pub why: Option<String>,
 }
 
-/// Whether a new call of `tier` that declares `declared` bytes (if it does) must wait: its
-/// tier's allowance says so, or the room is smaller than the declaration.
-fn must_wait(a: &Admission, tier: &str, declared: Option<u64>) -> bool {
-    a.wait(tier) || declared.is_some_and(|d| a.room(tier).is_some_and(|room| room < d))
+/// How a call passed the door.
+#[derive(Debug, Default)]
+pub struct Door {
+    /// The wait before it started, if it had to wait (or could not take the claim).
+    pub waited: Option<Waited>,
+    /// A declared call took its declaration from a tick's room: it is armed at it.
+    pub took_declaration: bool,
 }
 
-/// Waits, while the daemon's allowance for `tier` says so (or its room is below `declared`,
-/// the call's declared peak), until the call may start; None when it did not have to wait
-/// (no wait asked, no trusted file, `wait_limit_ms` 0).
-pub fn for_room(state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>, verbose: bool) -> Option<Waited> {
+/// What a call takes from a tick, under the claim file's lock.
+#[derive(Clone, Copy, Debug)]
+enum Take {
+    /// An undeclared call that had to wait: a tick no call has started on yet; it records
+    /// the allowance it is armed at.
+    Tick { allowance: u64 },
+    /// A declared call: `bytes` (its ceiling) of the tick's `room`, less what calls took
+    /// from this tick and the ones before it that the daemon may not count yet.
+    Room { bytes: u64, room: u64 },
+}
+
+/// Passes the door for a new call of `tier` that declares `declared` bytes (if it does): at
+/// once when there is room (no wait asked, or its declaration fits), after a wait otherwise
+/// (see the module doc). An unreadable or untrusted file, or `wait_limit_ms` 0: no wait.
+pub fn for_room(state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>, verbose: bool) -> Door {
+    let Ok(first) = armed::current(state_dir, root, armed::unix_ms()) else {
+        return Door::default();
+    };
+    if first.wait_limit_ms == 0 {
+        return Door::default();
+    }
+    match declared {
+        Some(d) => for_declared_room(state_dir, root, tier, armed::declared_ceiling(d), first, verbose),
+        None => Door { waited: for_allowance(state_dir, root, tier, first, verbose), took_declaration: false },
+    }
+}
+
+/// The door of a call that declares its peak: its `ceiling` (the declaration, as armed) of
+/// the room, through the ledger.
+fn for_declared_room(state_dir: &Path, root: &Path, tier: &str, ceiling: u64, first: Admission, verbose: bool) -> Door {
     let started = Instant::now();
-    let first = armed::current(state_dir, root, armed::unix_ms()).ok()?;
-    if !must_wait(&first, tier, declared) || first.wait_limit_ms == 0 {
+    let limit = Duration::from_millis(first.wait_limit_ms);
+    let (mut a, mut looked) = (first, 0u32);
+    let waited = |ended, why| Some(Waited { ms: started.elapsed().as_millis() as u64, ended, why });
+    loop {
+        // A tier the daemon publishes nothing for has no door (and no ceiling: `arm` says so).
+        let Some(room) = a.room(tier) else { return Door::default() };
+        if room >= ceiling {
+            match claim(state_dir, a.seq, a.pid, Take::Room { bytes: ceiling, room }) {
+                Ok(true) => {
+                    let waited = if looked == 0 { None } else { waited(Ended::Room, None) };
+                    return Door { waited, took_declaration: true };
+                }
+                Ok(false) => {} // calls started on this room already: the next tick
+                Err(e) => {
+                    let why = format!("cannot take {}: {e}", state_dir.join(ADMISSION_CLAIM_FILE).display());
+                    return Door { waited: waited(Ended::NoClaim, Some(why)), took_declaration: false };
+                }
+            }
+        }
+        if looked == 0 && verbose {
+            eprintln!(
+                "memqos run: no room for this {tier} call's declared {} now ({} free, less what calls just took): waiting for the memqos daemon to have it (at most {:.1} s)",
+                memqos_policy::size::human(ceiling),
+                memqos_policy::size::human(room),
+                limit.as_secs_f64()
+            );
+        }
+        looked += 1;
+        if started.elapsed() >= limit {
+            return Door { waited: waited(Ended::Limit, None), took_declaration: false };
+        }
+        std::thread::sleep(POLL);
+        a = match armed::current(state_dir, root, armed::unix_ms()) {
+            Ok(a) => a,
+            Err(why) => return Door { waited: waited(Ended::DaemonGone, Some(why)), took_declaration: false },
+        };
+    }
+}
+
+/// The door of an undeclared call: waits while the daemon's allowance for `tier` says so,
+/// until a tick with room that no other call started on; None when it did not have to wait.
+fn for_allowance(state_dir: &Path, root: &Path, tier: &str, first: Admission, verbose: bool) -> Option<Waited> {
+    let started = Instant::now();
+    if !first.wait(tier) {
         return None;
     }
     let limit = Duration::from_millis(first.wait_limit_ms);
     if verbose {
-        let what = match declared {
-            Some(d) if !first.wait(tier) => format!("room for its declared {}", memqos_policy::size::human(d)),
-            _ => "room".to_owned(),
-        };
         eprintln!(
-            "memqos run: no {what} for a new {tier} call now: waiting for the memqos daemon to have it (at most {:.1} s)",
+            "memqos run: no room for a new {tier} call now: waiting for the memqos daemon to have it (at most {:.1} s)",
             limit.as_secs_f64()
         );
     }
@@ -99,10 +179,11 @@ pub fn for_room(state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>
             Ok(a) => a,
             Err(why) => return done(Ended::DaemonGone, Some(why)),
         };
-        if !must_wait(&a, tier, declared) {
-            match claim(state_dir, a.seq, a.pid) {
+        if !a.wait(tier) {
+            let allowance = a.allowance(tier).unwrap_or(0).max(armed::MIN_CEILING);
+            match claim(state_dir, a.seq, a.pid, Take::Tick { allowance }) {
                 Ok(true) => return done(Ended::Room, None),
-                Ok(false) => {} // another waiter started on this tick
+                Ok(false) => {} // another call started on this tick
                 Err(e) => {
                     let why = format!("cannot take {}: {e}", state_dir.join(ADMISSION_CLAIM_FILE).display());
                     return done(Ended::NoClaim, Some(why));
@@ -115,10 +196,40 @@ pub fn for_room(state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>
     }
 }
 
-/// Takes tick `seq` of the daemon `pid` for this call, under an exclusive lock on the claim
-/// file; Ok(false) when a waiter already started on that tick or a later one. A claim of
-/// another daemon (one that died without removing it) counts as none.
-fn claim(state_dir: &Path, seq: u64, pid: u32) -> std::io::Result<bool> {
+/// The claim file's content: the last tick a call started on, the daemon `pid` that
+/// published it, and what calls took from that tick's room (`taken[0]`) and from the
+/// [`LEDGER_TICKS`]` - 1` ticks before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ledger {
+    pub seq: u64,
+    pub pid: u32,
+    pub taken: [u64; LEDGER_TICKS],
+}
+
+impl Ledger {
+    /// What calls took from tick `seq`'s room and the ones before it still counted, as of
+    /// this ledger; None when the ledger is of a later tick (the caller read an older file).
+    fn taken_as_of(&self, seq: u64) -> Option<[u64; LEDGER_TICKS]> {
+        let behind = seq.checked_sub(self.seq)?;
+        let mut taken = [0; LEDGER_TICKS];
+        for (i, t) in self.taken.iter().enumerate() {
+            if let Some(slot) = taken.get_mut(i + behind as usize) {
+                *slot = *t;
+            }
+        }
+        Some(taken)
+    }
+
+    fn text(&self) -> String {
+        let taken: Vec<String> = self.taken.iter().map(u64::to_string).collect();
+        format!("{} {} {}\n", self.seq, self.pid, taken.join(" "))
+    }
+}
+
+/// Takes what `take` asks of tick `seq` of the daemon `pid`, under an exclusive lock on the
+/// claim file; Ok(false) when the tick cannot give it (see [`Take`]) or the ledger is of a
+/// later tick. A ledger of another daemon (one that died without removing it) counts as none.
+fn claim(state_dir: &Path, seq: u64, pid: u32, take: Take) -> std::io::Result<bool> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -132,25 +243,50 @@ fn claim(state_dir: &Path, seq: u64, pid: u32) -> std::io::Result<bool> {
     }
     let mut text = String::new();
     file.read_to_string(&mut text)?;
-    if let Some((claimed, by)) = parse_claim(&text) {
-        if by == pid && claimed >= seq {
-            return Ok(false);
-        }
+    let mut taken = match parse_claim(&text).filter(|l| l.pid == pid) {
+        Some(l) => match l.taken_as_of(seq) {
+            Some(t) => t,
+            None => return Ok(false),
+        },
+        None => [0; LEDGER_TICKS],
+    };
+    let (fits, took) = match take {
+        Take::Tick { allowance } => (taken[0] == 0, allowance.max(1)),
+        Take::Room { bytes, room } => (taken.iter().fold(bytes, |s, t| s.saturating_add(*t)) <= room, bytes),
+    };
+    if !fits {
+        return Ok(false);
     }
+    taken[0] = taken[0].saturating_add(took);
     file.set_len(0)?;
-    file.write_all_at(format!("{seq} {pid}\n").as_bytes(), 0)?;
+    file.write_all_at(Ledger { seq, pid, taken }.text().as_bytes(), 0)?;
     file.flush()?;
     Ok(true)
 }
 
-/// `"<seq> <pid>"`; None for anything else (an empty file: nothing claimed yet).
-pub(crate) fn parse_claim(text: &str) -> Option<(u64, u32)> {
+/// `"<seq> <pid> <taken>..."`; a file of an older memqos (`"<seq> <pid>"`: a waiter started
+/// on that tick) reads as that tick taken whole. None for anything else (an empty file:
+/// nothing claimed yet).
+pub(crate) fn parse_claim(text: &str) -> Option<Ledger> {
     let mut words = text.split_whitespace();
     let seq = words.next()?.parse().ok()?;
     let pid = words.next()?.parse().ok()?;
-    Some((seq, pid))
+    let mut taken = [0; LEDGER_TICKS];
+    let mut any = false;
+    for slot in &mut taken {
+        match words.next() {
+            Some(w) => {
+                *slot = w.parse().ok()?;
+                any = true;
+            }
+            None => break,
+        }
+    }
+    if !any {
+        taken[0] = u64::MAX;
+    }
+    Some(Ledger { seq, pid, taken })
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,8 +373,9 @@ mod tests {
             }
         }
 
+        /// The tick of the last claim and its daemon.
         fn claimed(&self) -> Option<(u64, u32)> {
-            parse_claim(&std::fs::read_to_string(self.state.join(ADMISSION_CLAIM_FILE)).ok()?)
+            parse_claim(&std::fs::read_to_string(self.state.join(ADMISSION_CLAIM_FILE)).ok()?).map(|l| (l.seq, l.pid))
         }
     }
 
@@ -254,7 +391,11 @@ mod tests {
     }
 
     fn wait(state: &Path) -> Option<Waited> {
-        for_room(state, Path::new(ROOT), "tool", None, false)
+        for_room(state, Path::new(ROOT), "tool", None, false).waited
+    }
+
+    fn declared(state: &Path, bytes: u64) -> Door {
+        for_room(state, Path::new(ROOT), "tool", Some(bytes), false)
     }
 
     #[test]
@@ -273,13 +414,13 @@ mod tests {
     fn a_declared_call_waits_until_the_room_covers_its_declaration() {
         let d = tempfile::tempdir().unwrap();
         let daemon = FakeDaemon::start(d.path(), PATIENCE);
-        // The allowance has room for an undeclared call: it starts at once (once the fake
-        // daemon has republished).
-        daemon.tick(false);
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(wait(d.path()).is_none());
-        // A call that declares 500 MiB beside 64 MiB of room waits, through ticks without
-        // enough room, until one has it, and claims that tick.
+        // The share says wait (below the floor), but 64 MiB of room covers a call that
+        // declares 40 MiB: it starts at once, armed at its declaration, and the ledger has it.
+        let door = declared(d.path(), 40 << 20);
+        assert!(door.waited.is_none() && door.took_declaration, "{door:?}");
+        assert_eq!(ledger(d.path()).map(|l| (l.seq, l.taken[0])), Some((1, 40 << 20)));
+        // A call that declares 500 MiB waits, through ticks without enough room, until one
+        // has it, and takes it from that tick.
         let (room, seq) = (daemon.room_mib.clone(), daemon.seq.clone());
         let opener = std::thread::spawn(move || {
             std::thread::sleep(BEFORE_THE_TICK);
@@ -289,13 +430,30 @@ mod tests {
             room.store(600, Ordering::SeqCst);
             seq.fetch_add(1, Ordering::SeqCst);
         });
-        let w = for_room(d.path(), Path::new(ROOT), "tool", Some(500 << 20), false).expect("it had to wait");
+        let door = declared(d.path(), 500 << 20);
         opener.join().unwrap();
+        let w = door.waited.as_ref().expect("it had to wait");
+        assert!(door.took_declaration);
         assert_eq!(w.ended, Ended::Room);
         assert!(w.ms >= 2 * BEFORE_THE_TICK.as_millis() as u64, "not on the 300 MiB tick: {w:?}");
-        assert_eq!(daemon.claimed(), Some((4, std::process::id())), "the tick with 600 MiB");
-        // A declaration the room covers: no wait.
-        assert!(for_room(d.path(), Path::new(ROOT), "tool", Some(500 << 20), false).is_none());
+        assert_eq!(daemon.claimed(), Some((3, std::process::id())), "the tick with 600 MiB");
+        // The same tick's 600 MiB less the 500 MiB just taken and the 40 MiB of two ticks
+        // ago (the daemon may not count that call yet) covers a 60 MiB call.
+        let door = declared(d.path(), 60 << 20);
+        assert!(door.waited.is_none() && door.took_declaration, "{door:?}");
+        assert_eq!(ledger(d.path()).map(|l| l.taken), Some([560 << 20, 0, 40 << 20]));
+    }
+
+    #[test]
+    fn a_declared_call_that_never_has_room_starts_at_the_limit_untaken() {
+        let d = tempfile::tempdir().unwrap();
+        let _daemon = FakeDaemon::start(d.path(), 300);
+        let door = declared(d.path(), 500 << 20);
+        assert!(!door.took_declaration);
+        let w = door.waited.expect("it waited");
+        assert_eq!(w.ended, Ended::Limit);
+        assert!(w.ms >= 300, "{w:?}");
+        assert!(ledger(d.path()).is_none(), "took nothing");
     }
 
     #[test]
@@ -369,19 +527,65 @@ mod tests {
         }
     }
 
+    fn ledger(state: &Path) -> Option<Ledger> {
+        parse_claim(&std::fs::read_to_string(state.join(ADMISSION_CLAIM_FILE)).ok()?)
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn tick_of(allowance_mib: u64) -> Take {
+        Take::Tick { allowance: allowance_mib * MIB }
+    }
+
+    fn room_of(bytes_mib: u64, room_mib: u64) -> Take {
+        Take::Room { bytes: bytes_mib * MIB, room: room_mib * MIB }
+    }
+
     #[test]
-    fn a_claim_is_taken_once_per_tick_and_a_dead_daemons_claim_is_none() {
+    fn an_undeclared_waiter_takes_a_tick_once_and_a_dead_daemons_claim_is_none() {
         let d = tempfile::tempdir().unwrap();
-        assert!(claim(d.path(), 5, 7).unwrap());
-        assert!(!claim(d.path(), 5, 7).unwrap(), "taken");
-        assert!(!claim(d.path(), 4, 7).unwrap(), "an older tick");
-        assert!(claim(d.path(), 6, 7).unwrap());
-        assert!(claim(d.path(), 1, 8).unwrap(), "another daemon counts from 1");
-        assert_eq!(parse_claim(&std::fs::read_to_string(d.path().join(ADMISSION_CLAIM_FILE)).unwrap()), Some((1, 8)));
+        assert!(claim(d.path(), 5, 7, tick_of(64)).unwrap());
+        assert!(!claim(d.path(), 5, 7, tick_of(64)).unwrap(), "taken");
+        assert!(!claim(d.path(), 4, 7, tick_of(64)).unwrap(), "an older tick");
+        assert!(claim(d.path(), 6, 7, tick_of(64)).unwrap());
+        assert!(claim(d.path(), 1, 8, tick_of(64)).unwrap(), "another daemon counts from 1");
+        assert_eq!(ledger(d.path()), Some(Ledger { seq: 1, pid: 8, taken: [64 * MIB, 0, 0] }));
         // A claim that cannot be opened is an error, not a wait.
         let ro = tempfile::tempdir().unwrap();
         std::fs::create_dir(ro.path().join(ADMISSION_CLAIM_FILE)).unwrap();
-        assert!(claim(ro.path(), 1, 7).is_err());
+        assert!(claim(ro.path(), 1, 7, tick_of(64)).is_err());
+    }
+
+    #[test]
+    fn declared_calls_share_a_ticks_room_and_the_ledger_counts_them_for_three_ticks() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(claim(d.path(), 1, 7, room_of(60, 100)).unwrap());
+        assert!(!claim(d.path(), 1, 7, room_of(60, 100)).unwrap(), "60 + 60 > 100");
+        assert!(claim(d.path(), 1, 7, room_of(40, 100)).unwrap(), "60 + 40 fits");
+        // The next two ticks' room may not count them yet: the ledger still does.
+        assert!(!claim(d.path(), 2, 7, room_of(1, 100)).unwrap());
+        assert!(!claim(d.path(), 3, 7, room_of(1, 100)).unwrap());
+        assert!(claim(d.path(), 4, 7, room_of(100, 100)).unwrap(), "the daemon counts them by then");
+        // An undeclared waiter takes only a tick no call started on, and counts.
+        assert!(!claim(d.path(), 4, 7, tick_of(64)).unwrap());
+        assert!(claim(d.path(), 5, 7, tick_of(64)).unwrap());
+        assert!(!claim(d.path(), 5, 7, room_of(137, 300)).unwrap(), "64 + 100 + 137 > 300");
+        assert!(claim(d.path(), 5, 7, room_of(136, 300)).unwrap());
+        assert_eq!(ledger(d.path()), Some(Ledger { seq: 5, pid: 7, taken: [200 * MIB, 100 * MIB, 0] }));
+        // A later tick's ledger: this call read an older file; it looks again.
+        assert!(!claim(d.path(), 4, 7, room_of(1, 1000)).unwrap());
+    }
+
+    #[test]
+    fn an_older_memqos_claim_file_reads_as_its_tick_taken_whole() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(ADMISSION_CLAIM_FILE), "5 7\n").unwrap();
+        assert!(!claim(d.path(), 5, 7, room_of(1, 1 << 20)).unwrap());
+        assert!(!claim(d.path(), 5, 7, tick_of(64)).unwrap());
+        assert!(claim(d.path(), 6, 7, tick_of(64)).unwrap());
+        assert_eq!(parse_claim("5 7 1 2 3"), Some(Ledger { seq: 5, pid: 7, taken: [1, 2, 3] }));
+        assert_eq!(parse_claim(""), None);
+        assert_eq!(parse_claim("5 7 x"), None);
     }
 
     #[test]
