@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use memqos_cgroupfs::{Cgroup, Limit};
 use memqos_policy::Config;
@@ -390,18 +390,23 @@ impl Call {
     /// background processes behind); returns whether it is gone. The runtime's cgroup may be
     /// shared by several runtimes of one session: it stays while any runs.
     fn remove(&self) -> bool {
-        for _ in 0..20 {
-            if self.cg.is_populated().unwrap_or(false) {
+        // Right after the last exit the kernel may still be unlinking the task: `populated`
+        // still set, or rmdir EBUSY (20 tries of 1 ms were too few in a TCG guest: the
+        // runtime's cgroup stayed). Another runtime of the session keeps it populated for good.
+        let deadline = Instant::now() + Duration::from_millis(200);
+        loop {
+            if !self.cg.is_populated().unwrap_or(false) {
+                match self.cg.remove() {
+                    Ok(()) => return true,
+                    Err(e) if e.is_vanished() => return true,
+                    Err(_) => {}
+                }
+            }
+            if Instant::now() >= deadline {
                 return false;
             }
-            match self.cg.remove() {
-                Ok(()) => return true,
-                Err(e) if e.is_vanished() => return true,
-                // EBUSY right after the last exit: the kernel is still unlinking the task.
-                Err(_) => std::thread::sleep(Duration::from_millis(1)),
-            }
+            std::thread::sleep(Duration::from_millis(2));
         }
-        false
     }
 }
 

@@ -338,7 +338,7 @@ guest_test!(a_call_with_no_room_waits_at_the_door_and_starts_when_room_frees, |g
     assert!(!state.join("admission.claim").exists(), "the claim is withdrawn at stop");
 });
 
-guest_test!(a_call_that_declares_more_than_the_room_waits_for_it_and_is_armed_at_it, |g| g, {
+guest_test!(a_declared_call_waits_for_room_for_its_declaration_and_only_for_that, |g| g, {
     let (root, state, daemon) = admission_daemon("declared", "admission = true\nadmission_wait_ms = 300000");
 
     // 250M held under the 512M limit: room for an undeclared call (its share is above the
@@ -383,6 +383,25 @@ guest_test!(a_call_that_declares_more_than_the_room_waits_for_it_and_is_armed_at
     assert_eq!(r["armed"]["wait_ended"], "room", "{r}");
     assert_eq!(r["armed"]["declared_bytes"].as_u64(), Some(300 * MIB), "{r}");
     assert_eq!(r["armed"]["high_bytes"].as_u64(), Some(300 * MIB), "armed at its declaration: {r}");
+
+    // 360M held: the room's share is below the 64M floor and the allowance says wait, but a
+    // call that declares 40M fits in the room: it starts at once, armed at its declaration.
+    let hog_cg = make_cgroup("agents-declared/hog2");
+    let mut hog = spawn_workload(&hog_cg, "alloc", &["--mb", "360", "--hold-ms", "600000"]);
+    let tool = || -> Option<serde_json::Value> {
+        let a: serde_json::Value = serde_json::from_slice(&std::fs::read(state.join("admission.json")).ok()?).ok()?;
+        a["tiers"].as_array()?.iter().find(|t| t["tier"] == "tool").cloned()
+    };
+    poll("the daemon to say wait with room for 40M", Duration::from_secs(120), || {
+        tool().is_some_and(|t| t["wait"] == true && t["room_bytes"].as_u64().is_some_and(|r| r >= 40 * MIB))
+    });
+    let out = Command::new(memqos_bin()).args(common).args(["--expect", "40M", "--", "true"]).output().unwrap();
+    let r = report(&out);
+    println!("small declared call beside {:?}: {r}", tool());
+    assert!(out.status.success() && r["armed"]["waited_ms"].is_null(), "it waited: {r}");
+    assert_eq!(r["armed"]["high_bytes"].as_u64(), Some(40 * MIB), "armed at its declaration: {r}");
+    hog.kill().unwrap();
+    hog.wait().unwrap();
 
     let (status, log) = daemon.stop().unwrap();
     assert!(status.success(), "{status:?}\n{log}");

@@ -530,6 +530,22 @@ pub struct Policy {
     /// call whose tier's allowance says there is no room for it (`engine::admit`) before it
     /// starts it anyway, armed at the allowance of that moment.
     pub admission_wait_ms: u64,
+    /// `admission_regrowth` (default `"all"`): how much of the protected cgroups' expected
+    /// regrowth (their protection or expected peak above what they use) the room for new
+    /// calls keeps back. `all`: the sum, as the guard line does: safe with a few protected
+    /// cgroups. `largest`: the largest one's only, for a host of many protected cgroups that
+    /// do not all grow back at once (an agent host's runtimes, each protected at 1.1x its
+    /// peak: their sum can exceed the budget and leave no room for any call); when several
+    /// regrow together, the OOM killer's victim is a call (oom_score_adj), not a runtime.
+    pub admission_regrowth: AdmissionRegrowth,
+}
+
+/// `policy.admission_regrowth`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdmissionRegrowth {
+    All,
+    Largest,
 }
 
 /// `policy.foreign_knobs`.
@@ -566,6 +582,7 @@ impl Default for Policy {
             admission_share: 0.5,
             admission_floor: 64 << 20,
             admission_wait_ms: 30_000,
+            admission_regrowth: AdmissionRegrowth::All,
         }
     }
 }

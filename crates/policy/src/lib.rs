@@ -57,8 +57,8 @@ pub mod obs;
 pub mod size;
 
 pub use config::{
-    Config, ConfigError, Control, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction,
-    StallBound, SwapMax, Tier, TierIndex, Tiers,
+    AdmissionRegrowth, Config, ConfigError, Control, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals,
+    StallAction, StallBound, SwapMax, Tier, TierIndex, Tiers,
 };
 pub use decision::{Action, Decision, Knob, Reason, Trigger};
 pub use engine::{Allowance, Engine, Status, THRASH_REST_MS, UNSTARTED_RESERVATION_MS};

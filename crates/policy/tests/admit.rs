@@ -258,3 +258,35 @@ fn on_a_busy_host_an_armed_ceiling_rises_with_the_room_instead_of_being_lifted_b
     off.run(20_000, |_| {});
     assert_eq!(off.high("low/call"), Limit::Max, "{:?}", off.high_trail_mb("low/call"));
 }
+
+/// Two protected cgroups using 100M each, declaring 300M and 200M: about 200M and 100M to
+/// grow back into. The room for a new call keeps back both (`all`) or the larger (`largest`).
+fn room_beside_two_protected(policy: &str) -> Vec<u64> {
+    let mut sim = sim(THREE_TIERS, policy);
+    for (id, peak) in [("critical/a", 300), ("critical/b", 200)] {
+        sim.add(id, 100 * MB);
+        sim.cg(id).expected_peak_bytes = Some(peak * MB);
+    }
+    sim.tick();
+    sim.engine.admission(&sim.parent).iter().map(|a| a.room / MB).collect()
+}
+
+#[test]
+fn admission_regrowth_largest_keeps_back_only_the_largest_protected_regrowth() {
+    // (1024 - 64) - 200 used = 760 under the line; the protections follow the declarations
+    // in 16M steps (304M, 208M): less 204 + 108, or less 204.
+    assert_eq!(room_beside_two_protected(ON), vec![448, 448]);
+    assert_eq!(room_beside_two_protected("admission = true\nadmission_regrowth = \"all\"\n"), vec![448, 448]);
+    assert_eq!(room_beside_two_protected("admission = true\nadmission_regrowth = \"largest\"\n"), vec![556, 556]);
+}
+
+#[test]
+fn an_unknown_admission_regrowth_is_an_error_naming_it() {
+    let e = memqos_policy::Config::from_str(
+        "cgroup_root = \"/a\"\n[[tier]]\nname = \"t\"\nmatch = [\"**\"]\n[policy]\nadmission_regrowth = \"some\"\n",
+        "memqos.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("memqos.toml") && e.contains("admission_regrowth") && e.contains("some"), "{e}");
+}

@@ -53,7 +53,8 @@ pub struct TierAllowance {
     /// memory.high for a new cgroup of this tier (never below `policy.admission_floor`).
     pub allowance_bytes: u64,
     /// No room for a new call of this tier now (its share of the room is below the floor, or
-    /// the tier is queued behind a parked one): a call should wait before it starts.
+    /// the tier is queued behind a parked one): a call should wait before it starts (an
+    /// undeclared one: a call that declares its peak goes by `room_bytes`).
     #[serde(default)]
     pub wait: bool,
     /// The whole room under the daemon's guard line (`allowance_bytes` is a share of it): a

@@ -26,8 +26,10 @@ pub const TIER_PEAKS_FILE: &str = "tier-peaks.json";
 pub const ADMISSION_FILE: &str = "admission.json";
 /// The allowance file being written, renamed over [`ADMISSION_FILE`] when complete.
 pub const ADMISSION_TMP_FILE: &str = "admission.json.tmp";
-/// `"<seq> <pid>\n"`: the tick of [`ADMISSION_FILE`] a waiting `memqos run` last started a
-/// call on, and the daemon that published it. A waiter takes it under an exclusive `flock`
-/// and starts only on a newer tick, so waiters start one per tick; removed with the
-/// allowances.
+/// `"<seq> <pid> <taken> <taken before> <taken two before>\n"`: the tick of
+/// [`ADMISSION_FILE`] a `memqos run` last started a call on, the daemon that published it,
+/// and the bytes calls took from that tick's room and the two before it (the ledger of
+/// `memqos_agent::wait`, taken under an exclusive `flock`): an undeclared waiter starts only
+/// on a tick no call started on, a declared call only if its declaration fits beside what
+/// the ledger holds. Removed with the allowances.
 pub const ADMISSION_CLAIM_FILE: &str = "admission.claim";

@@ -432,6 +432,7 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
             "admission.toml",
             "admission-declared.toml",
             "admission-declared-long-wait.toml",
+            "admission-declared-largest.toml",
         ] {
             let s = HostScenario::load(&repo.join("experiments/agent-host").join(name)).unwrap();
             let daemon = s.daemon_config("/sys/fs/cgroup/agents", "/var/lib/memqos").unwrap();
@@ -442,6 +443,8 @@ memqos_set = { signals = { sampling_interval_ms = 100 } }
                 name.starts_with("admission-declared"),
                 "{name}: declared peaks only where asked"
             );
+            let largest = cfg.policy.admission_regrowth == memqos_policy::AdmissionRegrowth::Largest;
+            assert_eq!(largest, name == "admission-declared-largest.toml", "{name}: admission_regrowth");
             let plans = crate::agent_host::runner::plans(&s, &traces).unwrap();
             for p in &plans {
                 assert!(!p.calls.is_empty(), "{name}: {} has no call of {} B or more", p.trace, s.min_call_bytes);

@@ -9,8 +9,8 @@ use toml::Spanned;
 
 use super::error::Source;
 use super::{
-    Config, ConfigError, Control, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals, StallAction,
-    StallBound, SwapMax, Tier, Tiers,
+    AdmissionRegrowth, Config, ConfigError, Control, Dirty, DirtyMax, ForeignKnobs, Metrics, Policy, Protect, Signals,
+    StallAction, StallBound, SwapMax, Tier, Tiers,
 };
 use crate::size::{parse_size, ByteSize, Limit};
 
@@ -216,6 +216,7 @@ struct RawPolicy {
     admission_share: Option<Spanned<f64>>,
     admission_floor: Option<Spanned<ByteSize>>,
     admission_wait_ms: Option<Spanned<u64>>,
+    admission_regrowth: Option<AdmissionRegrowth>,
 }
 
 pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
@@ -607,6 +608,7 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
         admission_share: ratio(src, r.admission_share, &f("admission_share"), d.admission_share, (0.0, 1.0), true)?,
         admission_floor: size(src, r.admission_floor, &f("admission_floor"), d.admission_floor, 4096)?,
         admission_wait_ms: int(src, r.admission_wait_ms, &f("admission_wait_ms"), d.admission_wait_ms, 0..=3_600_000)?,
+        admission_regrowth: r.admission_regrowth.unwrap_or(d.admission_regrowth),
     })
 }
 

@@ -12,7 +12,10 @@
 //!
 //! with `limit` the parent's (the tighter of memory.max and memory.high) and the protected
 //! regrowth the room the guard already keeps for protected cgroups (their protection or
-//! expected peak above what they use: `pressure::protected_regrowth`) and `promised` what
+//! expected peak above what they use: `pressure::protected_regrowth`; with
+//! `admission_regrowth = "largest"` only the largest single one: twelve agent runtimes,
+//! each protected at 1.1x its peak, reserve more than a 2.5 GiB budget together, though
+//! they do not all grow back at once) and `promised` what
 //! throttle-tier cgroups under a ceiling of ours may still grow to (memory.high above usage,
 //! original `max`): a call armed a tick ago holds almost nothing yet, but its allowance is
 //! promised, and without counting it every waiting call would start on the same room one
@@ -28,10 +31,13 @@
 //! once the protected tiers grow (docs/agent-host-admission); one that has not started yet
 //! holds no memory, so it cannot be killed. `memqos run` waits while `wait` is set.
 //!
-//! A call that declares its peak (`memqos run --expect`) also waits while the whole room
-//! (published beside the allowance) is smaller than its declaration, and is armed at its
-//! declaration when it starts on room: a call known to need 1.5 GiB gains nothing from
-//! starting into 300 MiB, where it is held, then killed once the protected tiers grow.
+//! A call that declares its peak (`memqos run --expect`) passes the door on the whole room
+//! (published beside the allowance) against its declaration instead of on `wait`: it waits
+//! while the room is smaller, starts when it covers it even where the share is below the
+//! floor, and is armed at its declaration: a call known to need 1.5 GiB gains nothing from
+//! starting into 300 MiB, where it is held, then killed once the protected tiers grow, and a
+//! 50 MiB call loses 12 s waiting beside 200 MiB free. `memqos run` keeps the ledger of what
+//! calls took from a tick's room until this engine counts them as promised.
 //!
 //! The floor keeps small calls from ever being held. A call larger than its allowance waits
 //! at it (the kernel's over-high penalty) until the daemon raises it as room frees
@@ -41,7 +47,7 @@
 use std::collections::BTreeSet;
 
 use super::Ctx;
-use crate::config::{Config, TierIndex};
+use crate::config::{AdmissionRegrowth, Config, TierIndex};
 use crate::obs::ParentObs;
 use crate::size::{page_down, Limit, PAGE};
 
@@ -51,8 +57,8 @@ pub struct Allowance {
     pub tier: TierIndex,
     pub bytes: u64,
     /// The whole room (not its share), page-aligned; the floor while the tier is queued. A
-    /// call that declares its peak (`memqos run --expect`) waits until this covers it (one
-    /// that had to wait takes its tick's claim, so no other waiter starts on the same room).
+    /// call that declares its peak (`memqos run --expect`) starts when this, less what calls
+    /// took from it since (`memqos run`'s ledger), covers it, and waits until then.
     pub room: u64,
     /// No room for a new cgroup of this tier now: a call should not start yet.
     pub wait: bool,
@@ -62,7 +68,8 @@ pub struct Allowance {
 /// daemon recomputes them from a fresher parent read on its calm path.
 #[derive(Debug, Default)]
 pub(crate) struct Basis {
-    /// `pressure::protected_regrowth` of the last periodic tick.
+    /// `pressure::protected_regrowth` of the last periodic tick (the largest single one
+    /// with `admission_regrowth = "largest"`).
     pub regrowth: u64,
     /// Tiers with a parked cgroup.
     pub parked_tiers: BTreeSet<TierIndex>,
@@ -73,7 +80,11 @@ pub(crate) struct Basis {
 impl Basis {
     pub fn of(ctx: &Ctx, parked: &[String]) -> Basis {
         let parked_tiers = parked.iter().filter_map(|p| ctx.get(p)).map(|c| c.tier).collect();
-        Basis { regrowth: super::pressure::protected_regrowth(ctx), parked_tiers, promised: promised(ctx) }
+        let regrowth = match ctx.cfg.policy.admission_regrowth {
+            AdmissionRegrowth::All => super::pressure::protected_regrowth(ctx),
+            AdmissionRegrowth::Largest => super::pressure::regrowths(ctx).max().unwrap_or(0),
+        };
+        Basis { regrowth, parked_tiers, promised: promised(ctx) }
     }
 }
 

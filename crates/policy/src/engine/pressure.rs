@@ -95,15 +95,16 @@ pub(crate) fn detect<'a>(ctx: &Ctx<'a>, elapsed_ms: Option<u64>) -> Pressure<'a>
 /// A cgroup with no process left cannot grow back and reserves nothing. A declared
 /// `expected_peak` reserves at least that much, from the tick it is seen (`engine::reserve`).
 pub(crate) fn protected_regrowth(ctx: &Ctx) -> u64 {
-    ctx.cgs
-        .iter()
-        .filter(|c| ctx.tier(c).is_protected() && ctx.reserving(c))
-        .map(|c| {
-            let protection = if c.is_populated() { c.current.low.max(c.current.min).bytes().unwrap_or(0) } else { 0 };
-            let reserved = protection.max(super::reserve::reserved(ctx, c));
-            reserved.saturating_sub(c.usage_bytes)
-        })
-        .fold(0, u64::saturating_add)
+    regrowths(ctx).fold(0, u64::saturating_add)
+}
+
+/// Each protected cgroup's room to grow back into (see [`protected_regrowth`]).
+pub(crate) fn regrowths<'a>(ctx: &'a Ctx) -> impl Iterator<Item = u64> + 'a {
+    ctx.cgs.iter().filter(|c| ctx.tier(c).is_protected() && ctx.reserving(c)).map(|c| {
+        let protection = if c.is_populated() { c.current.low.max(c.current.min).bytes().unwrap_or(0) } else { 0 };
+        let reserved = protection.max(super::reserve::reserved(ctx, c));
+        reserved.saturating_sub(c.usage_bytes)
+    })
 }
 
 /// Why `c` (a protected cgroup) counts as under pressure, if it does.
