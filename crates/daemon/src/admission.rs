@@ -13,7 +13,7 @@
 //! else is noticed as a take-over). From then on the engine raises it as room frees and the
 //! tier's stall bound applies, as for any cut.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -37,6 +37,10 @@ pub(crate) struct Admissions {
     not_armed: HashSet<u64>,
     /// The last publication's `seq`: waiting calls start one per publication.
     seq: u64,
+    /// What each adopted call was armed at (cgroup id: bytes), handed to the engine as
+    /// `CgroupObs::armed_bytes` while the call lives. Lost with a restart: the engine then
+    /// counts the memory.high it finds.
+    armed: HashMap<u64, u64>,
 }
 
 impl Admissions {
@@ -107,6 +111,10 @@ impl Admissions {
         }
         let alive: HashSet<u64> = obs.cgroups.iter().map(|c| c.id.get()).collect();
         self.not_armed.retain(|id| alive.contains(id));
+        self.armed.retain(|id, _| alive.contains(id));
+        for c in obs.cgroups.iter_mut() {
+            c.armed_bytes = self.armed.get(&c.id.get()).copied();
+        }
         let mut found = Vec::new();
         for (i, c) in obs.cgroups.iter().enumerate() {
             let Limit::Bytes(high) = c.current.high else { continue };
@@ -143,9 +151,11 @@ impl Admissions {
                 knobs.len()
             )];
         }
-        for (i, _) in found {
+        for (i, high) in found {
             let c = &mut obs.cgroups[i];
             c.original.high = Limit::Max;
+            c.armed_bytes = Some(high);
+            self.armed.insert(c.id.get(), high);
             sampler.note_adopted(c.id.get());
             if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.id.get()) {
                 s.original.high = Limit::Max;

@@ -392,8 +392,21 @@ guest_test!(a_declared_call_waits_for_room_for_its_declaration_and_only_for_that
         let a: serde_json::Value = serde_json::from_slice(&std::fs::read(state.join("admission.json")).ok()?).ok()?;
         a["tiers"].as_array()?.iter().find(|t| t["tier"] == "tool").cloned()
     };
+    // The ledger in admission.claim counts the 300M call for three ticks after it started
+    // (until the daemon surely counts it itself): past those, only the room decides.
+    let claimed_seq: u64 = std::fs::read_to_string(state.join("admission.claim"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.parse().ok())
+        .expect("the 300M call's claim");
+    let seq = || -> Option<u64> {
+        let a: serde_json::Value = serde_json::from_slice(&std::fs::read(state.join("admission.json")).ok()?).ok()?;
+        a["seq"].as_u64()
+    };
     poll("the daemon to say wait with room for 40M", Duration::from_secs(120), || {
         tool().is_some_and(|t| t["wait"] == true && t["room_bytes"].as_u64().is_some_and(|r| r >= 40 * MIB))
+            && seq().is_some_and(|s| s >= claimed_seq + 3)
     });
     let out = Command::new(memqos_bin()).args(common).args(["--expect", "40M", "--", "true"]).output().unwrap();
     let r = report(&out);

@@ -158,6 +158,13 @@ pub struct CgroupObs {
     /// cgroup's workload key; only named in reasons and logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned_peak: Option<LearnedPeak>,
+    /// The memory.high `memqos run` armed this throttle-tier cgroup at before its call
+    /// started (its declaration, or its tier's allowance), as the daemon adopted it: what the
+    /// call was promised. It counts as promised while the call lives, even after a cut has
+    /// lowered its memory.high: otherwise the room it frees would admit another call, and
+    /// both would outgrow the room once the cut is released (`engine::admit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub armed_bytes: Option<u64>,
 }
 
 impl CgroupObs {
@@ -202,6 +209,7 @@ impl CgroupObs {
             populated: None,
             expected_peak_bytes: None,
             learned_peak: None,
+            armed_bytes: None,
         }
     }
 }

@@ -290,3 +290,20 @@ fn an_unknown_admission_regrowth_is_an_error_naming_it() {
     .to_string();
     assert!(e.contains("memqos.toml") && e.contains("admission_regrowth") && e.contains("some"), "{e}");
 }
+
+#[test]
+fn an_armed_calls_promise_outlives_a_cut_of_its_ceiling() {
+    let room = |armed_at: Option<u64>| {
+        let mut sim = sim(THREE_TIERS, "admission = true\nadmission_share = 1.0\n");
+        // Armed at 500M (its declaration), since cut to 100M, holding 90M.
+        armed(&mut sim, "low/call", 90 * MB, 100 * MB);
+        sim.cg("low/call").armed_bytes = armed_at;
+        sim.tick();
+        sim.engine.admission(&sim.parent)[0].room / MB
+    };
+    // (1024 - 64) - 90 used = 870 under the line; the call may still grow 410M to what it was
+    // armed at: another call started on that room would outgrow it with it once the cut is
+    // released. Without knowing the armed value only the 10M under the cut count.
+    assert_eq!(room(Some(500 * MB)), 460);
+    assert_eq!(room(None), 860);
+}

@@ -20,6 +20,8 @@ const AGENT_HOST_SERIES: &[(&str, &str)] = &[
     ("docs/agent-host-admission-declared", "experiments/agent-host/admission-declared.toml"),
     ("docs/agent-host-admission-declared-long-wait", "experiments/agent-host/admission-declared-long-wait.toml"),
     ("docs/agent-host-admission-declared-exact", "experiments/agent-host/admission-declared.toml"),
+    ("docs/agent-host-admission-declared-room", "experiments/agent-host/admission-declared.toml"),
+    ("docs/agent-host-admission-declared-room-long-wait", "experiments/agent-host/admission-declared-long-wait.toml"),
 ];
 
 /// Every such file, relative to `root`, with the text the committed runs give.
@@ -127,7 +129,11 @@ mod tests {
                 "docs/agent-host-admission-declared-long-wait/summary.json",
                 "docs/agent-host-admission-declared-long-wait/report.md",
                 "docs/agent-host-admission-declared-exact/summary.json",
-                "docs/agent-host-admission-declared-exact/report.md"
+                "docs/agent-host-admission-declared-exact/report.md",
+                "docs/agent-host-admission-declared-room/summary.json",
+                "docs/agent-host-admission-declared-room/report.md",
+                "docs/agent-host-admission-declared-room-long-wait/summary.json",
+                "docs/agent-host-admission-declared-room-long-wait/report.md"
             ]
         );
         for (_, text) in &files {

@@ -89,12 +89,16 @@ impl Basis {
 }
 
 /// What throttle-tier cgroups may still charge under a memory.high of ours (original `max`:
-/// an armed call, or a cut raised as room freed): the room already given away.
+/// an armed call, or a cut raised as room freed), or up to what an armed call was armed at
+/// if a cut has lowered it since: the room already given away.
 fn promised(ctx: &Ctx) -> u64 {
     ctx.cgs
         .iter()
         .filter(|c| ctx.tier(c).throttle && c.original.high == Limit::Max)
-        .filter_map(|c| Some(c.current.high.bytes()?.saturating_sub(c.usage_bytes)))
+        .filter_map(|c| {
+            let promise = c.current.high.bytes()?.max(c.armed_bytes.unwrap_or(0));
+            Some(promise.saturating_sub(c.usage_bytes))
+        })
         .fold(0, u64::saturating_add)
 }
 
