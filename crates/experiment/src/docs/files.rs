@@ -22,6 +22,7 @@ const AGENT_HOST_SERIES: &[(&str, &str)] = &[
     ("docs/agent-host-admission-declared-exact", "experiments/agent-host/admission-declared.toml"),
     ("docs/agent-host-admission-declared-room", "experiments/agent-host/admission-declared.toml"),
     ("docs/agent-host-admission-declared-room-long-wait", "experiments/agent-host/admission-declared-long-wait.toml"),
+    ("docs/agent-host-admission-declared-promise", "experiments/agent-host/admission-declared-long-wait.toml"),
 ];
 
 /// Every such file, relative to `root`, with the text the committed runs give.
@@ -133,7 +134,9 @@ mod tests {
                 "docs/agent-host-admission-declared-room/summary.json",
                 "docs/agent-host-admission-declared-room/report.md",
                 "docs/agent-host-admission-declared-room-long-wait/summary.json",
-                "docs/agent-host-admission-declared-room-long-wait/report.md"
+                "docs/agent-host-admission-declared-room-long-wait/report.md",
+                "docs/agent-host-admission-declared-promise/summary.json",
+                "docs/agent-host-admission-declared-promise/report.md"
             ]
         );
         for (_, text) in &files {
