@@ -99,6 +99,16 @@ enum Take {
     Room { bytes: u64, room: u64 },
 }
 
+/// What one look at the daemon's file says a call may do.
+enum Look {
+    /// Start now, taking nothing: there is no door for it (its tier has nothing published).
+    Pass,
+    /// Start if the ledger gives this of the tick.
+    Take(Take),
+    /// Look again at a later tick.
+    Wait,
+}
+
 /// Passes the door for a new call of `tier` that declares `declared` bytes (if it does): at
 /// once when there is room (no wait asked, or its declaration fits), after a wait otherwise
 /// (see the module doc). An unreadable or untrusted file, or `wait_limit_ms` 0: no wait.
@@ -109,90 +119,86 @@ pub fn for_room(state_dir: &Path, root: &Path, tier: &str, declared: Option<u64>
     if first.wait_limit_ms == 0 {
         return Door::default();
     }
-    match declared {
-        Some(d) => for_declared_room(state_dir, root, tier, armed::declared_ceiling(d), first, verbose),
-        None => Door { waited: for_allowance(state_dir, root, tier, first, verbose), took_declaration: false },
+    match declared.map(armed::declared_ceiling) {
+        // Its ceiling (the declaration, as armed) of the whole room, through the ledger.
+        Some(ceiling) => {
+            let look = |a: &Admission| match a.room(tier) {
+                None => Look::Pass,
+                Some(room) if room >= ceiling => Look::Take(Take::Room { bytes: ceiling, room }),
+                Some(_) => Look::Wait,
+            };
+            let announce = |a: &Admission| {
+                format!(
+                    "no room for this {tier} call's declared {} now ({} free, less what calls just took)",
+                    memqos_policy::size::human(ceiling),
+                    memqos_policy::size::human(a.room(tier).unwrap_or(0))
+                )
+            };
+            let (waited, took_declaration) = at_the_door(state_dir, root, first, verbose, look, announce);
+            Door { waited, took_declaration }
+        }
+        // Undeclared: the allowance's `wait`; one that need not wait takes no claim.
+        None if !first.wait(tier) => Door::default(),
+        None => {
+            let look = |a: &Admission| {
+                if a.wait(tier) {
+                    Look::Wait
+                } else {
+                    Look::Take(Take::Tick { allowance: a.allowance(tier).unwrap_or(0).max(armed::MIN_CEILING) })
+                }
+            };
+            let announce = |_: &Admission| format!("no room for a new {tier} call now");
+            let (waited, _) = at_the_door(state_dir, root, first, verbose, look, announce);
+            Door { waited, took_declaration: false }
+        }
     }
 }
 
-/// The door of a call that declares its peak: its `ceiling` (the declaration, as armed) of
-/// the room, through the ledger.
-fn for_declared_room(state_dir: &Path, root: &Path, tier: &str, ceiling: u64, first: Admission, verbose: bool) -> Door {
+/// Looks at the daemon's file (`first`, then every [`POLL`]) until `look` lets the call
+/// start, the file's `wait_limit_ms` passes or the daemon is gone; says `announce` once under
+/// `verbose` when it has to wait. Returns the wait (None when it started on the first look)
+/// and whether it took what it asked of a tick.
+fn at_the_door(
+    state_dir: &Path,
+    root: &Path,
+    first: Admission,
+    verbose: bool,
+    look: impl Fn(&Admission) -> Look,
+    announce: impl Fn(&Admission) -> String,
+) -> (Option<Waited>, bool) {
     let started = Instant::now();
     let limit = Duration::from_millis(first.wait_limit_ms);
     let (mut a, mut looked) = (first, 0u32);
     let waited = |ended, why| Some(Waited { ms: started.elapsed().as_millis() as u64, ended, why });
     loop {
-        // A tier the daemon publishes nothing for has no door (and no ceiling: `arm` says so).
-        let Some(room) = a.room(tier) else { return Door::default() };
-        if room >= ceiling {
-            match claim(state_dir, a.seq, a.pid, Take::Room { bytes: ceiling, room }) {
-                Ok(true) => {
-                    let waited = if looked == 0 { None } else { waited(Ended::Room, None) };
-                    return Door { waited, took_declaration: true };
-                }
-                Ok(false) => {} // calls started on this room already: the next tick
+        match look(&a) {
+            Look::Pass => return (None, false),
+            Look::Take(take) => match claim(state_dir, a.seq, a.pid, take) {
+                Ok(true) => return (if looked == 0 { None } else { waited(Ended::Room, None) }, true),
+                Ok(false) => {} // calls started on this tick already: the next one
                 Err(e) => {
                     let why = format!("cannot take {}: {e}", state_dir.join(ADMISSION_CLAIM_FILE).display());
-                    return Door { waited: waited(Ended::NoClaim, Some(why)), took_declaration: false };
+                    return (waited(Ended::NoClaim, Some(why)), false);
                 }
-            }
+            },
+            Look::Wait => {}
         }
         if looked == 0 && verbose {
             eprintln!(
-                "memqos run: no room for this {tier} call's declared {} now ({} free, less what calls just took): waiting for the memqos daemon to have it (at most {:.1} s)",
-                memqos_policy::size::human(ceiling),
-                memqos_policy::size::human(room),
+                "memqos run: {}: waiting for the memqos daemon to have it (at most {:.1} s)",
+                announce(&a),
                 limit.as_secs_f64()
             );
         }
         looked += 1;
         if started.elapsed() >= limit {
-            return Door { waited: waited(Ended::Limit, None), took_declaration: false };
+            return (waited(Ended::Limit, None), false);
         }
         std::thread::sleep(POLL);
         a = match armed::current(state_dir, root, armed::unix_ms()) {
             Ok(a) => a,
-            Err(why) => return Door { waited: waited(Ended::DaemonGone, Some(why)), took_declaration: false },
+            Err(why) => return (waited(Ended::DaemonGone, Some(why)), false),
         };
-    }
-}
-
-/// The door of an undeclared call: waits while the daemon's allowance for `tier` says so,
-/// until a tick with room that no other call started on; None when it did not have to wait.
-fn for_allowance(state_dir: &Path, root: &Path, tier: &str, first: Admission, verbose: bool) -> Option<Waited> {
-    let started = Instant::now();
-    if !first.wait(tier) {
-        return None;
-    }
-    let limit = Duration::from_millis(first.wait_limit_ms);
-    if verbose {
-        eprintln!(
-            "memqos run: no room for a new {tier} call now: waiting for the memqos daemon to have it (at most {:.1} s)",
-            limit.as_secs_f64()
-        );
-    }
-    let done = |ended, why| Some(Waited { ms: started.elapsed().as_millis() as u64, ended, why });
-    loop {
-        std::thread::sleep(POLL);
-        let a = match armed::current(state_dir, root, armed::unix_ms()) {
-            Ok(a) => a,
-            Err(why) => return done(Ended::DaemonGone, Some(why)),
-        };
-        if !a.wait(tier) {
-            let allowance = a.allowance(tier).unwrap_or(0).max(armed::MIN_CEILING);
-            match claim(state_dir, a.seq, a.pid, Take::Tick { allowance }) {
-                Ok(true) => return done(Ended::Room, None),
-                Ok(false) => {} // another call started on this tick
-                Err(e) => {
-                    let why = format!("cannot take {}: {e}", state_dir.join(ADMISSION_CLAIM_FILE).display());
-                    return done(Ended::NoClaim, Some(why));
-                }
-            }
-        }
-        if started.elapsed() >= limit {
-            return done(Ended::Limit, None);
-        }
     }
 }
 

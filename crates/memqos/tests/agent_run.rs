@@ -348,10 +348,12 @@ guest_test!(a_declared_call_waits_for_room_for_its_declaration_and_only_for_that
     poll("the hog to hold its memory", Duration::from_secs(120), || {
         hog_cg.memory_current().is_ok_and(|b| b >= 240 * MIB)
     });
-    let room = || -> Option<u64> {
-        let a: serde_json::Value = serde_json::from_slice(&std::fs::read(state.join("admission.json")).ok()?).ok()?;
-        a["tiers"].as_array()?.iter().find(|t| t["tier"] == "tool")?["room_bytes"].as_u64()
+    // The daemon's admission.json, its entry for the tool tier, and that tier's room.
+    let admission = || -> Option<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(state.join("admission.json")).ok()?).ok()
     };
+    let tool = |a: &serde_json::Value| a["tiers"].as_array()?.iter().find(|t| t["tier"] == "tool").cloned();
+    let room = || admission().as_ref().and_then(tool)?["room_bytes"].as_u64();
     poll("the daemon to publish the room beside the hog", Duration::from_secs(60), || {
         room().is_some_and(|r| (100 * MIB..300 * MIB).contains(&r))
     });
@@ -388,10 +390,6 @@ guest_test!(a_declared_call_waits_for_room_for_its_declaration_and_only_for_that
     // call that declares 40M fits in the room: it starts at once, armed at its declaration.
     let hog_cg = make_cgroup("agents-declared/hog2");
     let mut hog = spawn_workload(&hog_cg, "alloc", &["--mb", "360", "--hold-ms", "600000"]);
-    let tool = || -> Option<serde_json::Value> {
-        let a: serde_json::Value = serde_json::from_slice(&std::fs::read(state.join("admission.json")).ok()?).ok()?;
-        a["tiers"].as_array()?.iter().find(|t| t["tier"] == "tool").cloned()
-    };
     // The ledger in admission.claim counts the 300M call for three ticks after it started
     // (until the daemon surely counts it itself): past those, only the room decides.
     let claimed_seq: u64 = std::fs::read_to_string(state.join("admission.claim"))
@@ -400,17 +398,16 @@ guest_test!(a_declared_call_waits_for_room_for_its_declaration_and_only_for_that
         .next()
         .and_then(|w| w.parse().ok())
         .expect("the 300M call's claim");
-    let seq = || -> Option<u64> {
-        let a: serde_json::Value = serde_json::from_slice(&std::fs::read(state.join("admission.json")).ok()?).ok()?;
-        a["seq"].as_u64()
-    };
     poll("the daemon to say wait with room for 40M", Duration::from_secs(120), || {
-        tool().is_some_and(|t| t["wait"] == true && t["room_bytes"].as_u64().is_some_and(|r| r >= 40 * MIB))
-            && seq().is_some_and(|s| s >= claimed_seq + 3)
+        admission().is_some_and(|a| {
+            a["seq"].as_u64().is_some_and(|s| s >= claimed_seq + 3)
+                && tool(&a)
+                    .is_some_and(|t| t["wait"] == true && t["room_bytes"].as_u64().is_some_and(|r| r >= 40 * MIB))
+        })
     });
     let out = Command::new(memqos_bin()).args(common).args(["--expect", "40M", "--", "true"]).output().unwrap();
     let r = report(&out);
-    println!("small declared call beside {:?}: {r}", tool());
+    println!("small declared call beside {:?}: {r}", admission().as_ref().and_then(tool));
     assert!(out.status.success() && r["armed"]["waited_ms"].is_null(), "it waited: {r}");
     assert_eq!(r["armed"]["high_bytes"].as_u64(), Some(40 * MIB), "armed at its declaration: {r}");
     hog.kill().unwrap();
