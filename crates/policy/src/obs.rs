@@ -161,8 +161,8 @@ pub struct CgroupObs {
     /// The memory.high `memqos run` armed this throttle-tier cgroup at before its call
     /// started (its declaration, or its tier's allowance), as the daemon adopted it: what the
     /// call was promised. It counts as promised while the call lives, even after a cut has
-    /// lowered its memory.high: otherwise the room it frees would admit another call, and
-    /// both would outgrow the room once the cut is released (`engine::admit`).
+    /// lowered its memory.high or a release lifted it to `max`: otherwise the room it frees
+    /// would admit another call, and both would outgrow the room (`engine::admit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub armed_bytes: Option<u64>,
 }

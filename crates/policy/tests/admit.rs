@@ -307,3 +307,21 @@ fn an_armed_calls_promise_outlives_a_cut_of_its_ceiling() {
     assert_eq!(room(Some(500 * MB)), 460);
     assert_eq!(room(None), 860);
 }
+
+#[test]
+fn an_armed_calls_promise_outlives_a_release_to_max() {
+    let room = |armed_at: Option<u64>| {
+        let mut sim = sim(THREE_TIERS, "admission = true\nadmission_share = 1.0\n");
+        // Armed at 500M, lifted to max by a release before it grew (the root less than half
+        // full), holding 90M: it still grows to what it was admitted at.
+        armed(&mut sim, "low/call", 90 * MB, 500 * MB);
+        sim.cg("low/call").current.high = Limit::Max;
+        sim.cg("low/call").armed_bytes = armed_at;
+        sim.tick();
+        sim.engine.admission(&sim.parent)[0].room / MB
+    };
+    // (1024 - 64) - 90 used = 870 under the line, less the 410M it may still grow.
+    assert_eq!(room(Some(500 * MB)), 460);
+    // An unarmed cgroup at max promises nothing (it was never admitted on a room).
+    assert_eq!(room(None), 870);
+}

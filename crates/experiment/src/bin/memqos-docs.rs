@@ -1,20 +1,38 @@
-//! `memqos-docs [--check]`: rebuilds docs/experiments/summary.json and report.md and
+//! `memqos-docs [--check | --figure QUERY...]`: rebuilds docs/experiments/summary.json and report.md and
 //! docs/agent-host/summary.json and report.md from the committed runs (the report step of
 //! `memqos-lab experiment --report-only` and `experiment agent-host --report-only`, plots left
 //! as they are and linked), then every generated table in the docs from them. `--check` writes
 //! nothing and exits 1 if one of those files is not what the committed runs give (naming its
-//! first differing line), or a doc's tables differ from what the summary gives. Run from the
-//! checkout's root; `scripts/docs.sh` does.
+//! first differing line), or a doc's tables differ from what the summary gives. `--figure`
+//! prints what a figure marker would hold, writing nothing. Run from the checkout's root;
+//! `scripts/docs.sh` does.
 
 use std::path::Path;
 use std::process::ExitCode;
 
+const USAGE: &str = "usage: memqos-docs [--check | --figure QUERY...]
+
+Run from the checkout's root (scripts/docs.sh does).
+  (none)           rebuild the summaries, reports and every generated table and figure
+                   marker in the docs from the committed runs
+  --check          write nothing; exit 1 naming what is out of date
+  --figure QUERY   print the figure a `<!-- fig: QUERY -->` marker would hold, one line per
+                   QUERY, e.g. --figure 'agent-host-admission-zswap-queue 7 12 memqos calls-killed'
+                   (the query language: crates/experiment/src/docs/figures.rs)
+  -h, --help       this text";
+
 fn main() -> ExitCode {
-    let check = match std::env::args().nth(1).as_deref() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let check = match args.first().map(String::as_str) {
         None => false,
-        Some("--check") => true,
-        Some(other) => {
-            eprintln!("memqos-docs: unknown argument {other:?} (usage: memqos-docs [--check])");
+        Some("--check") if args.len() == 1 => true,
+        Some("-h" | "--help") => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some("--figure") if args.len() > 1 => return print_figures(&args[1..]),
+        Some(_) => {
+            eprintln!("memqos-docs: unexpected arguments {args:?}\n{USAGE}");
             return ExitCode::from(2);
         }
     };
@@ -44,4 +62,19 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `--figure`: each query's figure on a line of its own (`QUERY: FIGURE`), from the
+/// committed data; an unknown query is an error naming it.
+fn print_figures(queries: &[String]) -> ExitCode {
+    for q in queries {
+        match memqos_experiment::docs::figure(Path::new("."), q) {
+            Ok(f) => println!("{q}: {f}"),
+            Err(e) => {
+                eprintln!("memqos-docs: --figure {q:?}: {e:#}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }

@@ -23,7 +23,8 @@
 //! An agent-host series is named by its directory under docs/ (`agent-host`,
 //! `agent-host-admission-zswap`, ...), with the session count where the VARIANT goes:
 //! `<!-- fig: agent-host-admission-zswap 7 12 memqos calls-killed -->`. Its measures:
-//! `calls-killed` (call attempts OOM-killed, of those started), `runtimes-killed`,
+//! `calls-killed` (call attempts OOM-killed, of those started), `calls-killed/none` (this
+//! arm's killed call attempts over none's at the same level and kernel), `runtimes-killed`,
 //! `runs-with-runtime-killed`, `sessions-finished`, `sessions-failed`, `calls-lost` (with
 //! their session), `calls-waited`, `waits-at-limit`, `killed-after-wait-limit`, `calls-held`,
 //! `calls-queued`,
@@ -162,6 +163,19 @@ fn render_agent_host(src: &Sources, dir: &str, kernel: &str, level: &str, arm: &
     let ratio = |e: Option<Estimate>| e.map(|e| format!("{:.2}x", e.median)).context("no such ratio in this series");
     Ok(match measure {
         "calls-killed" => format!("{} of {}", l.calls_killed, l.calls_started),
+        // The issue-30 target's measure: this arm's killed call attempts over none's, at the
+        // same level on the same kernel, over all runs.
+        "calls-killed/none" => {
+            let none = h
+                .levels
+                .iter()
+                .find(|n| n.kernel == l.kernel && n.level == level && n.arm == "none")
+                .with_context(|| format!("docs/{dir} has no none arm at level {level} on kernel {kernel:?}"))?;
+            if none.calls_killed == 0 {
+                bail!("docs/{dir}: none killed no call at level {level} on kernel {kernel:?}: no ratio");
+            }
+            format!("{:.2}x", l.calls_killed as f64 / none.calls_killed as f64)
+        }
         "runtimes-killed" => l.runtimes_killed.to_string(),
         "runs-with-runtime-killed" => format!("{} of {}", l.runs_with_runtime_killed, l.runs),
         "sessions-finished" => format!("{} of {}", l.sessions_finished, l.sessions),
@@ -240,6 +254,9 @@ mod tests {
         let fig = |m: &str| render(&format!("agent-host-admission-zswap 7 12 memqos {m}"), &src).unwrap();
         assert_eq!(fig("calls-killed"), format!("{} of {}", l.calls_killed, l.calls_started));
         assert_eq!(fig("runtimes-killed"), l.runtimes_killed.to_string());
+        let none = h.levels.iter().find(|n| n.arm == "none" && n.level == 12 && n.kernel == l.kernel).unwrap();
+        assert_eq!(fig("calls-killed/none"), format!("{:.2}x", l.calls_killed as f64 / none.calls_killed as f64));
+        assert_eq!(render("agent-host-admission-zswap 7 12 none calls-killed/none", &src).unwrap(), "1.00x");
         let err = |q: &str| format!("{:#}", render(q, &src).unwrap_err());
         assert!(err("agent-host-admission-zswap 7 13 memqos calls-killed").contains("no level 13"));
         assert!(err("agent-host-admission-zswap 7 twelve memqos calls-killed").contains("session count"));

@@ -17,7 +17,8 @@
 //! each protected at 1.1x its peak, reserve more than a 2.5 GiB budget together, though
 //! they do not all grow back at once) and `promised` what
 //! throttle-tier cgroups under a ceiling of ours may still grow to (memory.high above usage,
-//! original `max`): a call armed a tick ago holds almost nothing yet, but its allowance is
+//! original `max`; an armed call: what it was armed at, while it lives, whatever its
+//! memory.high is now): a call armed a tick ago holds almost nothing yet, but its allowance is
 //! promised, and without counting it every waiting call would start on the same room one
 //! tick after another. `admission_share`
 //! leaves room for other calls starting within the same interval, which all see the same
@@ -89,14 +90,22 @@ impl Basis {
 }
 
 /// What throttle-tier cgroups may still charge under a memory.high of ours (original `max`:
-/// an armed call, or a cut raised as room freed), or up to what an armed call was armed at
-/// if a cut has lowered it since: the room already given away.
+/// an armed call, or a cut raised as room freed), or up to what an armed call was armed at,
+/// whatever its memory.high is now: the room already given away. A cut lowers the ceiling
+/// for a while and a release lifts it (to `max` once the root is less than half full), but
+/// the call still grows to what it was admitted at; counting only the ceiling of the moment
+/// let a second large call in on the room a first one was about to take, and both were
+/// killed when they grew (docs/agent-host-admission-declared-promise, 7.2 run 2).
 fn promised(ctx: &Ctx) -> u64 {
     ctx.cgs
         .iter()
         .filter(|c| ctx.tier(c).throttle && c.original.high == Limit::Max)
         .filter_map(|c| {
-            let promise = c.current.high.bytes()?.max(c.armed_bytes.unwrap_or(0));
+            let promise = match (c.current.high.bytes(), c.armed_bytes) {
+                (Some(high), armed) => high.max(armed.unwrap_or(0)),
+                (None, Some(armed)) => armed,
+                (None, None) => return None,
+            };
             Some(promise.saturating_sub(c.usage_bytes))
         })
         .fold(0, u64::saturating_add)
