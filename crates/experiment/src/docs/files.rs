@@ -23,6 +23,8 @@ const AGENT_HOST_SERIES: &[(&str, &str)] = &[
     ("docs/agent-host-admission-declared-room", "experiments/agent-host/admission-declared.toml"),
     ("docs/agent-host-admission-declared-room-long-wait", "experiments/agent-host/admission-declared-long-wait.toml"),
     ("docs/agent-host-admission-declared-promise", "experiments/agent-host/admission-declared-long-wait.toml"),
+    ("docs/agent-host-admission-declared-largest", "experiments/agent-host/admission-declared-largest.toml"),
+    ("docs/agent-host-admission-declared-kept", "experiments/agent-host/admission-declared-long-wait.toml"),
 ];
 
 /// Every such file, relative to `root`, with the text the committed runs give.
@@ -136,7 +138,11 @@ mod tests {
                 "docs/agent-host-admission-declared-room-long-wait/summary.json",
                 "docs/agent-host-admission-declared-room-long-wait/report.md",
                 "docs/agent-host-admission-declared-promise/summary.json",
-                "docs/agent-host-admission-declared-promise/report.md"
+                "docs/agent-host-admission-declared-promise/report.md",
+                "docs/agent-host-admission-declared-largest/summary.json",
+                "docs/agent-host-admission-declared-largest/report.md",
+                "docs/agent-host-admission-declared-kept/summary.json",
+                "docs/agent-host-admission-declared-kept/report.md"
             ]
         );
         for (_, text) in &files {
