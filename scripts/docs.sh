@@ -5,7 +5,8 @@
 # as they are), then the regions between "<!-- generated: NAME" and
 # "<!-- end generated: NAME -->" in README.md and docs/*.md.
 # `bash scripts/docs.sh --check` only checks and writes nothing (the unit tests
-# report_files_match_the_committed_runs and docs_match_the_committed_data do too).
+# report_files_match_the_committed_runs and docs_match_the_committed_data do too);
+# `bash scripts/docs.sh --figure 'QUERY'` prints one figure marker's value; `--help`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo run --quiet -p memqos-experiment --bin memqos-docs -- "$@"
