@@ -122,7 +122,8 @@ pub struct RunArgs {
     /// user.memqos.expected_peak: in a protected tier (the runtime's) the daemon reserves that
     /// room from the start and caps lower tiers to what is left; in a throttle tool tier
     /// with `admission = true` the call waits before it starts until the daemon has that
-    /// much room (at most admission_wait_ms), then is armed at it.
+    /// much room (at most admission_wait_ms), then is armed at it, and the daemon keeps that
+    /// room promised to it while it runs.
     #[arg(long, value_name = "SIZE")]
     expect: Option<String>,
     /// The workload the command runs (e.g. "cargo test"), named on its cgroup as

@@ -25,6 +25,7 @@ const AGENT_HOST_SERIES: &[(&str, &str)] = &[
     ("docs/agent-host-admission-declared-promise", "experiments/agent-host/admission-declared-long-wait.toml"),
     ("docs/agent-host-admission-declared-largest", "experiments/agent-host/admission-declared-largest.toml"),
     ("docs/agent-host-admission-declared-kept", "experiments/agent-host/admission-declared-long-wait.toml"),
+    ("docs/agent-host-admission-zswap-queue-kept", "experiments/agent-host/admission-zswap-queue.toml"),
 ];
 
 /// Every such file, relative to `root`, with the text the committed runs give.
@@ -142,7 +143,9 @@ mod tests {
                 "docs/agent-host-admission-declared-largest/summary.json",
                 "docs/agent-host-admission-declared-largest/report.md",
                 "docs/agent-host-admission-declared-kept/summary.json",
-                "docs/agent-host-admission-declared-kept/report.md"
+                "docs/agent-host-admission-declared-kept/report.md",
+                "docs/agent-host-admission-zswap-queue-kept/summary.json",
+                "docs/agent-host-admission-zswap-queue-kept/report.md"
             ]
         );
         for (_, text) in &files {
