@@ -65,10 +65,17 @@ fn main() -> ExitCode {
 }
 
 /// `--figure`: each query's figure on a line of its own (`QUERY: FIGURE`), from the
-/// committed data; an unknown query is an error naming it.
+/// committed data (read once); an unknown query is an error naming it.
 fn print_figures(queries: &[String]) -> ExitCode {
+    let src = match memqos_experiment::docs::Sources::load(Path::new(".")) {
+        Ok(src) => src,
+        Err(e) => {
+            eprintln!("memqos-docs: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
     for q in queries {
-        match memqos_experiment::docs::figure(Path::new("."), q) {
+        match memqos_experiment::docs::figure(q, &src) {
             Ok(f) => println!("{q}: {f}"),
             Err(e) => {
                 eprintln!("memqos-docs: --figure {q:?}: {e:#}");

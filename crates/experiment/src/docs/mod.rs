@@ -135,11 +135,11 @@ pub fn render(name: &str, src: &Sources) -> Result<String> {
     })
 }
 
-/// The figure a `<!-- fig: QUERY -->` marker holds, from the committed data under `root`
-/// (the query language is in `figures.rs`): for a closing note or a review, read the
-/// number the docs would print instead of typing it.
-pub fn figure(root: &Path, query: &str) -> Result<String> {
-    figures::render(query, &Sources::load(root)?)
+/// The figure a `<!-- fig: QUERY -->` marker holds, from the committed data `src` (the
+/// query language is in `figures.rs`): for a closing note or a review, read the number the
+/// docs would print instead of typing it.
+pub fn figure(query: &str, src: &Sources) -> Result<String> {
+    figures::render(query, src)
 }
 
 /// Rewrites (or, with `write` false, only checks) every generated region of every doc in
