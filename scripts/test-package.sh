@@ -92,7 +92,7 @@ cm, ds = docs[1], docs[2]
 pod = ds["spec"]["template"]["spec"]
 c, g = pod["containers"]
 assert (c["name"], g["name"]) == ("memqos", "guardian"), [c["name"], g["name"]]
-assert g["args"][:2] == ["restore", "--watch"] and "/var/lib/memqos" in g["args"], g["args"]
+assert g["args"][:2] == ["restore", "--watch"] and "/run/memqos" in g["args"], g["args"]
 assert g["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
 sc = c["securityContext"]
 assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, sc
@@ -104,8 +104,12 @@ vols = {v["name"]: v for v in pod["volumes"]}
 # Only the managed subtree of the host's cgroupfs, in both containers.
 managed = "/host/sys/fs/cgroup/kubepods.slice"
 assert vols[mounts[managed]["name"]]["hostPath"]["path"] == "/sys/fs/cgroup/kubepods.slice"
-assert {m["mountPath"] for m in g["volumeMounts"]} == {managed, "/var/lib/memqos"}
+assert {m["mountPath"] for m in g["volumeMounts"]} == {managed, "/run/memqos"}
+# The journal on the host's boot-scoped /run, the learned history on disk.
+assert vols[mounts["/run/memqos"]["name"]]["hostPath"]["path"] == "/run/memqos"
 assert vols[mounts["/var/lib/memqos"]["name"]]["hostPath"]["path"] == "/var/lib/memqos"
+probe = c["livenessProbe"]["exec"]["command"]
+assert probe[:2] == ["memqos", "status"] and "--live-within" in probe and "/run/memqos" in probe, probe
 text = cm["data"]["memqos.toml"]
 shipped = tomllib.load(open("configs/kubernetes.toml", "rb"))
 got = tomllib.loads(text)

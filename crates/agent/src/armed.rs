@@ -19,7 +19,7 @@ use memqos_schema::admission::{Admission, ADMISSION_VERSION, ARMED_HIGH_XATTR};
 use memqos_schema::state::ADMISSION_FILE;
 
 /// The daemon's default state directory (its config's default `state_dir`).
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/memqos";
+pub const DEFAULT_STATE_DIR: &str = memqos_schema::state::DEFAULT_STATE_DIR;
 
 /// No ceiling is armed below this, whatever a file says: a small call is never held.
 pub const MIN_CEILING: u64 = 16 << 20;

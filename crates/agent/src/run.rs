@@ -49,7 +49,7 @@ pub struct Request {
     /// `--verbose`: say on stderr what was set up (the armed ceiling, or why none).
     pub verbose: bool,
     /// `--state-dir`: the daemon's state directory, where its allowances for new calls are
-    /// (else $MEMQOS_STATE_DIR, else the config's `state_dir`, else /var/lib/memqos).
+    /// (else $MEMQOS_STATE_DIR, else the config's `state_dir`, else /run/memqos).
     pub state_dir: Option<PathBuf>,
     pub command: Vec<OsString>,
 }

@@ -22,21 +22,7 @@ pub type CgroupId = u64;
 
 /// Why a relative cgroup path is refused; the message names the path.
 pub fn check_relative(rel: &str) -> Result<(), String> {
-    if rel.starts_with('/') {
-        return Err(format!("{rel:?} is an absolute path (must be relative to cgroup_root)"));
-    }
-    if rel.is_empty() {
-        return Ok(()); // the root itself
-    }
-    for comp in rel.split('/') {
-        match comp {
-            "" => return Err(format!("{rel:?} has an empty path component")),
-            "." | ".." => return Err(format!("{rel:?} has a {comp:?} component (must stay beneath cgroup_root)")),
-            _ if comp.contains('\0') => return Err(format!("{rel:?} has a NUL byte")),
-            _ => {}
-        }
-    }
-    Ok(())
+    crate::name::checked_relative(rel).map(|_| ())
 }
 
 /// CGROUP2_SUPER_MAGIC from linux/magic.h.
@@ -76,10 +62,14 @@ fn cstr(s: &str) -> CString {
     CString::new(s).expect("checked: no NUL")
 }
 
-/// A carried relative path as the bytes the filesystem knows (`crate::name`).
-fn cpath(rel: &str) -> CString {
+/// A carried relative path as the bytes the filesystem knows (`crate::name`), checked
+/// after decoding: an error, never a panic, for a name with a NUL or a `..`.
+fn cpath(rel: &str) -> std::io::Result<CString> {
     use std::os::unix::ffi::OsStringExt;
-    CString::new(crate::name::decode(rel).into_vec()).expect("checked: no NUL")
+    let bytes = crate::name::checked_relative(rel)
+        .map_err(|why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why))?
+        .into_vec();
+    CString::new(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in a path"))
 }
 
 impl Root {
@@ -214,7 +204,7 @@ fn fs_magic(fd: &OwnedFd) -> std::io::Result<i64> {
 
 /// openat2(2) of `rel` beneath `root`, refusing every symlink.
 fn openat2(root: &OwnedFd, rel: &str, flags: u64) -> std::io::Result<OwnedFd> {
-    let path = cpath(rel);
+    let path = cpath(rel)?;
     // SAFETY: open_how is plain data; all-zero is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = flags;
@@ -249,7 +239,7 @@ fn open_beneath(root: &OwnedFd, rel: &str) -> std::io::Result<OwnedFd> {
 fn walk_beneath(root: &OwnedFd, rel: &str) -> std::io::Result<OwnedFd> {
     let mut cur = root.try_clone()?;
     for comp in rel.split('/') {
-        let c = cpath(comp);
+        let c = cpath(comp)?;
         // SAFETY: valid fd and NUL-terminated name.
         let r = unsafe {
             libc::openat(
@@ -307,7 +297,19 @@ pub fn read_at(dir: &OwnedFd, file: &str) -> Result<String, FileError> {
 /// Writes `value` in one write(2), as the kernel expects; O_TRUNC is ignored by cgroupfs and
 /// /proc and keeps fake trees correct. Never creates a file.
 pub fn write_at(dir: &OwnedFd, file: &str, value: &str) -> Result<(), FileError> {
-    let mut f = open_file(dir, file, libc::O_WRONLY | libc::O_TRUNC).map_err(FileError::from_io)?;
+    write_with(dir, file, value, 0)
+}
+
+/// [`write_at`] through a file opened `O_NONBLOCK`: since a 2025 kernel change, memory.high
+/// and memory.max set that way return at once instead of making the writer reclaim down to
+/// the new limit (the kernel's own reclaim and throttling of the cgroup still follow).
+/// Kernels before it ignore the flag for cgroup files, so it is always safe to pass.
+pub fn write_at_nonblocking(dir: &OwnedFd, file: &str, value: &str) -> Result<(), FileError> {
+    write_with(dir, file, value, libc::O_NONBLOCK)
+}
+
+fn write_with(dir: &OwnedFd, file: &str, value: &str, flags: i32) -> Result<(), FileError> {
+    let mut f = open_file(dir, file, libc::O_WRONLY | libc::O_TRUNC | flags).map_err(FileError::from_io)?;
     f.write_all(value.as_bytes()).map_err(FileError::from_io)
 }
 

@@ -30,7 +30,11 @@ pub fn encode(name: &OsStr) -> String {
 }
 
 /// The bytes of a carried name or relative path (the inverse of [`encode`]). A backslash
-/// sequence `encode` never makes is kept as written.
+/// sequence `encode` never makes is kept as written: `encode` escapes only bytes of invalid
+/// UTF-8 (0x80 and above), so `\x2f`, `\x00` or `\x2e` are four literal characters, never a
+/// `/`, a NUL or a dot. A name checked as carried is therefore the name decoded; the one
+/// place that turns outside input into a path still checks after decoding
+/// ([`checked_relative`]).
 pub fn decode(carried: &str) -> OsString {
     if !carried.contains('\\') {
         return OsString::from(carried);
@@ -44,7 +48,12 @@ pub fn decode(carried: &str) -> OsString {
                 out.push(b'\\');
                 i += 2;
             }
-            (b'\\', Some(b'x')) => match carried.get(i + 2..i + 4).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            (b'\\', Some(b'x')) => match carried
+                .get(i + 2..i + 4)
+                .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .filter(|b| *b >= 0x80)
+            {
                 Some(b) => {
                     out.push(b);
                     i += 4;
@@ -61,6 +70,38 @@ pub fn decode(carried: &str) -> OsString {
         }
     }
     OsString::from_vec(out)
+}
+
+/// The one place a carried relative path from outside (a user's argument, a journal entry, a
+/// config) becomes filesystem bytes: decoded first, then each component checked (not empty,
+/// not `.` or `..`, no NUL, no `/` inside), so what is checked is what is opened. "" is the
+/// root. The error names the path as carried, escaped for a terminal.
+pub fn checked_relative(rel: &str) -> Result<OsString, String> {
+    if rel.starts_with('/') {
+        return Err(format!("{:?} is an absolute path (must be relative to cgroup_root)", display(rel)));
+    }
+    if rel.is_empty() {
+        return Ok(OsString::new()); // the root itself
+    }
+    let mut out = Vec::with_capacity(rel.len());
+    for (i, comp) in rel.split('/').enumerate() {
+        let bytes = decode(comp).into_vec();
+        let why = match bytes.as_slice() {
+            [] => Some("an empty path component".to_owned()),
+            b"." | b".." => Some(format!("a {:?} component (must stay beneath cgroup_root)", display(comp))),
+            b if b.contains(&0) => Some("a NUL byte".to_owned()),
+            b if b.contains(&b'/') => Some(format!("a '/' inside the component {:?}", display(comp))),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Err(format!("{:?} has {why}", display(rel)));
+        }
+        if i > 0 {
+            out.push(b'/');
+        }
+        out.extend_from_slice(&bytes);
+    }
+    Ok(OsString::from_vec(out))
 }
 
 /// The filesystem path of the cgroup carried as `rel` below `root` ("" is the root).
@@ -107,6 +148,67 @@ mod tests {
         assert_eq!(encode(OsStr::from_bytes(b"a\xffb")), "a\\xffb");
         assert_eq!(fs_path(Path::new("/r"), "a/b\\xff").as_os_str().as_bytes(), b"/r/a/b\xff");
         assert_eq!(fs_path(Path::new("/r"), ""), PathBuf::from("/r"));
+    }
+
+    /// An escape `encode` never makes cannot smuggle a separator, a NUL or a dot past a
+    /// check of the carried name: `memqos explain 'system.slice\x2f..\x2f..\x2fetc'` named
+    /// /etc once. Decoded first, checked after, such names are refused or stay literal.
+    #[test]
+    fn escapes_of_separators_nul_and_dots_stay_literal_and_traversal_is_refused() {
+        assert_eq!(decode(r"a\x2fb").as_bytes(), br"a\x2fb");
+        assert_eq!(decode(r"a\x00b").as_bytes(), br"a\x00b");
+        let escaped = r"system.slice\x2f..\x2f..\x2fetc";
+        assert_eq!(checked_relative(escaped).unwrap().as_bytes(), escaped.as_bytes(), "one component, literal");
+        for bad in ["system.slice/../../etc", "a/./b", "a//b", "/etc", "a/\0/b", "..", "a/..", "a/"] {
+            assert!(checked_relative(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(checked_relative(r"a/\x2e\x2e").unwrap().as_bytes().ends_with(br"\x2e\x2e"));
+        assert_eq!(checked_relative(r"a/b\xff").unwrap().as_bytes(), b"a/b\xff");
+        assert_eq!(checked_relative("").unwrap().as_bytes(), b"", "the root");
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// Any bytes a directory entry may hold round-trip through encode and decode, and
+        /// the carried name passes the check as that one component.
+        #[test]
+        fn any_entry_name_round_trips_and_passes_as_one_component(raw in proptest::collection::vec(1u8..=255, 1..24)) {
+            let raw: Vec<u8> = raw.into_iter().filter(|b| *b != b'/').collect();
+            proptest::prop_assume!(!raw.is_empty() && raw != b"." && raw != b"..");
+            let carried = encode(OsStr::from_bytes(&raw));
+            let (decoded, checked) = (decode(&carried), checked_relative(&carried).unwrap());
+            proptest::prop_assert_eq!(decoded.as_bytes(), raw.as_slice());
+            proptest::prop_assert_eq!(checked.as_bytes(), raw.as_slice());
+        }
+
+        /// Whatever is typed or tampered (escapes of `/`, NUL and dots included), a path the
+        /// check accepts decodes to as many components as it carries, none of them `""`,
+        /// `.` or `..`, none with a NUL.
+        #[test]
+        fn an_accepted_path_never_leaves_the_root(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::string::string_regex("[a-z.]{0,3}").unwrap(),
+                    proptest::sample::select(vec![
+                        "/", r"\x2f", r"\x2F", r"\x00", r"\x2e", r"\x2e\x2e", "..", ".", r"\\", r"\xff", r"\x", r"\xZZ", r"\x+f", "\0",
+                    ]).prop_map(String::from),
+                ],
+                0..8,
+            )
+        ) {
+            let path = parts.concat();
+            if let Ok(decoded) = checked_relative(&path) {
+                let bytes = decoded.as_bytes();
+                proptest::prop_assert!(!bytes.contains(&0));
+                let comps: Vec<&[u8]> = if bytes.is_empty() { vec![] } else { bytes.split(|b| *b == b'/').collect() };
+                let carried = if path.is_empty() { 0 } else { path.split('/').count() };
+                proptest::prop_assert_eq!(comps.len(), carried, "a decoded '/' made an extra component");
+                for c in comps {
+                    proptest::prop_assert!(!c.is_empty() && c != b"." && c != b"..", "{:?}", c);
+                }
+            }
+        }
     }
 
     #[test]

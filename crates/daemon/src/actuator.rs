@@ -112,6 +112,18 @@ enum Dir {
 /// Cached cgroup directory fds count against the process's descriptor budget.
 const FDS: Use = Use::Reaction;
 
+/// One knob write. Limits (memory.high, memory.max) are written `O_NONBLOCK`: where the kernel
+/// honours it, lowering a limit below usage no longer makes this thread, the daemon's one
+/// loop, reclaim the difference before its next write (`memory_high_write`); the kernel's
+/// own reclaim and throttling of the cgroup follow as before.
+fn write_knob(dir: &OwnedFd, file: &str, value: &str) -> Result<(), FileError> {
+    if matches!(file, "memory.high" | "memory.max") {
+        beneath::write_at_nonblocking(dir, file, value)
+    } else {
+        beneath::write_at(dir, file, value)
+    }
+}
+
 impl Actuator {
     pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
         Actuator {
@@ -171,11 +183,14 @@ impl Actuator {
         }
     }
 
-    fn fd<'a>(&'a self, dir: &'a Dir) -> &'a OwnedFd {
+    /// The descriptor behind `dir`; None when it is no longer there: a cached cgroup fd
+    /// dropped since (an earlier write of the same batch found the cgroup gone), or a
+    /// per-use fd not reopened. Either way the cgroup is treated as vanished, never a panic.
+    fn fd<'a>(&'a self, dir: &'a Dir) -> Option<&'a OwnedFd> {
         match dir {
-            Dir::Cgroup(id) => &self.dirs[id].value,
-            Dir::Owned(fd) => fd,
-            Dir::Reopen => unreachable!("reopened before use"),
+            Dir::Cgroup(id) => self.dirs.get(id).map(|k| &k.value),
+            Dir::Owned(fd) => Some(fd),
+            Dir::Reopen => None,
         }
     }
 
@@ -186,7 +201,10 @@ impl Actuator {
             Err(OpenError::Vanished) => return Err(FileError::Vanished),
             Err(e) => return Err(FileError::Io(std::io::Error::other(e.to_string()))),
         };
-        beneath::read_at(self.fd(&dir), file)
+        match self.fd(&dir) {
+            Some(fd) => beneath::read_at(fd, file),
+            None => Err(FileError::Vanished),
+        }
     }
 
     /// Journal, write, log: see the module comment. Returns the events it logged.
@@ -206,7 +224,7 @@ impl Actuator {
                 // Not journaled (it cannot be undone): nothing to read.
                 (Ok(_), file) if KnobFile::from_name(file).is_some_and(|k| !k.journaled()) => None,
                 (Err(_), _) => None,
-                (Ok(d), file) => beneath::read_at(self.fd(d), file).ok(),
+                (Ok(d), file) => self.fd(d).and_then(|fd| beneath::read_at(fd, file).ok()),
             };
             if self.dry_run {
                 if self.dry_logged.get(&key) == Some(&req.value) {
@@ -258,11 +276,16 @@ impl Actuator {
                 Some(why)
             }
         };
-        // 3. Write, 4. log.
+        // 3. Write, 4. log. A cgroup found gone is gone for the rest of the batch: its other
+        // knobs (a restore writes every journaled one) are not tried through a dropped fd.
         let mut events = Vec::with_capacity(prepared.len());
+        let mut vanished: HashSet<CgroupId> = HashSet::new();
         for (req, key, dir, previous, staged) in prepared {
             let mono_ns = crate::mono_ns();
             let dir = match dir {
+                _ if matches!(req.target, Target::Cgroup { id, .. } if vanished.contains(&id)) => {
+                    Err(Outcome::Vanished)
+                }
                 Ok(Dir::Reopen) if !self.dry_run => self.open(&req.target),
                 d => d,
             };
@@ -273,15 +296,16 @@ impl Actuator {
                     unjournaled.as_deref().unwrap_or_default()
                 )),
                 (Ok(_), true) => Outcome::DryRun,
-                (Ok(d), false) => match beneath::write_at(self.fd(d), req.file, &req.value) {
-                    Ok(()) => Outcome::Ok,
-                    Err(FileError::Vanished) => Outcome::Vanished,
-                    Err(FileError::Io(e)) => Outcome::Error(format!("writing {}: {e}", req.file)),
+                (Ok(d), false) => match self.fd(d).map(|fd| write_knob(fd, req.file, &req.value)) {
+                    None | Some(Err(FileError::Vanished)) => Outcome::Vanished,
+                    Some(Ok(())) => Outcome::Ok,
+                    Some(Err(FileError::Io(e))) => Outcome::Error(format!("writing {}: {e}", req.file)),
                 },
             };
             if outcome == Outcome::Vanished {
                 if let Target::Cgroup { id, .. } = &req.target {
                     self.dirs.remove(id);
+                    vanished.insert(*id);
                 }
             }
             if req.restores && outcome == Outcome::Ok {
@@ -542,6 +566,38 @@ mod tests {
         assert!(report.failed.is_empty(), "{:?}", report.failures());
         assert_eq!(std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(), "2097152\n", "their value stays");
         assert_eq!(std::fs::read_to_string(root.join("low/c/memory.high")).unwrap(), "max", "ours is put back");
+    }
+
+    /// A batch with several knobs of one cgroup that disappears between the read and the
+    /// writes (a tenant removing its memory controller makes its knob files vanish): every
+    /// one of them is "vanished", none panics, and the cgroups after it are still written.
+    /// The first write that finds it gone drops its cached fd; the next knob of the same
+    /// cgroup used to index that fd and panic, taking the daemon down.
+    #[test]
+    fn a_cgroup_gone_mid_batch_is_vanished_for_all_its_knobs() {
+        let mut f = Fixture::new(&["low/a", "low/b"]);
+        // low/a's memory.low is gone (ENOENT: the one vanished rule), its other knobs not yet.
+        std::fs::write(f.root.join("low/a/memory.swap.max"), "max\n").unwrap();
+        let (a, b) = (f.target("low/a"), f.target("low/b"));
+        let batch = vec![
+            Request::new(a.clone(), "memory.low", "1048576", "test"),
+            Request::new(a.clone(), "memory.swap.max", "0", "test"),
+            Request::new(a, "memory.high", "2097152", "test"),
+            Request::new(b, "memory.high", "1048576", "test"),
+        ];
+        let wrote = f.act.apply(batch).unwrap();
+        let outcomes: Vec<(&str, &str, &Outcome)> =
+            wrote.iter().map(|w| (w.cgroup.as_str(), w.file.as_str(), &w.outcome)).collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                ("low/a", "memory.low", &Outcome::Vanished),
+                ("low/a", "memory.swap.max", &Outcome::Vanished),
+                ("low/a", "memory.high", &Outcome::Vanished),
+                ("low/b", "memory.high", &Outcome::Ok),
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(f.root.join("low/b/memory.high")).unwrap(), "1048576");
     }
 
     /// A restore while the forget is still not durable leaves their value alone too.

@@ -5,7 +5,7 @@
 use std::os::fd::OwnedFd;
 
 pub use memqos_cgroupfs::beneath::{
-    check_relative, inode, open_file, read_at, write_at, CgroupId, FileError, OpenError, Root,
+    check_relative, inode, open_file, read_at, write_at, write_at_nonblocking, CgroupId, FileError, OpenError, Root,
 };
 
 /// `/proc/PID` as a directory fd. The fd keeps naming that one process: once it exits, every

@@ -173,7 +173,11 @@ impl Drop for Server {
 
 fn serve(listener: UnixListener, view: Arc<Mutex<View>>, access: Arc<Mutex<Access>>) {
     for stream in listener.incoming() {
-        let Ok(mut stream) = stream else { continue };
+        let Ok(mut stream) = stream else {
+            // EMFILE and the like: wait for descriptors to come back instead of spinning.
+            std::thread::sleep(crate::deadline::ACCEPT_BACKOFF);
+            continue;
+        };
         let allowed = access.lock().map(|a| a.allows(&stream)).unwrap_or(false);
         // One deadline for the whole exchange: a client that trickles its request or reads
         // the reply slowly gets IO_TIMEOUT in all, not per byte.

@@ -56,7 +56,7 @@ pub(crate) struct Daemon<'r> {
     swap_maxes: Option<swap_max::SwapMaxes>,
     learner: learn::Learner,
     exporter: Option<metrics::Exporter>,
-    control: Option<control::Server>,
+    control: Option<&'r control::Server>,
     mount: Option<mounts::Cgroup2Mount>,
     oom: oom_report::OomReporter,
     /// Allowances for `memqos run`, and its armed ceilings taken over (`policy.admission`).
@@ -90,6 +90,17 @@ pub(crate) struct Daemon<'r> {
     check_protection: bool,
     /// systemd was told READY=1 (after the first periodic tick).
     told_ready: bool,
+    /// Fed once per completed iteration (`crate::iteration_done`).
+    liveness: crate::Liveness,
+}
+
+/// What outlives a restart of the loop besides the config: the actuator (its journal), the
+/// signal sources and the control socket, each made once per process. A listener made anew
+/// per run would find its address still held by the thread serving the last one.
+pub(crate) struct AcrossRestarts<'r> {
+    pub act: &'r mut Actuator,
+    pub signals: &'r mut Signals,
+    pub control: Option<&'r control::Server>,
 }
 
 /// What a tick read and decided, for the metrics.
@@ -106,9 +117,9 @@ impl<'r> Daemon<'r> {
         cfg: &'r mut Config,
         root: &'r Cgroup,
         state_dir: &'r Path,
-        act: &'r mut Actuator,
-        signals: &'r mut Signals,
+        kept: AcrossRestarts<'r>,
     ) -> Result<Daemon<'r>> {
+        let AcrossRestarts { act, signals, control } = kept;
         let interval = Duration::from_millis(cfg.signals.sampling_interval_ms);
         let engine = Engine::new(cfg.clone());
         let mut sampler = Sampler::new(stats_backend(opts.stats_backend, cfg));
@@ -124,14 +135,10 @@ impl<'r> Daemon<'r> {
                 act.emit(Event::Degraded { message: memlock::unlocked_message(&e) });
             }
         }
-        let control = match control::Server::start(state_dir, explain::View::new(cfg.clone(), opts.config_path.clone()))
-        {
-            Ok(c) => Some(c),
-            Err(e) => {
-                act.emit(Event::Degraded { message: format!("`memqos explain` unavailable: control socket: {e:#}") });
-                None
-            }
-        };
+        if let Some(c) = control {
+            // A fresh run: nothing the last run published is explained any more.
+            c.update(|v| *v = explain::View::new(cfg.clone(), opts.config_path.clone()));
+        }
         let mount = mounts::current_cgroup2_of(root.path());
         let oom = oom_report::OomReporter::new(root.path(), mount.as_ref());
         signals.watch_kernel_log(oom.log_fd());
@@ -142,7 +149,7 @@ impl<'r> Daemon<'r> {
         // finds what earlier runs learned. The file is not written in a dry run.
         let learner = learn::Learner::open(
             cfg.history_path(state_dir),
-            state_dir.join(memqos_schema::state::TIER_PEAKS_FILE),
+            cfg.tier_peaks_path(state_dir),
             !opts.dry_run,
             &mut |e| act.emit(e),
         );
@@ -182,6 +189,7 @@ impl<'r> Daemon<'r> {
             status_due: false,
             check_protection: true,
             told_ready: false,
+            liveness: crate::Liveness::new(state_dir),
         })
     }
 
@@ -216,6 +224,7 @@ impl<'r> Daemon<'r> {
                 self.adopt()?;
             }
             self.wait(tick_started);
+            crate::iteration_done(&mut self.liveness);
         }
         self.learner.finish(self.root.path(), epoch_s(), &mut |e| self.act.emit(e));
         Ok(())
@@ -240,7 +249,7 @@ impl<'r> Daemon<'r> {
             self.act,
             &mut self.engine,
             self.exporter.as_mut(),
-            self.control.as_ref(),
+            self.control,
         ) {
             Ok(new_exporter) => {
                 if let Some(e) = new_exporter {
@@ -486,7 +495,7 @@ impl<'r> Daemon<'r> {
         self.after_writes(&wrote, now_ms, Some(Tick { obs: &obs, decisions: &decisions, started: tick_started }));
         let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.id.get()).collect();
         self.act.retain_cgroups(&observed)?;
-        if let Some(c) = &self.control {
+        if let Some(c) = self.control {
             let managed: HashSet<&str> = obs.cgroups.iter().map(|c| c.path.as_str()).collect();
             c.update(|v| v.retain(|id| managed.contains(id)));
         }
@@ -559,6 +568,7 @@ impl<'r> Daemon<'r> {
         );
         snap.oom_kills_by_tier = self.oom.by_tier.clone();
         snap.recent_oom_kills = self.oom.recent.iter().cloned().collect();
+        snap.loop_restarts = crate::LOOP_RESTARTS.load(std::sync::atomic::Ordering::Relaxed);
         // status.json is for people: a full or read-only state_dir is said once (and its
         // end), never a reason to stop protecting.
         match status::write(self.state_dir, &snap) {
@@ -576,7 +586,7 @@ impl<'r> Daemon<'r> {
             }
         }
         self.last_status = Some(Instant::now());
-        if let Some(c) = &self.control {
+        if let Some(c) = self.control {
             c.update(|v| {
                 v.oom_kills = snap.recent_oom_kills.clone();
                 v.snapshot = Some(snap);
@@ -593,6 +603,7 @@ impl<'r> Daemon<'r> {
                 parked: status.parked.len(),
                 queued: status.queued.len(),
                 thrashing: status.thrashing.len(),
+                loop_restarts: crate::LOOP_RESTARTS.load(std::sync::atomic::Ordering::Relaxed),
             };
             if let Err(e) = m.publish(seen, &daemon) {
                 self.act.emit(Event::Degraded { message: format!("{e:#}") });
@@ -618,7 +629,7 @@ impl<'r> Daemon<'r> {
                 why: w.why.clone(),
                 at_ms: now_ms,
             };
-            if let Some(c) = &self.control {
+            if let Some(c) = self.control {
                 c.update(|v| v.record(record.clone()));
             }
             self.recent.push_back(record);

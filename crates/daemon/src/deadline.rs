@@ -101,3 +101,6 @@ mod tests {
         trickle.join().unwrap();
     }
 }
+
+/// How long a server thread waits after a failed accept (out of descriptors) before the next.
+pub const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);

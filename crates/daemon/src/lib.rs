@@ -57,6 +57,7 @@ use memqos_cgroupfs::Cgroup;
 use memqos_policy::Config;
 use signals::Signals;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub use handle::Handle;
@@ -223,12 +224,22 @@ pub fn run(opts: Options, handle: Handle) -> Result<()> {
     // still there (a fault of the host, not of one cgroup: those are skipped inside) puts
     // every knob back and starts afresh: protection pauses for a moment, it does not end.
     // Only the loss of the root, a panic or a stop request ends the daemon.
+    // Made once: a restart of the loop reuses it (see `daemon::AcrossRestarts`).
+    let control = match control::Server::start(&state_dir, explain::View::new(cfg.clone(), opts.config_path.clone())) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            act.emit(Event::Degraded { message: format!("`memqos explain` unavailable: control socket: {e:#}") });
+            None
+        }
+    };
     let started = Instant::now();
+    let mut failed_in_a_row_before: u32 = 0;
     let result = loop {
         let mut this_run = opts.clone();
         this_run.duration = opts.duration.map(|d| d.saturating_sub(started.elapsed()));
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            daemon::Daemon::new(&this_run, &handle, &mut cfg, &root, &state_dir, &mut act, &mut signals)?.run()
+            let kept = daemon::AcrossRestarts { act: &mut act, signals: &mut signals, control: control.as_ref() };
+            daemon::Daemon::new(&this_run, &handle, &mut cfg, &root, &state_dir, kept)?.run()
         }));
         let error = match &result {
             Ok(Err(e)) => format!("{e:#}"),
@@ -247,13 +258,15 @@ pub fn run(opts: Options, handle: Handle) -> Result<()> {
             }
         };
         act.resume();
-        act.emit(Event::Degraded {
-            message: format!(
-                "the loop stopped on: {error}; {restored} knob(s) put back, starting afresh in {} ms",
-                LOOP_RETRY.as_millis()
-            ),
-        });
-        std::thread::sleep(LOOP_RETRY);
+        let restarts = LOOP_RESTARTS.fetch_add(1, Ordering::Relaxed) + 1;
+        // A fault that outlasts a few restarts is waited out with growing pauses (up to
+        // LOOP_RETRY_MAX), not retried every second forever; the watchdog, fed only by
+        // completed iterations, tells systemd when it never ends.
+        let failed_in_a_row = if ran_an_iteration() { 1 } else { failed_in_a_row_before + 1 };
+        failed_in_a_row_before = failed_in_a_row;
+        let retry = LOOP_RETRY.saturating_mul(1 << failed_in_a_row.min(6).saturating_sub(1)).min(LOOP_RETRY_MAX);
+        act.emit(Event::LoopRestarted { error, restored, restarts, retry_ms: retry.as_millis() as u64 });
+        std::thread::sleep(retry);
     };
 
     let _ = sd_notify::notify("STOPPING=1");
@@ -276,6 +289,7 @@ pub fn run(opts: Options, handle: Handle) -> Result<()> {
     };
     act.emit(Event::Stopped { restored, vanished, failed: failed.clone(), error });
     status::remove(&state_dir);
+    let _ = std::fs::remove_file(state_dir.join(memqos_schema::state::HEARTBEAT_FILE));
     match result {
         Err(panic) => std::panic::resume_unwind(panic),
         Ok(Err(e)) if failed.is_empty() => Err(e),
@@ -296,8 +310,59 @@ fn root_is_there(root: &Cgroup) -> bool {
     root.path().join("cgroup.controllers").exists()
 }
 
-/// How long a failed loop waits before it starts afresh.
+/// How long a failed loop waits before it starts afresh, and at most after failures in a row.
 const LOOP_RETRY: Duration = Duration::from_secs(1);
+const LOOP_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Restarts of the loop in this process, for status and metrics.
+pub(crate) static LOOP_RESTARTS: AtomicU64 = AtomicU64::new(0);
+/// Loop iterations completed in this process (the watchdog's food).
+static ITERATIONS: AtomicU64 = AtomicU64::new(0);
+/// ITERATIONS when the last restart looked.
+static ITERATIONS_SEEN: AtomicU64 = AtomicU64::new(0);
+
+/// Whether an iteration completed since the last time this was asked (a loop that ran a
+/// while before failing is a new fault, not the same one again).
+fn ran_an_iteration() -> bool {
+    let now = ITERATIONS.load(Ordering::Relaxed);
+    ITERATIONS_SEEN.swap(now, Ordering::Relaxed) != now
+}
+
+/// How a completed iteration says the loop lives: systemd's watchdog, and the heartbeat
+/// file for everyone else (the DaemonSet's liveness probe, `memqos status --live-within`).
+pub(crate) struct Liveness {
+    watchdog: sd_notify::Watchdog,
+    heartbeat: PathBuf,
+    last_beat: Option<Instant>,
+}
+
+impl Liveness {
+    pub(crate) fn new(state_dir: &Path) -> Liveness {
+        let heartbeat = state_dir.join(memqos_schema::state::HEARTBEAT_FILE);
+        Liveness { watchdog: sd_notify::Watchdog::from_env(), heartbeat, last_beat: None }
+    }
+}
+
+/// One iteration of the loop completed: counted, systemd's watchdog fed (at most once per
+/// quarter of its interval; nothing outside systemd or without `WatchdogSec=`) and the
+/// heartbeat's mtime set (at most every HEARTBEAT_EVERY_S; a full or read-only disk only
+/// stops the heartbeat, never the loop).
+pub(crate) fn iteration_done(live: &mut Liveness) {
+    ITERATIONS.fetch_add(1, Ordering::Relaxed);
+    live.watchdog.feed();
+    let every = Duration::from_secs(memqos_schema::state::HEARTBEAT_EVERY_S);
+    if live.last_beat.is_some_and(|t| t.elapsed() < every) {
+        return;
+    }
+    live.last_beat = Some(Instant::now());
+    let touched = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&live.heartbeat)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    let _ = touched;
+}
 const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 /// CLOCK_MONOTONIC in nanoseconds: the clock BPF's ktime and workloads' timestamps share,
 /// so reaction delays can be measured across processes.

@@ -10,7 +10,7 @@ use memqos_policy::{Config, Decision, Observation};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,6 +69,8 @@ pub struct Daemon {
     pub queued: usize,
     /// Lower cgroups frozen while they thrash beside a protected one (`engine::thrash`).
     pub thrashing: usize,
+    /// Restarts of the loop in this process (`LoopRestarted` events).
+    pub loop_restarts: u64,
 }
 
 /// The families both renderers have (the daemon's [`render`] and `memqos stat --prom`): one
@@ -254,6 +256,13 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     );
     out.family(THRASHING);
     out.sample(THRASHING.0, &[], daemon.thrashing);
+    const RESTARTS: Family = (
+        "memqos_loop_restarts_total",
+        "counter",
+        "Restarts of the daemon's loop in this process: each put every knob back and started afresh after an error (the event log's loop_restarted lines say which).",
+    );
+    out.family(RESTARTS);
+    out.sample(RESTARTS.0, &[], daemon.loop_restarts);
     const CPU: Family = ("memqos_daemon_cpu_seconds_total", "counter", "CPU time (user + system) the daemon has used.");
     out.family(CPU);
     out.sample(CPU.0, &[], daemon.cpu_seconds);
@@ -286,12 +295,10 @@ impl Exporter {
         if cfg.listen.is_none() && cfg.textfile.is_none() {
             return Ok(None);
         }
-        let latest = Arc::new(Mutex::new(String::new()));
-        if let Some(addr) = cfg.listen {
-            let listener = TcpListener::bind(addr).with_context(|| format!("metrics.listen {addr}"))?;
-            let latest = latest.clone();
-            std::thread::Builder::new().name("metrics".into()).spawn(move || serve(listener, latest))?;
-        }
+        let latest = match cfg.listen {
+            Some(addr) => listening_at(addr)?,
+            None => Arc::new(Mutex::new(String::new())),
+        };
         Ok(Some(Exporter { latest, textfile: cfg.textfile.clone(), counters: Counters::default() }))
     }
 
@@ -324,10 +331,34 @@ impl Exporter {
     }
 }
 
+/// The listeners this process serves, by address, each with the render it serves. A
+/// listener is bound once per process: a restart of the loop (`LOOP_RETRY`) makes a new
+/// exporter, which finds the one the serving thread still holds instead of failing its bind
+/// with EADDRINUSE forever.
+static LISTENING: Mutex<Vec<(SocketAddr, Arc<Mutex<String>>)>> = Mutex::new(Vec::new());
+
+/// The render served at `addr`, binding the listener and starting its thread on first use.
+fn listening_at(addr: SocketAddr) -> Result<Arc<Mutex<String>>> {
+    let mut listening = LISTENING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, latest)) = listening.iter().find(|(a, _)| *a == addr) {
+        return Ok(latest.clone());
+    }
+    let listener = TcpListener::bind(addr).with_context(|| format!("metrics.listen {addr}"))?;
+    let latest = Arc::new(Mutex::new(String::new()));
+    let served = latest.clone();
+    std::thread::Builder::new().name("metrics".into()).spawn(move || serve(listener, served))?;
+    listening.push((addr, latest.clone()));
+    Ok(latest)
+}
+
 /// One request per connection: `GET /metrics` gets the latest render, anything else 404.
 fn serve(listener: TcpListener, latest: Arc<Mutex<String>>) {
     for stream in listener.incoming() {
-        let Ok(mut stream) = stream else { continue };
+        let Ok(mut stream) = stream else {
+            // EMFILE and the like: wait for descriptors to come back instead of spinning.
+            std::thread::sleep(crate::deadline::ACCEPT_BACKOFF);
+            continue;
+        };
         // One deadline for the whole exchange (a scraper trickling its request or reading
         // slowly holds this thread at most that long; the loop never waits for it).
         let mut s = crate::deadline::Exchange::new(&mut stream, Duration::from_secs(5));
@@ -405,7 +436,7 @@ mod tests {
         let text = render(
             &[seen("a\"x", "critical", Limit::Max), seen("b", "batch", Limit::Bytes(64 << 20))],
             &c,
-            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42, parked: 2, queued: 1, thrashing: 3 },
+            &Daemon { cpu_seconds: 1.5, parent_usage_bytes: 42, parked: 2, queued: 1, thrashing: 3, loop_restarts: 4 },
         );
         for line in [
             "memqos_cgroup_memory_high_bytes{cgroup=\"a\\\"x\",tier=\"critical\"} +Inf",
@@ -426,6 +457,7 @@ mod tests {
             "memqos_stall_bound_actions_total{tier=\"batch\",action=\"relieve\"} 1",
             "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"stall_bound\"} 1",
             "memqos_daemon_cpu_seconds_total 1.5",
+            "memqos_loop_restarts_total 4",
             "memqos_tick_duration_seconds_bucket{le=\"0.005\"} 1",
             "memqos_tick_duration_seconds_bucket{le=\"1\"} 1",
             "memqos_tick_duration_seconds_bucket{le=\"+Inf\"} 2",
@@ -463,7 +495,7 @@ mod tests {
         let mut ex = Exporter::start(&cfg).unwrap().unwrap();
         ex.publish(
             &[seen("b", "batch", Limit::Max)],
-            &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1, parked: 0, queued: 0, thrashing: 0 },
+            &Daemon { cpu_seconds: 0.0, parent_usage_bytes: 1, parked: 0, queued: 0, thrashing: 0, loop_restarts: 0 },
         )
         .unwrap();
         let get = |path: &str| {
@@ -480,8 +512,22 @@ mod tests {
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains("text/plain; version=0.0.4"), "{r}");
         assert!(r.contains("memqos_parent_memory_usage_bytes 1\n"), "{r}");
         assert!(get("/").starts_with("HTTP/1.1 404"));
-        // The address is now taken: a second exporter fails at start-up, naming the field.
-        let e = Exporter::start(&cfg).err().unwrap();
+        // A restart of the loop makes a second exporter for the same address: it takes over
+        // the listener this process already serves (a new bind would fail with EADDRINUSE
+        // forever), and what it publishes is what is served.
+        let mut again = Exporter::start(&cfg).unwrap().unwrap();
+        let daemon =
+            Daemon { cpu_seconds: 0.0, parent_usage_bytes: 7, parked: 0, queued: 0, thrashing: 0, loop_restarts: 1 };
+        again.publish(&[], &daemon).unwrap();
+        let r = get("/metrics");
+        assert!(
+            r.contains("memqos_parent_memory_usage_bytes 7\n") && r.contains("memqos_loop_restarts_total 1\n"),
+            "{r}"
+        );
+        // An address another socket holds fails at start-up, naming the field.
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = memqos_policy::Metrics { listen: Some(taken.local_addr().unwrap()), textfile: None };
+        let e = Exporter::start(&other).err().unwrap();
         assert!(format!("{e:#}").contains("metrics.listen"), "{e:#}");
     }
 }

@@ -28,6 +28,41 @@ pub fn notify(state: &str) -> io::Result<bool> {
     Ok(true)
 }
 
+/// systemd's watchdog (`WatchdogSec=`): `WATCHDOG=1` at most once per quarter of the
+/// interval systemd asked for in `$WATCHDOG_USEC` (for this process: `$WATCHDOG_PID`). The
+/// daemon feeds it only when a loop iteration completes, so a loop that hangs or restarts
+/// forever is restarted by systemd instead of reported running.
+pub struct Watchdog {
+    every: Option<std::time::Duration>,
+    last: Option<std::time::Instant>,
+}
+
+impl Watchdog {
+    pub fn from_env() -> Watchdog {
+        let for_us = std::env::var("WATCHDOG_PID").ok().and_then(|p| p.parse::<u32>().ok());
+        let every = std::env::var("WATCHDOG_USEC")
+            .ok()
+            .and_then(|u| u.parse::<u64>().ok())
+            .filter(|_| for_us.is_none_or(|pid| pid == std::process::id()))
+            .filter(|&us| us > 0)
+            .map(|us| std::time::Duration::from_micros(us / 4));
+        Watchdog { every, last: None }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.every.is_some()
+    }
+
+    pub fn feed(&mut self) {
+        let Some(every) = self.every else { return };
+        if self.last.is_some_and(|t| t.elapsed() < every) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        let _ = notify("WATCHDOG=1");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

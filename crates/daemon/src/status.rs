@@ -67,6 +67,7 @@ pub(crate) fn snapshot(
         oom_score_adj_processes,
         oom_kills_by_tier: Default::default(),
         recent_oom_kills: Vec::new(),
+        loop_restarts: 0,
     }
 }
 
@@ -163,6 +164,13 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
         let _ =
             writeln!(out, "oom_score_adj set on {} process(es) of tiers with oom_score_adj", s.oom_score_adj_processes);
     }
+    if s.loop_restarts > 0 {
+        let _ = writeln!(
+            out,
+            "the loop restarted {} time(s) after errors (every knob put back each time): see loop_restarted in the event log",
+            s.loop_restarts
+        );
+    }
     if !s.oom_kills_by_tier.is_empty() {
         let by: Vec<String> = s.oom_kills_by_tier.iter().map(|(t, n)| format!("{t} {n}")).collect();
         let _ = writeln!(out, "\nOOM kills since start: {}", by.join(", "));
@@ -243,6 +251,7 @@ mod tests {
             oom_score_adj_processes: 0,
             oom_kills_by_tier: Default::default(),
             recent_oom_kills: Vec::new(),
+            loop_restarts: 0,
         }
     }
 

@@ -62,7 +62,9 @@ impl DaemonConfig {
     }
 
     pub fn state_dir(&self) -> PathBuf {
-        PathBuf::from(self.table.get("state_dir").and_then(|v| v.as_str()).unwrap_or("/var/lib/memqos"))
+        PathBuf::from(
+            self.table.get("state_dir").and_then(|v| v.as_str()).unwrap_or(memqos_schema::state::DEFAULT_STATE_DIR),
+        )
     }
 
     /// Checks the config the way the daemon will, then writes it to `path`.

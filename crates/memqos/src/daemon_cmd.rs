@@ -66,13 +66,17 @@ pub struct StatusArgs {
     config: Option<PathBuf>,
     #[arg(long)]
     json: bool,
+    /// Only check that the daemon's loop completed an iteration within SECONDS (its
+    /// heartbeat file): exit 0 if so, 4 if not, 3 if no daemon. A liveness probe.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    live_within: Option<u64>,
 }
 
 #[derive(Args)]
 pub struct ExplainArgs {
     /// The cgroup: a path relative to the daemon's cgroup_root, or an absolute path below it.
     cgroup: String,
-    /// State directory of the daemon (holds control.sock) [default: /var/lib/memqos].
+    /// State directory of the daemon (holds control.sock) [default: /run/memqos].
     #[arg(long, conflicts_with = "config")]
     state_dir: Option<PathBuf>,
     /// Take the state directory from this config.
@@ -87,7 +91,7 @@ fn state_dir(state_dir: Option<PathBuf>, config: Option<PathBuf>) -> Result<Path
     Ok(match (state_dir, config) {
         (Some(d), _) => d,
         (None, Some(c)) => memqos_daemon::load_config(&c)?.state_dir,
-        (None, None) => PathBuf::from("/var/lib/memqos"),
+        (None, None) => PathBuf::from(memqos_schema::state::DEFAULT_STATE_DIR),
     })
 }
 
@@ -222,6 +226,9 @@ const GUARDIAN_PATIENCE: Duration = Duration::from_secs(2);
 
 pub fn status(a: StatusArgs) -> Result<u8> {
     let dir = state_dir(a.state_dir, a.config)?;
+    if let Some(within) = a.live_within {
+        return live_within(&dir, within);
+    }
     let Some(s) = status::read(&dir)? else {
         if a.json {
             println!("null");
@@ -239,6 +246,26 @@ pub fn status(a: StatusArgs) -> Result<u8> {
         print!("{}", status::render(&s, alive));
     }
     Ok(if alive { 0 } else { 3 })
+}
+
+/// `memqos status --live-within`: the heartbeat's age against the bound.
+fn live_within(dir: &std::path::Path, within: u64) -> Result<u8> {
+    let path = dir.join(memqos_schema::state::HEARTBEAT_FILE);
+    let age = match std::fs::metadata(&path).and_then(|m| m.modified()) {
+        Ok(t) => t.elapsed().unwrap_or_default(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("no heartbeat at {}: no memqos daemon has run a loop with this state directory", path.display());
+            return Ok(3);
+        }
+        Err(e) => bail!("{}: {e}", path.display()),
+    };
+    if age.as_secs() <= within {
+        println!("live: the loop completed an iteration {:.1} s ago", age.as_secs_f64());
+        Ok(0)
+    } else {
+        println!("stuck: the loop's last completed iteration was {:.0} s ago (bound {within} s)", age.as_secs_f64());
+        Ok(4)
+    }
 }
 
 /// Asks the running daemon over its control socket. Exit 0 explained, 1 error, 3 no daemon.

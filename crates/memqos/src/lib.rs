@@ -148,7 +148,7 @@ pub struct RunArgs {
     #[arg(long, short)]
     verbose: bool,
     /// The daemon's state directory, where its allowances for new calls are (default:
-    /// $MEMQOS_STATE_DIR, the config's state_dir, /var/lib/memqos). With `admission = true`
+    /// $MEMQOS_STATE_DIR, the config's state_dir, /run/memqos). With `admission = true`
     /// in the daemon's config, the call's memory.high is armed at its tier's allowance before
     /// it starts, so a burst waits instead of ending in an OOM kill; without a live daemon
     /// nothing is armed.

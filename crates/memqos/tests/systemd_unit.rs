@@ -89,7 +89,7 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, under_sys
     });
     assert!(would_protect, "the dry run did not log the memory.low it would write");
     assert_eq!(low(&db), Limit::Bytes(0), "a dry run must write nothing");
-    assert!(!Path::new("/var/lib/memqos/journal.json").exists(), "a dry run must not journal");
+    assert!(!Path::new("/run/memqos/journal.json").exists(), "a dry run must not journal");
 
     let t0 = Instant::now();
     sh(&["systemctl", "start", "memqos.service"]);
@@ -112,6 +112,12 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, under_sys
     let took = wait_for("memqos protects memqos-db", Duration::from_secs(60), || low(&db) != Limit::Bytes(0));
     println!("RESULT memory.low of memqos-db.service = {:?} after {:.1} s", low(&db), took.as_secs_f64());
     sh(&["memqos", "status", "--config", "/etc/memqos/memqos.toml"]);
+    // The watchdog is armed and fed by completed iterations (an unfed one would have had
+    // systemd restart the unit: the same MainPID below says it did not), and the heartbeat
+    // the DaemonSet's liveness probe reads is fresh.
+    assert_eq!(show("WatchdogUSec"), "30s");
+    sh(&["memqos", "status", "--config", "/etc/memqos/memqos.toml", "--live-within", "10"]);
+    assert!(Path::new("/run/memqos/journal.json").exists(), "the journal is in the runtime directory");
     let explained = sh(&["memqos", "explain", "system.slice/memqos-db.service", "--config", "/etc/memqos/memqos.toml"]);
     assert!(explained.contains("tier: system (priority 1) by match \"system.slice/**\""), "{explained}");
     assert!(explained.contains("protected: memory.low"), "{explained}");
@@ -220,7 +226,7 @@ guest_test!(package_install_and_unit_start_stop_restore_under_systemd, under_sys
     sh(&["systemctl", "stop", "memqos.service"]);
     assert_eq!(low(&db), Limit::Bytes(0), "stop must restore memory.low");
     assert_eq!(show("ActiveState"), "inactive");
-    assert!(!Path::new("/var/lib/memqos/journal.json").exists(), "journal left after stop");
+    assert!(!Path::new("/run/memqos/journal.json").exists(), "journal left after stop");
     println!("RESULT after systemctl stop: memory.low = {:?}", low(&db));
 
     // SIGKILL of the daemon alone: the guardian (kept by KillMode=process) restores at once,

@@ -24,10 +24,13 @@ pub struct Config {
     /// `cgroup_root` (required, absolute): the managed subtree. Its memory.max/high bound
     /// everyone below it; tier patterns match paths relative to it.
     pub cgroup_root: PathBuf,
-    /// `state_dir` (default `/var/lib/memqos`, absolute): where the daemon journals original
-    /// knob values so they can be restored after a crash. Unused by the engine.
+    /// `state_dir` (default `/run/memqos`, absolute): where the daemon journals original
+    /// knob values so they can be restored after a crash, and keeps its event log, status,
+    /// control socket and admission file. Boot-scoped by default (a journal of another boot
+    /// is never restored; a tmpfs keeps disk I/O off the reaction path). Unused by the engine.
     pub state_dir: PathBuf,
-    /// `history_file` (optional, absolute path; default `<state_dir>/history.json`): where
+    /// `history_file` (optional, absolute path; default `<state_dir>/history.json`, or
+    /// `/var/lib/memqos/history.json` when `state_dir` is the boot-scoped default): where
     /// the daemon keeps the peaks of past lifetimes per workload key (`user.memqos.workload`)
     /// for `learn_peak` tiers. Written atomically after each recorded lifetime; a missing
     /// file is an empty history, an unreadable one is moved aside to `<file>.bad` with a
@@ -67,9 +70,22 @@ pub struct Metrics {
 
 impl Config {
     /// Where the history of `learn_peak` tiers lives: `history_file`, else `history.json`
-    /// in `state_dir` (the daemon's, which the command line may override).
+    /// in `state_dir` (the daemon's, which the command line may override), except in the
+    /// default state directory, which a reboot empties: then in `/var/lib/memqos`.
     pub fn history_path(&self, state_dir: &std::path::Path) -> PathBuf {
-        self.history_file.clone().unwrap_or_else(|| state_dir.join(memqos_schema::state::HISTORY_FILE))
+        use memqos_schema::state::{DEFAULT_HISTORY_DIR, DEFAULT_STATE_DIR, HISTORY_FILE};
+        if let Some(file) = &self.history_file {
+            return file.clone();
+        }
+        if state_dir == std::path::Path::new(DEFAULT_STATE_DIR) {
+            return PathBuf::from(DEFAULT_HISTORY_DIR).join(HISTORY_FILE);
+        }
+        state_dir.join(HISTORY_FILE)
+    }
+
+    /// Where the tiers' learned recent peaks live: beside the history.
+    pub fn tier_peaks_path(&self, state_dir: &std::path::Path) -> PathBuf {
+        self.history_path(state_dir).with_file_name(memqos_schema::state::TIER_PEAKS_FILE)
     }
 
     /// True when some tier learns expected peaks.

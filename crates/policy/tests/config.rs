@@ -15,12 +15,18 @@ fn err(text: &str) -> String {
 fn example_file_parses_and_matches_the_defaults() {
     let cfg = Config::from_str(include_str!("../memqos.example.toml"), "memqos.example.toml").unwrap();
     assert_eq!(cfg.cgroup_root.to_str(), Some("/sys/fs/cgroup/agents"));
-    assert_eq!(cfg.state_dir.to_str(), Some("/var/lib/memqos"));
+    assert_eq!(cfg.state_dir.to_str(), Some("/run/memqos"));
     assert_eq!(cfg.signals, Signals::default());
     assert_eq!(cfg.policy, Policy::default());
     assert_eq!(cfg.tiers.len(), 2);
     assert_eq!(cfg.history_file, None);
-    assert_eq!(cfg.history_path(&cfg.state_dir).to_str(), Some("/var/lib/memqos/history.json"));
+    assert_eq!(
+        cfg.history_path(&cfg.state_dir).to_str(),
+        Some("/var/lib/memqos/history.json"),
+        "a reboot empties /run"
+    );
+    assert_eq!(cfg.history_path(std::path::Path::new("/tmp/s")).to_str(), Some("/tmp/s/history.json"));
+    assert_eq!(cfg.tier_peaks_path(&cfg.state_dir).to_str(), Some("/var/lib/memqos/tier-peaks.json"));
     assert!(!cfg.learns_peaks());
 }
 
@@ -100,7 +106,7 @@ fn configs_folder_examples_parse() {
 #[test]
 fn minimal_config_gets_documented_defaults() {
     let cfg = Config::from_str(&format!("{ROOT}[[tier]]\nname = \"all\"\nmatch = [\"**\"]\n"), "m.toml").unwrap();
-    assert_eq!(cfg.state_dir.to_str(), Some("/var/lib/memqos"));
+    assert_eq!(cfg.state_dir.to_str(), Some("/run/memqos"));
     let p = &cfg.policy;
     assert_eq!((p.headroom_guard, p.min_high, p.hold_ms), (64 << 20, 32 << 20, 5000));
     let (_, t) = cfg.tiers.iter().next().unwrap();

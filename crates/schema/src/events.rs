@@ -61,6 +61,10 @@ pub enum Event {
     PeakLearned { cgroup: String, learned: LearnedPeak, expected_bytes: u64 },
     /// The daemon stopped and restored what it wrote.
     Stopped { restored: usize, vanished: usize, failed: Vec<String>, error: Option<String> },
+    /// The loop stopped on an error while the root was still there: every knob was put
+    /// back and the loop starts afresh after `retry_ms`. `restarts` counts this process's
+    /// restarts so far, this one included.
+    LoopRestarted { error: String, restored: usize, restarts: u64, retry_ms: u64 },
 }
 
 /// How a write went.

@@ -1,5 +1,13 @@
 //! The files of a daemon's state directory (`--state-dir`, `state_dir` in the config).
 
+/// The default state directory: boot-scoped (tmpfs), because what it holds is: a journal of
+/// another boot is never restored (cgroup ids and pids are reused), and the journal's fsync
+/// and the event log cost no disk I/O on the reaction path there.
+pub const DEFAULT_STATE_DIR: &str = "/run/memqos";
+/// Where what must outlive a boot goes when the state directory is the default one: the
+/// learned history ([`HISTORY_FILE`], [`TIER_PEAKS_FILE`]).
+pub const DEFAULT_HISTORY_DIR: &str = "/var/lib/memqos";
+
 /// The journal of original knob values, restored on stop, by the guardian or at the next
 /// start (`memqos restore`).
 pub const JOURNAL_FILE: &str = "journal.json";
@@ -13,6 +21,11 @@ pub const EVENTS_FILE: &str = "events.jsonl";
 pub const ROTATED_FILE: &str = "events.jsonl.1";
 /// The state lock: one daemon (or `memqos restore`) per state directory.
 pub const LOCK_FILE: &str = "lock";
+/// Touched (its mtime) at most every few seconds while the loop completes iterations: what
+/// `memqos status --live-within` and the DaemonSet's liveness probe look at.
+pub const HEARTBEAT_FILE: &str = "heartbeat";
+/// How often the heartbeat is touched at most, in seconds.
+pub const HEARTBEAT_EVERY_S: u64 = 5;
 /// The control socket `memqos explain` asks.
 pub const SOCKET_FILE: &str = "control.sock";
 /// Learned peaks per workload key, unless `history_file` names another place

@@ -44,6 +44,10 @@ pub struct Snapshot {
     /// The last few, newest last.
     #[serde(default)]
     pub recent_oom_kills: Vec<crate::oom::OomKill>,
+    /// Restarts of the loop in this process (an error put every knob back and the loop
+    /// started afresh): more than a few means the host has a fault the log names.
+    #[serde(default)]
+    pub loop_restarts: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -31,7 +31,7 @@ Options:
                       /sys/fs/cgroup/agents)
       --config FILE   a daemon config: its cgroup_root is the root; the tier is checked
       --state-dir DIR the daemon's state directory (default: $MEMQOS_STATE_DIR, the
-                      config's state_dir, /var/lib/memqos): with `admission = true` there,
+                      config's state_dir, /run/memqos): with `admission = true` there,
                       the call's memory.high is armed at its tier's allowance before it starts,
                       and a call with no room waits for some first (admission_wait_ms)
   -v, --verbose       say whether a memory ceiling was armed (and why not) and any wait

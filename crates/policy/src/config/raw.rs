@@ -234,7 +234,7 @@ pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
     };
     let state_dir = match raw.state_dir {
         Some(p) => absolute(&src, p, "state_dir")?,
-        None => PathBuf::from("/var/lib/memqos"),
+        None => PathBuf::from(memqos_schema::state::DEFAULT_STATE_DIR),
     };
     let history_file = raw.history_file.map(|p| absolute(&src, p, "history_file")).transpose()?;
     Ok(Config {
