@@ -130,7 +130,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
     let proc_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let pos = layout::position(root.path(), &proc_cgroup, &mountinfo);
-    if matches!(pos, Position::Call { .. }) && !req.runtime {
+    if nested(&pos, req.runtime)? {
         return Ok(Prepared::Nested);
     }
     let session_name = req
@@ -218,6 +218,21 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         eprintln!("memqos run: {}", armed_line(&call.ceiling, call.waited.as_ref()));
     }
     Ok(Prepared::Call(Box::new(call)))
+}
+
+/// Whether the command stays where this process is: inside a tool call, a nested call runs
+/// in the outer call's cgroup. `--runtime` from inside a call is refused: it would move the
+/// call's command out of its (throttled) cgroup into the session's protected runtime, and
+/// the daemon would give it the runtime's tier (protection, a negative oom_score_adj), which
+/// the call is not entitled to.
+fn nested(pos: &Position, runtime: bool) -> Result<bool, SetupError> {
+    match pos {
+        Position::Call { session, call } if runtime => Err(SetupError::Usage(format!(
+            "--runtime refused: this process runs inside tool call {session}/{call}, and a tool call may not start the agent runtime; start the runtime from outside the managed root"
+        ))),
+        Position::Call { .. } => Ok(true),
+        Position::Outside | Position::Runtime { .. } => Ok(false),
+    }
 }
 
 /// The root from --root, --config, $MEMQOS_ROOT, $MEMQOS_CONFIG, or the default; the config
@@ -459,6 +474,21 @@ mod tests {
 
     fn vanished(errno: i32) -> SpawnError {
         SpawnError::Join { cgroup: "/cg/s/runtime".into(), source: std::io::Error::from_raw_os_error(errno) }
+    }
+
+    #[test]
+    fn the_runtime_is_refused_from_inside_a_tool_call_and_nested_calls_stay_in_it() {
+        let mountinfo = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n";
+        let root = Path::new("/sys/fs/cgroup/agents");
+        let in_call = layout::position(root, "0::/agents/s1/tool.5\n", mountinfo);
+        let e = nested(&in_call, true).expect_err("a call cannot start the runtime").to_string();
+        assert!(e.contains("--runtime refused") && e.contains("s1/tool.5"), "{e}");
+        assert!(nested(&in_call, false).unwrap(), "a nested call runs in the outer call's cgroup");
+        // From the runtime or from outside, the runtime may start (again) and calls are made.
+        for pos in [layout::position(root, "0::/agents/s1/runtime\n", mountinfo), Position::Outside] {
+            assert!(!nested(&pos, true).unwrap(), "{pos:?}");
+            assert!(!nested(&pos, false).unwrap(), "{pos:?}");
+        }
     }
 
     #[test]

@@ -89,9 +89,12 @@ pub struct Actuator {
     restored: bool,
     /// Why the last journal commit failed, while it fails (said once, and when it ends).
     journal_failing: Option<String>,
-    /// The value memqos last wrote to each journaled memory knob: a different value found
-    /// later was written by someone else ([`Actuator::taken_over`]).
+    /// The value memqos last wrote to each watched knob (`KnobFile::watched`): a different
+    /// value found later was written by someone else ([`Actuator::taken_over`]).
     written: HashMap<Key, String>,
+    /// Knobs taken over that memqos writes no more, their restores included: those whose
+    /// respect is not the engine's foreign rule (see [`Actuator::taken_over`]).
+    theirs: HashSet<Key>,
     /// Knobs taken over by someone else whose journal forget has not reached disk yet (the
     /// commit failed: a full disk). A failed commit puts the forget back, so it is staged
     /// again before every commit and before a restore, until one commit succeeds.
@@ -137,6 +140,7 @@ impl Actuator {
             journal_failing: None,
             written: HashMap::new(),
             taken: HashSet::new(),
+            theirs: HashSet::new(),
         }
     }
 
@@ -208,7 +212,9 @@ impl Actuator {
     }
 
     /// Journal, write, log: see the module comment. Returns the events it logged.
-    pub fn apply(&mut self, batch: Vec<Request>) -> Result<Vec<WriteEvent>> {
+    pub fn apply(&mut self, mut batch: Vec<Request>) -> Result<Vec<WriteEvent>> {
+        // A knob someone else took over is theirs: its stale original least of all is written.
+        batch.retain(|r| !self.theirs.contains(&r.target.key(r.file)));
         if batch.is_empty() {
             return Ok(Vec::new());
         }
@@ -352,15 +358,20 @@ impl Actuator {
         for e in stale {
             if matches!(self.root.open_dir(&e.cgroup, Some(e.cgroup_id)), Err(OpenError::Vanished)) {
                 self.journal.stage_forget(&e.key());
+                self.written.remove(&e.key());
             }
         }
+        self.theirs.retain(|k| !matches!(k, Key::Cgroup(id, _) if !observed.contains(id)));
         Ok(())
     }
 
     /// Forgets processes that exited (nothing to put back).
     pub fn forget_processes(&mut self, gone: &[Process], file: &str) {
         for p in gone {
-            self.journal.stage_forget(&Key::Process(*p, file.to_owned()));
+            let key = Key::Process(*p, file.to_owned());
+            self.journal.stage_forget(&key);
+            self.written.remove(&key);
+            self.theirs.remove(&key);
         }
     }
 
@@ -369,24 +380,26 @@ impl Actuator {
         self.journal.get(&Key::Process(process, file.to_owned())).map(|e| e.original.as_str())
     }
 
-    /// Whether a journaled memory knob now holds a value memqos did not write: someone else
-    /// (an administrator, systemd, kubelet) set it since. Then memqos must not later
-    /// "restore" its stale original over that value: the journal entry is forgotten (the
-    /// value found becomes the knob's original, which the engine respects as foreign) and
-    /// the write memqos had made is returned with the forgotten original, for the log.
-    /// The forget is committed at once. Values are compared in pages, as the kernel stores
-    /// them.
-    pub fn taken_over(&mut self, id: CgroupId, file: &str, found: memqos_policy::Limit) -> Option<(String, String)> {
-        let key = Key::Cgroup(id, file.to_owned());
-        let wrote = self.written.get(&key)?;
-        let pages = |l: memqos_policy::Limit| l.bytes().map(|b| b / 4096);
-        let ours = wrote.parse::<memqos_policy::Limit>().ok()?;
-        if pages(ours) == pages(found) {
+    /// Whether a knob memqos wrote (`key`) now shows a value memqos did not write (`found`):
+    /// someone else (an administrator, systemd, kubelet) set it since. Then memqos must not
+    /// later "restore" its stale original over that value: the journal entry is forgotten
+    /// and the write memqos had made is returned with the forgotten original, for the log.
+    /// The engine's memory knobs are then respected by its foreign rule (the value found
+    /// becomes their original); any other knob is theirs and never written again. The forget
+    /// is committed at once. Values are compared as the kernel stores them
+    /// (`KnobFile::shows`).
+    pub fn taken_over(&mut self, key: Key, found: &str) -> Option<(String, String)> {
+        let (Key::Cgroup(_, file) | Key::Process(_, file)) = &key;
+        let knob = KnobFile::from_name(file)?;
+        if knob.shows(self.written.get(&key)?, found) {
             return None;
         }
         let wrote = self.written.remove(&key)?;
         let original = self.journal.get(&key).map(|e| e.original.clone())?;
         self.journal.stage_forget(&key);
+        if !matches!(knob, KnobFile::MemoryHigh | KnobFile::MemoryLow | KnobFile::MemoryMin) {
+            self.theirs.insert(key.clone());
+        }
         // Durable now, not at the next batch (which may be long in coming): a crash in
         // between would have the next start "restore" the stale original over their value.
         // A failed commit puts the entry back: it stays in `taken` and is forgotten again
@@ -398,6 +411,42 @@ impl Actuator {
             self.restage_taken();
         }
         Some((wrote, original))
+    }
+
+    /// Before a restore, every knob memqos wrote is read once more: one someone else changed
+    /// since it was last looked at is taken over (and logged) rather than put back.
+    fn forget_changed(&mut self) {
+        let mut keys: Vec<Key> = self.written.keys().cloned().collect();
+        keys.sort();
+        for key in keys {
+            let Some((at, found)) = self.read_key(&key) else { continue };
+            let (Key::Cgroup(_, file) | Key::Process(_, file)) = &key;
+            if let Some((wrote, original)) = self.taken_over(key.clone(), &found) {
+                let message = takeover_note(&at, file, &found, &wrote, &original);
+                self.log.emit(Event::Degraded { message });
+            }
+        }
+    }
+
+    /// A written knob's value now, with where it is for the log; None when it cannot be read
+    /// (gone: nothing to decide).
+    fn read_key(&self, key: &Key) -> Option<(String, String)> {
+        match key {
+            Key::Cgroup(id, file) => {
+                let path = self.journal.get(key)?.cgroup.clone();
+                let (dir, _) = self.root.open_dir(&path, Some(*id)).ok()?;
+                Some((memqos_cgroupfs::name::display(&path), beneath::read_at(&dir, file).ok()?))
+            }
+            Key::Process(p, file) => {
+                let dir = beneath::open_process(p.pid, p.start_time).ok()?;
+                Some((format!("pid {}", p.pid), beneath::read_at(&dir, file).ok()?))
+            }
+        }
+    }
+
+    /// Whether the knob `key` was taken over by someone else and is left to them.
+    pub fn is_theirs(&self, key: &Key) -> bool {
+        self.theirs.contains(key)
     }
 
     /// Stages the forget of every taken-over knob whose forget is not durable yet.
@@ -449,6 +498,9 @@ impl Actuator {
     /// Writes every journaled original back (see `Journal::restore`).
     pub fn restore(&mut self) -> Result<RestoreReport> {
         // Never put a stale original back over a value someone else set.
+        if !self.dry_run {
+            self.forget_changed();
+        }
         self.restage_taken();
         self.taken.clear();
         self.restored = true;
@@ -461,6 +513,15 @@ impl Actuator {
         }
         journal.restore()
     }
+}
+
+/// The log line for a knob someone else set (`at`: the cgroup or process) after memqos wrote
+/// it: what it is now, and that memqos's original is forgotten, never written back.
+pub fn takeover_note(at: &str, file: &str, found: &str, wrote: &str, original: &str) -> String {
+    format!(
+        "{at}/{file} is {} now, set by someone else after memqos wrote {wrote}: that value is theirs; memqos forgets the original it had ({original}) and never writes it back",
+        found.trim()
+    )
 }
 
 impl Drop for Actuator {
@@ -515,6 +576,10 @@ mod tests {
         }
     }
 
+    fn high_of(id: CgroupId) -> Key {
+        Key::Cgroup(id, "memory.high".into())
+    }
+
     /// A knob someone else took over is forgotten on disk at once: a crash before the next
     /// batch (none may come for a long time) must not leave the stale original for the next
     /// start to "restore" over the value they set.
@@ -529,7 +594,7 @@ mod tests {
 
         // Someone else sets it; the next sample sees it.
         std::fs::write(root.join("low/a/memory.high"), "2097152\n").unwrap();
-        let taken = act.taken_over(id, "memory.high", memqos_policy::Limit::Bytes(2 << 20));
+        let taken = act.taken_over(high_of(id), "2097152");
         assert_eq!(taken, Some(("1048576".to_string(), "max".to_string())));
 
         // A crash now: no restore on the way out, no further batch.
@@ -551,7 +616,7 @@ mod tests {
         let full = std::fs::OpenOptions::new().append(true).open("/dev/full").unwrap();
         let real = act.journal.swap_file_for_test(full).unwrap();
         std::fs::write(root.join("low/a/memory.high"), "2097152\n").unwrap();
-        let taken = act.taken_over(a_id, "memory.high", memqos_policy::Limit::Bytes(2 << 20));
+        let taken = act.taken_over(high_of(a_id), "2097152");
         assert_eq!(taken, Some(("1048576".to_string(), "max".to_string())));
         // A second batch whose commit fails too (its own write is refused: not journaled).
         let wrote = act.apply(vec![Request::new(b, "memory.high", "1048576", "test")]).unwrap();
@@ -610,9 +675,127 @@ mod tests {
         let full = std::fs::OpenOptions::new().append(true).open("/dev/full").unwrap();
         act.journal.swap_file_for_test(full);
         std::fs::write(root.join("low/a/memory.high"), "2097152\n").unwrap();
-        assert!(act.taken_over(id, "memory.high", memqos_policy::Limit::Bytes(2 << 20)).is_some());
+        assert!(act.taken_over(high_of(id), "2097152").is_some());
         let report = act.restore().unwrap();
         assert!(report.restored.is_empty(), "{:?}", report.restored);
         assert_eq!(std::fs::read_to_string(root.join("low/a/memory.high")).unwrap(), "2097152\n");
+    }
+
+    /// Every cgroup knob memqos writes besides the engine's memory knobs, with the kernel's
+    /// value, memqos's and an administrator's.
+    const OTHERS: [(&str, &str, &str, &str); 3] = [
+        ("cpu.weight", "100", "500", "300"),
+        ("memory.swap.max", "max", "0", "1073741824"),
+        ("cgroup.freeze", "0", "1", "0"),
+    ];
+
+    fn journaled(state: &std::path::Path, root: &std::path::Path, id: CgroupId, file: &str) -> Option<String> {
+        Journal::open(state, root).unwrap().original(id, file).map(str::to_owned)
+    }
+
+    /// cpu.weight, memory.swap.max, cgroup.freeze: a value someone else writes over memqos's
+    /// is noticed, its original forgotten on disk at once, and memqos writes the knob no
+    /// more: neither its tier's value again nor the stale original (put back as a settle
+    /// would, or by the restore at stop).
+    #[test]
+    fn a_taken_over_knob_of_any_kind_is_forgotten_and_never_written_again() {
+        let Fixture { _dir, root, state, mut act } = Fixture::new(&["a"]);
+        let id = std::fs::metadata(root.join("a")).unwrap().ino();
+        let target = Target::Cgroup { path: "a".into(), id };
+        for (file, kernel, ours, _) in OTHERS {
+            std::fs::write(root.join("a").join(file), format!("{kernel}\n")).unwrap();
+            let wrote = act.apply(vec![Request::new(target.clone(), file, ours, "test")]).unwrap();
+            assert_eq!(wrote[0].outcome, Outcome::Ok, "{file}");
+            assert_eq!(journaled(&state, &root, id, file).as_deref(), Some(kernel), "{file}");
+            assert_eq!(act.taken_over(Key::Cgroup(id, file.into()), &format!("{ours}\n")), None, "{file}: still ours");
+        }
+        for (file, kernel, ours, theirs) in OTHERS {
+            std::fs::write(root.join("a").join(file), format!("{theirs}\n")).unwrap();
+            let key = Key::Cgroup(id, file.into());
+            let taken = act.taken_over(key.clone(), &format!("{theirs}\n"));
+            assert_eq!(taken, Some((ours.to_string(), kernel.to_string())), "{file}");
+            assert_eq!(journaled(&state, &root, id, file), None, "{file}: forgotten on disk at once");
+            assert!(act.is_theirs(&key), "{file}");
+            let mut restore = Request::new(target.clone(), file, kernel, "settle");
+            restore.restores = true;
+            let wrote = act.apply(vec![Request::new(target.clone(), file, ours, "tier"), restore]).unwrap();
+            assert!(wrote.is_empty(), "{file}: not written: {wrote:?}");
+        }
+        let report = act.restore().unwrap();
+        assert!(report.restored.is_empty() && report.failed.is_empty(), "{:?}", report.restored);
+        for (file, _, _, theirs) in OTHERS {
+            assert_eq!(std::fs::read_to_string(root.join("a").join(file)).unwrap(), format!("{theirs}\n"), "{file}");
+        }
+    }
+
+    /// A change made after the last look (no sample noticed it) is still not overwritten at
+    /// stop: the restore reads every knob memqos wrote first, logs the take-over and puts
+    /// back only what still shows memqos's value.
+    #[test]
+    fn a_change_made_since_the_last_look_is_not_restored_at_stop() {
+        let Fixture { _dir, root, state, mut act } = Fixture::new(&["a", "b"]);
+        let (a, b) =
+            (std::fs::metadata(root.join("a")).unwrap().ino(), std::fs::metadata(root.join("b")).unwrap().ino());
+        let mut batch = Vec::new();
+        for (cg, id) in [("a", a), ("b", b)] {
+            let target = Target::Cgroup { path: cg.into(), id };
+            batch.push(Request::new(target.clone(), "memory.high", "1048576", "test"));
+            for (file, kernel, ours, _) in OTHERS {
+                std::fs::write(root.join(cg).join(file), format!("{kernel}\n")).unwrap();
+                batch.push(Request::new(target.clone(), file, ours, "test"));
+            }
+        }
+        assert!(act.apply(batch).unwrap().iter().all(|w| w.outcome == Outcome::Ok));
+        // Someone else sets every knob of a; b is left as memqos set it.
+        std::fs::write(root.join("a/memory.high"), "2097152\n").unwrap();
+        for (file, _, _, theirs) in OTHERS {
+            std::fs::write(root.join("a").join(file), format!("{theirs}\n")).unwrap();
+        }
+        let report = act.restore().unwrap();
+        assert_eq!(report.restored.len(), 4, "b's four knobs: {:?}", report.restored);
+        assert_eq!(std::fs::read_to_string(root.join("a/memory.high")).unwrap(), "2097152\n");
+        assert_eq!(std::fs::read_to_string(root.join("b/memory.high")).unwrap(), "max");
+        for (file, kernel, _, theirs) in OTHERS {
+            assert_eq!(std::fs::read_to_string(root.join("a").join(file)).unwrap(), format!("{theirs}\n"), "{file}");
+            assert_eq!(std::fs::read_to_string(root.join("b").join(file)).unwrap(), kernel, "{file}");
+        }
+        let said: Vec<String> = crate::events::read(&state)
+            .into_iter()
+            .filter_map(|l| match l.event {
+                Event::Degraded { message } if message.contains("set by someone else") => Some(message),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(said.len(), 4, "{said:?}");
+        assert!(said.iter().all(|m| m.starts_with("a/")), "{said:?}");
+        assert!(said.iter().any(|m| m.starts_with("a/cpu.weight is 300 now") && m.contains("(100)")), "{said:?}");
+    }
+
+    /// A process's oom_score_adj: an administrator's value written over memqos's is theirs;
+    /// neither a settle nor the stop puts the stale original back.
+    #[test]
+    fn a_processs_oom_score_adj_set_by_someone_else_is_not_put_back() {
+        let Fixture { _dir, root: _, state: _, mut act } = Fixture::new(&["a"]);
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let adj = || std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap().trim().to_owned();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let process = Process { pid, start_time: crate::proc_stat::start_time_of(&stat).unwrap() };
+        let target = Target::Process { cgroup: "a".into(), cgroup_id: 1, process };
+        let original = adj();
+        let wrote = act.apply(vec![Request::new(target.clone(), "oom_score_adj", "700", "tier")]).unwrap();
+        assert_eq!((&wrote[0].outcome, adj().as_str()), (&Outcome::Ok, "700"));
+        assert_eq!(act.process_original(process, "oom_score_adj"), Some(original.as_str()));
+        std::fs::write(format!("/proc/{pid}/oom_score_adj"), "800").unwrap();
+        let key = Key::Process(process, "oom_score_adj".into());
+        assert_eq!(act.taken_over(key, "800\n"), Some(("700".to_string(), original.clone())));
+        assert_eq!(act.process_original(process, "oom_score_adj"), None, "forgotten");
+        let mut settle = Request::new(target, "oom_score_adj", original, "process left its tier");
+        settle.restores = true;
+        assert!(act.apply(vec![settle]).unwrap().is_empty(), "the settle is not written");
+        act.restore().unwrap();
+        assert_eq!(adj(), "800", "theirs stays");
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -686,19 +686,18 @@ impl<'r> Daemon<'r> {
 fn note_takeovers(act: &mut Actuator, obs: &mut Observation, seen: &mut [observe::Seen]) -> Vec<String> {
     let mut notes = Vec::new();
     for c in obs.cgroups.iter_mut() {
-        // Every watched knob (one list: `KnobFile::watched`), read and set through `Knobs`.
+        // Every watched knob the sample holds (one list: `KnobFile::watched`), read and set
+        // through `Knobs`; the others are looked at where the daemon reads them.
         for file in KnobFile::ALL.into_iter().filter(|k| k.watched()) {
-            let Some(found) = c.current.limit(file) else { continue };
-            let Some((wrote, original)) = act.taken_over(c.id.get(), file.name(), found) else { continue };
-            c.original.set(file, &found.to_string());
+            let Some(found) = c.current.text(file) else { continue };
+            let key = crate::journal::Key::Cgroup(c.id.get(), file.name().to_owned());
+            let Some((wrote, original)) = act.taken_over(key, &found) else { continue };
+            c.original.set(file, &found);
             if let Some(s) = seen.iter_mut().find(|s| s.cgroup_id == c.id.get()) {
                 s.original = c.original;
             }
-            notes.push(format!(
-                "{}/{} is {found} now, set by someone else after memqos wrote {wrote}: that value stays; memqos forgets the original it had ({original}) and leaves the knob alone",
-                memqos_cgroupfs::name::display(&c.path),
-                file.name()
-            ));
+            let at = memqos_cgroupfs::name::display(&c.path);
+            notes.push(crate::actuator::takeover_note(&at, file.name(), &found, &wrote, &original));
         }
     }
     notes

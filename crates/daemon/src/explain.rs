@@ -399,7 +399,7 @@ fn reasons(
     if p.foreign_knobs == ForeignKnobs::Respect {
         if o.is_foreign(Knob::High) {
             state.push(format!(
-                "memory.high {} was set by someone else (a unit's MemoryHigh=, kubelet): memqos leaves it alone (policy.foreign_knobs = \"respect\")",
+                "memory.high {} was set by someone else (a unit's MemoryHigh=, a tenant): memqos never raises it above that value and cuts below it only when throttling (policy.foreign_knobs = \"respect\")",
                 lim(o.high)
             ));
         }

@@ -10,11 +10,12 @@
 //! Every process is handled once: its original value is journaled (with its start time, so
 //! a recycled pid is never written) before the write; the original goes back when the process
 //! leaves the tier's cgroups, when the daemon stops, or from the guardian / the next start
-//! after a crash. A value already further in the tier's direction is left alone.
+//! after a crash. A value already further in the tier's direction is left alone, and so is one
+//! someone else writes over memqos's (`Actuator::taken_over`): its original is forgotten.
 
-use crate::actuator::{Actuator, Request, Target};
+use crate::actuator::{takeover_note, Actuator, Request, Target};
 use crate::events::{Outcome, WriteEvent};
-use crate::journal::Process;
+use crate::journal::{Key, Process};
 use memqos_policy::knobs::{oom_score_adj, settle, AdjState};
 use memqos_policy::{Config, Observation};
 use memqos_schema::KnobFile;
@@ -152,6 +153,7 @@ impl OomAdjuster {
                     if h.cgroup != c.path {
                         h.cgroup.clone_from(&c.path);
                     }
+                    self.notes.extend(taken_back(h, act));
                     continue;
                 }
                 let Some((process, ppid, current)) = inspect(pid) else {
@@ -185,6 +187,21 @@ impl OomAdjuster {
             }
         }
     }
+}
+
+/// Whether someone else set `h`'s oom_score_adj since memqos did (an administrator, or the
+/// process raising its own): then the value is theirs, nothing is put back when the process
+/// leaves its tier or memqos stops, and the note says so.
+fn taken_back(h: &mut Handled, act: &mut Actuator) -> Option<String> {
+    if !h.state.wrote {
+        return None;
+    }
+    let dir = crate::beneath::open_process(h.process.pid, h.process.start_time).ok()?;
+    let found = crate::beneath::read_at(&dir, FILE).ok()?;
+    let (wrote, original) = act.taken_over(Key::Process(h.process, FILE.to_owned()), &found)?;
+    h.state.wrote = false;
+    let at = format!("pid {} in {}", h.process.pid, memqos_cgroupfs::name::display(&h.cgroup));
+    Some(takeover_note(&at, FILE, &found, &wrote, &original))
 }
 
 fn target_proc_of(c: &memqos_policy::CgroupObs, process: Process) -> Target {

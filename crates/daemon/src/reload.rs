@@ -53,8 +53,9 @@ pub(crate) fn load(path: &Path, old: &Config, state_dir_fixed: bool) -> Result<C
 /// attributes when a tier asks for them, as the sampler does.
 pub(crate) fn classify(cfg: &Config, root: &Path, relative: &str) -> Option<TierIndex> {
     // The sampler's rule, trust included: a reload must not honour a tenant's own tier
-    // hints that the running daemon ignores.
-    let opened = if cfg.tiers.uses_xattrs() { crate::beneath::Root::open(root).ok() } else { None };
+    // hints, or its name for a privileged tier, that the running daemon ignores.
+    let owners = cfg.tiers.uses_xattrs() || cfg.tiers.any_privileged();
+    let opened = if owners { crate::beneath::Root::open(root).ok() } else { None };
     crate::observe::classify(cfg, opened.as_ref(), relative)
 }
 
@@ -227,7 +228,12 @@ throttle = true
 
     #[test]
     fn a_cgroup_keeps_its_tier_only_if_name_settings_and_match_carry_over() {
-        let root = Path::new("/nonexistent");
+        // Real directories: a protected tier takes only cgroups whose owner it can trust.
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["db1", "job", "web", "job7", "other"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        let root = dir.path();
         let old = cfg(BASE);
         // Same tiers, a pattern added: db1 and job stay, web moves up.
         let wider = cfg(&BASE.replace(r#"["db*"]"#, r#"["db*", "web"]"#));
@@ -283,6 +289,25 @@ throttle = true
         assert_eq!(classify(&cfg, &root, "mine"), omitted, "a trusted hint counts");
         assert_ne!(classify(&cfg, &root, "theirs"), omitted, "an untrusted hint does not");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_tenants_own_cgroup_does_not_take_a_protected_tier_by_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["db-mine", "db-theirs", "job-theirs"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        // A delegated tenant (not root, not the root's owner) made and owns these.
+        for d in ["db-theirs", "job-theirs"] {
+            std::os::unix::fs::chown(dir.path().join(d), Some(4242), Some(4242)).unwrap();
+        }
+        let cfg = cfg(BASE);
+        let (critical, batch) = (cfg.tiers.by_name("critical"), cfg.tiers.by_name("batch"));
+        assert_eq!(classify(&cfg, dir.path(), "db-mine"), critical, "trusted: its name counts");
+        assert_eq!(classify(&cfg, dir.path(), "db-theirs"), batch, "untrusted: the next tier that matches");
+        assert_eq!(classify(&cfg, dir.path(), "job-theirs"), batch, "an unprivileged tier is anyone's");
+        // Gone (or never there): no owner to trust.
+        assert_eq!(classify(&cfg, dir.path(), "db-gone"), batch);
     }
 
     #[test]

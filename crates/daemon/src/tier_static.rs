@@ -1,11 +1,13 @@
 //! The one loop for the knobs a tier sets to one value on each of its cgroups
 //! (`memqos_policy::knobs::TierStatic`: cpu.weight, memory.swap.max): read the file through
 //! the actuator, report a cgroup whose file cannot be read once, decide with the policy's one
-//! rule (`tier_static`), request the write. What differs per knob is a [`StaticKnob`]: when to
-//! look at all, and what a missing file means.
+//! rule (`tier_static`), request the write. A value someone else wrote over memqos's is
+//! theirs from then on (`Actuator::taken_over`). What differs per knob is a [`StaticKnob`]:
+//! when to look at all, and what a missing file means.
 
-use crate::actuator::{Actuator, Request, Target};
+use crate::actuator::{takeover_note, Actuator, Request, Target};
 use crate::beneath::FileError;
+use crate::journal::Key;
 use memqos_policy::knobs::{tier_static, StaticDecision, TierStatic};
 use memqos_policy::{CgroupObs, Config, Observation};
 use std::collections::HashSet;
@@ -66,6 +68,10 @@ impl<K: StaticKnob> TierStatics<K> {
             let Some(target) = cfg.tiers.get(c.tier).and_then(|t| K::KNOB.target(t)) else {
                 continue;
             };
+            let key = Key::Cgroup(c.id.get(), file.to_owned());
+            if act.is_theirs(&key) {
+                continue;
+            }
             let current = match act.read(&c.path, c.id.get(), file) {
                 Ok(v) => v,
                 Err(e) => {
@@ -89,6 +95,12 @@ impl<K: StaticKnob> TierStatics<K> {
                     continue;
                 }
             };
+            // Someone else wrote it since memqos did: theirs from now on.
+            if let Some((wrote, original)) = act.taken_over(key, &current) {
+                let at = memqos_cgroupfs::name::display(&c.path);
+                self.notes.push(takeover_note(&at, file, &current, &wrote, &original));
+                continue;
+            }
             // Journaled: memqos wrote it, so a value other than the kernel's is not foreign
             // (a knob without a kernel default to respect, cpu.weight, is never foreign).
             let ours = act.journal().original(c.id.get(), file).is_some();

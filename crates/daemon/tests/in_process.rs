@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{poll, set_xattr, write_cgroup, Daemon, FakeTree, GUARD_POLICY, MIB};
+use common::{poll, poll_for, set_xattr, write_cgroup, Daemon, FakeTree, GUARD_POLICY, MIB};
 use memqos_daemon::actuator::{Actuator, Request, Target};
 use memqos_daemon::events::{self, Event, Outcome};
 use memqos_daemon::journal::{Journal, JOURNAL_FILE};
@@ -488,33 +488,111 @@ fn a_cgroup_losing_its_files_is_skipped_and_one_without_the_memory_controller_is
 }
 
 #[test]
-fn a_knob_an_administrator_changes_after_memqos_wrote_it_is_left_to_them() {
+fn a_memory_high_an_administrator_changes_after_memqos_wrote_it_is_never_raised_above_theirs() {
     let f = fake("takeover", 480 * MIB);
     let daemon = f.start();
     poll("low1 throttled", Duration::from_secs(5), || f.capped("low1"));
     // The administrator's own limit, on top of memqos's throttle.
-    let admin = (200 * MIB).to_string();
-    std::fs::write(f.root.join("low1/memory.high"), &admin).unwrap();
-    // (The journal file drops low1's entry at the next batch of writes or at the stop.)
+    let admin = 200 * MIB;
+    std::fs::write(f.root.join("low1/memory.high"), admin.to_string()).unwrap();
     poll("the takeover noticed", Duration::from_secs(5), || {
-        !f.degraded(|m| m.contains("set by someone else")).is_empty()
+        !f.degraded(|m| m.contains("low1/memory.high") && m.contains("set by someone else")).is_empty()
     });
     // Some ticks (50 ms apart) in which it could write low1 again.
     std::thread::sleep(Duration::from_millis(500));
+    let journaled = Journal::open(&f.state, &f.root).unwrap().original(f.id("low1"), "memory.high").map(str::to_owned);
+    assert_ne!(journaled.as_deref(), Some("max"), "the stale original is forgotten");
     daemon.stop().expect("daemon run");
-    assert_eq!(f.knob("low1", "memory.high"), admin, "not 'restored' to the stale original at stop");
+    assert_eq!(f.knob("low1", "memory.high"), admin.to_string(), "theirs at stop, not the stale original");
     let said = f.events();
-    let notes: Vec<&Event> = said
+    let noticed = |e: &Event| matches!(e, Event::Degraded { message } if message.contains("set by someone else"));
+    assert_eq!(said.iter().filter(|e| noticed(e)).count(), 1, "{said:?}");
+    // Still throttled (the lower value wins), never above their value.
+    let later: Vec<u64> = said
         .iter()
-        .filter(|e| matches!(e, Event::Degraded { message } if message.contains("set by someone else")))
+        .skip_while(|e| !noticed(e))
+        .filter_map(|e| match e {
+            Event::Write(w) if w.cgroup == "low1" && w.file == "memory.high" => Some(w.value.parse().unwrap()),
+            _ => None,
+        })
         .collect();
-    assert_eq!(notes.len(), 1, "{notes:?}");
-    let later_writes = said
-        .iter()
-        .skip_while(|e| !matches!(e, Event::Degraded { message } if message.contains("set by someone else")))
-        .filter(|e| matches!(e, Event::Write(w) if w.cgroup == "low1" && w.file == "memory.high"))
-        .count();
-    assert_eq!(later_writes, 0, "memqos leaves the knob alone from then on");
+    assert!(later.iter().all(|&v| v <= admin), "{later:?}");
+}
+
+/// A tier-static knob (cpu.weight, memory.swap.max) an administrator sets while memqos runs
+/// is theirs: noticed and said once, its original forgotten on disk, never written again,
+/// left as they set it at stop.
+#[test]
+fn a_tier_knob_an_administrator_changes_is_forgotten_and_left_to_them() {
+    let f = fake("statics", 100 * MIB);
+    f.set("tier.0.cpu_weight", 500);
+    f.set("signals.calm_interval_ms", 0);
+    std::fs::write(f.root.join("high/memory.swap.max"), "max\n").unwrap();
+    let daemon = f.start();
+    poll("tier knobs written", Duration::from_secs(5), || {
+        f.knob("high", "cpu.weight") == "500" && f.knob("high", "memory.swap.max") == "0"
+    });
+    std::fs::write(f.root.join("high/cpu.weight"), "300\n").unwrap();
+    std::fs::write(f.root.join("high/memory.swap.max"), "1073741824\n").unwrap();
+    poll("both take-overs noticed", Duration::from_secs(5), || {
+        f.degraded(|m| m.contains("set by someone else")).len() == 2
+    });
+    let journal = Journal::open(&f.state, &f.root).unwrap();
+    assert_eq!(journal.original(f.id("high"), "cpu.weight"), None);
+    assert_eq!(journal.original(f.id("high"), "memory.swap.max"), None);
+    std::thread::sleep(Duration::from_millis(500));
+    daemon.stop().expect("daemon run");
+    assert_eq!((f.knob("high", "cpu.weight"), f.knob("high", "memory.swap.max")), ("300".into(), "1073741824".into()));
+    let said = f.events();
+    let notes = f.degraded(|m| m.contains("set by someone else"));
+    assert!(notes.iter().any(|m| m.starts_with("high/cpu.weight is 300 now") && m.contains("(100)")), "{notes:?}");
+    assert!(notes.iter().any(|m| m.starts_with("high/memory.swap.max is 1073741824 now")), "{notes:?}");
+    let writes = |file: &str| said.iter().filter(|e| matches!(e, Event::Write(w) if w.file == file)).count();
+    assert_eq!((writes("cpu.weight"), writes("memory.swap.max")), (1, 1), "each written once, never again");
+}
+
+/// A process's oom_score_adj set by someone else while memqos runs is theirs: noticed, its
+/// original forgotten, and the stop leaves their value.
+#[test]
+fn an_oom_score_adj_an_administrator_changes_is_not_put_back_at_stop() {
+    let f = fake("adjtaken", 100 * MIB);
+    f.set("tier.1.oom_score_adj", 500);
+    f.set("signals.calm_interval_ms", 0);
+    let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id();
+    let original = adj(pid);
+    assert!(original < 500, "the test needs a process below 500, found {original}");
+    std::fs::write(f.root.join("low1/cgroup.procs"), format!("{pid}\n")).unwrap();
+    let daemon = f.start();
+    poll("adjusted", Duration::from_secs(5), || adj(pid) == 500);
+    std::fs::write(format!("/proc/{pid}/oom_score_adj"), "600").unwrap();
+    poll("the take-over noticed", Duration::from_secs(5), || {
+        !f.degraded(|m| m.contains(&format!("pid {pid} in low1/oom_score_adj is 600 now"))).is_empty()
+    });
+    let journal = Journal::open(&f.state, &f.root).unwrap();
+    assert!(!journal.entries().any(|e| e.process.is_some_and(|p| p.pid == pid)), "forgotten on disk");
+    daemon.stop().expect("daemon run");
+    assert_eq!(adj(pid), 600, "theirs, not the stale original {original}");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+/// In a delegated subtree a tenant names its own cgroups: one it owns named like the
+/// protected tier's (`high*`) is not protected; one owned by root is.
+#[test]
+fn a_cgroup_a_tenant_owns_does_not_take_a_protected_tier_by_its_name() {
+    let f = fake("tenant", 100 * MIB);
+    write_cgroup(&f.root.join("high2"), 150 * MIB, "max");
+    std::os::unix::fs::chown(f.root.join("high"), Some(4242), Some(4242)).unwrap();
+    let daemon = f.start();
+    poll("high2 protected", Duration::from_secs(5), || f.knob("high2", "memory.low") != "0");
+    let snap = poll_for("status.json", Duration::from_secs(5), || f.status());
+    assert!(snap.cgroups.iter().all(|c| c.cgroup != "high"), "high is in no tier: {:?}", snap.cgroups);
+    std::thread::sleep(Duration::from_millis(300));
+    daemon.stop().expect("daemon run");
+    assert_eq!(f.knob("high", "memory.low"), "0");
+    let wrote_high = f.events().into_iter().filter(|e| matches!(e, Event::Write(w) if w.cgroup == "high")).count();
+    assert_eq!(wrote_high, 0);
 }
 
 #[test]
@@ -669,14 +747,23 @@ fn a_declared_expected_peak_caps_the_lower_tier_and_a_bad_declaration_is_named()
 
 #[test]
 fn a_tenants_own_declaration_is_not_honoured_and_is_named() {
-    // high is a tenant's cgroup (owned by uid 4242, who may set user.* xattrs on it) and
-    // declares u64::MAX: honoured, that would hold low1 at its floor. Only root or the owner
-    // of cgroup_root may give hints.
+    // high was made by root (so its name gave it the protected tier) and then handed to a
+    // tenant (owned by uid 4242, who may set user.* xattrs on it: systemd's Delegate= does
+    // this), which declares u64::MAX: honoured, that would hold low1 at its floor. Only root
+    // or the owner of cgroup_root may give hints.
     let f = fake("untrusted", 170 * MIB);
     std::fs::write(f.root.join("low1/memory.current"), format!("{}\n", 20 * MIB)).unwrap();
-    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "18446744073709551615");
+    // Every sample a full one (where hints are read), not one every calm_interval_ms.
+    f.set("signals.calm_interval_ms", 0);
+    let daemon = f.start();
+    poll("high classified", Duration::from_secs(5), || {
+        f.status().is_some_and(|s| s.cgroups.iter().any(|c| c.cgroup == "high"))
+    });
     std::os::unix::fs::chown(f.root.join("high"), Some(4242), Some(4242)).unwrap();
-    memqos_daemon::run(f.options_for(1.0), Handle::new()).expect("daemon run");
+    set_xattr(&f.root.join("high"), "user.memqos.expected_peak", "18446744073709551615");
+    poll("named", Duration::from_secs(5), || !f.degraded(|m| m.contains("owned by uid 4242")).is_empty());
+    std::thread::sleep(Duration::from_millis(300));
+    daemon.stop().expect("daemon run");
     let evs = f.events();
     let capped = evs.iter().any(|e| matches!(e, Event::Write(w) if w.cgroup == "low1" && w.file == "memory.high"));
     assert!(!capped, "no reservation from an untrusted declaration: {evs:?}");
@@ -1021,4 +1108,41 @@ fn a_low_whose_refaults_race_is_frozen_for_thrashing_though_its_psi_is_quiet() {
             if *psi_full_avg10 == 0.0 && *refault_bytes_per_s >= 8 * MIB),
         "{why:?}"
     );
+}
+
+/// cgroup.freeze an administrator sets after memqos wrote it is theirs: a cgroup memqos
+/// froze for thrashing and thawed at its stall bound, then frozen by them, is not thawed
+/// again when memqos stops (its journaled original, "0", is forgotten).
+#[test]
+fn a_freeze_an_administrator_sets_after_memqos_thawed_is_not_undone_at_stop() {
+    let f = fake("freezetaken", 200 * MIB);
+    f.set("tier.1.freeze_thrashing", true);
+    f.set("tier.1.stall.after_ms", 1000);
+    // Every sample a full one: the calm path would look at low1 only every few seconds.
+    f.set("signals.calm_interval_ms", 0);
+    std::fs::write(
+        f.root.join("low1/memory.pressure"),
+        "some avg10=90.00 avg60=50.00 avg300=20.00 total=900000\nfull avg10=85.00 avg60=45.00 avg300=18.00 total=800000\n",
+    )
+    .unwrap();
+    let daemon = f.start();
+    poll("low1 frozen", Duration::from_secs(5), || f.knob("low1", "cgroup.freeze") == "1");
+    // Thawed at its stall bound; it then rests (thrash::REST_MS) before any new freeze.
+    poll("low1 thawed by memqos", Duration::from_secs(5), || f.knob("low1", "cgroup.freeze") == "0");
+    std::fs::write(f.root.join("low1/cgroup.freeze"), "1\n").unwrap();
+    poll("the take-over noticed", Duration::from_secs(5), || {
+        !f.degraded(|m| m.starts_with("low1/cgroup.freeze is 1 now") && m.contains("set by someone else")).is_empty()
+    });
+    assert_eq!(Journal::open(&f.state, &f.root).unwrap().original(f.id("low1"), "cgroup.freeze"), None);
+    daemon.stop().expect("daemon run");
+    assert_eq!(f.knob("low1", "cgroup.freeze"), "1", "their freeze stays");
+    let values: Vec<String> = f
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Write(w) if w.cgroup == "low1" && w.file == "cgroup.freeze" => Some(w.value),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(values, ["1", "0"], "frozen and thawed once, nothing after theirs");
 }

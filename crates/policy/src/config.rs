@@ -353,6 +353,13 @@ impl Tier {
     pub fn is_protected(&self) -> bool {
         self.protect != Protect::None
     }
+
+    /// True when the tier gives its cgroups something at the others' expense: protection, or
+    /// a negative `oom_score_adj` (the OOM killer looks elsewhere). Such a tier is entitled
+    /// by ownership, not by a name a tenant can choose: [`Tiers::classify_owned`].
+    pub fn is_privileged(&self) -> bool {
+        self.is_protected() || self.oom_score_adj.is_some_and(|adj| adj < 0)
+    }
 }
 
 /// Position of a tier in the config; smaller is higher priority.
@@ -384,13 +391,37 @@ impl Tiers {
     /// Like `classify`, for a cgroup whose extended attributes `has_xattr(name)` reports: a
     /// tier with `xattr` needs its glob to match and one of its attributes to be set. Asked
     /// only for the attributes of tiers whose glob matches, in tier order.
-    pub fn classify_with(&self, relative_path: &str, mut has_xattr: impl FnMut(&str) -> bool) -> Option<TierIndex> {
+    pub fn classify_with(&self, relative_path: &str, has_xattr: impl FnMut(&str) -> bool) -> Option<TierIndex> {
+        self.classify_owned(relative_path, true, has_xattr)
+    }
+
+    /// Like `classify_with`, for a cgroup whose owner is `trusted` or not (the daemon's rule:
+    /// owned by root or by the owner of `cgroup_root`). An untrusted cgroup (a tenant's, in a
+    /// subtree delegated to it) names itself: its path alone must not buy it a
+    /// [privileged](Tier::is_privileged) tier, so those are skipped and it takes the next tier
+    /// that matches (or none). Its xattrs are never asked for either.
+    pub fn classify_owned(
+        &self,
+        relative_path: &str,
+        trusted: bool,
+        mut has_xattr: impl FnMut(&str) -> bool,
+    ) -> Option<TierIndex> {
         let p = relative_path.trim_start_matches('/');
+        let entitled = |t: &Tier| trusted || !t.is_privileged();
+        let hinted = |t: &Tier, has: &mut dyn FnMut(&str) -> bool| {
+            t.xattrs.is_empty() || (trusted && t.xattrs.iter().any(|x| has(x)))
+        };
         self.matchers
             .iter()
             .zip(&self.tiers)
-            .position(|(m, t)| m.is_match(p) && (t.xattrs.is_empty() || t.xattrs.iter().any(|x| has_xattr(x))))
+            .position(|(m, t)| m.is_match(p) && entitled(t) && hinted(t, &mut has_xattr))
             .map(TierIndex)
+    }
+
+    /// True when some tier is [privileged](Tier::is_privileged): the daemon then reads each
+    /// new cgroup's owner.
+    pub fn any_privileged(&self) -> bool {
+        self.tiers.iter().any(Tier::is_privileged)
     }
 
     /// True when some tier classifies by extended attribute (the daemon then reads them).
@@ -522,9 +553,15 @@ pub struct Policy {
     pub park_with_swap: bool,
     /// `foreign_knobs` (default `"respect"`): a memory.high, or a memory.low/min, that was not
     /// the kernel default before memqos first wrote it was set by someone else (a unit's
-    /// MemoryHigh=/MemoryLow=, kubelet's MemoryQoS). `respect` never writes that knob of that
-    /// cgroup (low and min count as one protection); `override` manages it like any other,
-    /// restoring the foreign value when done.
+    /// MemoryHigh=/MemoryLow=, kubelet's MemoryQoS, a tenant writing its own cgroup's file in a
+    /// delegated subtree). `respect`: a foreign memory.high is a ceiling, not an exemption:
+    /// memqos still throttles the cgroup, writing the lower of its cut and their value, never
+    /// raises it above theirs, and puts theirs back when done (a tenant cannot opt out of
+    /// throttling by writing its own memory.high); a foreign memory.low/min is never written
+    /// (low and min count as one protection). `override` manages them like any other knob,
+    /// restoring the foreign value when done. Whatever this says, a value someone else writes
+    /// over one memqos wrote, to any knob memqos writes, becomes theirs: memqos forgets its
+    /// original and never writes it back (`KnobFile::watched`).
     pub foreign_knobs: ForeignKnobs,
     /// `admission` (default false): publish, on every tick, what a new cgroup of each
     /// throttle tier may charge before the daemon has seen it (`<state_dir>/admission.json`,

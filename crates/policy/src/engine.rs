@@ -551,6 +551,21 @@ impl Plan {
     }
 }
 
+/// `action` as `policy.foreign_knobs = "respect"` allows it on `c`. A memory.high someone
+/// else set (a unit's MemoryHigh=, or a tenant's own value in a delegated subtree) is a
+/// ceiling, not an exemption: memqos still throttles, writing the lower of its cut and their
+/// value, and never raises it above theirs (their value is the journaled original, put back
+/// at the end). A foreign memory.low/min (kubelet's MemoryQoS) is not written at all.
+fn respecting(cfg: &Config, c: &CgroupObs, action: Action) -> Option<Action> {
+    if cfg.policy.foreign_knobs != ForeignKnobs::Respect || !c.original.is_foreign(action.knob()) {
+        return Some(action);
+    }
+    match action {
+        Action::High(l) => Some(Action::High(l.min(c.original.high))),
+        _ => None,
+    }
+}
+
 /// Turns the plan into decisions: drops no-ops and rate-limited writes, records the rest.
 fn commit(plan: Plan, ctx: &Ctx, states: &mut States) -> Vec<Decision> {
     let rank = |a: &Action| match a {
@@ -569,6 +584,7 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut States) -> Vec<Decision> {
     for Proposal { id, action, reason, .. } in items {
         let Some(c) = ctx.get_id(id) else { continue };
         let Some(s) = states.get_mut(&c.id) else { continue };
+        let Some(action) = respecting(ctx.cfg, c, action) else { continue };
         let unchanged = match action {
             Action::High(l) => c.current.high == l,
             Action::Low(l) => c.current.low == l,
@@ -576,10 +592,6 @@ fn commit(plan: Plan, ctx: &Ctx, states: &mut States) -> Vec<Decision> {
             Action::Freeze(b) => c.current.frozen == b,
             Action::Kill => false,
         };
-        // A unit's MemoryHigh=/MemoryLow= or kubelet's memory.min is not ours to change.
-        if ctx.cfg.policy.foreign_knobs == ForeignKnobs::Respect && c.original.is_foreign(action.knob()) {
-            continue;
-        }
         if unchanged {
             if action == Action::Freeze(false) {
                 s.frozen_by = None; // someone else thawed it already

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use memqos_policy::{Config, Knob, Limit};
+use memqos_policy::{Action, Config, Knob, Limit};
 
 fn contention(policy: &str) -> Sim {
     let mut sim = Sim::new(config(THREE_TIERS, policy));
@@ -20,16 +20,40 @@ fn set_high(sim: &mut Sim, id: &str, bytes: u64) {
     sim.cg(id).current.high = Limit::Bytes(bytes);
 }
 
+/// The memory.high values written to `id` above `bytes`.
+fn highs_above(sim: &Sim, id: &str, bytes: u64) -> Vec<(u64, Action)> {
+    sim.writes(id, Knob::High)
+        .into_iter()
+        .filter(|(_, a)| matches!(a, Action::High(l) if *l > Limit::Bytes(bytes)))
+        .collect()
+}
+
 #[test]
-fn a_units_own_memory_high_is_never_cut_by_default() {
+fn a_units_own_memory_high_is_a_ceiling_not_an_exemption() {
+    // MemoryHigh=450M in the unit (or a tenant's own write): throttled all the same, by the
+    // lower of memqos's cut and 450M, and released back to 450M, never above it.
     let mut sim = contention("");
-    set_high(&mut sim, "batch/a", 450 * MB); // MemoryHigh=450M in the unit
+    set_high(&mut sim, "batch/a", 450 * MB);
     sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
-    assert!(sim.writes("batch/a", Knob::High).is_empty(), "{:?}", sim.writes("batch/a", Knob::High));
-    assert_eq!(sim.high("batch/a"), Limit::Bytes(450 * MB));
-    // The pressure is still answered, by the cgroup memqos may throttle.
-    assert!(sim.writes("batch/b", Knob::High).len() >= 3);
-    assert!(sim.written().iter().all(|(cgroup, _)| cgroup != "batch/a"), "{:?}", sim.written());
+    assert!(sim.high("batch/a") < Limit::Bytes(400 * MB), "{:?}", sim.high_trail_mb("batch/a"));
+    sim.run(60_000, |s| s.set_stall("critical/db", 0.0));
+    assert_eq!(sim.high("batch/a"), Limit::Bytes(450 * MB), "{:?}", sim.high_trail_mb("batch/a"));
+    assert!(highs_above(&sim, "batch/a", 450 * MB).is_empty(), "{:?}", sim.high_trail_mb("batch/a"));
+    // What the journal puts back at stop: their value.
+    assert_eq!(sim.cg("batch/a").original.high, Limit::Bytes(450 * MB));
+}
+
+#[test]
+fn a_tight_foreign_high_is_cut_below_and_put_back_to_theirs_never_above() {
+    // Their 100M is below what the cgroup holds: memqos's cuts go lower still, and every
+    // release stops at their 100M.
+    let mut sim = contention("");
+    set_high(&mut sim, "batch/a", 100 * MB);
+    sim.run(10_000, |s| s.set_stall("critical/db", 20.0));
+    assert!(sim.high("batch/a") < Limit::Bytes(100 * MB), "{:?}", sim.high_trail_mb("batch/a"));
+    sim.run(60_000, |s| s.set_stall("critical/db", 0.0));
+    assert_eq!(sim.high("batch/a"), Limit::Bytes(100 * MB), "{:?}", sim.high_trail_mb("batch/a"));
+    assert!(highs_above(&sim, "batch/a", 100 * MB).is_empty(), "{:?}", sim.high_trail_mb("batch/a"));
 }
 
 #[test]
@@ -131,4 +155,53 @@ fn metrics_are_off_by_default_and_errors_name_the_field() {
     let e =
         Config::from_str(&format!("{base}[metrics]\ntextfile = \"memqos.prom\"\n"), "m.toml").unwrap_err().to_string();
     assert!(e.contains("metrics.textfile") && e.contains("absolute"), "{e}");
+}
+
+#[test]
+fn a_tier_that_privileges_is_not_taken_by_name_from_an_untrusted_owner() {
+    let cfg = Config::from_str(
+        r#"
+cgroup_root = "/sys/fs/cgroup/agents"
+[[tier]]
+name = "runtime"
+match = ["*/runtime"]
+protect = "low"
+[[tier]]
+name = "favoured"
+match = ["*/favoured.*"]
+oom_score_adj = -500
+[[tier]]
+name = "tagged"
+match = ["*/tagged.*"]
+xattr = ["user.memqos_tagged"]
+[[tier]]
+name = "shunned"
+match = ["*/shunned.*"]
+oom_score_adj = 500
+[[tier]]
+name = "calls"
+match = ["**"]
+throttle = true
+"#,
+        "t.toml",
+    )
+    .unwrap();
+    assert!(cfg.tiers.any_privileged());
+    let name = |path: &str, trusted: bool| {
+        let t = cfg.tiers.classify_owned(path, trusted, |_| true).unwrap();
+        cfg.tiers.get(t).unwrap().name.clone()
+    };
+    // Root's or the delegation owner's cgroups get what their names say.
+    assert_eq!(name("s1/runtime", true), "runtime");
+    assert_eq!(name("s1/favoured.1", true), "favoured");
+    assert_eq!(name("s1/tagged.1", true), "tagged");
+    // A tenant's own cgroups with those names fall through to the next tier that matches:
+    // no protection, no negative oom_score_adj, no xattr hint.
+    assert_eq!(name("s1/runtime", false), "calls");
+    assert_eq!(name("s1/favoured.1", false), "calls");
+    assert_eq!(name("s1/tagged.1", false), "calls");
+    // A tier that gives nothing at the others' expense is theirs to take.
+    assert_eq!(name("s1/shunned.1", false), "shunned");
+    assert!(cfg.tiers.get(cfg.tiers.by_name("runtime").unwrap()).unwrap().is_privileged());
+    assert!(!cfg.tiers.get(cfg.tiers.by_name("shunned").unwrap()).unwrap().is_privileged());
 }

@@ -84,10 +84,33 @@ impl KnobFile {
         self != KnobFile::CgroupKill
     }
 
-    /// A value someone else writes after memqos did is noticed (`Actuator::taken_over`): it
-    /// becomes the original and memqos leaves the knob alone. The engine's memory knobs only.
+    /// A value someone else writes after memqos did is noticed (`Actuator::taken_over`):
+    /// memqos forgets its journaled original (never writing it back) and respects the value.
+    /// Every knob memqos writes as its own: all that are journaled but memory.max, which is
+    /// only ever written to put an original back. Looked at where memqos reads each: the
+    /// engine's knobs in every sample (`note_takeovers`, through [`Knobs::text`]), cpu.weight
+    /// and memory.swap.max where their tier's loop reads them, oom_score_adj where the
+    /// process loop does, and all of them once more before a restore.
     pub fn watched(self) -> bool {
-        matches!(self, KnobFile::MemoryHigh | KnobFile::MemoryLow | KnobFile::MemoryMin)
+        self.journaled() && self != KnobFile::MemoryMax
+    }
+
+    /// Whether the file showing `found` still holds the value memqos `wrote`: byte limits are
+    /// compared in pages, as the kernel stores them; anything else as trimmed text.
+    pub fn shows(self, wrote: &str, found: &str) -> bool {
+        let (wrote, found) = (wrote.trim(), found.trim());
+        let pages = |v: &str| v.parse::<Limit>().ok().map(|l| l.bytes().map(|b| b / 4096));
+        match self {
+            KnobFile::MemoryHigh
+            | KnobFile::MemoryLow
+            | KnobFile::MemoryMin
+            | KnobFile::MemoryMax
+            | KnobFile::SwapMax => match (pages(wrote), pages(found)) {
+                (Some(w), Some(f)) => w == f,
+                _ => wrote == found,
+            },
+            _ => wrote == found,
+        }
     }
 
     /// Put back before the others: a thaw first, so nothing stays frozen while its limits
@@ -197,6 +220,15 @@ impl Knobs {
         }
     }
 
+    /// The value of `file` in these knobs as the file shows it (what `set` takes); None for
+    /// a file these knobs do not hold.
+    pub fn text(&self, file: KnobFile) -> Option<String> {
+        match file {
+            KnobFile::CgroupFreeze => Some(if self.frozen { "1" } else { "0" }.to_owned()),
+            f => self.limit(f).map(|l| l.to_string()),
+        }
+    }
+
     /// True when these (original) values show that someone other than memqos set `knob`:
     /// memory.high below max, or a nonzero memory.low/min (one protection: either being set
     /// makes both foreign, since memqos writing the other would change the effective floor).
@@ -233,12 +265,37 @@ mod tests {
 
     #[test]
     fn every_watched_knob_reads_back_what_was_set() {
-        // `note_takeovers` reads a watched knob with `limit` and sets its original with `set`.
+        // `note_takeovers` reads a watched engine knob with `text` and sets its original with
+        // `set`; the daemon reads the others itself (cpu.weight, memory.swap.max in their
+        // tier loop, oom_score_adj in the process loop).
+        let mut held = Vec::new();
         for k in KnobFile::ALL.into_iter().filter(|k| k.watched()) {
+            let value = if k == KnobFile::CgroupFreeze { "1" } else { "12288" };
             let mut knobs = Knobs::default();
-            assert!(knobs.set(k, "12288"), "{k:?}");
-            assert_eq!(knobs.limit(k), Some(Limit::Bytes(12288)), "{k:?}");
+            if knobs.set(k, value) {
+                assert_eq!(knobs.text(k).as_deref(), Some(value), "{k:?}");
+                held.push(k);
+            }
         }
+        use KnobFile::*;
+        assert_eq!(held, [MemoryHigh, MemoryLow, MemoryMin, CgroupFreeze]);
+        let watched: Vec<KnobFile> = KnobFile::ALL.into_iter().filter(|k| k.watched()).collect();
+        assert_eq!(watched, [MemoryHigh, MemoryLow, MemoryMin, CgroupFreeze, CpuWeight, SwapMax, OomScoreAdj]);
+    }
+
+    #[test]
+    fn a_knob_shows_what_was_written_as_the_kernel_stores_it() {
+        // The kernel rounds byte limits down to pages.
+        assert!(KnobFile::MemoryHigh.shows("1048577", "1048576\n"));
+        assert!(KnobFile::SwapMax.shows("max", "max\n"));
+        assert!(!KnobFile::SwapMax.shows("0", "max"));
+        assert!(!KnobFile::MemoryHigh.shows("1048576", "2097152"));
+        // Numbers that are not sizes compare as written.
+        assert!(KnobFile::CpuWeight.shows("50", "50\n"));
+        assert!(!KnobFile::CpuWeight.shows("50", "100"));
+        assert!(KnobFile::OomScoreAdj.shows("-900", "-900\n"));
+        assert!(!KnobFile::OomScoreAdj.shows("-900", "-1000"));
+        assert!(!KnobFile::CgroupFreeze.shows("0", "1"));
     }
 
     #[test]

@@ -92,17 +92,18 @@ pub(crate) fn trusted(root: &Root, dir: &Dir) -> Result<u32, u32> {
     }
 }
 
-/// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs
-/// (honoured only on [`trusted`] cgroups).
+/// The tier of the cgroup at `rel`: by path and, where the config uses them, its xattrs.
+/// Both count in full only on [`trusted`] cgroups: a tenant who owns its cgroups in a
+/// delegated subtree chooses their names, so a name alone must not give it protection or a
+/// negative oom_score_adj (`Tiers::classify_owned`), as a hint alone must not.
 pub(crate) fn classify(cfg: &Config, root: Option<&Root>, rel: &str) -> Option<TierIndex> {
-    if cfg.tiers.uses_xattrs() {
-        // A cgroup that cannot be opened (gone, or a symlink) gives no hints.
-        let dir = root.and_then(|r| Some((r, r.cgroup(rel).ok()?)));
-        let honoured = dir.as_ref().filter(|(r, d)| trusted(r, d).is_ok()).map(|(_, d)| d);
-        cfg.tiers.classify_with(rel, |name| honoured.is_some_and(|d| d.xattr_flag(name)))
-    } else {
-        cfg.tiers.classify(rel)
+    if !cfg.tiers.uses_xattrs() && !cfg.tiers.any_privileged() {
+        return cfg.tiers.classify(rel);
     }
+    // A cgroup that cannot be opened (gone, or a symlink) has no owner to trust.
+    let dir = root.and_then(|r| Some((r, r.cgroup(rel).ok()?)));
+    let honoured = dir.as_ref().filter(|(r, d)| trusted(r, d).is_ok()).map(|(_, d)| d);
+    cfg.tiers.classify_owned(rel, honoured.is_some(), |name| honoured.is_some_and(|d| d.xattr_flag(name)))
 }
 
 /// A learned-history key per owner: a key given by a delegated user is its own namespace,
