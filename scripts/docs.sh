@@ -3,7 +3,8 @@
 # docs/experiments/summary.json and report.md from docs/experiments/runs (kill bounds from
 # traces/) and docs/agent-host/summary.json and report.md from docs/agent-host/runs (plots left
 # as they are), then the regions between "<!-- generated: NAME" and
-# "<!-- end generated: NAME -->" in README.md and docs/*.md.
+# "<!-- end generated: NAME -->" and the figure markers in the docs memqos-docs lists (README.md,
+# docs/results/evidence.md, docs/experiments.md, ...: DOCS in crates/experiment/src/docs/mod.rs).
 # `bash scripts/docs.sh --check` only checks and writes nothing (the unit tests
 # report_files_match_the_committed_runs and docs_match_the_committed_data do too);
 # `bash scripts/docs.sh --figure 'QUERY'` prints one figure marker's value; `--help`.

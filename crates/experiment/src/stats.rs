@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn at_five_runs_only_a_difference_of_four_runs_is_significant() {
-        // docs/experiments.md ("Statistics") and the README say so; this is the check.
+        // docs/experiments.md ("Statistics") and docs/results/evidence.md say so; this is the check.
         let mut significant = Vec::new();
         for a in 0..=5u64 {
             for c in a..=5u64 {

@@ -290,7 +290,7 @@ pub(super) fn render_targets(src: &Sources, peers: bool) -> String {
     out
 }
 
-/// Every target the memqos arm missed, one line each: the README lists them beside its claims.
+/// Every target the memqos arm missed, one line each: docs/results/evidence.md lists them beside its claims.
 pub(super) fn render_missed(src: &Sources) -> String {
     let mut v: Vec<&Verdict> = src.verdicts.iter().filter(|v| !v.met).collect();
     v.sort_by_key(|v| (v.scenario.clone(), v.variant.clone(), kernel_rank(&v.kernel)));
