@@ -76,8 +76,14 @@ fn read(state_dir: &Path) -> Result<Admission, String> {
 }
 
 fn alive(pid: u32) -> bool {
+    // kill(0) asks about our own process group and a pid past i32::MAX becomes a negative
+    // one (a group, or every process for -1): neither says the daemon is alive.
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
     // SAFETY: signal 0 only checks that the process exists (EPERM: it does, as another user).
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
@@ -193,6 +199,17 @@ impl Ceiling {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by `proptest_admission_file_any_text_is_an_allowance_or_a_reason`
+    /// (src/proptests.rs): a file naming pid 0 was trusted (kill(0, 0) asks about our own
+    /// process group).
+    #[test]
+    fn pids_that_are_no_process_are_not_alive() {
+        assert!(alive(std::process::id()));
+        assert!(!alive(0));
+        assert!(!alive(u32::MAX));
+        assert!(!alive(i32::MAX as u32 + 1));
+    }
 
     fn publish(dir: &Path, root: &str, at: u64, pid: u32, tiers: &[(&str, u64)]) {
         let tiers: Vec<_> = tiers.iter().map(|&(t, b)| (t, b, false)).collect();

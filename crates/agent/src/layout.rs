@@ -249,6 +249,11 @@ pub fn position(root: &Path, proc_cgroup: &str, mountinfo: &str) -> Position {
     let Ok(below) = me.strip_prefix(root) else {
         return Position::Outside;
     };
+    // A process outside its cgroup namespace sees "/../x": not a place below the root (and
+    // `..` is no session), however the path lines up with the root's text.
+    if below.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+        return Position::Outside;
+    }
     let parts: Vec<&str> = below.iter().filter_map(|p| p.to_str()).collect();
     match parts.as_slice() {
         [session, RUNTIME, ..] => Position::Runtime { session: session.to_string() },
@@ -399,5 +404,10 @@ mod tests {
         assert_eq!(position(root, "12:memory:/x\n", mountinfo), Position::Outside);
         // A root under a v1 mount point only: no cgroup2 mount contains it.
         assert_eq!(position(Path::new("/cg/agents"), "0::/agents/s/runtime\n", mountinfo), Position::Outside);
+        // Found by `proptest_position_names_a_place_below_the_root` (src/proptests.rs): a
+        // process outside its cgroup namespace ("0::/../x/y") was placed in session "..".
+        let whole = Path::new("/sys/fs/cgroup");
+        assert_eq!(position(whole, "0::/../s1/tool.5\n", mountinfo), Position::Outside);
+        assert_eq!(position(root, "0::/agents/s1/../s2/tool.5\n", mountinfo), Position::Outside);
     }
 }

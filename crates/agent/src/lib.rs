@@ -16,6 +16,8 @@ pub mod daemon_log;
 mod error;
 pub mod hint;
 pub mod layout;
+#[cfg(test)]
+mod proptests;
 pub mod report;
 pub mod run;
 pub mod session_config;

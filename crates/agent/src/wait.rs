@@ -215,18 +215,21 @@ pub(crate) struct Ledger {
 impl Ledger {
     /// What calls took from tick `seq`'s room and the ones before it still counted, as of
     /// this ledger; None when the ledger is of a later tick (the caller read an older file).
-    fn taken_as_of(&self, seq: u64) -> Option<[u64; LEDGER_TICKS]> {
+    pub(crate) fn taken_as_of(&self, seq: u64) -> Option<[u64; LEDGER_TICKS]> {
         let behind = seq.checked_sub(self.seq)?;
         let mut taken = [0; LEDGER_TICKS];
         for (i, t) in self.taken.iter().enumerate() {
-            if let Some(slot) = taken.get_mut(i + behind as usize) {
+            // The file is anyone's who may run calls: a ledger of tick 0 read at tick 2^64 - 1
+            // must not wrap (debug: panic) into a recent slot.
+            let at = usize::try_from(behind).ok().and_then(|b| b.checked_add(i));
+            if let Some(slot) = at.and_then(|at| taken.get_mut(at)) {
                 *slot = *t;
             }
         }
         Some(taken)
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let taken: Vec<String> = self.taken.iter().map(u64::to_string).collect();
         format!("{} {} {}\n", self.seq, self.pid, taken.join(" "))
     }
@@ -592,6 +595,17 @@ mod tests {
         assert_eq!(parse_claim("5 7 1 2 3"), Some(Ledger { seq: 5, pid: 7, taken: [1, 2, 3] }));
         assert_eq!(parse_claim(""), None);
         assert_eq!(parse_claim("5 7 x"), None);
+    }
+
+    /// Found by `proptest_claim_ledger_shifts_without_wrapping` (src/proptests.rs): a ledger
+    /// of tick 0 read at tick u64::MAX overflowed the slot index (a panic in debug builds; in
+    /// release it wrapped into a recent slot and counted an ancient take as this tick's).
+    #[test]
+    fn a_ledger_ages_of_ticks_apart_is_forgotten() {
+        let l = Ledger { seq: 0, pid: 7, taken: [1, 2, 3] };
+        assert_eq!(l.taken_as_of(u64::MAX), Some([0, 0, 0]));
+        assert_eq!(l.taken_as_of(1), Some([0, 1, 2]));
+        assert_eq!(Ledger { seq: 1, ..l }.taken_as_of(0), None);
     }
 
     #[test]

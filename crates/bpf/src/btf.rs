@@ -604,13 +604,16 @@ impl Btf {
         read_u32(&self.data, at, self.big_endian)
     }
 
-    /// The NUL-terminated string at `off` in the string section. Offsets were checked to be
-    /// in bounds and on a char boundary of the UTF-8-checked section while parsing.
+    /// The NUL-terminated string at `off` in the string section. A type's own name offset was
+    /// checked while parsing; the names in trailers (members, enumerators, parameters) were
+    /// not (that would walk every trailer of vmlinux at start-up), so an offset past the
+    /// section or inside a UTF-8 character reads as "" (anonymous) instead of panicking.
     fn str_at(&self, off: u32) -> &str {
         let strs = &self.data[self.str_start..self.str_start + self.str_len];
-        let bytes = &strs[off as usize..];
+        let Some(bytes) = strs.get(off as usize..) else {
+            return "";
+        };
         let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-        // Validated at parse time; a failure here would be a bug, so degrade to "".
         std::str::from_utf8(&bytes[..end]).unwrap_or("")
     }
 }
@@ -839,6 +842,30 @@ mod tests {
         assert_eq!(btf.types_named("s").count(), 0, "a prefix is not a match");
         assert_eq!(btf.types_named("s10x").count(), 0, "nor is a longer name");
         assert_eq!(btf.types_named("").count(), 0, "anonymous types are not indexed");
+    }
+
+    /// Found by `proptest_btf_any_bytes_parse_or_name_the_offset` (tests/proptest_btf.rs): a
+    /// member's name offset is not checked while parsing, and reading it past the string
+    /// section panicked.
+    #[test]
+    fn trailer_names_outside_the_string_section_read_as_anonymous() {
+        let mut b = Builder::new();
+        let int = b.int("int", 4);
+        b.record("s", Kind::Struct, 2, false, 8);
+        b.put(1_000); // member name: past the string section
+        b.put(int);
+        b.put(0);
+        b.put(u32::MAX);
+        b.put(int);
+        b.put(32);
+        b.record("e", Kind::Enum, 1, false, 4);
+        b.put(1_000);
+        b.put(7);
+        let btf = parse(b.build()).unwrap();
+        let names: Vec<_> = btf.struct_members("s").unwrap().iter().map(|m| m.name).collect();
+        assert_eq!(names, ["", ""]);
+        assert!(btf.find_member("s", "x").is_none());
+        assert_eq!(btf.enum_value("e", ""), Some(7));
     }
 
     #[test]

@@ -100,12 +100,20 @@ impl Access {
             return true;
         }
         // Supplementary groups are not in ucred: read them from the peer's status.
-        let status = std::fs::read_to_string(format!("/proc/{}/status", cred.pid)).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Groups:"))
-            .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+        let status = std::fs::read(format!("/proc/{}/status", cred.pid)).unwrap_or_default();
+        in_groups(&String::from_utf8_lossy(&status), gid)
     }
+}
+
+/// Whether the `Groups:` line of a /proc/PID/status text lists `gid` (the supplementary
+/// groups). The first `Groups:` line counts: the kernel prints it after `Name:`, whose
+/// value (the command, which the peer chooses) may itself hold a line break escaped as
+/// `\n` but never a real one.
+pub fn in_groups(proc_status: &str, gid: u32) -> bool {
+    proc_status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
 }
 
 /// The serving side, owned by the daemon loop.

@@ -30,6 +30,7 @@ pub mod explain;
 mod fast_read;
 pub mod handle;
 pub mod history;
+pub mod inotify;
 pub mod journal;
 mod learn;
 pub mod lock;

@@ -362,27 +362,40 @@ fn serve(listener: TcpListener, latest: Arc<Mutex<String>>) {
         // One deadline for the whole exchange (a scraper trickling its request or reading
         // slowly holds this thread at most that long; the loop never waits for it).
         let mut s = crate::deadline::Exchange::new(&mut stream, Duration::from_secs(5));
-        // The request line may arrive in pieces: read up to the end of the headers.
-        let mut buf = [0u8; 1024];
-        let mut n = 0;
-        while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-            match s.read(&mut buf[n..]) {
-                Ok(0) | Err(_) => break,
-                Ok(k) => n += k,
-            }
-        }
-        let request = String::from_utf8_lossy(&buf[..n]);
-        let response = if request.starts_with("GET /metrics ") || request.starts_with("GET /metrics?") {
-            let body = latest.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            )
-        } else {
-            "HTTP/1.1 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nonly GET /metrics is\n"
-                .to_string()
-        };
+        let request = read_request(&mut s);
+        let response = respond(&request, || latest.lock().unwrap_or_else(|e| e.into_inner()).clone());
         let _ = s.write_all(response.as_bytes());
+    }
+}
+
+/// The most of a request that is read: its request line and headers, however they arrive.
+pub const REQUEST_MAX: usize = 1024;
+
+/// Reads a request up to the end of its headers (the request line may arrive in pieces), at
+/// most [`REQUEST_MAX`] bytes; an error or the end of the stream ends it early.
+pub fn read_request(s: &mut impl Read) -> Vec<u8> {
+    let mut buf = [0u8; REQUEST_MAX];
+    let mut n = 0;
+    while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    buf[..n].to_vec()
+}
+
+/// The whole response to `request`: `GET /metrics` (with or without a query) gets `body()`,
+/// anything else a 404.
+pub fn respond(request: &[u8], body: impl FnOnce() -> String) -> String {
+    if request.starts_with(b"GET /metrics ") || request.starts_with(b"GET /metrics?") {
+        let body = body();
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    } else {
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nonly GET /metrics is\n".to_string()
     }
 }
 

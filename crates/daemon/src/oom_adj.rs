@@ -43,7 +43,7 @@ pub struct OomAdjuster {
 
 /// A process as it is now, its parent's pid and its oom_score_adj; None if it is gone.
 fn inspect(pid: u32) -> Option<(Process, u32, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = crate::proc_stat::read(pid)?;
     let process = Process { pid, start_time: crate::proc_stat::start_time_of(&stat)? };
     let ppid = crate::proc_stat::ppid_of(&stat)?;
     let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).ok()?.trim().parse().ok()?;

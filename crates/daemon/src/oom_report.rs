@@ -56,21 +56,7 @@ pub fn parse_record(record: &str) -> Option<LoggedKill> {
     let at_us = head.split(',').nth(2)?.parse().ok()?;
     let text = text.lines().next()?.trim_end();
     if let Some(summary) = text.strip_prefix("oom-kill:") {
-        let mut k = LoggedKill { at_us, ..LoggedKill::default() };
-        // Values may contain commas (nodemask), but the keys we need never do; split on
-        // ",key=" boundaries by walking key=value pairs.
-        for part in summary.split(',') {
-            let Some((key, value)) = part.split_once('=') else { continue };
-            match key {
-                "constraint" => k.constraint = Some(value.to_owned()),
-                "oom_memcg" => k.oom_memcg = Some(value.to_owned()),
-                "task_memcg" => k.task_memcg = value.to_owned(),
-                "task" => k.command = value.to_owned(),
-                "pid" => k.pid = value.parse().ok()?,
-                _ => {}
-            }
-        }
-        return (k.pid != 0 && !k.task_memcg.is_empty()).then_some(k);
+        return parse_summary(summary, at_us);
     }
     // "Memory cgroup out of memory: Killed process 1234 (cmd) total-vm:..kB, anon-rss:..kB, ..."
     let rest = &text[text.find("Killed process ")? + "Killed process ".len()..];
@@ -88,6 +74,114 @@ pub fn parse_record(record: &str) -> Option<LoggedKill> {
         at_us,
         ..LoggedKill::default()
     })
+}
+
+/// The kernel's summary line (mm/oom_kill.c `dump_oom_summary`, since 4.19), after
+/// `oom-kill:`:
+///
+/// `constraint=C,nodemask=N,cpuset=S,mems_allowed=M,oom_memcg=O,task_memcg=T,task=COMM,pid=P,uid=U`
+///
+/// (`,global_oom` instead of `,oom_memcg=O` for a host-wide OOM). Cgroup paths and the
+/// command may hold `,` and `=` (kmsg escapes only control bytes, bytes past ASCII and `\`),
+/// so a cgroup named `x,task_memcg=y` must not be read as `y`. The line is taken apart from
+/// both ends: `uid` and `pid` are numbers, so the last `,uid=` and `,pid=` are theirs; before
+/// the first path nothing holds a `/` (the cpuset is printed as its name, or `/` for the root,
+/// which is followed by `,mems_allowed=`), so the first `,oom_memcg=/` or `,task_memcg=/` is
+/// the kernel's. What is left, `O,task_memcg=T,task=COMM`, is split where T is O or below it
+/// (the victim is chosen inside the OOMing cgroup) and COMM fits the kernel's 15 bytes; a
+/// line that still splits more than one way names no victim (the kill is then reported from
+/// memory.events, victim unknown) rather than the wrong one.
+fn parse_summary(summary: &str, at_us: u64) -> Option<LoggedKill> {
+    const OOM: &str = ",oom_memcg=";
+    const TASK_MEMCG: &str = ",task_memcg=";
+    const TASK: &str = ",task=";
+    let (rest, uid) = summary.rsplit_once(",uid=")?;
+    uid.strip_prefix('-').unwrap_or(uid).parse::<u32>().ok()?;
+    let (rest, pid) = rest.rsplit_once(",pid=")?;
+    let pid: u32 = pid.parse().ok().filter(|p| *p != 0)?;
+    let constraint = summary.strip_prefix("constraint=").map(|c| c.split(',').next().unwrap_or_default().to_owned());
+    let oom_at = rest.find(",oom_memcg=/");
+    let task_at = rest.find(",task_memcg=/");
+    // (oom_memcg, task_memcg, command), every way the rest can be split.
+    let mut found: Vec<(Option<&str>, &str, &str)> = Vec::new();
+    match (oom_at, task_at) {
+        (Some(o), t) if t.is_none_or(|t| o < t) => {
+            let tail = &rest[o + OOM.len()..];
+            for (i, _) in tail.match_indices(",task_memcg=/") {
+                let (oom, after) = (&tail[..i], &tail[i + TASK_MEMCG.len()..]);
+                for (j, _) in after.match_indices(TASK) {
+                    let (task, comm) = (&after[..j], &after[j + TASK.len()..]);
+                    if comm_fits(comm) && below_or_same(task, oom) {
+                        found.push((Some(oom), task, comm));
+                    }
+                }
+            }
+        }
+        (_, Some(t)) => {
+            let tail = &rest[t + TASK_MEMCG.len()..];
+            for (j, _) in tail.match_indices(TASK) {
+                let (task, comm) = (&tail[..j], &tail[j + TASK.len()..]);
+                if comm_fits(comm) {
+                    found.push((None, task, comm));
+                }
+            }
+        }
+        _ => return None,
+    }
+    let [(oom, task, comm)] = found[..] else {
+        return None;
+    };
+    Some(LoggedKill {
+        pid,
+        command: comm.to_owned(),
+        task_memcg: kmsg_path(task),
+        oom_memcg: oom.map(kmsg_path),
+        constraint,
+        anon_rss_bytes: None,
+        at_us,
+    })
+}
+
+/// Whether `path` is `ancestor` or a cgroup below it.
+fn below_or_same(path: &str, ancestor: &str) -> bool {
+    ancestor == "/" || path == ancestor || path.strip_prefix(ancestor).is_some_and(|r| r.starts_with('/'))
+}
+
+/// Whether a command as kmsg prints it (each escaped byte as `\xNN`) fits a task's comm:
+/// at most TASK_COMM_LEN - 1 = 15 bytes.
+fn comm_fits(comm: &str) -> bool {
+    kmsg_unescape(comm).len() <= 15
+}
+
+/// The bytes kmsg printed as `\xNN` put back.
+fn kmsg_unescape(text: &str) -> Vec<u8> {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'\\' && b.get(i + 1) == Some(&b'x'))
+            .then(|| text.get(i + 2..i + 4))
+            .flatten()
+            .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()));
+        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            Some(byte) => {
+                out.push(byte);
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// A cgroup path as kmsg prints it, as memqos carries names (`name::encode`), so that a
+/// cgroup whose name is not plain ASCII is matched too.
+fn kmsg_path(printed: &str) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    memqos_cgroupfs::name::encode(std::ffi::OsStr::from_bytes(&kmsg_unescape(printed)))
 }
 
 /// /dev/kmsg opened non-blocking at its end.
@@ -438,6 +532,31 @@ mod tests {
         assert_eq!((k.pid, k.command.as_str(), k.anon_rss_bytes), (4242, "python3", Some(204800 * 1024)));
         assert!(k.task_memcg.is_empty());
         assert!(parse_record("6,1,2,-;random line\n").is_none());
+    }
+
+    /// Found by `proptest_kmsg_cgroup_names_with_commas_and_equals`
+    /// (tests/proptest_outside_input.rs): the summary was split on every `,`, and the last
+    /// `task_memcg=` won, so a tenant's cgroup named `x,task_memcg=y` had its kills
+    /// attributed to `y` (or to any cgroup it named).
+    #[test]
+    fn cgroup_names_with_commas_and_equals_are_not_misattributed() {
+        let line = |oom: &str, task: &str, comm: &str| {
+            format!("6,1,5,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg={oom},task_memcg={task},task={comm},pid=42,uid=0\n")
+        };
+        let k = parse_record(&line("/t/x,task_memcg=y", "/t/x,task_memcg=y", "sh")).unwrap();
+        assert_eq!((k.task_memcg.as_str(), k.oom_memcg.as_deref()), ("/t/x,task_memcg=y", Some("/t/x,task_memcg=y")));
+        let k = parse_record(&line("/t", "/t/x,task_memcg=/victim", "sh")).unwrap();
+        assert_eq!(k.task_memcg, "/t/x,task_memcg=/victim");
+        // A command with `,pid=` and `,uid=` in it: the last ones are the kernel's.
+        let k = parse_record(&line("/t", "/t/j", "a,pid=7,uid=1")).unwrap();
+        assert_eq!((k.pid, k.task_memcg.as_str(), k.command.as_str()), (42, "/t/j", "a,pid=7,uid=1"));
+        // Both "/t,task=a" running "b" and "/t" running "a,task=b" print this: no victim
+        // rather than a guess.
+        let global = "6,1,5,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/t,task=a,task=b,pid=42,uid=0\n";
+        assert_eq!(parse_record(global), None);
+        // kmsg escapes bytes past ASCII and `\`: the path comes back as memqos carries names.
+        let k = parse_record(&line("/caf\\xc3\\xa9", "/caf\\xc3\\xa9/a\\x5cb\\xff", "sh")).unwrap();
+        assert_eq!((k.oom_memcg.as_deref(), k.task_memcg.as_str()), (Some("/café"), "/café/a\\\\b\\xff"));
     }
 
     fn seen(cgroup: &str, id: u64, oom_kill: u64, usage: u64) -> Seen {

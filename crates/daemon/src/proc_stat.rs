@@ -4,7 +4,15 @@
 /// The fields after the command name (field 2, which may hold spaces and parentheses, so we
 /// count from the last ')'): index 0 is field 3, `state`. None if the process is gone.
 fn fields_after_comm(pid: u32) -> Option<Vec<String>> {
-    split(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    split(&read(pid)?)
+}
+
+/// The text of /proc/PID/stat; None if the process is gone. The command name is whatever
+/// bytes the process chose (prctl PR_SET_NAME): not UTF-8 is no reason to lose the numbers
+/// after it, so invalid bytes are replaced (never by a ')').
+pub fn read(pid: u32) -> Option<String> {
+    let bytes = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 fn split(stat: &str) -> Option<Vec<String>> {
@@ -38,7 +46,12 @@ const PF_EXITING: u64 = 0x4;
 /// out of cgroup.procs while it tears down, before it is a zombie), a zombie, or dead. One
 /// read of /proc/PID/stat; None if it is gone.
 pub fn start_time_and_exiting(pid: u32) -> Option<(u64, bool)> {
-    let f = fields_after_comm(pid)?;
+    start_time_and_exiting_of(&read(pid)?)
+}
+
+/// [`start_time_and_exiting`] of a /proc/PID/stat text already read.
+pub fn start_time_and_exiting_of(stat: &str) -> Option<(u64, bool)> {
+    let f = split(stat)?;
     let state = f.first()?;
     let exiting = state == "Z" || state == "X" || field(&f, 9)? & PF_EXITING != 0;
     Some((field(&f, 22)?, exiting))

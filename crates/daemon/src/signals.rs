@@ -364,15 +364,8 @@ impl Signals {
             if n <= 0 {
                 break;
             }
-            let mut off = 0usize;
-            let head = std::mem::size_of::<libc::inotify_event>();
-            while off + head <= n as usize {
-                // SAFETY: the kernel writes whole inotify_event records; read unaligned.
-                let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
-                let name_bytes = &buf[off + head..(off + head + ev.len as usize).min(n as usize)];
-                let raw = name_bytes.split(|b| *b == 0).next().unwrap_or_default();
-                let name = memqos_cgroupfs::name::encode(std::ffi::OsStr::from_bytes(raw));
-                off += head + ev.len as usize;
+            for ev in crate::inotify::records(&buf[..n as usize]) {
+                let name = memqos_cgroupfs::name::encode(std::ffi::OsStr::from_bytes(ev.name));
                 if ev.mask & libc::IN_IGNORED != 0 {
                     if let Some(d) = self.tree_watches.remove(&ev.wd) {
                         self.tree_watched.remove(&d);
@@ -512,11 +505,7 @@ impl Signals {
             if n <= 0 {
                 break;
             }
-            let mut off = 0usize;
-            while off + std::mem::size_of::<libc::inotify_event>() <= n as usize {
-                // SAFETY: the kernel writes whole inotify_event records; read unaligned.
-                let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
-                off += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+            for ev in crate::inotify::records(&buf[..n as usize]) {
                 // The watch is gone (its cgroup's files were freed, or `sync` removed it):
                 // no memory.events change. A cgroup still managed is watched anew by `sync`.
                 if ev.mask & libc::IN_IGNORED != 0 {

@@ -261,9 +261,12 @@ pub fn host_from(vmstat: &str, zoneinfo: &str) -> Result<HostDirty, String> {
             .find_map(|l| l.trim().strip_prefix("protection:"))
             .map(|p| p.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u64>().ok()).max().unwrap_or(0))
             .unwrap_or(0);
-        reserve += high + protection;
+        // Saturating: /proc/zoneinfo is the kernel's, but a sum that wraps would make every
+        // page look reserved (or none), and debug builds panic.
+        reserve = reserve.saturating_add(high).saturating_add(protection);
     }
-    let free_and_file = get("nr_free_pages")? + get("nr_inactive_file")? + get("nr_active_file")?;
+    let free_and_file =
+        get("nr_free_pages")?.saturating_add(get("nr_inactive_file")?).saturating_add(get("nr_active_file")?);
     Ok(HostDirty {
         thresh_pages: get("nr_dirty_threshold")?,
         bg_thresh_pages: get("nr_dirty_background_threshold")?,
@@ -371,6 +374,20 @@ mod tests {
         assert_eq!((h.thresh_pages, h.bg_thresh_pages), (8192, 4096));
         assert_eq!(h.dirtyable_pages, 487637 + 1200 - (19 + 1910) - 900);
         assert!(host_from("nr_free_pages 1\n", "").is_err());
+    }
+
+    /// Found by `proptest_vmstat_and_zoneinfo_agree_with_their_definition`
+    /// (tests/proptest_inputs.rs): the sums overflowed (a panic in debug builds).
+    #[test]
+    fn huge_counts_saturate() {
+        let max = u64::MAX;
+        let vmstat = format!("nr_free_pages {max}\nnr_inactive_file {max}\nnr_active_file 1\nnr_dirty_threshold 1\nnr_dirty_background_threshold 1\n");
+        let zoneinfo =
+            format!("Node 0, zone Normal\n high {max}\n protection: (0, {max})\nNode 1, zone Normal\n high 5\n");
+        let h = host_from(&vmstat, "").unwrap();
+        assert_eq!(h.dirtyable_pages, max);
+        let h = host_from(&vmstat, &zoneinfo).unwrap();
+        assert_eq!(h.dirtyable_pages, 1, "everything reserved leaves the floor of one page");
     }
 
     #[test]

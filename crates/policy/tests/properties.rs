@@ -11,7 +11,7 @@
 //! - nothing panics. Overflow panics only in debug builds, so CI's release run checks the
 //!   invariants and `cargo test -p memqos-policy --test properties` (debug) the arithmetic.
 //!
-//! The long run: `SUITES="memqos-policy --test properties" bash scripts/fuzz-long.sh`.
+//! The long run: `scripts/fuzz-long.sh --only memqos-policy::properties`.
 
 use std::collections::HashSet;
 

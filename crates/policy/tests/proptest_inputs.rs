@@ -1,10 +1,12 @@
 //! Property tests of the policy crate's parsers of outside input (issue 28, item 8): byte
 //! sizes (config values and the `user.memqos.expected_peak` xattr), workload keys (the
 //! `user.memqos.workload` xattr) and the whole config file. Any text gives Ok or an error
-//! that names the file, never a panic; sizes round-trip and agree with a reference.
+//! that names the file, never a panic; sizes round-trip and agree with a reference. Also the
+//! host's /proc/vmstat and /proc/zoneinfo, which the dirty-limit rule reads (issue 53, 7).
 //!
 //! The long run: `scripts/fuzz-long.sh`.
 
+use memqos_policy::dirty::host_from;
 use memqos_policy::size::{human, page_down, parse_size, ByteSize};
 use memqos_policy::{check_workload_key, Config};
 use proptest::prelude::*;
@@ -182,4 +184,79 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn proptest_vmstat_and_zoneinfo_agree_with_their_definition(
+        vmstat in prop::collection::vec((prop::sample::select(VMSTAT_KEYS.to_vec()), value()), 0..12),
+        zones in prop::collection::vec((prop::option::of(value()), prop::collection::vec(value(), 0..5)), 0..5),
+        junk in prop_oneof![Just(String::new()), any::<String>(), "(Node [0-9], zone +[A-Za-z]+\n)?( +(high|protection:|min) +[0-9(), ]{0,30}\n){0,4}"],
+    ) {
+        let vmstat_text: String = vmstat.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+        let mut zoneinfo = String::new();
+        for (high, protection) in &zones {
+            zoneinfo.push_str("Node 0, zone   Normal\n  pages free     3840\n        min      13\n");
+            if let Some(h) = high {
+                zoneinfo.push_str(&format!("        high     {h}\n"));
+            }
+            let p: Vec<&str> = protection.iter().map(String::as_str).collect();
+            zoneinfo.push_str(&format!("        protection: ({})\n", p.join(", ")));
+        }
+        // Hostile or future text after the zones (and as a whole vmstat) never panics either.
+        let _ = host_from(&junk, &junk);
+        let zoneinfo = zoneinfo + &junk;
+        let r = host_from(&vmstat_text, &zoneinfo);
+        // The first line of each key whose value is a number; every key is needed.
+        let get = |key: &str| vmstat.iter().find_map(|(k, v)| (*k == key).then(|| v.trim().parse::<u64>().ok()).flatten());
+        let want = (|| {
+            let free = get("nr_free_pages")?.saturating_add(get("nr_inactive_file")?).saturating_add(get("nr_active_file")?);
+            Some((get("nr_dirty_threshold")?, get("nr_dirty_background_threshold")?, free))
+        })();
+        match (r, want) {
+            (Ok(h), Some((thresh, bg, free))) => {
+                prop_assert_eq!((h.thresh_pages, h.bg_thresh_pages), (thresh, bg));
+                prop_assert!(h.dirtyable_pages >= 1 && h.dirtyable_pages <= free.max(1));
+                if !zoneinfo.contains("Node ") || (junk.is_empty() && zones.is_empty()) {
+                    prop_assert_eq!(h.dirtyable_pages, free.max(1));
+                }
+                if junk.is_empty() {
+                    // Per zone: its high watermark plus its largest lowmem reserve.
+                    let reserve = zones.iter().fold(0u64, |sum, (high, protection)| {
+                        let high = high.as_deref().and_then(|h| h.trim().parse::<u64>().ok()).unwrap_or(0);
+                        // The numbers in the list (the kernel prints non-negative longs).
+                        let p = protection
+                            .iter()
+                            .flat_map(|p| p.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u64>().ok()))
+                            .max()
+                            .unwrap_or(0);
+                        sum.saturating_add(high).saturating_add(p)
+                    });
+                    prop_assert_eq!(h.dirtyable_pages, free.saturating_sub(reserve).max(1));
+                }
+            }
+            (Err(e), None) => prop_assert!(e.starts_with("/proc/vmstat has no "), "{}", e),
+            (r, want) => prop_assert!(false, "host_from gave {:?}, expected {:?}", r, want),
+        }
+    }
+}
+
+const VMSTAT_KEYS: [&str; 9] = [
+    "nr_free_pages",
+    "nr_inactive_file",
+    "nr_active_file",
+    "nr_dirty_threshold",
+    "nr_dirty_background_threshold",
+    "nr_free_pages_blocks",
+    "nr_dirty",
+    "nr_active_file_x",
+    "pgfault",
+];
+
+/// A value as /proc prints it, or not quite: huge numbers (the sums must not overflow), signs,
+/// words.
+fn value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => (0u64..1 << 24).prop_map(|v| v.to_string()),
+        2 => any::<u64>().prop_map(|v| v.to_string()),
+        1 => prop::sample::select(vec!["-1", "", "x", "18446744073709551616", " 7"]).prop_map(str::to_owned),
+    ]
 }
