@@ -348,7 +348,6 @@ proptest! {
     /// every component, *decoded* as it is when the path is opened, is non-empty, not `.` or
     /// `..`, and holds no NUL and no `/`.
     #[test]
-    #[ignore = "needs the lead's name.rs fix (decode only \\xNN >= 0x80): today `\\x2f` decodes to '/'"]
     fn proptest_explain_resolves_to_a_path_beneath_the_root(root in prop::sample::select(ROOTS.to_vec()), arg in typed_cgroup()) {
         use std::os::unix::ffi::OsStrExt;
         match explain::relative_to_root(Path::new(root), &arg) {
@@ -553,7 +552,6 @@ proptest! {
     /// to a NUL after `check_relative` passed it, and opening it panics ("checked: no NUL",
     /// cgroupfs/src/beneath.rs `cpath`).
     #[test]
-    #[ignore = "needs the lead's name.rs/beneath.rs fix: today an entry for cgroup \"\\\\x00\" panics in beneath::cpath"]
     fn proptest_journal_restore_escaped_names_stay_beneath_the_root(
         lines in prop::collection::vec(hostile_entry(true), 0..8),
         root_line in 3u8..6,
