@@ -17,12 +17,14 @@
 use crate::beneath::{self, CgroupId, FileError, OpenError, Root};
 use crate::events::{Event, EventLog, Outcome, WriteEvent};
 use crate::journal::{Entry, Journal, Key, Process, RestoreReport};
+use crate::limit_writer::{Done, Job, LimitWriter, INLINE_WAIT};
 use anyhow::Result;
 use memqos_cgroupfs::fds::{Kept, Use};
 use memqos_policy::Reason;
 use memqos_schema::KnobFile;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
 
 /// What a write is aimed at.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,7 +101,31 @@ pub struct Actuator {
     /// commit failed: a full disk). A failed commit puts the forget back, so it is staged
     /// again before every commit and before a restore, until one commit succeeds.
     taken: HashSet<Key>,
+    /// Limit-lowering writes, made by workers so that no write's reclaim holds the loop.
+    limits: LimitWriter<Pending>,
+    /// The value each knob in a worker's hands is being set to.
+    limit_in_flight: HashMap<Key, String>,
+    /// A lower value decided for a knob still in flight: written after it, newest only.
+    limit_waiting: HashMap<Key, (Request, Option<String>)>,
+    /// Writes finished outside `apply` (a worker's), for the next `apply` or `finished_writes`.
+    late: Vec<WriteEvent>,
+    /// The kernel was seen making a limit's writer reclaim (said once).
+    said_blocking: bool,
 }
+
+/// A limit write in a worker's hands: what its event needs when it is done.
+struct Pending {
+    req: Request,
+    key: Key,
+    previous: Option<String>,
+    mono_ns: u64,
+}
+
+/// How long a restore waits for limit writes still in a worker's hands (their reclaim), so
+/// that no write lands after the original is put back.
+const RESTORE_WAIT: Duration = Duration::from_secs(10);
+/// A limit write that took this long made its writer reclaim (the kernel ignores O_NONBLOCK).
+const RECLAIMED_WRITE: Duration = Duration::from_millis(50);
 
 enum Dir {
     /// Kept in the cache.
@@ -114,6 +140,20 @@ enum Dir {
 
 /// Cached cgroup directory fds count against the process's descriptor budget.
 const FDS: Use = Use::Reaction;
+
+/// memory.high and memory.max: the knobs whose writer may have to reclaim.
+fn is_limit(file: &str) -> bool {
+    matches!(file, "memory.high" | "memory.max")
+}
+
+/// Whether writing `value` lowers a limit that is `than` now (unknown: assume it does).
+fn lowers(value: &str, than: Option<&str>) -> bool {
+    let bytes = |v: &str| v.trim().parse::<memqos_policy::Limit>().ok().map(|l| l.bytes().unwrap_or(u64::MAX));
+    match (bytes(value), than.and_then(bytes)) {
+        (Some(new), Some(old)) => new < old,
+        _ => true,
+    }
+}
 
 /// One knob write. Limits (memory.high, memory.max) are written `O_NONBLOCK`: where the kernel
 /// honours it, lowering a limit below usage no longer makes this thread, the daemon's one
@@ -141,6 +181,11 @@ impl Actuator {
             written: HashMap::new(),
             taken: HashSet::new(),
             theirs: HashSet::new(),
+            limits: LimitWriter::default(),
+            limit_in_flight: HashMap::new(),
+            limit_waiting: HashMap::new(),
+            late: Vec::new(),
+            said_blocking: false,
         }
     }
 
@@ -284,7 +329,7 @@ impl Actuator {
         };
         // 3. Write, 4. log. A cgroup found gone is gone for the rest of the batch: its other
         // knobs (a restore writes every journaled one) are not tried through a dropped fd.
-        let mut events = Vec::with_capacity(prepared.len());
+        let mut events = std::mem::take(&mut self.late);
         let mut vanished: HashSet<CgroupId> = HashSet::new();
         for (req, key, dir, previous, staged) in prepared {
             let mono_ns = crate::mono_ns();
@@ -295,53 +340,209 @@ impl Actuator {
                 Ok(Dir::Reopen) if !self.dry_run => self.open(&req.target),
                 d => d,
             };
+            let refused = staged && unjournaled.is_some();
+            let (req, key, previous) = match &dir {
+                Ok(d) if !self.dry_run && !refused && is_limit(req.file) => {
+                    match self.write_limit(req, key, d, previous, mono_ns) {
+                        Some(here) => here,
+                        None => continue, // a worker's now, or waiting for one
+                    }
+                }
+                _ => (req, key, previous),
+            };
             let outcome = match (&dir, self.dry_run) {
                 (Err(o), _) => o.clone(),
-                (Ok(_), false) if staged && unjournaled.is_some() => Outcome::Error(format!(
+                (Ok(_), false) if refused => Outcome::Error(format!(
                     "not written: its original could not be journaled ({})",
                     unjournaled.as_deref().unwrap_or_default()
                 )),
                 (Ok(_), true) => Outcome::DryRun,
-                (Ok(d), false) => match self.fd(d).map(|fd| write_knob(fd, req.file, &req.value)) {
-                    None | Some(Err(FileError::Vanished)) => Outcome::Vanished,
-                    Some(Ok(())) => Outcome::Ok,
-                    Some(Err(FileError::Io(e))) => Outcome::Error(format!("writing {}: {e}", req.file)),
-                },
+                (Ok(_), false) => self.write_now(&dir, &req),
             };
-            if outcome == Outcome::Vanished {
-                if let Target::Cgroup { id, .. } = &req.target {
-                    self.dirs.remove(id);
-                    vanished.insert(*id);
-                }
-            }
-            if req.restores && outcome == Outcome::Ok {
-                self.journal.stage_forget(&key);
-                self.written.remove(&key);
-            } else if outcome == Outcome::Ok && KnobFile::from_name(req.file).is_some_and(KnobFile::watched) {
-                self.written.insert(key.clone(), req.value.clone());
-            }
-            let (cgroup, cgroup_id) = req.target.cgroup();
-            let ev = WriteEvent {
-                cgroup: cgroup.to_owned(),
-                cgroup_id,
-                pid: match &req.target {
-                    Target::Process { process, .. } => Some(process.pid),
-                    Target::Cgroup { .. } => None,
-                },
-                file: req.file.to_owned(),
-                value: req.value,
-                previous,
-                outcome,
-                reason: req.reason,
-                why: req.why,
-                dry_run: self.dry_run,
-                mono_ns,
-                mono_done_ns: crate::mono_ns(),
-            };
-            self.log.emit(Event::Write(ev.clone()));
-            events.push(ev);
+            events.push(self.finish(Pending { req, key, previous, mono_ns }, outcome, &mut vanished));
+        }
+        // Limit writes that do not reclaim (O_NONBLOCK honoured, or nothing to reclaim) are
+        // done within a thread hand-off: they are reported with this batch.
+        if self.limits.in_flight() > 0 {
+            let done = self.limits.finished(Some(Instant::now() + INLINE_WAIT));
+            events.extend(self.collect(done, &mut vanished));
         }
         Ok(events)
+    }
+
+    /// One write through the directory `dir` opened for it, on this thread.
+    fn write_now(&self, dir: &Result<Dir, Outcome>, req: &Request) -> Outcome {
+        let Ok(d) = dir else { return Outcome::Vanished };
+        match self.fd(d).map(|fd| write_knob(fd, req.file, &req.value)) {
+            None | Some(Err(FileError::Vanished)) => Outcome::Vanished,
+            Some(Ok(())) => Outcome::Ok,
+            Some(Err(FileError::Io(e))) => Outcome::Error(format!("writing {}: {e}", req.file)),
+        }
+    }
+
+    /// A memory.high/max write: one that lowers the limit goes to a worker (its reclaim must
+    /// not hold the loop), or waits for the one in flight for the same knob so that writes
+    /// land in the order decided; one that raises it is given back to be written at once,
+    /// and supersedes a lower value still waiting. None: a worker's or waiting.
+    fn write_limit(
+        &mut self,
+        req: Request,
+        key: Key,
+        dir: &Dir,
+        previous: Option<String>,
+        mono_ns: u64,
+    ) -> Option<(Request, Key, Option<String>)> {
+        if let Some(flying) = self.limit_in_flight.get(&key) {
+            if lowers(&req.value, Some(flying)) {
+                self.limit_waiting.insert(key, (req, previous));
+                return None;
+            }
+            self.limit_waiting.remove(&key);
+            return Some((req, key, previous));
+        }
+        if !lowers(&req.value, previous.as_deref()) {
+            return Some((req, key, previous));
+        }
+        let Some(fd) = self.fd(dir).and_then(|fd| fd.try_clone().ok()) else {
+            return Some((req, key, previous)); // out of descriptors: written here
+        };
+        let (file, value) = (req.file, req.value.clone());
+        match self.limits.send(Job {
+            fd,
+            file,
+            value: value.clone(),
+            payload: Pending { req, key: key.clone(), previous, mono_ns },
+        }) {
+            Ok(()) => {
+                self.limit_in_flight.insert(key, value);
+                None
+            }
+            Err(job) => Some((job.payload.req, job.payload.key, job.payload.previous)),
+        }
+    }
+
+    /// What a write came to: the actuator's state after it (the fd of a vanished cgroup
+    /// dropped, the value remembered as ours, a restored knob's journal entry forgotten) and
+    /// its event, logged.
+    fn finish(&mut self, p: Pending, outcome: Outcome, vanished: &mut HashSet<CgroupId>) -> WriteEvent {
+        let Pending { req, key, previous, mono_ns } = p;
+        if outcome == Outcome::Vanished {
+            if let Target::Cgroup { id, .. } = &req.target {
+                self.dirs.remove(id);
+                vanished.insert(*id);
+            }
+        }
+        if req.restores && outcome == Outcome::Ok {
+            self.journal.stage_forget(&key);
+            self.written.remove(&key);
+        } else if outcome == Outcome::Ok && KnobFile::from_name(req.file).is_some_and(KnobFile::watched) {
+            self.written.insert(key, req.value.clone());
+        }
+        let (cgroup, cgroup_id) = req.target.cgroup();
+        let ev = WriteEvent {
+            cgroup: cgroup.to_owned(),
+            cgroup_id,
+            pid: match &req.target {
+                Target::Process { process, .. } => Some(process.pid),
+                Target::Cgroup { .. } => None,
+            },
+            file: req.file.to_owned(),
+            value: req.value,
+            previous,
+            outcome,
+            reason: req.reason,
+            why: req.why,
+            dry_run: self.dry_run,
+            mono_ns,
+            mono_done_ns: crate::mono_ns(),
+        };
+        self.log.emit(Event::Write(ev.clone()));
+        ev
+    }
+
+    /// Limit writes the workers finished: their events, and the next value waiting for each
+    /// knob handed on.
+    fn collect(&mut self, done: Vec<Done<Pending>>, vanished: &mut HashSet<CgroupId>) -> Vec<WriteEvent> {
+        let mut events = Vec::with_capacity(done.len());
+        for d in done {
+            self.limit_in_flight.remove(&d.payload.key);
+            if d.took >= RECLAIMED_WRITE && !self.said_blocking {
+                self.said_blocking = true;
+                self.log.emit(Event::Degraded {
+                    message: format!(
+                        "{}/{} took {} ms to write: this kernel makes the writer of a lower limit reclaim (it ignores O_NONBLOCK there); limits are lowered by {} worker threads, so no cgroup's reclaim holds the loop",
+                        d.payload.req.target.cgroup().0,
+                        d.payload.req.file,
+                        d.took.as_millis(),
+                        crate::limit_writer::WORKERS
+                    ),
+                });
+            }
+            let outcome = match d.result {
+                Ok(()) => Outcome::Ok,
+                Err(FileError::Vanished) => Outcome::Vanished,
+                Err(FileError::Io(e)) => Outcome::Error(format!("writing {}: {e}", d.payload.req.file)),
+            };
+            let key = d.payload.key.clone();
+            events.push(self.finish(d.payload, outcome, vanished));
+            if let Some((req, previous)) = self.limit_waiting.remove(&key) {
+                events.extend(self.send_waiting(req, key, previous, vanished));
+            }
+        }
+        events
+    }
+
+    /// A lower value that waited for the write before it: opened afresh and handed on.
+    fn send_waiting(
+        &mut self,
+        req: Request,
+        key: Key,
+        previous: Option<String>,
+        vanished: &mut HashSet<CgroupId>,
+    ) -> Option<WriteEvent> {
+        let mono_ns = crate::mono_ns();
+        let dir = match &req.target {
+            Target::Cgroup { id, .. } if vanished.contains(id) => Err(Outcome::Vanished),
+            target => self.open(target),
+        };
+        let here = match &dir {
+            Ok(d) => self.write_limit(req, key, d, previous, mono_ns)?,
+            Err(_) => (req, key, previous),
+        };
+        let outcome = self.write_now(&dir, &here.0);
+        Some(self.finish(Pending { req: here.0, key: here.1, previous: here.2, mono_ns }, outcome, vanished))
+    }
+
+    /// Writes the workers finished since the last look, logged now (the loop calls this
+    /// once per iteration: a write that reclaimed for seconds is reported when it ends).
+    pub fn finished_writes(&mut self) -> Vec<WriteEvent> {
+        let mut events = std::mem::take(&mut self.late);
+        if self.limits.in_flight() > 0 {
+            let done = self.limits.finished(None);
+            events.extend(self.collect(done, &mut HashSet::new()));
+        }
+        events
+    }
+
+    /// Waits (at most RESTORE_WAIT) for the limit writes in the workers' hands, dropping
+    /// those still waiting: nothing memqos decided may land after a restore.
+    fn settle_limits(&mut self) {
+        self.limit_waiting.clear();
+        let until = Instant::now() + RESTORE_WAIT;
+        while self.limits.in_flight() > 0 && Instant::now() < until {
+            let done = self.limits.finished(Some(until));
+            let events = self.collect(done, &mut HashSet::new());
+            self.late.extend(events);
+        }
+        if self.limits.in_flight() > 0 {
+            self.log.emit(Event::Degraded {
+                message: format!(
+                    "{} limit write(s) still reclaiming after {} s: restoring anyway (the kernel set their value before reclaiming; the restore's value is the one that stays)",
+                    self.limits.in_flight(),
+                    RESTORE_WAIT.as_secs()
+                ),
+            });
+        }
     }
 
     /// Drops the state of cgroups no longer observed: their cached fds, and their journal
@@ -389,6 +590,10 @@ impl Actuator {
     /// is committed at once. Values are compared as the kernel stores them
     /// (`KnobFile::shows`).
     pub fn taken_over(&mut self, key: Key, found: &str) -> Option<(String, String)> {
+        // A limit a worker is still writing shows the new value before memqos records it.
+        if self.limit_in_flight.contains_key(&key) || self.limit_waiting.contains_key(&key) {
+            return None;
+        }
         let (Key::Cgroup(_, file) | Key::Process(_, file)) = &key;
         let knob = KnobFile::from_name(file)?;
         if knob.shows(self.written.get(&key)?, found) {
@@ -497,6 +702,7 @@ impl Actuator {
 
     /// Writes every journaled original back (see `Journal::restore`).
     pub fn restore(&mut self) -> Result<RestoreReport> {
+        self.settle_limits();
         // Never put a stale original back over a value someone else set.
         if !self.dry_run {
             self.forget_changed();

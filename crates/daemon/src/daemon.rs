@@ -224,6 +224,12 @@ impl<'r> Daemon<'r> {
                 self.adopt()?;
             }
             self.wait(tick_started);
+            // Limit writes a worker finished (one that reclaimed for seconds) are told now.
+            let late = self.act.finished_writes();
+            if !late.is_empty() {
+                let now_ms = self.now_ms();
+                self.after_writes(&late, now_ms, None);
+            }
             crate::iteration_done(&mut self.liveness);
         }
         self.learner.finish(self.root.path(), epoch_s(), &mut |e| self.act.emit(e));

@@ -67,6 +67,9 @@ impl<S: Timeouts> Write for Exchange<'_, S> {
     }
 }
 
+/// How long a server thread waits after a failed accept (out of descriptors) before the next.
+pub const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +104,3 @@ mod tests {
         trickle.join().unwrap();
     }
 }
-
-/// How long a server thread waits after a failed accept (out of descriptors) before the next.
-pub const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);

@@ -83,9 +83,14 @@ impl Config {
         state_dir.join(HISTORY_FILE)
     }
 
-    /// Where the tiers' learned recent peaks live: beside the history.
+    /// Where the tiers' learned recent peaks live: `tier-peaks.json` in `state_dir`, except
+    /// in the default state directory, which a reboot empties: then in `/var/lib/memqos`.
     pub fn tier_peaks_path(&self, state_dir: &std::path::Path) -> PathBuf {
-        self.history_path(state_dir).with_file_name(memqos_schema::state::TIER_PEAKS_FILE)
+        use memqos_schema::state::{DEFAULT_HISTORY_DIR, DEFAULT_STATE_DIR, TIER_PEAKS_FILE};
+        if state_dir == std::path::Path::new(DEFAULT_STATE_DIR) {
+            return PathBuf::from(DEFAULT_HISTORY_DIR).join(TIER_PEAKS_FILE);
+        }
+        state_dir.join(TIER_PEAKS_FILE)
     }
 
     /// True when some tier learns expected peaks.
