@@ -32,6 +32,7 @@ pub mod handle;
 pub mod history;
 pub mod journal;
 mod learn;
+mod leftovers;
 pub mod lock;
 pub mod memlock;
 pub mod metrics;
