@@ -74,13 +74,19 @@ impl Root {
         self.cg.path()
     }
 
-    /// The session's cgroup, created (with controllers for its children) if missing.
-    /// Concurrent calls of the same session may race here: an existing directory and an
-    /// already enabled controller are both fine.
-    pub fn session(&self, name: &str) -> Result<Cgroup, SetupError> {
+    /// The session's cgroup, created (with controllers for its children) if missing, and
+    /// marked as made by `memqos run` if this call made it. Concurrent calls of the same
+    /// session may race here: an existing directory and an already enabled controller are both
+    /// fine. Returned with a shared lock ([`Session`]) that keeps the daemon from removing it.
+    pub fn session(&self, name: &str) -> Result<Session, SetupError> {
         check_name("session", name)?;
         let s = self.cg.child(name);
-        s.create().map_err(SetupError::Cgroup)?;
+        let lock = (0..100).find_map(|_| session_lock(&s).transpose()).unwrap_or_else(|| {
+            Err(SetupError::Io {
+                what: format!("mkdir {}", s.path().display()),
+                source: std::io::Error::from_raw_os_error(libc::ENOENT),
+            })
+        })?;
         let available = s.controllers().map_err(SetupError::Cgroup)?;
         let enabled = s.subtree_control().map_err(SetupError::Cgroup)?;
         let missing: Vec<&str> = SESSION_CONTROLLERS
@@ -90,8 +96,46 @@ impl Root {
         if !missing.is_empty() {
             s.enable_controllers(&missing).map_err(SetupError::Cgroup)?;
         }
-        Ok(s)
+        Ok(Session { cg: s, lock })
     }
+}
+
+/// One try at making (if missing) and locking the session `s`: `Ok(None)` when the daemon
+/// removed it between the mkdir and the lock (try again). A session this call made is marked
+/// ([`memqos_schema::call::MADE_BY_RUN_XATTR`]) under the lock: only marked ones are removed.
+fn session_lock(s: &Cgroup) -> Result<Option<OwnedFd>, SetupError> {
+    let made = match std::fs::create_dir(s.path()) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(SetupError::Io { what: format!("mkdir {}", s.path().display()), source: e }),
+    };
+    let lock = match lock_dir(s.path(), libc::LOCK_SH) {
+        Ok(lock) if same_dir(s.path(), &lock) => lock,
+        Ok(_) => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(SetupError::Io { what: format!("flock {}", s.path().display()), source: e }),
+    };
+    if made {
+        mark(s, memqos_schema::call::MADE_SESSION);
+    }
+    Ok(Some(lock))
+}
+
+/// Marks a cgroup this call made. Best effort: where cgroupfs has no `user.*` xattrs (Linux
+/// before 5.7) it stays unmarked, and the daemon never removes it (a call's own sweep still
+/// removes call leftovers).
+fn mark(cg: &Cgroup, kind: &str) {
+    let _ = cg.set_xattr(memqos_schema::call::MADE_BY_RUN_XATTR, kind);
+}
+
+/// A session's cgroup and a shared `flock` on its directory, held by every `memqos run` of
+/// the session while it runs: the daemon removes an idle session only under the exclusive
+/// lock, so never between a call's mkdir of the session and of its own cgroup.
+#[derive(Debug)]
+pub struct Session {
+    pub cg: Cgroup,
+    /// Close-on-exec: the command does not inherit it.
+    pub lock: OwnedFd,
 }
 
 /// A call cgroup and the lock that marks its creator alive: an `flock` on the cgroup's
@@ -121,8 +165,11 @@ pub fn create_call(session: &Cgroup, tier: &str, pid: u32) -> Result<CallCgroup,
         // A concurrent sweep may remove the new, still unlocked and empty directory before
         // the lock is taken; it holds the lock while it removes, so once we have the lock the
         // directory is either still ours or gone for good (then: the next name).
-        match lock_dir(cg.path(), true) {
-            Ok(lock) if same_dir(cg.path(), &lock) => return Ok(CallCgroup { cg, lock }),
+        match lock_dir(cg.path(), libc::LOCK_EX) {
+            Ok(lock) if same_dir(cg.path(), &lock) => {
+                mark(&cg, memqos_schema::call::MADE_CALL);
+                return Ok(CallCgroup { cg, lock });
+            }
             Ok(_) => continue,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(e) => return Err(SetupError::Io { what: format!("flock {}", cg.path().display()), source: e }),
@@ -134,8 +181,9 @@ pub fn create_call(session: &Cgroup, tier: &str, pid: u32) -> Result<CallCgroup,
     })
 }
 
-/// Opens `dir` and takes an exclusive `flock` on it; `wait`: block until it is free.
-fn lock_dir(dir: &Path, wait: bool) -> std::io::Result<OwnedFd> {
+/// Opens `dir` and takes an `flock` on it: `op` is `LOCK_EX` or `LOCK_SH`, with `LOCK_NB` not
+/// to wait.
+fn lock_dir(dir: &Path, op: i32) -> std::io::Result<OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::ffi::OsStrExt;
     let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -145,7 +193,6 @@ fn lock_dir(dir: &Path, wait: bool) -> std::io::Result<OwnedFd> {
         return Err(std::io::Error::last_os_error());
     }
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
     // SAFETY: a valid fd.
     if unsafe { libc::flock(fd.as_raw_fd(), op) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -189,7 +236,7 @@ pub fn leftovers(session: &Cgroup) -> Vec<(Cgroup, OwnedFd)> {
         })
         .filter_map(|cg| {
             // Not locked by a live creator, in any PID namespace...
-            let lock = lock_dir(cg.path(), false).ok()?;
+            let lock = lock_dir(cg.path(), libc::LOCK_EX | libc::LOCK_NB).ok()?;
             // ...and empty (checked under the lock: a creator cannot start a command now).
             (!cg.is_populated().unwrap_or(true)).then_some((cg, lock))
         })
@@ -368,13 +415,37 @@ mod tests {
             std::process::Command::new("flock").arg("-o").arg(call.cg.path()).args(["sleep", "10"]).spawn().unwrap();
         let held = (0..200).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
-            lock_dir(call.cg.path(), false).is_err()
+            lock_dir(call.cg.path(), libc::LOCK_EX | libc::LOCK_NB).is_err()
         });
         assert!(held, "flock(1) never took the lock");
         assert!(leftovers(&s).is_empty(), "a locked call is alive whatever its pid");
         holder.kill().unwrap(); // SIGKILL
         holder.wait().unwrap();
         assert_eq!(leftovers(&s).len(), 1);
+    }
+
+    #[test]
+    fn what_memqos_run_makes_is_marked_and_its_session_locked_shared() {
+        use memqos_schema::call::{MADE_BY_RUN_XATTR, MADE_CALL, MADE_SESSION};
+        let (_dir, root) = fake_root();
+        let made = |cg: &Cgroup| cg.xattr_bytes(MADE_BY_RUN_XATTR, 64).unwrap().map(|v| String::from_utf8(v).unwrap());
+        // A session this call makes is marked; one that was there (an operator's) is not.
+        // (A fake tree's new directory has no cgroup.controllers: the lock step alone first.)
+        let lock = session_lock(&root.cg.child("new")).unwrap().expect("made and locked");
+        assert_eq!(made(&root.cg.child("new")).as_deref(), Some(MADE_SESSION));
+        drop(lock);
+        let fresh = fake_session(&root, "new");
+        let fresh = Session { lock: lock_dir(fresh.path(), libc::LOCK_SH).unwrap(), cg: fresh };
+        assert_eq!(made(&fresh.cg).as_deref(), Some(MADE_SESSION), "still ours when used again");
+        let theirs = fake_session(&root, "theirs");
+        assert_eq!(made(&theirs), None);
+        let call = create_call(&fresh.cg, "tool", 3).unwrap();
+        assert_eq!(made(&call.cg).as_deref(), Some(MADE_CALL));
+        // Shared: another call of the session gets it too; the daemon's exclusive try does not.
+        let again = root.session("new").unwrap();
+        assert!(lock_dir(fresh.cg.path(), libc::LOCK_EX | libc::LOCK_NB).is_err());
+        drop((fresh.lock, again.lock));
+        assert!(lock_dir(fresh.cg.path(), libc::LOCK_EX | libc::LOCK_NB).is_ok());
     }
 
     #[test]

@@ -98,6 +98,9 @@ struct Call {
     /// A tool call's creator lock (`layout::CallCgroup`), held until the call is dropped,
     /// after its cgroup is removed; the runtime's shared cgroup has none.
     _lock: Option<std::os::fd::OwnedFd>,
+    /// The session's shared lock (`layout::Session`): the daemon leaves the session alone
+    /// while any call of it runs.
+    _session_lock: std::os::fd::OwnedFd,
 }
 
 fn prepare(req: &Request) -> Result<Prepared, SetupError> {
@@ -142,7 +145,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
         })
         .or_else(|| std::env::var("MEMQOS_SESSION").ok().filter(|s| !s.is_empty()))
         .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
-    let session = root.session(&session_name)?;
+    let layout::Session { cg: session, lock: session_lock } = root.session(&session_name)?;
     let state_dir = req
         .state_dir
         .clone()
@@ -169,6 +172,7 @@ fn prepare(req: &Request) -> Result<Prepared, SetupError> {
     };
     let call = Call {
         _lock: lock,
+        _session_lock: session_lock,
         root: root.path().to_owned(),
         session: session_name,
         tier,

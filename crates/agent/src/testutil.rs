@@ -19,7 +19,7 @@ pub fn fake_session(root: &Root, name: &str) -> memqos_cgroupfs::Cgroup {
     std::fs::create_dir_all(&p).unwrap();
     std::fs::write(p.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
     std::fs::write(p.join("cgroup.subtree_control"), "").unwrap();
-    root.session(name).unwrap()
+    root.session(name).unwrap().cg
 }
 
 /// Writes `<dir>/admission.json` as a daemon with `pid` would have at `at` (ms since the

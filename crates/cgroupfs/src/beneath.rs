@@ -161,6 +161,91 @@ impl Root {
     }
 }
 
+impl Root {
+    /// Removes the cgroup `rel` (never the root) if its name still holds the cgroup `expect`:
+    /// `unlinkat(parent, name, AT_REMOVEDIR)` on its parent's descriptor opened beneath the
+    /// root (the kernel has no rmdir by descriptor; the id is checked on the parent's
+    /// descriptor right before). Errors are the system's: EBUSY for a cgroup with a process
+    /// or a child, ENOENT for one gone ([`crate::vanished`]). On a fake tree (not cgroup2)
+    /// the regular files in the directory stand for the kernel's interface files, which rmdir
+    /// takes with the directory: they are unlinked first, and only there.
+    pub fn remove_cgroup(&self, rel: &str, expect: CgroupId) -> std::io::Result<()> {
+        let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        check_relative(rel).map_err(invalid)?;
+        let (parent_rel, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        if name.is_empty() {
+            return Err(invalid("the root is never removed".into()));
+        }
+        let parent = match self.open_dir(parent_rel, None) {
+            Ok((fd, _)) => fd,
+            Err(OpenError::Vanished) => return Err(std::io::Error::from_raw_os_error(libc::ENOENT)),
+            Err(OpenError::Refused(why)) => return Err(invalid(why)),
+            Err(OpenError::Io(e)) => return Err(e),
+        };
+        let name = cpath(name)?;
+        if stat_at(&parent, &name)?.st_ino != expect {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOENT)); // another cgroup now
+        }
+        match unlinkat(&parent, &name, libc::AT_REMOVEDIR) {
+            Err(e) if !self.cgroup2 && e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+                // SAFETY: a valid dir fd and a NUL-terminated name; the fd is owned below.
+                let fd = unsafe {
+                    libc::openat(
+                        parent.as_raw_fd(),
+                        name.as_ptr(),
+                        libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    )
+                };
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // SAFETY: a new fd we own.
+                let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+                let files = entries(&dir)?;
+                if files.iter().any(|(_, is_dir)| *is_dir) {
+                    return Err(e); // a child cgroup: as the kernel, nothing removed
+                }
+                for (file, _) in &files {
+                    unlinkat(&dir, file, 0)?;
+                }
+                unlinkat(&parent, &name, libc::AT_REMOVEDIR)
+            }
+            r => r,
+        }
+    }
+}
+
+fn stat_at(dir: &OwnedFd, name: &CString) -> std::io::Result<libc::stat64> {
+    // SAFETY: a zeroed stat filled by fstatat; valid dir fd and NUL-terminated name.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatat64(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn unlinkat(dir: &OwnedFd, name: &CString, flags: i32) -> std::io::Result<()> {
+    // SAFETY: a valid dir fd and a NUL-terminated name.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The entries of a fake tree's cgroup directory: (name, is a directory). Through
+/// /proc/self/fd: only ever for fake trees.
+fn entries(dir: &OwnedFd) -> std::io::Result<Vec<(CString, bool)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+        let e = e?;
+        use std::os::unix::ffi::OsStrExt;
+        let name =
+            CString::new(e.file_name().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        out.push((name, e.file_type()?.is_dir()));
+    }
+    Ok(out)
+}
+
 fn map_open_err(e: std::io::Error, rel: &str) -> OpenError {
     match e.raw_os_error() {
         Some(libc::ELOOP) => OpenError::Refused(format!("{rel:?} holds a symbolic link")),
@@ -593,6 +678,26 @@ mod tests {
         for i in (0..depth).rev() {
             assert_eq!(unsafe { libc::unlinkat(chain[i].as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) }, 0);
         }
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_cgroup_is_removed_beneath_its_parent_and_only_if_it_is_still_the_one_meant() {
+        let base = std::env::temp_dir().join(format!("memqos-beneath-rm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("root/s/call/child")).unwrap();
+        std::fs::write(base.join("root/s/call/cgroup.events"), "populated 0\n").unwrap();
+        let root = Root::open(&base.join("root")).unwrap();
+        let id = |rel: &str| std::fs::metadata(base.join("root").join(rel)).unwrap().ino();
+        let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+        assert!(root.remove_cgroup("", id("")).is_err() && root.remove_cgroup("../root", id("")).is_err());
+        assert_eq!(errno(root.remove_cgroup("s/call", id("s"))), Some(libc::ENOENT), "another id: not removed");
+        assert_eq!(errno(root.remove_cgroup("s/call", id("s/call"))), Some(libc::ENOTEMPTY), "it has a child");
+        assert!(base.join("root/s/call/cgroup.events").exists(), "nothing of it removed");
+        root.remove_cgroup("s/call/child", id("s/call/child")).unwrap();
+        root.remove_cgroup("s/call", id("s/call")).unwrap();
+        assert!(!base.join("root/s/call").exists() && base.join("root/s").exists());
+        assert_eq!(errno(root.remove_cgroup("s/call", 1)), Some(libc::ENOENT));
         std::fs::remove_dir_all(&base).unwrap();
     }
 

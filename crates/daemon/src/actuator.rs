@@ -566,6 +566,20 @@ impl Actuator {
         Ok(())
     }
 
+    /// Forgets a cgroup the daemon itself removed (`leftovers`): nothing is left to put back.
+    /// After the rmdir, not before: were it forgotten first and the rmdir then refused (a
+    /// process arrived), the cgroup would keep knobs memqos wrote with no original to restore.
+    pub fn forget_cgroup(&mut self, id: CgroupId) {
+        self.dirs.remove(&id);
+        let keys: Vec<Key> =
+            self.journal.entries().filter(|e| e.process.is_none() && e.cgroup_id == id).map(Entry::key).collect();
+        for key in keys {
+            self.journal.stage_forget(&key);
+            self.written.remove(&key);
+            self.theirs.remove(&key);
+        }
+    }
+
     /// Forgets processes that exited (nothing to put back).
     pub fn forget_processes(&mut self, gone: &[Process], file: &str) {
         for p in gone {

@@ -26,8 +26,8 @@ use crate::observe::{self, Sampler};
 use crate::signals::{Signals, Wakeup};
 use crate::status::{self, DecisionRecord};
 use crate::{
-    beneath, control, cpu_weight, dirty, explain, learn, memlock, metrics, mounts, oom_adj, oom_report, proc_stat,
-    protection_check, reload, sd_notify, swap_max, Options,
+    beneath, control, cpu_weight, dirty, explain, learn, leftovers, memlock, metrics, mounts, oom_adj, oom_report,
+    proc_stat, protection_check, reload, sd_notify, swap_max, Options,
 };
 use anyhow::Result;
 use memqos_cgroupfs::Cgroup;
@@ -61,6 +61,8 @@ pub(crate) struct Daemon<'r> {
     oom: oom_report::OomReporter,
     /// Allowances for `memqos run`, and its armed ceilings taken over (`policy.admission`).
     admissions: Admissions,
+    /// Cgroups `memqos run` left behind, removed once idle (`policy.remove_leftovers_after_ms`).
+    leftovers: leftovers::Leftovers,
     /// The root's descriptor the fast path and the calm check read through.
     fast_root: beneath::Root,
     hierarchy_root: bool,
@@ -173,6 +175,7 @@ impl<'r> Daemon<'r> {
             mount,
             oom,
             admissions: Admissions::default(),
+            leftovers: leftovers::Leftovers::default(),
             fast_root,
             hierarchy_root,
             pending: Vec::new(),
@@ -501,6 +504,9 @@ impl<'r> Daemon<'r> {
         self.after_writes(&wrote, now_ms, Some(Tick { obs: &obs, decisions: &decisions, started: tick_started }));
         let observed: HashSet<u64> = obs.cgroups.iter().map(|c| c.id.get()).collect();
         self.act.retain_cgroups(&observed)?;
+        // After the tick's writes and off the reaction path; bounded per tick.
+        let grace = self.cfg.policy.remove_leftovers_after_ms;
+        self.leftovers.tick(grace, &self.fast_root, &self.sampler.leaves(), self.act);
         if let Some(c) = self.control {
             let managed: HashSet<&str> = obs.cgroups.iter().map(|c| c.path.as_str()).collect();
             c.update(|v| v.retain(|id| managed.contains(id)));
@@ -575,6 +581,8 @@ impl<'r> Daemon<'r> {
         snap.oom_kills_by_tier = self.oom.by_tier.clone();
         snap.recent_oom_kills = self.oom.recent.iter().cloned().collect();
         snap.loop_restarts = crate::LOOP_RESTARTS.load(std::sync::atomic::Ordering::Relaxed);
+        snap.leftovers_removed = self.leftovers.removed.clone();
+        snap.leftovers_waiting = self.leftovers.waiting();
         // status.json is for people: a full or read-only state_dir is said once (and its
         // end), never a reason to stop protecting.
         match status::write(self.state_dir, &snap) {
@@ -600,6 +608,7 @@ impl<'r> Daemon<'r> {
         }
         if let Some(m) = self.exporter.as_mut() {
             m.counters.oom_kills = self.oom.by_tier.clone();
+            m.counters.leftovers_removed = self.leftovers.removed.clone();
             let cpu =
                 proc_stat::cpu_ticks(std::process::id()).map_or(0.0, |t| t as f64 / proc_stat::ticks_per_second());
             let status = self.engine.status();

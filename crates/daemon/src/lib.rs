@@ -33,6 +33,7 @@ pub mod history;
 pub mod inotify;
 pub mod journal;
 mod learn;
+mod leftovers;
 mod limit_writer;
 pub mod lock;
 pub mod memlock;

@@ -27,6 +27,8 @@ pub struct Counters {
     pub stall_bound: BTreeMap<(String, &'static str), u64>,
     /// tier -> OOM kills reported since start (`oom_report`), set by the daemon.
     pub oom_kills: BTreeMap<String, u64>,
+    /// kind (`call`, `session`) -> cgroups `memqos run` left behind, removed (`leftovers`).
+    pub leftovers_removed: BTreeMap<String, u64>,
     /// Tick latency histogram: counts per bucket (cumulative at render), sum, count.
     tick_buckets: Vec<u64>,
     tick_sum: f64,
@@ -227,6 +229,15 @@ pub fn render(seen: &[Seen], counters: &Counters, daemon: &Daemon) -> String {
     out.family(STALL_BOUND);
     for ((tier, action), n) in &counters.stall_bound {
         out.sample(STALL_BOUND.0, &[("tier", tier), ("action", action)], n);
+    }
+    const LEFTOVERS: Family = (
+        "memqos_leftovers_removed_total",
+        "counter",
+        "Cgroups memqos run made and left behind (a killed call's, a session's with no calls left) that the daemon removed once empty, unlocked and idle for policy.remove_leftovers_after_ms, by kind.",
+    );
+    out.family(LEFTOVERS);
+    for kind in [memqos_schema::call::MADE_CALL, memqos_schema::call::MADE_SESSION] {
+        out.sample(LEFTOVERS.0, &[("kind", kind)], counters.leftovers_removed.get(kind).copied().unwrap_or(0));
     }
     const PARENT_USAGE: Family = (
         "memqos_parent_memory_usage_bytes",
@@ -446,6 +457,7 @@ mod tests {
         };
         c.record_decision("batch", &stall);
         c.oom_kills.insert("batch".into(), 3);
+        c.leftovers_removed.insert("call".into(), 5);
         let text = render(
             &[seen("a\"x", "critical", Limit::Max), seen("b", "batch", Limit::Bytes(64 << 20))],
             &c,
@@ -471,6 +483,8 @@ mod tests {
             "memqos_decisions_total{tier=\"batch\",knob=\"memory.high\",reason=\"stall_bound\"} 1",
             "memqos_daemon_cpu_seconds_total 1.5",
             "memqos_loop_restarts_total 4",
+            "memqos_leftovers_removed_total{kind=\"call\"} 5",
+            "memqos_leftovers_removed_total{kind=\"session\"} 0",
             "memqos_tick_duration_seconds_bucket{le=\"0.005\"} 1",
             "memqos_tick_duration_seconds_bucket{le=\"1\"} 1",
             "memqos_tick_duration_seconds_bucket{le=\"+Inf\"} 2",

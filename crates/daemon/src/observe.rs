@@ -238,6 +238,15 @@ impl Sampler {
         self.snap.cgroups.iter().map(|c| c.path.as_str()).collect()
     }
 
+    /// The leaves of the last snapshot (cgroups without children, the root excepted), with
+    /// their ids: where leftovers of `memqos run` are looked for.
+    pub fn leaves(&self) -> Vec<(&str, u64)> {
+        let cgs = &self.snap.cgroups;
+        // Pre-order: a leaf is followed by a cgroup no deeper than itself (or nothing).
+        let leaf = |i: usize| cgs.get(i + 1).is_none_or(|next| next.depth <= cgs[i].depth);
+        (1..cgs.len()).filter(|&i| leaf(i)).map(|i| (cgs[i].path.as_str(), cgs[i].id)).collect()
+    }
+
     /// A cgroup's tier, classified once per cgroup id (None: no tier).
     pub fn tier_of(&mut self, cfg: &Config, root: &Path, rel: &str, id: u64) -> Option<TierIndex> {
         let dirs = dirs_root(&mut self.dirs, root);

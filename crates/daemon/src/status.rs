@@ -68,6 +68,8 @@ pub(crate) fn snapshot(
         oom_kills_by_tier: Default::default(),
         recent_oom_kills: Vec::new(),
         loop_restarts: 0,
+        leftovers_removed: Default::default(),
+        leftovers_waiting: 0,
     }
 }
 
@@ -171,6 +173,15 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
             s.loop_restarts
         );
     }
+    if !s.leftovers_removed.is_empty() || s.leftovers_waiting > 0 {
+        let by: Vec<String> = s.leftovers_removed.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let removed = if by.is_empty() { "none".to_owned() } else { by.join(", ") };
+        let _ = writeln!(
+            out,
+            "leftovers of memqos run removed since start: {removed}; {} waiting out policy.remove_leftovers_after_ms",
+            s.leftovers_waiting
+        );
+    }
     if !s.oom_kills_by_tier.is_empty() {
         let by: Vec<String> = s.oom_kills_by_tier.iter().map(|(t, n)| format!("{t} {n}")).collect();
         let _ = writeln!(out, "\nOOM kills since start: {}", by.join(", "));
@@ -252,6 +263,8 @@ mod tests {
             oom_kills_by_tier: Default::default(),
             recent_oom_kills: Vec::new(),
             loop_restarts: 0,
+            leftovers_removed: Default::default(),
+            leftovers_waiting: 0,
         }
     }
 

@@ -596,6 +596,11 @@ pub struct Policy {
     /// peak: their sum can exceed the budget and leave no room for any call); when several
     /// regrow together, the OOM killer's victim is a call (oom_score_adj), not a runtime.
     pub admission_regrowth: AdmissionRegrowth,
+    /// `remove_leftovers_after_ms` (default 30000; 0 = never): the daemon removes a cgroup
+    /// `memqos run` made (its `user.memqos.made_by_run` xattr, from a trusted owner) once it
+    /// has been empty and unlocked this long: a tool call's whose `memqos run` was killed, a
+    /// session's with no calls left. Nothing else is ever removed; a dry run only logs.
+    pub remove_leftovers_after_ms: u64,
 }
 
 /// `policy.admission_regrowth`.
@@ -641,6 +646,7 @@ impl Default for Policy {
             admission_floor: 64 << 20,
             admission_wait_ms: 30_000,
             admission_regrowth: AdmissionRegrowth::All,
+            remove_leftovers_after_ms: 30_000,
         }
     }
 }

@@ -5,6 +5,17 @@
 use crate::KnobFile;
 use serde::{Deserialize, Serialize};
 
+/// The extended attribute `memqos run` sets on the cgroups it makes: [`MADE_CALL`] on a tool
+/// call's, [`MADE_SESSION`] on a session's it created (never on one that existed). The daemon
+/// removes only cgroups that carry it, once empty, unlocked and idle for
+/// `policy.remove_leftovers_after_ms`: a cgroup someone else made, or a session an operator
+/// made for `memqos run` to use, is never removed.
+pub const MADE_BY_RUN_XATTR: &str = "user.memqos.made_by_run";
+/// [`MADE_BY_RUN_XATTR`] of a tool call's cgroup.
+pub const MADE_CALL: &str = "call";
+/// [`MADE_BY_RUN_XATTR`] of a session's cgroup.
+pub const MADE_SESSION: &str = "session";
+
 /// The call's memory.events counters (the cgroup is new, so totals are the call's own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallEvents {

@@ -65,6 +65,9 @@ pub enum Event {
     /// back and the loop starts afresh after `retry_ms`. `restarts` counts this process's
     /// restarts so far, this one included.
     LoopRestarted { error: String, restored: usize, restarts: u64, retry_ms: u64 },
+    /// An empty, unlocked cgroup `memqos run` made (`kind`: `call` or `session`) was removed
+    /// after `idle_ms` idle (`policy.remove_leftovers_after_ms`); in a dry run, would have been.
+    LeftoverRemoved { cgroup: String, cgroup_id: u64, kind: String, idle_ms: u64, dry_run: bool },
 }
 
 /// How a write went.

@@ -48,6 +48,13 @@ pub struct Snapshot {
     /// started afresh): more than a few means the host has a fault the log names.
     #[serde(default)]
     pub loop_restarts: u64,
+    /// Cgroups `memqos run` left behind that the daemon removed since it started, by kind
+    /// (`call`, `session`; `policy.remove_leftovers_after_ms`).
+    #[serde(default)]
+    pub leftovers_removed: std::collections::BTreeMap<String, u64>,
+    /// Such cgroups seen empty and unlocked, waiting out the grace period.
+    #[serde(default)]
+    pub leftovers_waiting: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -217,6 +217,7 @@ struct RawPolicy {
     admission_floor: Option<Spanned<ByteSize>>,
     admission_wait_ms: Option<Spanned<u64>>,
     admission_regrowth: Option<AdmissionRegrowth>,
+    remove_leftovers_after_ms: Option<Spanned<u64>>,
 }
 
 pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
@@ -609,6 +610,13 @@ fn policy(src: &Source, r: RawPolicy) -> Result<Policy, ConfigError> {
         admission_floor: size(src, r.admission_floor, &f("admission_floor"), d.admission_floor, 4096)?,
         admission_wait_ms: int(src, r.admission_wait_ms, &f("admission_wait_ms"), d.admission_wait_ms, 0..=3_600_000)?,
         admission_regrowth: r.admission_regrowth.unwrap_or(d.admission_regrowth),
+        remove_leftovers_after_ms: int(
+            src,
+            r.remove_leftovers_after_ms,
+            &f("remove_leftovers_after_ms"),
+            d.remove_leftovers_after_ms,
+            0..=86_400_000,
+        )?,
     })
 }
 
