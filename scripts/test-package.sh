@@ -24,10 +24,12 @@ contents=$(dpkg-deb -c "$deb")
 for path in ./usr/bin/memqos ./usr/bin/memqos-run ./lib/systemd/system/memqos.service ./etc/memqos/memqos.toml \
     ./usr/share/man/man1/memqos.1.gz ./usr/share/man/man1/memqos-daemon.1.gz \
     ./usr/share/man/man1/memqos-restore.1.gz ./usr/share/man/man1/memqos-status.1.gz \
-    ./usr/share/man/man1/memqos-explain.1.gz \
+    ./usr/share/man/man1/memqos-explain.1.gz ./usr/share/man/man1/memqos-init.1.gz \
+    ./usr/share/man/man5/memqos.toml.5.gz \
     ./usr/share/bash-completion/completions/memqos ./usr/share/zsh/vendor-completions/_memqos \
     ./usr/share/fish/vendor_completions.d/memqos.fish ./usr/share/doc/memqos/copyright \
-    ./usr/share/doc/memqos/examples/kubernetes.toml ./usr/share/doc/memqos/examples/systemd.toml; do
+    ./usr/share/memqos/profiles/systemd.toml ./usr/share/memqos/profiles/kubernetes.toml \
+    ./usr/share/memqos/profiles/agent-host.toml ./usr/share/doc/memqos/examples/memqos.example.toml; do
     grep -q " $path\$" <<<"$contents" || fail "$path missing from the package"
 done
 # Hidden commands are for tests and packaging, not for operators' manuals.
@@ -52,6 +54,17 @@ got=$("$root/usr/bin/memqos-run" --version)
 ! ldd "$root/usr/bin/memqos-run" | grep -q "libelf\|libz" || fail "memqos-run links libelf or libz"
 "$root/usr/bin/memqos" daemon --check --config "$root/etc/memqos/memqos.toml" || fail "shipped config does not pass --check"
 cmp -s "$root/etc/memqos/memqos.toml" configs/systemd.toml || fail "shipped config differs from configs/systemd.toml"
+# Every profile: shipped as in configs/, valid, and what `memqos init` writes without the files.
+for f in configs/*.toml; do
+    p=$(basename "$f" .toml)
+    cmp -s "$root/usr/share/memqos/profiles/$p.toml" "$f" || fail "profile $p: /usr/share/memqos/profiles/$p.toml differs from $f"
+    "$root/usr/bin/memqos" daemon --check --config "$root/usr/share/memqos/profiles/$p.toml" >/dev/null || fail "profile $p does not pass --check"
+    "$root/usr/bin/memqos" init --profile "$p" --output "$out/init-$p.toml" --json >/dev/null || fail "memqos init --profile $p"
+    cmp -s "$out/init-$p.toml" "$f" || fail "memqos init --profile $p wrote something other than $f"
+done
+! "$root/usr/bin/memqos" init --profile agent-host --output "$out/init-agent-host.toml" 2>/dev/null || fail "memqos init overwrote a file without --force"
+zcat "$root/usr/share/man/man5/memqos.toml.5.gz" | grep -q '^\.TH memqos\.toml 5' || fail "memqos.toml.5 has no .TH header"
+zcat "$root/usr/share/man/man5/memqos.toml.5.gz" | grep -q 'admission_wait_ms' || fail "memqos.toml.5 does not document policy.admission_wait_ms"
 ! readelf -S "$root/usr/bin/memqos" | grep -q "\.debug_info" || fail "binary still has debug info"
 zcat "$root/usr/share/man/man1/memqos-daemon.1.gz" | grep -q '^\.TH memqos-daemon 1' || fail "memqos-daemon.1 has no .TH header"
 zcat "$root/usr/share/man/man1/memqos-daemon.1.gz" | grep -q 'state\\-dir' || fail "memqos-daemon.1 does not document --state-dir"

@@ -11,9 +11,20 @@ mod tests {
     use crate::layout::RUNTIME;
     use memqos_policy::{Config, Protect, StallAction};
 
+    /// The example and the agent-host profile (`memqos init --profile agent-host`).
+    fn layouts() -> [(&'static str, &'static str); 2] {
+        let profile = memqos_policy::config::profiles::profile("agent-host").expect("the agent-host profile");
+        [("session.example.toml", SESSION_EXAMPLE), (profile.file, profile.text)]
+    }
+
     #[test]
     fn hints_runtime_and_strays_classify_into_the_right_tiers() {
-        let cfg = Config::from_str(SESSION_EXAMPLE, "session.example.toml").unwrap();
+        for (file, text) in layouts() {
+            classify_as_named(&Config::from_str(text, file).unwrap());
+        }
+    }
+
+    fn classify_as_named(cfg: &Config) {
         let tier_of = |rel: &str| {
             let i = cfg.tiers.classify(rel).unwrap_or_else(|| panic!("{rel} matches no tier"));
             cfg.tiers.get(i).unwrap().clone()
@@ -34,6 +45,17 @@ mod tests {
         assert_eq!(tier_of("stray").name, "tool-low");
         assert_eq!(tier_of("s1/runtime-not").name, "tool-low");
         assert_eq!(tier_of("s1/tool-low.9").stall.action, StallAction::Kill);
+    }
+
+    #[test]
+    fn the_agent_host_profile_arms_and_its_commented_queue_switch_parses() {
+        let (file, text) = layouts()[1];
+        let cfg = Config::from_str(text, file).unwrap();
+        assert!(cfg.policy.admission);
+        let tool = |c: &Config| c.tiers.get(c.tiers.by_name("tool").unwrap()).unwrap().queue_held;
+        assert!(!tool(&cfg));
+        let on = text.replace("# queue_held = true", "queue_held = true");
+        assert!(tool(&Config::from_str(&on, "on.toml").unwrap()));
     }
 
     #[test]

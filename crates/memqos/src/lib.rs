@@ -5,6 +5,7 @@
 
 mod daemon_cmd;
 mod generate;
+mod init;
 mod stat;
 
 use memqos_doctor as doctor;
@@ -31,6 +32,9 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write the daemon's config from a profile (systemd, kubernetes, agent-host) after checking
+    /// the host as `doctor` does; says what it chose and why.
+    Init(init::InitArgs),
     /// memcg statistics of a cgroup subtree (table, --json or --prom), from one snapshot.
     Stat(stat::StatArgs),
     /// Run a command (an agent's tool call) in its own cgroup below the managed root:
@@ -51,6 +55,7 @@ impl Cmd {
             Cmd::Restore(a) => daemon_cmd::restore(a),
             Cmd::Status(a) => daemon_cmd::status(a),
             Cmd::Explain(a) => daemon_cmd::explain(a),
+            Cmd::Init(a) => init::run(a),
             Cmd::Stat(a) => stat::run(a),
             Cmd::Run(a) => Ok(memqos_agent::run(&a.into())),
             Cmd::Generate(a) => generate::run(a, cli()),

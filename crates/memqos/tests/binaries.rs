@@ -5,7 +5,7 @@
 use std::process::Command;
 
 const LAB_COMMANDS: [&str; 6] = ["demo", "experiment", "vm", "bench", "replay", "workload"];
-const PRODUCT_COMMANDS: [&str; 7] = ["daemon", "restore", "status", "explain", "doctor", "stat", "run"];
+const PRODUCT_COMMANDS: [&str; 8] = ["daemon", "restore", "status", "explain", "doctor", "init", "stat", "run"];
 
 /// The names under "Commands:" in `bin --help`.
 fn listed(bin: &str) -> Vec<String> {

@@ -3,10 +3,15 @@
 //! Parsing is a pure function of the text (`Config::from_str(text, file_name)`); the daemon
 //! reads the file. Every error names `file:line:col` and the field (see [`ConfigError`]).
 //! `memqos.example.toml` next to this crate's Cargo.toml shows every field with its default,
-//! and a test parses it.
+//! and a test parses it. [`keys::KEYS`] documents every key (the generated reference,
+//! docs/guide/configuration.md and memqos.toml(5)), checked against this parser by tests;
+//! [`profiles`] carries the shipped configs (`configs/*.toml`) for `memqos init`.
 
 mod error;
+pub mod keys;
+pub mod profiles;
 mod raw;
+pub mod reference;
 
 use std::fmt;
 use std::path::PathBuf;

@@ -89,7 +89,8 @@ fn configs_folder_examples_parse() {
         Config::from_str(&text, &p.display().to_string()).unwrap_or_else(|e| panic!("{e}"));
     }
     let stems: Vec<_> = names.iter().map(|p| p.file_stem().unwrap().to_str().unwrap()).collect();
-    assert_eq!(stems, ["kubernetes", "systemd"]);
+    // The profiles (`memqos init --profile`); crates/agent checks agent-host's layout.
+    assert_eq!(stems, ["agent-host", "kubernetes", "systemd"]);
     let k8s = Config::from_str(&std::fs::read_to_string(dir.join("kubernetes.toml")).unwrap(), "k").unwrap();
     let tier = |p: &str| k8s.tiers.classify(p).map(|t| k8s.tiers.get(t).unwrap().name.clone());
     assert_eq!(tier("kubepods-pod1234.slice/cri-containerd-ab.scope").as_deref(), Some("guaranteed"));

@@ -1,7 +1,9 @@
 //! The report step's own files in the checkout (summary.json and report.md of
 //! docs/experiments and of each agent-host series), rebuilt in memory from the committed runs by the
 //! functions `--report-only` writes them with, so a file committed by an older build, or
-//! edited by hand, is caught. The plots are PNGs and are not compared.
+//! edited by hand, is caught. The plots are PNGs and are not compared. The configuration
+//! reference (docs/guide/configuration.md, packaging/memqos.toml.5) is regenerated here too,
+//! from `memqos_policy::config::reference`.
 
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -40,6 +42,10 @@ pub fn expected(root: &Path) -> Result<Vec<(String, String)>> {
             out.push((format!("{dir}/{name}"), text));
         }
     }
+    // Not from runs: the configuration reference, from the config code's table of keys.
+    for (rel, text) in memqos_policy::config::reference::files() {
+        out.push((rel.to_string(), text));
+    }
     Ok(out)
 }
 
@@ -49,7 +55,11 @@ pub fn update(root: &Path, write: bool) -> Result<Vec<String>> {
     let mut stale = Vec::new();
     for (rel, text) in expected(root)? {
         let path = root.join(&rel);
-        let committed = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        // A generated file not committed yet is made.
+        let committed = match std::fs::read_to_string(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            read => read.with_context(|| format!("reading {}", path.display()))?,
+        };
         if let Some(diff) = first_difference(&committed, &text) {
             stale.push(format!("{rel}: {diff}"));
             if write {
@@ -145,7 +155,9 @@ mod tests {
                 "docs/agent-host-admission-declared-kept/summary.json",
                 "docs/agent-host-admission-declared-kept/report.md",
                 "docs/agent-host-admission-zswap-queue-kept/summary.json",
-                "docs/agent-host-admission-zswap-queue-kept/report.md"
+                "docs/agent-host-admission-zswap-queue-kept/report.md",
+                "docs/guide/configuration.md",
+                "packaging/memqos.toml.5"
             ]
         );
         for (_, text) in &files {

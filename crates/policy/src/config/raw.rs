@@ -670,3 +670,20 @@ fn margin(src: &Source, v: Option<Spanned<f64>>, field: &str, default: f64) -> R
     }
     Err(src.at(Some(v.span()), field, format!("{x} is out of range [1, 4]")))
 }
+
+/// The raw structs' fields by table (`""`: the top level; `tier.stall`: an inline table), for
+/// the test that the parser and the reference (`keys::KEYS`) name the same keys.
+#[cfg(test)]
+pub(super) fn tables() -> Vec<(&'static str, &'static [&'static str])> {
+    use super::keys::tests::fields_of as f;
+    vec![
+        ("", f::<RawConfig>()),
+        ("signals", f::<RawSignals>()),
+        ("tier", f::<RawTier>()),
+        ("tier.stall", f::<RawStall>()),
+        ("tier.dirty", f::<RawDirty>()),
+        ("policy", f::<RawPolicy>()),
+        ("metrics", f::<RawMetrics>()),
+        ("control", f::<RawControl>()),
+    ]
+}
