@@ -146,6 +146,8 @@ pub const KEYS: &[KeyDoc] = &[
     key("policy.admission_regrowth", "string", Value("\"all\""), OneOf(&["all", "largest"]),
         "How much of the protected cgroups' expected regrowth the room for new calls keeps back: `all`, their sum; `largest`, the largest one's only (many protected cgroups that do not all grow back at once).",
         "\"largest\": agent-host-admission-declared-largest (no better than none)"),
+    key("policy.remove_leftovers_after_ms", MS, Value("30000"), Int(0, 86_400_000),
+        "The daemon removes a cgroup `memqos run` made (its `user.memqos.made_by_run` xattr, from a trusted owner) once it has been empty and unlocked this long: a tool call's whose `memqos run` was killed, a session's with no calls left. Nothing else is ever removed; a dry run only logs. 0 = never.", ""),
 
     key("metrics.listen", "string", Unset("off"), Other("\"address:port\""),
         "Serve `GET /metrics` there. Bound at start-up, so an address in use is a start-up error; keep it on localhost or a node-local address.", ""),
