@@ -111,6 +111,9 @@ pub struct Actuator {
     late: Vec<WriteEvent>,
     /// The kernel was seen making a limit's writer reclaim (said once).
     said_blocking: bool,
+    /// Limits written on the loop's thread without O_NONBLOCK, as before the workers: the
+    /// "before" arm of `memqos-lab bench limits` only.
+    limits_inline: bool,
 }
 
 /// A limit write in a worker's hands: what its event needs when it is done.
@@ -186,6 +189,7 @@ impl Actuator {
             limit_waiting: HashMap::new(),
             late: Vec::new(),
             said_blocking: false,
+            limits_inline: false,
         }
     }
 
@@ -342,7 +346,7 @@ impl Actuator {
             };
             let refused = staged && unjournaled.is_some();
             let (req, key, previous) = match &dir {
-                Ok(d) if !self.dry_run && !refused && is_limit(req.file) => {
+                Ok(d) if !self.dry_run && !refused && !self.limits_inline && is_limit(req.file) => {
                     match self.write_limit(req, key, d, previous, mono_ns) {
                         Some(here) => here,
                         None => continue, // a worker's now, or waiting for one
@@ -370,10 +374,24 @@ impl Actuator {
         Ok(events)
     }
 
+    /// Writes limits on the calling thread, blocking, as memqos did before the workers (for
+    /// the bench's "before" arm: never in the daemon).
+    #[doc(hidden)]
+    pub fn write_limits_inline(&mut self, on: bool) {
+        self.limits_inline = on;
+    }
+
     /// One write through the directory `dir` opened for it, on this thread.
     fn write_now(&self, dir: &Result<Dir, Outcome>, req: &Request) -> Outcome {
         let Ok(d) = dir else { return Outcome::Vanished };
-        match self.fd(d).map(|fd| write_knob(fd, req.file, &req.value)) {
+        let write = |fd: &OwnedFd| {
+            if self.limits_inline {
+                beneath::write_at(fd, req.file, &req.value)
+            } else {
+                write_knob(fd, req.file, &req.value)
+            }
+        };
+        match self.fd(d).map(write) {
             None | Some(Err(FileError::Vanished)) => Outcome::Vanished,
             Some(Ok(())) => Outcome::Ok,
             Some(Err(FileError::Io(e))) => Outcome::Error(format!("writing {}: {e}", req.file)),

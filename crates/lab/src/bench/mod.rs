@@ -2,6 +2,7 @@
 
 pub mod churn;
 pub mod faults;
+pub mod limits;
 pub mod reaction;
 pub mod run;
 pub mod stats;

@@ -70,6 +70,10 @@ enum BenchCmd {
     /// The fault campaign in guests: SIGKILLs under churn, a hostile tenant, a full and a
     /// read-only state_dir, 10,000 cgroups at 1,024 open files (docs/reliability.md).
     Faults(bench::faults::FaultsArgs),
+    /// Whether cutting many lower cgroups holds the daemon's loop: a batch of memory.high
+    /// cuts under zswap, before (blocking writes) and after (worker pool, O_NONBLOCK)
+    /// (docs/results/limits.json).
+    Limits(bench::limits::LimitsArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Run(a)) => bench::run::run(a),
         Cmd::Bench(BenchCmd::Churn(a)) => bench::churn::run(a),
         Cmd::Bench(BenchCmd::Faults(a)) => bench::faults::run(a),
+        Cmd::Bench(BenchCmd::Limits(a)) => bench::limits::run(a),
         Cmd::Replay(args) => replay_cmd::run(args),
         Cmd::Workload(cmd) => workload::run(cmd),
         Cmd::Product(cmd) => cmd.run(Cli::command),
