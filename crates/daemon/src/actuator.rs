@@ -111,9 +111,21 @@ pub struct Actuator {
     late: Vec<WriteEvent>,
     /// The kernel was seen making a limit's writer reclaim (said once).
     said_blocking: bool,
-    /// Limits written on the loop's thread without O_NONBLOCK, as before the workers: the
-    /// "before" arm of `memqos-lab bench limits` only.
-    limits_inline: bool,
+    /// How memory.high/max are written (see [`LimitWrites`]).
+    limit_writes: LimitWrites,
+}
+
+/// How memory.high and memory.max are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitWrites {
+    /// Lowering writes by the worker pool, `O_NONBLOCK`: the daemon's, on cgroupfs.
+    Workers,
+    /// On the caller's thread, `O_NONBLOCK`: fake trees, where no write reclaims (and tests
+    /// see every outcome at once).
+    Inline,
+    /// On the caller's thread, blocking, as before the workers: `memqos-lab bench limits`'s
+    /// "before" arm only.
+    InlineBlocking,
 }
 
 /// A limit write in a worker's hands: what its event needs when it is done.
@@ -172,6 +184,7 @@ fn write_knob(dir: &OwnedFd, file: &str, value: &str) -> Result<(), FileError> {
 
 impl Actuator {
     pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
+        let root_is_cgroup2 = root.is_cgroup2();
         Actuator {
             root,
             dirs: HashMap::new(),
@@ -189,7 +202,7 @@ impl Actuator {
             limit_waiting: HashMap::new(),
             late: Vec::new(),
             said_blocking: false,
-            limits_inline: false,
+            limit_writes: if root_is_cgroup2 { LimitWrites::Workers } else { LimitWrites::Inline },
         }
     }
 
@@ -346,7 +359,9 @@ impl Actuator {
             };
             let refused = staged && unjournaled.is_some();
             let (req, key, previous) = match &dir {
-                Ok(d) if !self.dry_run && !refused && !self.limits_inline && is_limit(req.file) => {
+                Ok(d)
+                    if !self.dry_run && !refused && self.limit_writes == LimitWrites::Workers && is_limit(req.file) =>
+                {
                     match self.write_limit(req, key, d, previous, mono_ns) {
                         Some(here) => here,
                         None => continue, // a worker's now, or waiting for one
@@ -374,18 +389,23 @@ impl Actuator {
         Ok(events)
     }
 
-    /// Writes limits on the calling thread, blocking, as memqos did before the workers (for
-    /// the bench's "before" arm: never in the daemon).
+    /// Overrides how limits are written (the bench's arms; tests of the workers on a fake
+    /// tree). The daemon keeps the default.
     #[doc(hidden)]
-    pub fn write_limits_inline(&mut self, on: bool) {
-        self.limits_inline = on;
+    pub fn set_limit_writes(&mut self, how: LimitWrites) {
+        self.limit_writes = how;
+    }
+
+    /// Limit writes still in the workers' hands or waiting for them.
+    pub fn limit_writes_pending(&self) -> usize {
+        self.limits.in_flight() + self.limit_waiting.len()
     }
 
     /// One write through the directory `dir` opened for it, on this thread.
     fn write_now(&self, dir: &Result<Dir, Outcome>, req: &Request) -> Outcome {
         let Ok(d) = dir else { return Outcome::Vanished };
         let write = |fd: &OwnedFd| {
-            if self.limits_inline {
+            if self.limit_writes == LimitWrites::InlineBlocking {
                 beneath::write_at(fd, req.file, &req.value)
             } else {
                 write_knob(fd, req.file, &req.value)
@@ -444,10 +464,15 @@ impl Actuator {
     /// its event, logged.
     fn finish(&mut self, p: Pending, outcome: Outcome, vanished: &mut HashSet<CgroupId>) -> WriteEvent {
         let Pending { req, key, previous, mono_ns } = p;
+        // A knob file gone is not always its cgroup gone (a tenant that disables the memory
+        // controller below itself removes only memory.*): the rest of the batch skips the
+        // cgroup only if its directory with that id is gone too.
         if outcome == Outcome::Vanished {
-            if let Target::Cgroup { id, .. } = &req.target {
-                self.dirs.remove(id);
-                vanished.insert(*id);
+            if let Target::Cgroup { path, id } = &req.target {
+                if !matches!(self.root.open_dir(path, Some(*id)), Ok(_)) {
+                    self.dirs.remove(id);
+                    vanished.insert(*id);
+                }
             }
         }
         if req.restores && outcome == Outcome::Ok {
@@ -871,11 +896,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(root.join("low/c/memory.high")).unwrap(), "max", "ours is put back");
     }
 
-    /// A batch with several knobs of one cgroup that disappears between the read and the
-    /// writes (a tenant removing its memory controller makes its knob files vanish): every
-    /// one of them is "vanished", none panics, and the cgroups after it are still written.
-    /// The first write that finds it gone drops its cached fd; the next knob of the same
-    /// cgroup used to index that fd and panic, taking the daemon down.
+    /// A batch with several knobs of one cgroup whose knob files disappear (a tenant removing
+    /// its memory controller) or which disappears whole: nothing panics, the knobs still
+    /// there are written, and the cgroups after it too. The first write that found it gone
+    /// used to drop its cached fd, and the next knob of the same cgroup indexed that fd and
+    /// panicked, taking the daemon down.
     #[test]
     fn a_cgroup_gone_mid_batch_is_vanished_for_all_its_knobs() {
         let mut f = Fixture::new(&["low/a", "low/b"]);
@@ -891,16 +916,73 @@ mod tests {
         let wrote = f.act.apply(batch).unwrap();
         let outcomes: Vec<(&str, &str, &Outcome)> =
             wrote.iter().map(|w| (w.cgroup.as_str(), w.file.as_str(), &w.outcome)).collect();
+        // Only memory.low is gone: the cgroup is there, its other knobs are written.
         assert_eq!(
             outcomes,
             vec![
                 ("low/a", "memory.low", &Outcome::Vanished),
-                ("low/a", "memory.swap.max", &Outcome::Vanished),
-                ("low/a", "memory.high", &Outcome::Vanished),
+                ("low/a", "memory.swap.max", &Outcome::Ok),
+                ("low/a", "memory.high", &Outcome::Ok),
                 ("low/b", "memory.high", &Outcome::Ok),
             ]
         );
+        assert_eq!(std::fs::read_to_string(f.root.join("low/a/memory.swap.max")).unwrap(), "0");
         assert_eq!(std::fs::read_to_string(f.root.join("low/b/memory.high")).unwrap(), "1048576");
+
+        // Now the whole cgroup goes: every knob of it is vanished, the batch goes on.
+        let (a, b) = (f.target("low/a"), f.target("low/b"));
+        std::fs::remove_dir_all(f.root.join("low/a")).unwrap();
+        let batch = vec![
+            Request::new(a.clone(), "memory.swap.max", "max", "test"),
+            Request::new(a, "memory.high", "max", "test"),
+            Request::new(b, "memory.high", "2097152", "test"),
+        ];
+        let wrote = f.act.apply(batch).unwrap();
+        let outcomes: Vec<&Outcome> = wrote.iter().map(|w| &w.outcome).collect();
+        assert_eq!(outcomes, vec![&Outcome::Vanished, &Outcome::Vanished, &Outcome::Ok]);
+    }
+
+    /// On the worker pool, limit writes land as decided (the last value stays, each write
+    /// has its event) and a restore waits for those in flight before putting originals back.
+    #[test]
+    fn limit_writes_on_workers_land_as_decided_and_a_restore_waits_for_them() {
+        let mut f = Fixture::new(&["low/a", "low/b"]);
+        f.act.set_limit_writes(LimitWrites::Workers);
+        let (a, b) = (f.target("low/a"), f.target("low/b"));
+        let mut events = Vec::new();
+        for batch in [
+            vec![
+                Request::new(a.clone(), "memory.high", "8388608", "cut"),
+                Request::new(b, "memory.high", "8388608", "cut"),
+            ],
+            vec![Request::new(a.clone(), "memory.high", "4194304", "cut")],
+            vec![Request::new(a.clone(), "memory.high", "max", "release")],
+            vec![Request::new(a, "memory.high", "2097152", "cut")],
+        ] {
+            events.extend(f.act.apply(batch).unwrap());
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while f.act.limit_writes_pending() > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+            events.extend(f.act.finished_writes());
+        }
+        events.extend(f.act.finished_writes());
+        assert_eq!(events.len(), 5, "every write has its event: {events:?}");
+        assert!(events.iter().all(|e| e.outcome == Outcome::Ok), "{events:?}");
+        assert_eq!(std::fs::read_to_string(f.root.join("low/a/memory.high")).unwrap(), "2097152");
+        f.act.restore().unwrap();
+        for c in ["low/a", "low/b"] {
+            assert_eq!(std::fs::read_to_string(f.root.join(c).join("memory.high")).unwrap(), "max", "{c}");
+        }
+    }
+
+    #[test]
+    fn a_limit_lowers_only_below_what_it_is() {
+        assert!(lowers("1048576", Some("max")));
+        assert!(lowers("1048576", Some("2097152")));
+        assert!(!lowers("max", Some("1048576")));
+        assert!(!lowers("2097152", Some("2097152")));
+        assert!(lowers("1048576", None), "unknown: assume it reclaims");
     }
 
     /// A restore while the forget is still not durable leaves their value alone too.
