@@ -591,10 +591,32 @@ impl Sampler {
         self.skipped.retain(|k, _| present.contains(k));
         self.fast.retain(&alive);
         self.dropped = self.skipped.keys().filter(|id| self.alive.contains(id)).copied().collect();
+        let left_out = self.left_out_but_there(&present);
+        self.dropped.extend(left_out);
         self.alive = alive;
         self.last.clone_from(&cgroups);
         self.last_parent = parent.clone();
         Ok((Observation { now_ms, parent, cgroups }, seen))
+    }
+
+    /// Managed cgroups of the last sample the snapshot leaves out while their directory with
+    /// that id is still there: the statistics leave out a cgroup without memory.current (a
+    /// tenant disabled the memory controller above it). Dropped like a skipped one (said
+    /// once, its knobs put back), not left with memqos's values while unseen.
+    fn left_out_but_there(&mut self, present: &HashSet<u64>) -> Vec<u64> {
+        let Some(dirs) = &self.dirs else { return Vec::new() };
+        let mut out = Vec::new();
+        for c in self.last.iter().filter(|c| !present.contains(&c.id.get())) {
+            if dirs.open_dir(&c.path, Some(c.id.get())).is_ok() {
+                let name = memqos_cgroupfs::name::display(&c.path);
+                self.notes.push(format!(
+                    "cgroup {name} (id {}): not managed: it left the statistics while still there (no memory.current: its memory controller is disabled above it)",
+                    c.id.get()
+                ));
+                out.push(c.id.get());
+            }
+        }
+        out
     }
 
     /// The fast path's observation: the parent, the protected cgroups in `signalled`, and the

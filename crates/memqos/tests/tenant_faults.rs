@@ -83,6 +83,11 @@ guest_test!(a_tenant_disabling_its_memory_controller_does_not_stop_the_daemon, |
         .collect();
     println!("RESULT writes to the runtime: {restores:?}; cpu.weight now {}", read(&runtime, "cpu.weight"));
     assert!(daemon.try_wait().unwrap().is_none(), "the daemon is still running");
+    // Dropped, said, and what is left of its knobs put back at once (not only at stop).
+    assert!(restores.iter().any(|(f, o)| f == "cpu.weight" && *o == Outcome::Ok), "{restores:?}");
+    assert_eq!(read(&runtime, "cpu.weight"), "100", "cpu.weight put back while running");
+    let said = evs().into_iter().any(|e| matches!(e, Event::Degraded { message } if message.contains("s1/runtime") && message.contains("not managed")));
+    assert!(said, "the drop is said");
     let live = Command::new(memqos_bin())
         .args(["status", "--state-dir", "/run/memqos-tq", "--live-within", "10"])
         .output()
