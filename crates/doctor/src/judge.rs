@@ -209,6 +209,9 @@ pub(crate) fn judge(r: &mut DoctorReport) {
     if let Some(x) = ext4_timestamps(r.kernel_release.as_deref(), &r.ext4_mounts) {
         f.push(x);
     }
+    if let Some(x) = limit_writes(r.kernel_release.as_deref()) {
+        f.push(x);
+    }
 
     if let Some(p) = &r.privileges {
         privilege_findings(p, &mut f);
@@ -246,6 +249,29 @@ pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
 /// whenever its inode block is in a commit whose journal write is queued behind data on
 /// the disk: a stall outside balance_dirty_pages() that dirty bounds cannot prevent.
 /// Kernels between 6.12 and 7.2 were not measured; 7.0 is the assumed boundary.
+/// Whether lowering memory.high makes its writer reclaim here: by the kernel's version, from
+/// `scripts/probe-nonblocking-limits.py` (docs/results/nonblocking-limits.txt: 6.12 ignores
+/// O_NONBLOCK on the file, 7.2 honours it). The daemon lowers limits on worker threads on
+/// either, and says in its event log what the first slow write showed.
+pub(crate) fn limit_writes(release: Option<&str>) -> Option<Finding> {
+    let version = kernel_version(release?)?;
+    let message = if version >= (7, 0) {
+        format!(
+            "kernel {}.{}: lowering memory.high or memory.max through a file opened O_NONBLOCK returns at once and \
+             the kernel reclaims afterwards (measured on 7.2); memqos writes limits so",
+            version.0, version.1
+        )
+    } else {
+        format!(
+            "kernel {}.{} is older than 7.0: lowering memory.high or memory.max below usage likely makes the \
+             writer reclaim the difference even with O_NONBLOCK (measured on 6.12, \
+             docs/results/nonblocking-limits.txt); memqos lowers limits on worker threads so that its loop never waits on it",
+            version.0, version.1
+        )
+    };
+    Some(Finding { severity: Severity::Note, topic: "limit writes", message, advice: None })
+}
+
 pub(crate) fn ext4_timestamps(release: Option<&str>, mounts: &[Ext4Mount]) -> Option<Finding> {
     let version = kernel_version(release?)?;
     if version >= (7, 0) || mounts.is_empty() {

@@ -260,6 +260,7 @@ fn kernel_6_12_names_its_fallbacks() {
             (Severity::Degraded, "memcg kfuncs"),
             (Severity::Degraded, "memcg tracepoints"),
             (Severity::Note, "memcg_bpf_ops"),
+            (Severity::Note, "limit writes"),
         ]
     );
     assert!(r.findings[1].message.contains("fentry hooks this kernel offers instead: try_to_free_mem_cgroup_pages"));
@@ -501,4 +502,14 @@ fn this_machines_nofile_and_bpf_probes_answer() {
     if let Err(e) = privileges::Host.bpf_load() {
         assert!(e.raw_os_error().is_some(), "a refused load is an errno: {e}");
     }
+}
+
+#[test]
+fn limit_writes_are_named_by_what_each_kernel_was_measured_to_do() {
+    let old = crate::judge::limit_writes(Some("6.12.117+deb12-amd64")).unwrap();
+    assert!(old.message.contains("older than 7.0") && old.message.contains("worker threads"), "{}", old.message);
+    let new = crate::judge::limit_writes(Some("7.2.13+deb14-amd64")).unwrap();
+    assert!(new.message.contains("returns at once"), "{}", new.message);
+    assert!(crate::judge::limit_writes(Some("garbage")).is_none());
+    assert_eq!(old.severity, crate::Severity::Note);
 }
