@@ -173,7 +173,7 @@ mod tests {
         /// Any bytes a directory entry may hold round-trip through encode and decode, and
         /// the carried name passes the check as that one component.
         #[test]
-        fn any_entry_name_round_trips_and_passes_as_one_component(raw in proptest::collection::vec(1u8..=255, 1..24)) {
+        fn proptest_any_entry_name_round_trips_and_passes_as_one_component(raw in proptest::collection::vec(1u8..=255, 1..24)) {
             let raw: Vec<u8> = raw.into_iter().filter(|b| *b != b'/').collect();
             proptest::prop_assume!(!raw.is_empty() && raw != b"." && raw != b"..");
             let carried = encode(OsStr::from_bytes(&raw));
@@ -186,7 +186,7 @@ mod tests {
         /// check accepts decodes to as many components as it carries, none of them `""`,
         /// `.` or `..`, none with a NUL.
         #[test]
-        fn an_accepted_path_never_leaves_the_root(
+        fn proptest_an_accepted_path_never_leaves_the_root(
             parts in proptest::collection::vec(
                 proptest::prop_oneof![
                     proptest::string::string_regex("[a-z.]{0,3}").unwrap(),
