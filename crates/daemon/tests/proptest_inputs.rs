@@ -10,27 +10,10 @@ use memqos_daemon::history::{History, LIFETIMES};
 use memqos_daemon::journal::{Entry, Journal, Process, JOURNAL_FILE};
 use memqos_daemon::oom_report::parse_record;
 use proptest::prelude::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// A scratch state directory per test thread and case, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("memqos-proptest-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod scratch;
+use scratch::Scratch;
 
 /// Text shaped like the daemon's JSON files more often than random strings are.
 fn jsonish(words: Vec<&'static str>) -> impl Strategy<Value = String> {

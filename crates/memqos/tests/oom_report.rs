@@ -12,18 +12,7 @@ use memqos_daemon::events::{self, Event};
 use memqos_lab::configs::DaemonConfig;
 use memqos_vmtest::guest_test;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn poll<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use std::time::Duration;
 
 // Alone on the host (exclusive): it asserts the report comes within 1 s of the kill.
 guest_test!(oom_kill_is_reported_with_victim_tier_limits_and_counted, |g| g.memory_mb(1024).exclusive(true), {

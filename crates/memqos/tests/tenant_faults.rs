@@ -12,7 +12,7 @@ use common::*;
 use memqos_daemon::events::{self, Event, Outcome};
 use memqos_vmtest::guest_test;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CONFIG: &str = r#"
 cgroup_root = "/sys/fs/cgroup/tq"
@@ -30,17 +30,6 @@ name = "tool"
 match = ["*/tool*"]
 throttle = true
 "#;
-
-fn poll<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn read(cg: &memqos_cgroupfs::Cgroup, file: &str) -> String {
     std::fs::read_to_string(cg.path().join(file)).map(|s| s.trim().to_owned()).unwrap_or_default()

@@ -61,3 +61,15 @@ pub fn events(cg: &Cgroup) -> MemoryEvents {
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / MIB as f64
 }
+
+/// Polls `f` every 50 ms until it gives a value; panics naming `what` after `limit`.
+pub fn poll<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
