@@ -469,7 +469,7 @@ impl Actuator {
         // cgroup only if its directory with that id is gone too.
         if outcome == Outcome::Vanished {
             if let Target::Cgroup { path, id } = &req.target {
-                if !matches!(self.root.open_dir(path, Some(*id)), Ok(_)) {
+                if self.root.open_dir(path, Some(*id)).is_err() {
                     self.dirs.remove(id);
                     vanished.insert(*id);
                 }
