@@ -157,7 +157,13 @@ guest_test!(systemd_layout_tiers_xattr_hints_and_unit_limits, |g| g.memory_mb(76
         knob(&session, "memory.low"),
     );
     println!("RESULT systemd: agent-plain high {:?}, agent-own-high high {:?}, agent-omit high {:?} low {:?}, session low {:?}, db low {:?}", during.0, during.1, during.2, during.3, during.4, knob(&db, "memory.low"));
-    assert_eq!(during.1, Limit::Bytes(400 * MIB), "a unit's own MemoryHigh= must not be cut");
+    // A unit's own MemoryHigh= is a ceiling, not an exemption (issue 53): memqos may cut
+    // below it under pressure, never above it, and puts it back (checked after stop).
+    assert!(
+        matches!(during.1, Limit::Bytes(b) if b <= 400 * MIB),
+        "a unit's own MemoryHigh= is never raised: {:?}",
+        during.1
+    );
     assert_eq!(during.2, Limit::Max, "an oomd_omit cgroup must never be throttled");
     assert_eq!(during.4, Limit::Bytes(0), "an oomd_avoid (untiered knobs) cgroup must be left alone");
     let (status, events) = daemon.stop().unwrap();
