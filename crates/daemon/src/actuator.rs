@@ -170,18 +170,6 @@ fn lowers(value: &str, than: Option<&str>) -> bool {
     }
 }
 
-/// One knob write. Limits (memory.high, memory.max) are written `O_NONBLOCK`: where the kernel
-/// honours it, lowering a limit below usage no longer makes this thread, the daemon's one
-/// loop, reclaim the difference before its next write (`memory_high_write`); the kernel's
-/// own reclaim and throttling of the cgroup follow as before.
-fn write_knob(dir: &OwnedFd, file: &str, value: &str) -> Result<(), FileError> {
-    if matches!(file, "memory.high" | "memory.max") {
-        beneath::write_at_nonblocking(dir, file, value)
-    } else {
-        beneath::write_at(dir, file, value)
-    }
-}
-
 impl Actuator {
     pub fn new(root: Root, journal: Journal, log: EventLog, dry_run: bool) -> Actuator {
         let root_is_cgroup2 = root.is_cgroup2();
@@ -401,14 +389,18 @@ impl Actuator {
         self.limits.in_flight() + self.limit_waiting.len()
     }
 
-    /// One write through the directory `dir` opened for it, on this thread.
+    /// One write through the directory `dir` opened for it, on this thread. Limits are
+    /// written `O_NONBLOCK`: where the kernel honours it, lowering one below usage does not
+    /// make this thread reclaim the difference (`memory_high_write`); the kernel's own
+    /// reclaim and throttling of the cgroup follow as before.
     fn write_now(&self, dir: &Result<Dir, Outcome>, req: &Request) -> Outcome {
         let Ok(d) = dir else { return Outcome::Vanished };
+        let nonblocking = is_limit(req.file) && self.limit_writes != LimitWrites::InlineBlocking;
         let write = |fd: &OwnedFd| {
-            if self.limit_writes == LimitWrites::InlineBlocking {
-                beneath::write_at(fd, req.file, &req.value)
+            if nonblocking {
+                beneath::write_at_nonblocking(fd, req.file, &req.value)
             } else {
-                write_knob(fd, req.file, &req.value)
+                beneath::write_at(fd, req.file, &req.value)
             }
         };
         match self.fd(d).map(write) {

@@ -580,7 +580,7 @@ impl<'r> Daemon<'r> {
         );
         snap.oom_kills_by_tier = self.oom.by_tier.clone();
         snap.recent_oom_kills = self.oom.recent.iter().cloned().collect();
-        snap.loop_restarts = crate::LOOP_RESTARTS.load(std::sync::atomic::Ordering::Relaxed);
+        snap.loop_restarts = crate::loop_restarts();
         snap.leftovers_removed = self.leftovers.removed.clone();
         snap.leftovers_waiting = self.leftovers.waiting();
         // status.json is for people: a full or read-only state_dir is said once (and its
@@ -618,7 +618,7 @@ impl<'r> Daemon<'r> {
                 parked: status.parked.len(),
                 queued: status.queued.len(),
                 thrashing: status.thrashing.len(),
-                loop_restarts: crate::LOOP_RESTARTS.load(std::sync::atomic::Ordering::Relaxed),
+                loop_restarts: crate::loop_restarts(),
             };
             if let Err(e) = m.publish(seen, &daemon) {
                 self.act.emit(Event::Degraded { message: format!("{e:#}") });

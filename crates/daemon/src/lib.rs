@@ -222,11 +222,6 @@ pub fn run(opts: Options, handle: Handle) -> Result<()> {
         act.emit(Event::BpfSource { hooks: bpf.clone() });
     }
 
-    // The loop runs under catch_unwind so a panic still reaches the restore below (the
-    // actuator's Drop is the second line of defence). A loop that fails while the root is
-    // still there (a fault of the host, not of one cgroup: those are skipped inside) puts
-    // every knob back and starts afresh: protection pauses for a moment, it does not end.
-    // Only the loss of the root, a panic or a stop request ends the daemon.
     // Made once: a restart of the loop reuses it (see `daemon::AcrossRestarts`).
     let control = match control::Server::start(&state_dir, explain::View::new(cfg.clone(), opts.config_path.clone())) {
         Ok(c) => Some(c),
@@ -235,8 +230,15 @@ pub fn run(opts: Options, handle: Handle) -> Result<()> {
             None
         }
     };
+    // The loop runs under catch_unwind so a panic still reaches the restore below (the
+    // actuator's Drop is the second line of defence). A loop that fails while the root is
+    // still there (a fault of the host, not of one cgroup: those are skipped inside) puts
+    // every knob back and starts afresh: protection pauses for a moment, it does not end.
+    // Only the loss of the root, a panic or a stop request ends the daemon.
     let started = Instant::now();
-    let mut failed_in_a_row_before: u32 = 0;
+    // Restarts since an iteration last completed (a loop that ran a while before failing
+    // meets a new fault, not the same one again), and the count of iterations then.
+    let (mut failed_in_a_row, mut iterations_seen): (u32, u64) = (0, 0);
     let result = loop {
         let mut this_run = opts.clone();
         this_run.duration = opts.duration.map(|d| d.saturating_sub(started.elapsed()));
@@ -265,8 +267,9 @@ pub fn run(opts: Options, handle: Handle) -> Result<()> {
         // A fault that outlasts a few restarts is waited out with growing pauses (up to
         // LOOP_RETRY_MAX), not retried every second forever; the watchdog, fed only by
         // completed iterations, tells systemd when it never ends.
-        let failed_in_a_row = if ran_an_iteration() { 1 } else { failed_in_a_row_before + 1 };
-        failed_in_a_row_before = failed_in_a_row;
+        let iterations = ITERATIONS.load(Ordering::Relaxed);
+        failed_in_a_row = if iterations != iterations_seen { 1 } else { failed_in_a_row + 1 };
+        iterations_seen = iterations;
         let retry = LOOP_RETRY.saturating_mul(1 << failed_in_a_row.min(6).saturating_sub(1)).min(LOOP_RETRY_MAX);
         act.emit(Event::LoopRestarted { error, restored, restarts, retry_ms: retry.as_millis() as u64 });
         std::thread::sleep(retry);
@@ -316,19 +319,16 @@ fn root_is_there(root: &Cgroup) -> bool {
 /// How long a failed loop waits before it starts afresh, and at most after failures in a row.
 const LOOP_RETRY: Duration = Duration::from_secs(1);
 const LOOP_RETRY_MAX: Duration = Duration::from_secs(30);
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Restarts of the loop in this process, for status and metrics.
-pub(crate) static LOOP_RESTARTS: AtomicU64 = AtomicU64::new(0);
+static LOOP_RESTARTS: AtomicU64 = AtomicU64::new(0);
 /// Loop iterations completed in this process (the watchdog's food).
 static ITERATIONS: AtomicU64 = AtomicU64::new(0);
-/// ITERATIONS when the last restart looked.
-static ITERATIONS_SEEN: AtomicU64 = AtomicU64::new(0);
 
-/// Whether an iteration completed since the last time this was asked (a loop that ran a
-/// while before failing is a new fault, not the same one again).
-fn ran_an_iteration() -> bool {
-    let now = ITERATIONS.load(Ordering::Relaxed);
-    ITERATIONS_SEEN.swap(now, Ordering::Relaxed) != now
+/// Restarts of the loop so far, for status and metrics.
+pub(crate) fn loop_restarts() -> u64 {
+    LOOP_RESTARTS.load(Ordering::Relaxed)
 }
 
 /// How a completed iteration says the loop lives: systemd's watchdog, and the heartbeat
@@ -358,15 +358,13 @@ pub(crate) fn iteration_done(live: &mut Liveness) {
         return;
     }
     live.last_beat = Some(Instant::now());
-    let touched = std::fs::OpenOptions::new()
+    let _ = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&live.heartbeat)
         .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-    let _ = touched;
 }
-const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 /// CLOCK_MONOTONIC in nanoseconds: the clock BPF's ktime and workloads' timestamps share,
 /// so reaction delays can be measured across processes.
 pub fn mono_ns() -> u64 {

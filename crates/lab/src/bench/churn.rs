@@ -153,9 +153,6 @@ pub fn run(a: ChurnArgs) -> Result<u8> {
         print_summary(&r);
         all.push(r);
     }
-    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     let all = super::keep_earlier_kernels(&a.out, all);
     let doc = serde_json::json!({
         "benchmark": "memqos bench churn",
@@ -166,8 +163,7 @@ pub fn run(a: ChurnArgs) -> Result<u8> {
         // This invocation's (kernels kept from an earlier file keep no provenance of theirs).
         "provenance": crate::provenance::Provenance::collect(std::path::Path::new("."), &a.kernel),
     });
-    std::fs::write(&a.out, serde_json::to_string_pretty(&doc)? + "\n")?;
-    eprintln!("wrote {}", a.out.display());
+    super::write_result(&a.out, &doc)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     }

@@ -28,6 +28,19 @@ pub(crate) fn guest_result(
     })
 }
 
+/// Writes a bench's result document to `path` (its directory made if missing), pretty JSON
+/// with a final newline, and says so on stderr.
+pub(crate) fn write_result(path: &std::path::Path, doc: &serde_json::Value) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(doc)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
 /// A per-kernel result of a bench that writes one JSON file for every kernel it measured.
 pub(crate) trait PerKernel: serde::Serialize + serde::de::DeserializeOwned {
     fn kernel(&self) -> &str;

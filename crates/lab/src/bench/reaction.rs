@@ -29,7 +29,7 @@ mod cpu;
 mod guest;
 mod result;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use memqos_policy::size::MIB;
 use memqos_vmtest::self_run;
@@ -152,7 +152,6 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         }
         all.push(r);
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let path = a.out.join("reaction.json");
     let all = super::keep_earlier_kernels(&path, all);
     let doc = serde_json::json!({
@@ -164,8 +163,7 @@ pub fn run(a: ReactionArgs) -> Result<u8> {
         // This invocation's (kernels kept from an earlier file keep no provenance of theirs).
         "provenance": crate::provenance::Provenance::collect(std::path::Path::new("."), &a.kernel),
     });
-    std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")?;
-    eprintln!("wrote {}", path.display());
+    super::write_result(&path, &doc)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     }

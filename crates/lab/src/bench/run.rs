@@ -102,9 +102,6 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
         all.push(r);
     }
     let all = super::keep_earlier_kernels(&a.out, all);
-    if let Some(dir) = a.out.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     let doc = serde_json::json!({
         "benchmark": "memqos bench run",
         "arms": "plain = /bin/true; binary = memqos --version; run = memqos run -- /bin/true (clone3 CLONE_INTO_CGROUP); run-fork = the same with MEMQOS_RUN_SPAWN=fork (migration through cgroup.procs); lean-binary = memqos-run --version; lean-run = memqos-run -- /bin/true (the small binary)",
@@ -115,8 +112,7 @@ pub fn run(a: BenchRunArgs) -> Result<u8> {
         // This invocation's (kernels kept from an earlier file keep no provenance of theirs).
         "provenance": crate::provenance::Provenance::collect(std::path::Path::new("."), &a.kernel),
     });
-    std::fs::write(&a.out, serde_json::to_string_pretty(&doc)? + "\n")?;
-    eprintln!("wrote {}", a.out.display());
+    super::write_result(&a.out, &doc)?;
     Ok(0)
 }
 
